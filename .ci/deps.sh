@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Checks the import arrows between the project's packages with `go list -deps`.
+# A package may only depend on what the table in the README ("Layout") allows.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mod=$(go list -m)
+fail=0
+
+# forbid PKG PATTERN...: PKG must not depend (transitively) on any package
+# matching one of the extended regular expressions.
+forbid() {
+  local pkg=$1; shift
+  compgen -G "$pkg/*.go" >/dev/null || return 0
+  local deps
+  deps=$(go list -deps "./$pkg" | grep -v "^$mod/$pkg\$" || true)
+  for pat in "$@"; do
+    if bad=$(grep -E "$pat" <<<"$deps"); then
+      echo "deps: $pkg must not import $pat, but imports:"; sed 's/^/  /' <<<"$bad"; fail=1
+    fi
+  done
+}
+
+forbid bucket "^$mod/" '\.' # standard library only (no module path has a dot in stdlib)
+forbid shm "^$mod/(bucket|proto|internal)"
+forbid proto "^$mod/(shm|bucket|internal)" '^unsafe$'
+forbid internal/server "^$mod/clients" '^flag$'
+forbid clients/go/sluice "^$mod/(shm|bucket|internal)"
+
+# Source rules go list cannot see.
+if grep -rn --include='*.go' --exclude='*_test.go' 'time\.Now' bucket/ 2>/dev/null; then
+  echo "deps: bucket must not read the clock (time is a parameter)"; fail=1
+fi
+if grep -rln --include='*.go' --exclude='*_test.go' -E 'os\.Exit|log\.Fatal' shm bucket proto internal 2>/dev/null; then
+  echo "deps: library packages must not exit the process"; fail=1
+fi
+[ $fail -eq 0 ] && echo "deps: ok"
+exit $fail

@@ -1,0 +1,62 @@
+# The project's contract: every target CI and the README rely on.
+
+GO       ?= go
+BIN      := bin
+FUZZTIME ?= 30s
+BENCH    ?= .
+COUNT    ?= 1
+
+.PHONY: all build run test test-go bench fuzz vet fmt lint deps ci clean
+
+all: build
+
+## build: compile every package and command into bin/
+build:
+	$(GO) build ./...
+	@mkdir -p $(BIN)
+	@if [ -d cmd ] && ls cmd/*/main.go >/dev/null 2>&1; then $(GO) build -o $(BIN)/ ./cmd/...; fi
+
+## run: build and start the sidecar on the embedded defaults (state and socket under ./var/)
+run: build
+	@mkdir -p var
+	$(BIN)/sluiced
+
+## test: the whole suite, with the race detector and shuffled order
+test: test-go
+
+test-go:
+	$(GO) test -race -shuffle=on -count=1 ./...
+
+## bench: every benchmark (BENCH=regexp, COUNT=n to narrow or repeat)
+bench:
+	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count $(COUNT) ./...
+
+## fuzz: run each fuzz target for FUZZTIME
+fuzz:
+	@for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	  done; \
+	done
+
+## vet: go vet
+vet:
+	$(GO) vet ./...
+
+## fmt: fail if any file is not gofmt'ed
+fmt:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+## lint: vet and formatting
+lint: vet fmt
+
+## deps: check the import arrows between packages (STYLE: layout and dependencies)
+deps:
+	@./.ci/deps.sh
+
+## ci: what .ci/run runs after the tests
+ci: lint deps
+	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
+
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,10 @@
+module github.com/sluicehq/sluice
+
+go 1.26.0
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0
+	github.com/edsrzf/mmap-go v1.2.0
+	golang.org/x/sys v0.49.0
+	golang.org/x/time v0.16.0
+)

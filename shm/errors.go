@@ -1,0 +1,48 @@
+package shm
+
+import "errors"
+
+// Errors returned when opening a state file, in the order Open checks for
+// them. None of them is ever returned after Open has written to the file.
+var (
+	// ErrNotRegular is returned for a path that is not a regular file
+	// (a directory, a device, a socket, or a symbolic link).
+	ErrNotRegular = errors.New("shm: not a regular file")
+	// ErrLocked is returned when another process holds the file's owner lock.
+	ErrLocked = errors.New("shm: state file is in use by another process")
+	// ErrTruncated is returned for a file shorter than its header or than the
+	// slots its header declares.
+	ErrTruncated = errors.New("shm: state file is truncated")
+	// ErrNotStateFile is returned for a file that does not start with the magic.
+	ErrNotStateFile = errors.New("shm: not a Sluice state file")
+	// ErrVersion is returned for a state file of a format version this build
+	// does not read.
+	ErrVersion = errors.New("shm: unsupported state file version")
+	// ErrByteOrder is returned for a file written on a machine of the other
+	// byte order, or when this machine is big-endian.
+	ErrByteOrder = errors.New("shm: state file byte order does not match this machine")
+	// ErrChecksum is returned when the header checksum does not match.
+	ErrChecksum = errors.New("shm: state file header checksum mismatch")
+	// ErrGeometry is returned for a header whose sizes are out of range or
+	// disagree with the file's length.
+	ErrGeometry = errors.New("shm: state file geometry is invalid")
+)
+
+// Errors returned while serving.
+var (
+	// ErrTableFull is returned when no free or reclaimable slot lies within
+	// the probe cap of a new bucket's home slot.
+	ErrTableFull = errors.New("shm: table full")
+	// ErrKeyTooLong is returned for a key longer than MaxKeyLen bytes.
+	ErrKeyTooLong = errors.New("shm: key longer than 1024 bytes")
+	// ErrEmptyKey is returned for a key of zero bytes.
+	ErrEmptyKey = errors.New("shm: empty key")
+	// ErrClosed is returned by operations on a closed table.
+	ErrClosed = errors.New("shm: table is closed")
+	// ErrOptions is returned by Create and NewHeap for invalid Options.
+	ErrOptions = errors.New("shm: invalid options")
+	// ErrCorrupt is returned by Verify when an invariant does not hold.
+	ErrCorrupt = errors.New("shm: table is corrupt")
+	// ErrUnsupported is returned on platforms without the needed syscalls.
+	ErrUnsupported = errors.New("shm: not supported on this platform")
+)

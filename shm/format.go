@@ -1,0 +1,156 @@
+package shm
+
+// This file is the specification of the state file. Every offset below is a
+// byte offset; every multi-byte field is little-endian. Other tools may read
+// the file from this description alone.
+//
+// The file is a header page followed by SlotCount fixed-size slots:
+//
+//	offset 0            4096                4096+S            4096+N*S
+//	+-------------------+-------------------+-----+-------------------+
+//	| header (4096 B)   | slot 0 (S bytes)  | ... | slot N-1          |
+//	+-------------------+-------------------+-----+-------------------+
+//
+// The header page:
+//
+//	0x000  magic       [8]byte  "SLUICE\x1a\n" (the ^Z and LF catch text-mode damage)
+//	0x008  version     uint32   FormatVersion
+//	0x00c  byteOrder   uint32   0x01020304, written little-endian
+//	0x010  headerSize  uint32   HeaderSize (4096)
+//	0x014  slotSize    uint32   64, 128 or 256
+//	0x018  slotCount   uint64   number of slots, >= 1
+//	0x020  seed0       uint64   xxhash seed of the fingerprint's first half
+//	0x028  seed1       uint64   xxhash seed of the fingerprint's second half
+//	0x030  probeCap    uint32   longest probe sequence, in slots
+//	0x034  reserved    uint32   0
+//	0x038  created     int64    creation time, Unix ns
+//	0x040  checksum    uint64   xxhash64 (seed 0) of bytes [0x000, 0x040)
+//	-------------------------------------------------------------- mutable below
+//	0x048  cleanFlag   uint32   cleanMagic after a graceful close, else dirty
+//	0x04c  reserved    uint32   0
+//	0x050  highTime    int64    the highest request time seen, Unix ns
+//	0x058  counters    [16]uint64  see counter* (statistics, best effort)
+//	...    reserved    zero
+//	0x800  insertLocks [512]uint32  spinlocks serialising inserts per fingerprint stripe
+//
+// A slot (S = SlotSize bytes; the first 64 bytes are the same for every size):
+//
+//	0x00  lock     uint32  bit 0: spinlock (1 held); bits 16-31: reach, the
+//	                       largest displacement of any bucket whose home is
+//	                       this slot (lookups probe no further); bits 1-15: 0
+//	0x04  sum      uint32  checksum of bytes [0x08, 0x40) (checksumOf)
+//	0x08  fp0      uint64  fingerprint, first half  } both zero: the slot was never used
+//	0x10  fp1      uint64  fingerprint, second half }
+//	0x18  kind     uint8   the bucket's algorithm id (opaque to this package)
+//	0x19  flags    uint8   flagLive, flagConservative
+//	0x1a  keyLen   uint16  length of the inline key, 0 if not stored
+//	0x1c  keySum   uint32  low 32 bits of xxhash64(key) (seed 0) when keyLen > 0
+//	0x20  freshAt  int64   Unix ns at or after which the bucket is back to its
+//	                       new state; the slot is then reclaimable
+//	0x28  state    [3]int64 the algorithm's words
+//	0x40  key      [S-64]byte inline key bytes (slot sizes 128 and 256 only)
+//
+// The fingerprint's halves are xxhash64 (seed 0) of seed0, respectively seed1
+// (8 bytes, little-endian), followed by the key and the caller's identity
+// suffix; an all-zero result is remapped to {0, 1}, so a zero fingerprint
+// always means an empty slot. The home slot of a fingerprint is
+// floor(fp0 * slotCount / 2^64).
+//
+// Format versions: 1 is the first and only one.
+
+const (
+	magic         = "SLUICE\x1a\n" // identifies a Sluice state file
+	FormatVersion = 1              // the file format this package reads and writes
+	byteOrderMark = 0x01020304     // written little-endian; reads differently on a foreign order
+	HeaderSize    = 4096           // bytes before slot 0; one page, so slots are page-aligned
+	cleanMagic    = 0xC1EA7C1E     // cleanFlag value after a graceful close
+	dirtyMagic    = 0xD1127D11     // cleanFlag value while the file is open for writing
+)
+
+// Header field offsets.
+const (
+	offMagic      = 0x000
+	offVersion    = 0x008
+	offByteOrder  = 0x00c
+	offHeaderSize = 0x010
+	offSlotSize   = 0x014
+	offSlotCount  = 0x018
+	offSeed0      = 0x020
+	offSeed1      = 0x028
+	offProbeCap   = 0x030
+	offCreated    = 0x038
+	offChecksum   = 0x040
+	checksummed   = offChecksum // bytes [0, checksummed) are covered by the header checksum
+
+	offCleanFlag   = 0x048
+	offHighTime    = 0x050
+	offCounters    = 0x058
+	numCounters    = 16
+	offInsertLocks = 0x800
+	numInsertLocks = 512
+)
+
+// Slot field offsets.
+const (
+	slotLock    = 0x00
+	slotSum     = 0x04
+	slotFP0     = 0x08
+	slotFP1     = 0x10
+	slotKind    = 0x18
+	slotFlags   = 0x19
+	slotKeyLen  = 0x1a
+	slotKeySum  = 0x1c
+	slotFreshAt = 0x20
+	slotState   = 0x28
+	slotKey     = 0x40 // inline key bytes, slot sizes above 64 only
+
+	StateWords  = 3           // int64 words of algorithm state per slot
+	MinSlotSize = slotKey     // the smallest slot: no room for an inline key
+	summedFrom  = slotFP0     // the slot checksum covers [summedFrom, summedTo)
+	summedTo    = MinSlotSize //
+	slotAlign   = MinSlotSize // slots start on cache-line boundaries
+	MaxKeyLen   = 1024        // the longest key a caller may use, in bytes
+)
+
+// Slot flags.
+const (
+	flagLive         = 1 << 0 // the state words hold the bucket's state
+	flagConservative = 1 << 1 // the slot was found torn; the owner must replace its state with a drained one
+)
+
+// Counters kept in the header. They are statistics: updated with atomics,
+// never trusted for correctness.
+const (
+	counterUsed         = iota // slots that ever held a fingerprint
+	counterInserts             // buckets created
+	counterReclaims            // slots taken over from a fresh bucket of another key
+	counterTableFull           // inserts refused: no free or reclaimable slot within the probe cap
+	counterTorn                // slots found torn on open and reset to a conservative state
+	counterSyncs               // successful syncs
+	counterSyncErrors          // failed syncs
+	counterLockedOnOpen        // slots whose lock word was held when the file was opened
+)
+
+// Lock word bits.
+const (
+	lockHeld   = 1  // bit 0: the slot is locked
+	reachShift = 16 // bits 16-31: the home slot's reach
+	maxReach   = 1<<16 - 1
+)
+
+// DefaultProbeCap is the probe cap of new files: the largest displacement of
+// a bucket from its home slot. Linear probing displaces a few keys far: in a
+// table of 1.4M slots at a load of 0.7 the largest displacement is about 110,
+// at 0.8 about 300 (14M slots: 141 and 386). A cap of 512 keeps inserts
+// succeeding to a load of about 0.85; lookups stop at the home slot's reach,
+// which is usually a few slots, not at the cap.
+const DefaultProbeCap = 512
+
+// MaxProbeCap is the largest probe cap: reach must fit in 16 bits.
+const MaxProbeCap = maxReach
+
+// ValidSlotSize reports whether n is a slot size this format supports.
+func ValidSlotSize(n int) bool { return n == 64 || n == 128 || n == 256 }
+
+// inlineRoom is the number of key bytes a slot of size n keeps inline.
+func inlineRoom(slotSize int) int { return slotSize - slotKey }

@@ -1,0 +1,239 @@
+package shm
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// Ensure the slot lifecycle: claim (not live), Commit (live), Release
+// (unchanged), Clear (reclaimable, not live).
+func TestSlot_lifecycle(t *testing.T) {
+	tb := newHeap(t, Options{SlotCount: 16})
+	f := fp(tb, "k")
+	if _, ok := tb.Lookup(f); ok {
+		t.Fatal("Lookup found a bucket in an empty table")
+	}
+	s, found, err := tb.LookupOrInsert(f, 3, nil, 0)
+	if err != nil || found || s.Live() || s.Kind() != 3 || s.Fingerprint() != f {
+		t.Fatalf("claim: found=%v live=%v kind=%d err=%v", found, s.Live(), s.Kind(), err)
+	}
+	s.State()[2] = 42
+	s.Commit(100)
+	s, found, err = tb.LookupOrInsert(f, 3, nil, 50)
+	if err != nil || !found || !s.Live() || s.State()[2] != 42 || s.FreshAt() != 100 {
+		t.Fatalf("second LookupOrInsert: found=%v live=%v state=%v err=%v", found, s.Live(), *s.State(), err)
+	}
+	s.Release()
+	s, _ = tb.Lookup(f)
+	s.Clear()
+	s, ok := tb.Lookup(f)
+	if !ok || s.Live() || s.FreshAt() != math.MinInt64 || *s.State() != [StateWords]int64{} {
+		t.Fatalf("after Clear: ok=%v live=%v", ok, s.Live())
+	}
+	s.Release()
+	if st := tb.Stats(); st.Inserts != 1 || st.Used != 1 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// Ensure that a slot whose bucket is fresh is reclaimed by another key, and
+// one that is not is left alone.
+func TestInsert_reclaims(t *testing.T) {
+	tb := newHeap(t, Options{SlotCount: 64, ProbeCap: 2})
+	keys := keysWithHome(tb, 5, 4)
+	put(t, tb, keys[0], 1, 100, 0) // fresh at 100
+	put(t, tb, keys[1], 2, 200, 0) // fresh at 200
+	// Both slots of the probe window are taken and not fresh at 50.
+	if _, _, err := tb.LookupOrInsert(fp(tb, keys[2]), 7, nil, 50); !errors.Is(err, ErrTableFull) {
+		t.Fatalf("insert into a full window: %v", err)
+	}
+	// At 150 the first is fresh: it is reclaimed in place.
+	put(t, tb, keys[2], 3, 1000, 150)
+	if _, ok := get(tb, keys[0]); ok {
+		t.Errorf("reclaimed bucket still found")
+	}
+	for k, want := range map[string]int64{keys[1]: 2, keys[2]: 3} {
+		if v, ok := get(tb, k); !ok || v != want {
+			t.Errorf("%s = %d, %v; want %d", k, v, ok, want)
+		}
+	}
+	if s, _ := tb.Lookup(fp(tb, keys[2])); s.Index() != 5 {
+		t.Errorf("reclaimed into slot %d, want 5", s.Index())
+	} else {
+		s.Release()
+	}
+	if st := tb.Stats(); st.Reclaims != 1 || st.TableFull != 1 || st.Used != 2 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// Ensure that keys chosen to share one home slot fill exactly the probe cap
+// and then get ErrTableFull, while other keys are unaffected.
+func TestInsert_adversarialKeys(t *testing.T) {
+	const probeCap = 8
+	tb := newHeap(t, Options{SlotCount: 1024, ProbeCap: probeCap})
+	keys := keysWithHome(tb, 1000, probeCap+3)
+	for i, k := range keys {
+		s, _, err := tb.LookupOrInsert(fp(tb, k), 1, nil, 0)
+		if i < probeCap {
+			if err != nil {
+				t.Fatalf("key %d: %v", i, err)
+			}
+			if want := uint64(1000 + i); s.Index() != want {
+				t.Errorf("key %d in slot %d, want %d", i, s.Index(), want)
+			}
+			s.Commit(math.MaxInt64)
+			continue
+		}
+		if !errors.Is(err, ErrTableFull) {
+			t.Fatalf("key %d past the probe cap: %v", i, err)
+		}
+	}
+	for i, k := range keys[:probeCap] {
+		if s, ok := tb.Lookup(fp(tb, k)); !ok {
+			t.Errorf("key %d lost", i)
+		} else {
+			s.Release()
+		}
+	}
+	put(t, tb, "innocent", 1, math.MaxInt64, 0)
+	if st := tb.Stats(); st.TableFull != 3 {
+		t.Errorf("TableFull = %d, want 3", st.TableFull)
+	}
+}
+
+// Ensure that probe sequences wrap around the end of the table.
+func TestInsert_wraps(t *testing.T) {
+	tb := newHeap(t, Options{SlotCount: 8})
+	keys := keysWithHome(tb, 7, 3)
+	for _, k := range keys {
+		put(t, tb, k, 1, math.MaxInt64, 0)
+	}
+	for i, k := range keys {
+		s, ok := tb.Lookup(fp(tb, k))
+		if !ok || s.Index() != uint64(7+i)%8 {
+			t.Errorf("key %d: ok=%v slot %d", i, ok, s.Index())
+		}
+		if ok {
+			s.Release()
+		}
+	}
+}
+
+// Ensure that inline keys are kept when they fit and dropped when not.
+func TestSlot_inlineKeys(t *testing.T) {
+	for _, c := range []struct {
+		size, keyLen int
+		inline       bool
+	}{{64, 1, false}, {128, 64, true}, {128, 65, false}, {256, 192, true}, {256, 193, false}, {256, 1024, false}} {
+		tb := newHeap(t, Options{SlotCount: 4, SlotSize: c.size})
+		key := []byte(strings.Repeat("k", c.keyLen))
+		s, _, err := tb.LookupOrInsert(tb.Fingerprint(key, nil), 1, key, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.Key(); (got != nil) != c.inline || (c.inline && string(got) != string(key)) {
+			t.Errorf("size %d key %d: Key() = %d bytes, inline want %v", c.size, c.keyLen, len(got), c.inline)
+		}
+		s.Commit(0)
+	}
+}
+
+// Ensure that a bucket never occupies two slots when many goroutines create
+// the same buckets at once, and that every increment made under the slot
+// lock is kept.
+func TestInsert_concurrent(t *testing.T) {
+	const workers, keys, rounds = 8, 200, 20
+	tb := newHeap(t, Options{SlotCount: 512, ProbeCap: 64})
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := range rounds {
+				for i := range keys {
+					k := fmt.Sprintf("key-%d", (i+w*7+r)%keys)
+					s, _, err := tb.LookupOrInsert(fp(tb, k), 1, nil, 0)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					s.State()[0]++
+					s.Commit(math.MaxInt64)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	var total int64
+	for i := range keys {
+		v, ok := get(tb, fmt.Sprintf("key-%d", i))
+		if !ok {
+			t.Fatalf("key-%d missing", i)
+		}
+		total += v
+	}
+	if total != workers*keys*rounds {
+		t.Errorf("total increments %d, want %d", total, workers*keys*rounds)
+	}
+	if st := tb.Stats(); st.Inserts != keys {
+		t.Errorf("%d inserts for %d keys", st.Inserts, keys)
+	}
+}
+
+// Ensure that concurrent creation and reclaiming under churn keeps every key
+// in one slot: keys are fresh as soon as they are written, so goroutines
+// keep reclaiming each other's slots.
+func TestInsert_concurrentChurn(t *testing.T) {
+	const workers, ops = 6, 3000
+	tb := newHeap(t, Options{SlotCount: 64, ProbeCap: 16})
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range ops {
+				k := fmt.Sprintf("k%d", (i*(w+1))%97)
+				now := int64(i)
+				s, _, err := tb.LookupOrInsert(fp(tb, k), 1, nil, now)
+				if errors.Is(err, ErrTableFull) {
+					continue
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				s.State()[0] = now
+				s.Commit(now + int64(w)) // fresh again soon
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// Ensure that the stack-buffer and streaming fingerprint paths agree, that
+// the suffix matters, and that fingerprints depend on the file's seeds.
+func TestFingerprint(t *testing.T) {
+	a, b := newHeap(t, Options{SlotCount: 4}), newHeap(t, Options{SlotCount: 4})
+	for _, n := range []int{1, 7, shortInput - 9, shortInput - 8, shortInput - 7, 500, MaxKeyLen} {
+		key := []byte(strings.Repeat("x", n))
+		suf := []byte("suffix")
+		want := Fingerprint{streamHash(a.seed0, key, suf), streamHash(a.seed1, key, suf)}
+		if got := a.Fingerprint(key, suf); got != want {
+			t.Errorf("key of %d bytes: %x, streamed %x", n, got, want)
+		}
+		if a.Fingerprint(key, suf) == a.Fingerprint(key, []byte("suffiy")) {
+			t.Errorf("key of %d bytes: suffix ignored", n)
+		}
+		if a.Fingerprint(key, suf) == b.Fingerprint(key, suf) {
+			t.Errorf("key of %d bytes: same fingerprint under two seeds", n)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { a.Fingerprint([]byte("login:alice"), []byte("s")) }); n != 0 {
+		t.Errorf("Fingerprint allocates %v", n)
+	}
+}

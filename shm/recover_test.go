@@ -1,0 +1,180 @@
+package shm
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+)
+
+// crashCopy copies the live file, as a crash of the owner would leave it,
+// and opens the copy.
+func crashCopy(t *testing.T, path string) *Table {
+	t.Helper()
+	b, err := os.ReadFile(path) // the page cache: what the mapping holds
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := filepath.Join(t.TempDir(), "crashed")
+	if err := os.WriteFile(cp, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tb, err := Open(cp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := tb.Verify(); err != nil {
+			t.Errorf("Verify after recovery: %v", err)
+		}
+		tb.Close()
+	})
+	return tb
+}
+
+// Ensure that opening a file whose owner died detects slots left locked or
+// half-written, marks them conservative, zeroes abandoned claims of empty
+// slots, and leaves every other bucket as it was.
+func TestOpen_recoversTornSlots(t *testing.T) {
+	tb, path := newFile(t, Options{SlotCount: 64, SlotSize: 128})
+	for i, k := range []string{"intact", "locked", "torn", "torn-key"} {
+		put(t, tb, k, int64(i+10), math.MaxInt64, 0)
+	}
+	// An owner that died holding a slot lock, mid-update.
+	held, _ := tb.Lookup(fp(tb, "locked"))
+	held.State()[0] = 999
+	// A slot written back half-updated: its checksum no longer matches.
+	s, _ := tb.Lookup(fp(tb, "torn"))
+	s.Release()
+	s.State()[1] = 12345
+	// An inline key torn.
+	s, _ = tb.Lookup(fp(tb, "torn-key"))
+	s.Release()
+	keyBytes(s.p, 8)[0] ^= 0xff
+	// A claim of an empty slot abandoned half-way.
+	var empty uint64
+	for empty = 0; loadFP(tb.slotPtr(empty)) != (Fingerprint{}); empty++ {
+	}
+	e := tb.LockIndex(empty)
+	*u64at(e.p, slotFP0) = 0 // fingerprint not yet written, kind written
+	*u8at(e.p, slotKind) = 9
+
+	rec := crashCopy(t, path)
+	held.Commit(math.MaxInt64) // let the original's cleanup verify cleanly
+	e.Release()
+	*u8at(e.p, slotKind) = 0
+	s, _ = tb.Lookup(fp(tb, "torn"))
+	s.Commit(math.MaxInt64)
+	s, _ = tb.Lookup(fp(tb, "torn-key"))
+	keyBytes(s.p, 8)[0] ^= 0xff
+	s.Commit(math.MaxInt64)
+
+	if st := rec.Stats(); st.Torn != 4 || st.LockedOnOpen != 2 {
+		t.Errorf("Torn=%d LockedOnOpen=%d, want 4 and 2", st.Torn, st.LockedOnOpen)
+	}
+	for _, c := range []struct {
+		key          string
+		conservative bool
+	}{{"intact", false}, {"locked", true}, {"torn", true}, {"torn-key", true}} {
+		s, ok := rec.Lookup(fp(rec, c.key))
+		if !ok {
+			t.Errorf("%s lost", c.key)
+			continue
+		}
+		if s.Conservative() != c.conservative || !s.Live() {
+			t.Errorf("%s: conservative=%v live=%v", c.key, s.Conservative(), s.Live())
+		}
+		s.Release()
+	}
+	if s, _ := rec.Lookup(fp(rec, "torn-key")); s.Key() != nil {
+		t.Errorf("torn inline key kept")
+	} else {
+		s.Release()
+	}
+	// The owner replaces a conservative state and commits; the flag clears.
+	s, _ = rec.Lookup(fp(rec, "locked"))
+	s.Commit(math.MaxInt64)
+	if s, _ := rec.Lookup(fp(rec, "locked")); s.Conservative() {
+		t.Errorf("Commit kept the conservative flag")
+	} else {
+		s.Release()
+	}
+	if v := rec.slotBytes(empty); v[slotKind] != 0 {
+		t.Errorf("abandoned claim not zeroed")
+	}
+}
+
+// Ensure that a cleanly closed file is not scanned: damage made to a slot
+// after a clean close is not repaired by Open (and is reported by Verify).
+func TestOpen_cleanFileNotScanned(t *testing.T) {
+	tb, path := newFile(t, Options{SlotCount: 8})
+	put(t, tb, "k", 1, math.MaxInt64, 0)
+	s, _ := tb.Lookup(fp(tb, "k"))
+	idx := s.Index()
+	s.Release()
+	if err := tb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteAt([]byte{0xff}, HeaderSize+int64(idx)*64+slotState)
+	f.Close()
+	tb, err = Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	if st := tb.Stats(); st.Torn != 0 {
+		t.Errorf("clean file was scanned: %+v", st)
+	}
+	if err := tb.Verify(); err == nil {
+		t.Errorf("Verify missed a damaged slot")
+	}
+	// Repair so the file closes in a consistent state.
+	s, _ = tb.Lookup(fp(tb, "k"))
+	s.Commit(math.MaxInt64)
+}
+
+// Ensure that recovery recomputes each home slot's reach: after a power loss
+// a displaced bucket's page may be on disk without its home slot's reach.
+func TestOpen_recomputesReach(t *testing.T) {
+	tb, path := newFile(t, Options{SlotCount: 64})
+	keys := keysWithHome(tb, 10, 4)
+	for _, k := range keys {
+		put(t, tb, k, 1, math.MaxInt64, 0)
+	}
+	if r := tb.reach(10); r != 3 {
+		t.Fatalf("reach %d after 4 buckets with one home, want 3", r)
+	}
+	atomic.StoreUint32(u32at(tb.slotPtr(10), slotLock), 0) // the reach is lost
+	rec := crashCopy(t, path)
+	atomic.StoreUint32(u32at(tb.slotPtr(10), slotLock), 3<<reachShift)
+	for _, k := range keys {
+		if _, ok := get(rec, k); !ok {
+			t.Errorf("%s unreachable after recovery", k)
+		}
+	}
+}
+
+// Ensure that a reservation whose holder died is released on open.
+func TestOpen_releasesDeadReservations(t *testing.T) {
+	tb, path := newFile(t, Options{SlotCount: 16})
+	s, _, err := tb.LookupOrInsert(fp(tb, "k"), 1, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Reserve()
+	rec := crashCopy(t, path)
+	s, _ = tb.Lookup(fp(tb, "k"))
+	s.Clear()
+	r, ok := rec.Lookup(fp(rec, "k"))
+	if !ok || r.Live() || r.FreshAt() != math.MinInt64 {
+		t.Errorf("dead reservation kept: ok=%v freshAt=%d", ok, r.FreshAt())
+	}
+	if ok {
+		r.Release()
+	}
+}

@@ -1,0 +1,70 @@
+//go:build linux
+
+package shm
+
+import (
+	"errors"
+	"os"
+
+	"github.com/edsrzf/mmap-go"
+	"golang.org/x/sys/unix"
+)
+
+// This file holds every syscall of the package.
+
+// openNoFollow opens an existing file for reading and writing without
+// following a symbolic link in its last component.
+func openNoFollow(path string) (*os.File, error) {
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		if errors.Is(err, unix.ELOOP) {
+			return nil, ErrNotRegular
+		}
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	return os.NewFile(uintptr(fd), path), nil
+}
+
+// lockFile takes the exclusive owner lock of f without waiting.
+func lockFile(f *os.File) error {
+	err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+	if errors.Is(err, unix.EWOULDBLOCK) {
+		return ErrLocked
+	}
+	return err
+}
+
+// allocate reserves size bytes of disk for f so that later writes through the
+// mapping cannot fail for lack of space (which would raise SIGBUS). Where the
+// file system cannot fallocate, it writes zeros instead.
+func allocate(f *os.File, size int64) error {
+	err := unix.Fallocate(int(f.Fd()), 0, 0, size)
+	if err == nil || !errors.Is(err, unix.EOPNOTSUPP) {
+		return err
+	}
+	zeros := make([]byte, 1<<20)
+	for off := int64(0); off < size; off += int64(len(zeros)) {
+		n := min(int64(len(zeros)), size-off)
+		if _, err := f.WriteAt(zeros[:n], off); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// mapFile maps the whole of f shared, for reading and writing.
+func mapFile(f *os.File) (mmap.MMap, error) {
+	m, err := mmap.Map(f, mmap.RDWR, 0)
+	if err != nil {
+		return nil, err
+	}
+	// Access is random: disable read-ahead.
+	_ = unix.Madvise(m, unix.MADV_RANDOM)
+	return m, nil
+}
+
+// syncRange writes b, a page-aligned part of a mapping, to disk and waits.
+func syncRange(b []byte) error { return unix.Msync(b, unix.MS_SYNC) }
+
+// syncFile flushes f's data and metadata.
+func syncFile(f *os.File) error { return f.Sync() }

@@ -1,0 +1,368 @@
+package shm
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/edsrzf/mmap-go"
+)
+
+// Options are the geometry of a new table. They are fixed at creation and
+// recorded in the file's header.
+type Options struct {
+	// SlotCount is the number of slots, >= 1. Memory and file size are
+	// HeaderSize + SlotCount*SlotSize bytes.
+	SlotCount uint64
+	// SlotSize is 64, 128 or 256 bytes; 0 means 64. Slots above 64 bytes keep
+	// keys of up to SlotSize-64 bytes inline, for scan and inspection.
+	SlotSize int
+	// ProbeCap is the longest probe sequence; 0 means DefaultProbeCap. It is
+	// clamped to SlotCount.
+	ProbeCap int
+}
+
+// MaxSlotCount bounds SlotCount so that file offsets fit comfortably in int64.
+const MaxSlotCount = 1 << 40
+
+// FileSize is the size of a state file created with o (after defaults).
+func (o Options) FileSize() int64 {
+	o = o.withDefaults()
+	return HeaderSize + int64(o.SlotCount)*int64(o.SlotSize)
+}
+
+func (o Options) withDefaults() Options {
+	if o.SlotSize == 0 {
+		o.SlotSize = MinSlotSize
+	}
+	if o.ProbeCap == 0 {
+		o.ProbeCap = DefaultProbeCap
+	}
+	if o.ProbeCap > 0 && uint64(o.ProbeCap) > o.SlotCount {
+		o.ProbeCap = int(o.SlotCount)
+	}
+	return o
+}
+
+func (o Options) validate() error {
+	switch {
+	case o.SlotCount < 1 || o.SlotCount > MaxSlotCount:
+		return fmt.Errorf("%w: slot count %d out of range [1, 2^40]", ErrOptions, o.SlotCount)
+	case !ValidSlotSize(o.SlotSize):
+		return fmt.Errorf("%w: slot size %d is not 64, 128 or 256", ErrOptions, o.SlotSize)
+	case o.ProbeCap < 1 || o.ProbeCap > MaxProbeCap:
+		return fmt.Errorf("%w: probe cap %d out of range [1, %d]", ErrOptions, o.ProbeCap, MaxProbeCap)
+	}
+	return nil
+}
+
+// Table is an open-addressing hash table of fixed-size slots in a shared
+// mapping of a state file (or, for tests, in a heap buffer).
+//
+// A Table is safe for concurrent use by many goroutines. Close must not run
+// concurrently with any other method.
+type Table struct {
+	base     unsafe.Pointer // first byte of the mapping or heap buffer
+	slotSize uintptr
+	n        uint64 // slot count
+	probeCap uint64
+	seed0    uint64
+	seed1    uint64
+	room     int // inline key bytes per slot
+
+	file *os.File  // nil for heap tables
+	mm   mmap.MMap // nil for heap tables
+	heap []uint64  // keeps a heap table's buffer alive
+
+	closed atomic.Bool
+}
+
+// Geometry describes an open table.
+type Geometry struct {
+	SlotCount uint64
+	SlotSize  int
+	ProbeCap  int
+	FileSize  int64
+}
+
+// Geometry returns the table's fixed sizes.
+func (t *Table) Geometry() Geometry {
+	return Geometry{
+		SlotCount: t.n,
+		SlotSize:  int(t.slotSize),
+		ProbeCap:  int(t.probeCap),
+		FileSize:  HeaderSize + int64(t.n)*int64(t.slotSize),
+	}
+}
+
+// NewHeap returns a table in process memory with the same layout as a state
+// file. It is for tests and benchmarks: nothing survives the process.
+func NewHeap(o Options) (*Table, error) {
+	o = o.withDefaults()
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	if !littleEndian() {
+		return nil, ErrByteOrder
+	}
+	buf, base := heapBuffer(uintptr(o.FileSize()))
+	t := &Table{base: base, heap: buf}
+	hdr := unsafe.Slice((*byte)(base), HeaderSize)
+	if err := writeHeader(hdr, o); err != nil {
+		return nil, err
+	}
+	t.load(hdr)
+	binary.LittleEndian.PutUint32(hdr[offCleanFlag:], dirtyMagic)
+	return t, nil
+}
+
+// Create makes a new state file at path with geometry o and opens it. It
+// fails if path exists. The file's space is allocated before it appears at
+// path, so a disk too small for it fails here, not later.
+func Create(path string, o Options) (*Table, error) {
+	o = o.withDefaults()
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	if !littleEndian() {
+		return nil, ErrByteOrder
+	}
+	// Build the file under a temporary name and link it into place, so path
+	// never names a half-initialised file and an existing file is never
+	// replaced.
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".new-*")
+	if err != nil {
+		return nil, fmt.Errorf("shm: create %s: %w", path, err)
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp)
+	fail := func(err error) (*Table, error) {
+		f.Close()
+		return nil, fmt.Errorf("shm: create %s: %w", path, err)
+	}
+	if err := lockFile(f); err != nil {
+		return fail(err)
+	}
+	if err := allocate(f, o.FileSize()); err != nil {
+		return fail(err)
+	}
+	hdr := make([]byte, HeaderSize)
+	if err := writeHeader(hdr, o); err != nil {
+		return fail(err)
+	}
+	if _, err := f.WriteAt(hdr, 0); err != nil {
+		return fail(err)
+	}
+	if err := syncFile(f); err != nil {
+		return fail(err)
+	}
+	if err := os.Link(tmp, path); err != nil {
+		return fail(err)
+	}
+	return mapTable(f)
+}
+
+// Open opens an existing state file. It validates the header in a fixed
+// order (regular file, owner lock, length, magic, version, byte order,
+// checksum, geometry) and returns the first failure's sentinel error, wrapped
+// with detail; the file is not modified unless every check passes.
+//
+// A file that was not closed cleanly is scanned: slots whose lock was held or
+// whose checksum is wrong are reset to a conservative state (see
+// Slot.Conservative) and counted.
+func Open(path string) (*Table, error) {
+	if !littleEndian() {
+		return nil, ErrByteOrder
+	}
+	f, err := openNoFollow(path)
+	if err != nil {
+		return nil, fmt.Errorf("shm: open %s: %w", path, err)
+	}
+	fail := func(err error) (*Table, error) {
+		f.Close()
+		return nil, fmt.Errorf("shm: open %s: %w", path, err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return fail(err)
+	}
+	if !fi.Mode().IsRegular() {
+		return fail(ErrNotRegular)
+	}
+	if err := lockFile(f); err != nil {
+		return fail(err)
+	}
+	hdr := make([]byte, HeaderSize)
+	if n, err := f.ReadAt(hdr, 0); err != nil && (err != io.EOF || n < len(hdr)) {
+		if err == io.EOF {
+			// Too short for a header: say which, foreign or truncated.
+			if n >= len(magic) && string(hdr[:len(magic)]) == magic {
+				return fail(fmt.Errorf("%w: %d bytes, shorter than the %d-byte header", ErrTruncated, n, HeaderSize))
+			}
+			return fail(fmt.Errorf("%w: %d bytes, no header", ErrNotStateFile, n))
+		}
+		return fail(err)
+	}
+	if err := validateHeader(hdr, fi.Size()); err != nil {
+		return fail(err)
+	}
+	return mapTable(f)
+}
+
+// mapTable maps a validated file, marks it dirty and recovers it if it was
+// not closed cleanly.
+func mapTable(f *os.File) (*Table, error) {
+	m, err := mapFile(f)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("shm: map %s: %w", f.Name(), err)
+	}
+	t := &Table{base: mappingBase(m), file: f, mm: m}
+	t.load(t.headerBytes())
+	flag := t.cleanFlag()
+	if *flag != cleanMagic {
+		t.recover()
+	}
+	// Record that the file is in use before anything else is written, so a
+	// crash from here on is detected by the next Open.
+	atomic.StoreUint32(flag, dirtyMagic)
+	if err := syncRange(t.headerBytes()); err != nil {
+		m.Unmap()
+		f.Close()
+		return nil, fmt.Errorf("shm: sync header of %s: %w", f.Name(), err)
+	}
+	return t, nil
+}
+
+// load reads the geometry from a validated header.
+func (t *Table) load(hdr []byte) {
+	le := binary.LittleEndian
+	t.slotSize = uintptr(le.Uint32(hdr[offSlotSize:]))
+	t.n = le.Uint64(hdr[offSlotCount:])
+	t.seed0 = le.Uint64(hdr[offSeed0:])
+	t.seed1 = le.Uint64(hdr[offSeed1:])
+	t.probeCap = uint64(le.Uint32(hdr[offProbeCap:]))
+	t.room = inlineRoom(int(t.slotSize))
+}
+
+// writeHeader fills a zeroed header page for a new table with geometry o and
+// fresh random seeds.
+func writeHeader(hdr []byte, o Options) error {
+	var seeds [16]byte
+	if _, err := rand.Read(seeds[:]); err != nil {
+		return err
+	}
+	le := binary.LittleEndian
+	copy(hdr[offMagic:], magic)
+	le.PutUint32(hdr[offVersion:], FormatVersion)
+	le.PutUint32(hdr[offByteOrder:], byteOrderMark)
+	le.PutUint32(hdr[offHeaderSize:], HeaderSize)
+	le.PutUint32(hdr[offSlotSize:], uint32(o.SlotSize))
+	le.PutUint64(hdr[offSlotCount:], o.SlotCount)
+	copy(hdr[offSeed0:offSeed1+8], seeds[:])
+	le.PutUint32(hdr[offProbeCap:], uint32(o.ProbeCap))
+	le.PutUint64(hdr[offCreated:], uint64(nowNanos()))
+	le.PutUint64(hdr[offChecksum:], xxhash.Sum64(hdr[:checksummed]))
+	le.PutUint32(hdr[offCleanFlag:], cleanMagic)
+	return nil
+}
+
+// validateHeader checks a header read from a file of size bytes, in the
+// order magic, version, byte order, checksum, geometry. The checksum comes
+// before the geometry so that a damaged size field is reported as damage,
+// not as a truncated file.
+func validateHeader(hdr []byte, size int64) error {
+	le := binary.LittleEndian
+	if string(hdr[offMagic:offMagic+len(magic)]) != magic {
+		return ErrNotStateFile
+	}
+	if v := le.Uint32(hdr[offVersion:]); v != FormatVersion {
+		return fmt.Errorf("%w: file has version %d, this build reads version %d", ErrVersion, v, FormatVersion)
+	}
+	if bo := le.Uint32(hdr[offByteOrder:]); bo != byteOrderMark {
+		return fmt.Errorf("%w: byte-order mark %#08x", ErrByteOrder, bo)
+	}
+	if got, want := le.Uint64(hdr[offChecksum:]), xxhash.Sum64(hdr[:checksummed]); got != want {
+		return fmt.Errorf("%w: stored %#016x, computed %#016x", ErrChecksum, got, want)
+	}
+	hs := le.Uint32(hdr[offHeaderSize:])
+	ss := le.Uint32(hdr[offSlotSize:])
+	n := le.Uint64(hdr[offSlotCount:])
+	pc := le.Uint32(hdr[offProbeCap:])
+	switch {
+	case hs != HeaderSize:
+		return fmt.Errorf("%w: header size %d, want %d", ErrGeometry, hs, HeaderSize)
+	case !ValidSlotSize(int(ss)):
+		return fmt.Errorf("%w: slot size %d", ErrGeometry, ss)
+	case n < 1 || n > MaxSlotCount:
+		return fmt.Errorf("%w: slot count %d", ErrGeometry, n)
+	case pc < 1 || pc > MaxProbeCap || uint64(pc) > n:
+		return fmt.Errorf("%w: probe cap %d for %d slots", ErrGeometry, pc, n)
+	}
+	want := HeaderSize + int64(n)*int64(ss)
+	if size < want {
+		return fmt.Errorf("%w: %d bytes, header declares %d slots of %d bytes (%d bytes)", ErrTruncated, size, n, ss, want)
+	}
+	if size > want {
+		return fmt.Errorf("%w: %d bytes, header declares %d bytes", ErrGeometry, size, want)
+	}
+	return nil
+}
+
+func (t *Table) cleanFlag() *uint32    { return u32at(t.base, offCleanFlag) }
+func (t *Table) counter(c int) *uint64 { return u64at(t.base, offCounters+uintptr(c)*8) }
+
+// Sync writes every modified page of the table to disk and waits for the
+// device (msync with MS_SYNC). The kernel tracks which pages are dirty, so the
+// cost is proportional to the pages written since the last Sync. A heap
+// table's Sync does nothing.
+func (t *Table) Sync() error {
+	if t.closed.Load() {
+		return ErrClosed
+	}
+	if t.mm == nil {
+		return nil
+	}
+	if err := syncRange(t.mm); err != nil {
+		atomic.AddUint64(t.counter(counterSyncErrors), 1)
+		return fmt.Errorf("shm: sync: %w", err)
+	}
+	atomic.AddUint64(t.counter(counterSyncs), 1)
+	return nil
+}
+
+// Close syncs the table, marks the file clean and releases it. No other
+// method may be running or be called afterwards. If the final sync fails the
+// file is left marked dirty (so the next Open scans it) and the error is
+// returned.
+func (t *Table) Close() error {
+	if t.closed.Swap(true) {
+		return ErrClosed
+	}
+	if t.mm == nil {
+		t.heap = nil
+		return nil
+	}
+	err := syncRange(t.mm)
+	if err == nil {
+		atomic.StoreUint32(t.cleanFlag(), cleanMagic)
+		err = syncRange(t.headerBytes())
+	}
+	if uerr := t.mm.Unmap(); err == nil {
+		err = uerr
+	}
+	if cerr := t.file.Close(); err == nil {
+		err = cerr
+	}
+	t.base = nil
+	if err != nil {
+		return fmt.Errorf("shm: close: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,181 @@
+package shm
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync/atomic"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// Stats are the table's counters. They are kept in the file's header, so they
+// survive restarts; they are statistics, updated without ordering guarantees.
+type Stats struct {
+	SlotCount    uint64 // slots in the table
+	Used         uint64 // slots that ever held a bucket (never decreases)
+	Inserts      uint64 // buckets created
+	Reclaims     uint64 // slots taken over from another key's fresh bucket
+	TableFull    uint64 // creations refused with ErrTableFull
+	Torn         uint64 // slots found torn on open and reset conservatively
+	LockedOnOpen uint64 // slots whose lock was held when the file was opened
+	Syncs        uint64 // successful Syncs
+	SyncErrors   uint64 // failed Syncs
+}
+
+// Stats returns the table's counters.
+func (t *Table) Stats() Stats {
+	c := func(i int) uint64 { return atomic.LoadUint64(t.counter(i)) }
+	return Stats{
+		SlotCount:    t.n,
+		Used:         c(counterUsed),
+		Inserts:      c(counterInserts),
+		Reclaims:     c(counterReclaims),
+		TableFull:    c(counterTableFull),
+		Torn:         c(counterTorn),
+		LockedOnOpen: c(counterLockedOnOpen),
+		Syncs:        c(counterSyncs),
+		SyncErrors:   c(counterSyncErrors),
+	}
+}
+
+// recover repairs a file that was not closed cleanly. It runs on Open before
+// the table is shared. A slot whose lock word is held (its holder died
+// mid-update) or whose checksum is wrong (a write torn by a crash, or a bit
+// flip) is repaired: an empty one is zeroed; any other keeps its fingerprint
+// and is marked live and conservative, so its owner replaces the state with
+// one that grants no burst. Its FreshAt is kept if it lies ahead, else set to
+// now, so the slot is not reclaimed before its owner can see it.
+//
+// It then recomputes every home slot's reach from where the buckets are:
+// after a power loss the page holding a bucket may have reached the disk
+// without the page holding its home slot's reach.
+func (t *Table) recover() {
+	now := nowNanos()
+	for i := range t.n {
+		p := t.slotPtr(i)
+		locked := *u32at(p, slotLock)&lockHeld != 0
+		*u32at(p, slotLock) = 0 // clears the reach too; recomputed below
+		torn := locked || *u32at(p, slotSum) != checksumOf(p)
+		if n := int(*u16at(p, slotKeyLen)); n > 0 && (n > t.room || *u32at(p, slotKeySum) != uint32(xxhash.Sum64(keyBytes(p, n)))) {
+			torn = true
+			*u16at(p, slotKeyLen), *u32at(p, slotKeySum) = 0, 0
+		}
+		if !torn {
+			if loadFP(p) != (Fingerprint{}) && *u8at(p, slotFlags)&flagLive == 0 && *i64at(p, slotFreshAt) != math.MinInt64 {
+				// A reservation whose holder died: release it.
+				*i64at(p, slotFreshAt) = math.MinInt64
+				*u32at(p, slotSum) = checksumOf(p)
+			}
+			continue
+		}
+		if locked {
+			atomic.AddUint64(t.counter(counterLockedOnOpen), 1)
+		}
+		atomic.AddUint64(t.counter(counterTorn), 1)
+		if loadFP(p) == (Fingerprint{}) {
+			clear(t.slotBytes(i))
+			continue
+		}
+		*u8at(p, slotFlags) = flagLive | flagConservative
+		if fa := i64at(p, slotFreshAt); *fa < now {
+			*fa = now
+		}
+		*u32at(p, slotSum) = checksumOf(p)
+	}
+	for i := range t.n {
+		if fp := loadFP(t.slotPtr(i)); fp != (Fingerprint{}) {
+			h := t.home(fp)
+			t.raiseReach(h, (i+t.n-h)%t.n)
+		}
+	}
+}
+
+// maxProblems bounds the problems Verify reports.
+const maxProblems = 10
+
+// Verify checks the table's invariants and returns ErrCorrupt, joined with a
+// description of each problem found (at most ten), or nil. It must not run
+// concurrently with any other method. The invariants:
+//
+//   - the header validates as Open would;
+//   - no slot's lock is held and no lock word has stray bits;
+//   - every slot's checksum matches; an empty slot is all zero;
+//   - inline keys fit the slot and match their checksum;
+//   - a slot that is not live has no state and FreshAt math.MinInt64;
+//   - no fingerprint occupies two slots;
+//   - every bucket is reachable: it lies within the probe cap and the reach
+//     of its home slot, with no empty slot in between.
+func (t *Table) Verify() error {
+	var problems []error
+	report := func(format string, args ...any) {
+		if len(problems) < maxProblems {
+			problems = append(problems, fmt.Errorf(format, args...))
+		}
+	}
+	if err := validateHeader(t.headerBytes(), HeaderSize+int64(t.n)*int64(t.slotSize)); err != nil {
+		report("header: %w", err)
+	}
+	// run[i] is the number of consecutive non-empty slots ending at slot i,
+	// capped at probeCap+1: a bucket at i whose home is d slots back is
+	// reachable iff d < run[i] and d < probeCap.
+	limit := uint32(t.probeCap + 1)
+	run := make([]uint32, t.n)
+	seen := make(map[Fingerprint]uint64)
+	for pass := 0; pass < 2; pass++ { // two passes settle runs that wrap around
+		for i := range t.n {
+			if loadFP(t.slotPtr(i)) == (Fingerprint{}) {
+				run[i] = 0
+				continue
+			}
+			prev := run[(i+t.n-1)%t.n]
+			run[i] = min(prev+1, limit)
+		}
+	}
+	for i := range t.n {
+		p := t.slotPtr(i)
+		s := Slot{p, i, t}
+		if w := *u32at(p, slotLock); w&lockHeld != 0 || w&(1<<reachShift-1) != 0 {
+			report("slot %d: lock word %#08x is held or has stray bits", i, w)
+		}
+		if got, want := *u32at(p, slotSum), checksumOf(p); got != want {
+			report("slot %d: checksum %#08x, want %#08x", i, got, want)
+		}
+		fp := s.Fingerprint()
+		if fp == (Fingerprint{}) {
+			for _, b := range t.slotBytes(i) {
+				if b != 0 {
+					report("slot %d: empty slot is not zero", i)
+					break
+				}
+			}
+			continue
+		}
+		if n := int(*u16at(p, slotKeyLen)); n > 0 {
+			if n > t.room {
+				report("slot %d: inline key of %d bytes in a slot with room for %d", i, n, t.room)
+			} else if *u32at(p, slotKeySum) != uint32(xxhash.Sum64(keyBytes(p, n))) {
+				report("slot %d: inline key checksum mismatch", i)
+			}
+		}
+		if f := *u8at(p, slotFlags); f&^(flagLive|flagConservative) != 0 || f == flagConservative {
+			report("slot %d: invalid flags %#02x", i, f)
+		}
+		if !s.Live() && (s.FreshAt() != math.MinInt64 || *s.State() != [StateWords]int64{}) {
+			report("slot %d: slot that is not live holds state", i)
+		}
+		if j, dup := seen[fp]; dup {
+			report("slot %d: fingerprint also in slot %d", i, j)
+		}
+		seen[fp] = i
+		h := t.home(fp)
+		d := (i + t.n - h) % t.n
+		if d >= t.probeCap || d >= uint64(run[i]) || d > t.reach(h) {
+			report("slot %d: unreachable from its home slot %d (displacement %d, reach %d)", i, h, d, t.reach(h))
+		}
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	return errors.Join(append([]error{ErrCorrupt}, problems...)...)
+}
