@@ -50,10 +50,13 @@ package shm
 //	0x28  state    [3]int64 the algorithm's words
 //	0x40  key      [S-64]byte inline key bytes (slot sizes 128 and 256 only)
 //
-// The fingerprint's halves are xxhash64 (seed 0) of seed0, respectively seed1
-// (8 bytes, little-endian), followed by the key and the caller's identity
-// suffix; an all-zero result is remapped to {0, 1}, so a zero fingerprint
-// always means an empty slot. The home slot of a fingerprint is
+// The fingerprint's halves are xxhash64 (seed 0) of seed0^ident, respectively
+// seed1^ident (8 bytes, little-endian), followed by the key, where ident is
+// a 64-bit digest of the bucket's identity besides its key; an all-zero
+// result is remapped to {0, 1}, so a zero fingerprint always means an empty
+// slot. Sluice's engine sets ident to xxhash64 (seed 0) of the algorithm id
+// (1 byte) followed by its three identity parameters (int64, little-endian).
+// The home slot of a fingerprint is
 // floor(fp0 * slotCount / 2^64).
 //
 // Format versions: 1 is the first and only one.

@@ -44,7 +44,7 @@ func newFile(t testing.TB, o Options) (*Table, string) {
 }
 
 // fp returns a fingerprint for test key k.
-func fp(tb *Table, k string) Fingerprint { return tb.Fingerprint([]byte(k), nil) }
+func fp(tb *Table, k string) Fingerprint { return tb.Fingerprint([]byte(k), 0) }
 
 // put creates or overwrites bucket k with state {v, v, v} fresh at freshAt.
 func put(t testing.TB, tb *Table, k string, v, freshAt, now int64) {

@@ -12,31 +12,31 @@ import (
 	"github.com/cespare/xxhash/v2"
 )
 
-// Fingerprint identifies a bucket: two keyed xxhash64 values over its key
-// and identity suffix. The zero Fingerprint marks an empty slot and is never
-// returned by Table.Fingerprint.
+// Fingerprint identifies a bucket: two seeded xxhash64 values over its key,
+// keyed by the bucket's identity. The zero Fingerprint marks an empty slot
+// and is never returned by Table.Fingerprint.
 type Fingerprint struct{ Lo, Hi uint64 }
 
-// shortInput is the longest seed+key+suffix hashed from a stack buffer; longer
-// inputs are streamed through a Digest, with the same result.
-const shortInput = 128
+// shortKey is the longest key hashed from a stack buffer; longer keys are
+// streamed through a Digest, with the same result.
+const shortKey = 120
 
-// Fingerprint returns the fingerprint of key followed by suffix (the caller's
-// encoding of whatever else identifies the bucket): Lo is xxhash64 (seed 0)
-// of seed0 (8 bytes, little-endian) followed by key and suffix, Hi the same
-// with seed1, and an all-zero result is replaced by {0, 1}. It does not
-// allocate.
-func (t *Table) Fingerprint(key, suffix []byte) Fingerprint {
+// Fingerprint returns the fingerprint of key in the bucket identity ident (a
+// 64-bit digest, chosen by the caller, of whatever besides the key
+// identifies the bucket; see format.go): Lo is xxhash64 (seed 0) of
+// seed0^ident (8 bytes, little-endian) followed by key, Hi the same with
+// seed1, and an all-zero result is replaced by {0, 1}. It does not allocate.
+func (t *Table) Fingerprint(key []byte, ident uint64) Fingerprint {
 	var lo, hi uint64
-	if n := 8 + len(key) + len(suffix); n <= shortInput {
-		var buf [shortInput]byte
-		copy(buf[8+copy(buf[8:], key):], suffix)
-		binary.LittleEndian.PutUint64(buf[:8], t.seed0)
+	if len(key) <= shortKey {
+		var buf [8 + shortKey]byte
+		n := 8 + copy(buf[8:], key)
+		binary.LittleEndian.PutUint64(buf[:8], t.seed0^ident)
 		lo = xxhash.Sum64(buf[:n])
-		binary.LittleEndian.PutUint64(buf[:8], t.seed1)
+		binary.LittleEndian.PutUint64(buf[:8], t.seed1^ident)
 		hi = xxhash.Sum64(buf[:n])
 	} else {
-		lo, hi = streamHash(t.seed0, key, suffix), streamHash(t.seed1, key, suffix)
+		lo, hi = streamHash(t.seed0^ident, key), streamHash(t.seed1^ident, key)
 	}
 	if lo == 0 && hi == 0 {
 		hi = 1
@@ -44,14 +44,13 @@ func (t *Table) Fingerprint(key, suffix []byte) Fingerprint {
 	return Fingerprint{lo, hi}
 }
 
-func streamHash(seed uint64, key, suffix []byte) uint64 {
+func streamHash(prefix uint64, key []byte) uint64 {
 	var d xxhash.Digest
-	var s [8]byte
-	binary.LittleEndian.PutUint64(s[:], seed)
+	var p [8]byte
+	binary.LittleEndian.PutUint64(p[:], prefix)
 	d.Reset()
-	d.Write(s[:])
+	d.Write(p[:])
 	d.Write(key)
-	d.Write(suffix)
 	return d.Sum64()
 }
 

@@ -132,7 +132,7 @@ func TestSlot_inlineKeys(t *testing.T) {
 	}{{64, 1, false}, {128, 64, true}, {128, 65, false}, {256, 192, true}, {256, 193, false}, {256, 1024, false}} {
 		tb := newHeap(t, Options{SlotCount: 4, SlotSize: c.size})
 		key := []byte(strings.Repeat("k", c.keyLen))
-		s, _, err := tb.LookupOrInsert(tb.Fingerprint(key, nil), 1, key, 0)
+		s, _, err := tb.LookupOrInsert(tb.Fingerprint(key, 0), 1, key, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -216,24 +216,24 @@ func TestInsert_concurrentChurn(t *testing.T) {
 }
 
 // Ensure that the stack-buffer and streaming fingerprint paths agree, that
-// the suffix matters, and that fingerprints depend on the file's seeds.
+// the identity matters, and that fingerprints depend on the file's seeds.
 func TestFingerprint(t *testing.T) {
 	a, b := newHeap(t, Options{SlotCount: 4}), newHeap(t, Options{SlotCount: 4})
-	for _, n := range []int{1, 7, shortInput - 9, shortInput - 8, shortInput - 7, 500, MaxKeyLen} {
+	for _, n := range []int{1, 7, shortKey - 1, shortKey, shortKey + 1, 500, MaxKeyLen} {
 		key := []byte(strings.Repeat("x", n))
-		suf := []byte("suffix")
-		want := Fingerprint{streamHash(a.seed0, key, suf), streamHash(a.seed1, key, suf)}
-		if got := a.Fingerprint(key, suf); got != want {
+		const id = 0x1234
+		want := Fingerprint{streamHash(a.seed0^id, key), streamHash(a.seed1^id, key)}
+		if got := a.Fingerprint(key, id); got != want {
 			t.Errorf("key of %d bytes: %x, streamed %x", n, got, want)
 		}
-		if a.Fingerprint(key, suf) == a.Fingerprint(key, []byte("suffiy")) {
-			t.Errorf("key of %d bytes: suffix ignored", n)
+		if a.Fingerprint(key, id) == a.Fingerprint(key, id+1) {
+			t.Errorf("key of %d bytes: identity ignored", n)
 		}
-		if a.Fingerprint(key, suf) == b.Fingerprint(key, suf) {
+		if a.Fingerprint(key, id) == b.Fingerprint(key, id) {
 			t.Errorf("key of %d bytes: same fingerprint under two seeds", n)
 		}
 	}
-	if n := testing.AllocsPerRun(100, func() { a.Fingerprint([]byte("login:alice"), []byte("s")) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { a.Fingerprint([]byte("login:alice"), 1) }); n != 0 {
 		t.Errorf("Fingerprint allocates %v", n)
 	}
 }
