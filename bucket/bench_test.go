@@ -1,0 +1,79 @@
+package bucket
+
+import "testing"
+
+// BenchmarkApply measures one decision per algorithm, with traffic that
+// mixes allowed and denied requests (one request every 50 µs against limits
+// of 5 or 10 per second). The baseline sub-benchmark is a continuous float64
+// token bucket, the arithmetic of golang.org/x/time/rate's advance and
+// reserveN without its mutex, for scale.
+func BenchmarkApply(b *testing.B) {
+	for _, l := range testLimits {
+		if err := l.Validate(); err != nil { // prepares its divisions
+			b.Fatal(err)
+		}
+		b.Run(l.Algorithm.String(), func(b *testing.B) {
+			b.ReportAllocs()
+			s := newBucket(l, t0)
+			now := t0
+			for b.Loop() {
+				now += 50_000
+				l.Apply(now, s, 1, 0)
+			}
+		})
+	}
+	b.Run("token_bucket_smyte_strict", func(b *testing.B) {
+		b.ReportAllocs()
+		l := testLimits[0]
+		s := newBucket(l, t0)
+		now := t0
+		for b.Loop() {
+			now += 50_000
+			l.Apply(now, s, 1, Smyte|Strict)
+		}
+	})
+	b.Run("baseline_float_token_bucket", func(b *testing.B) {
+		b.ReportAllocs()
+		fb := floatBucket{limit: 10, burst: 10, tokens: 10, last: t0}
+		now := t0
+		for b.Loop() {
+			now += 50_000
+			fb.allowN(now, 1)
+		}
+	})
+}
+
+// floatBucket is the baseline: x/time/rate's continuous refill in float64.
+type floatBucket struct {
+	limit, burst, tokens float64 // tokens per second, capacity, current
+	last                 int64   // ns
+}
+
+func (fb *floatBucket) allowN(now int64, n float64) bool {
+	last := min(fb.last, now)
+	tokens := min(fb.tokens+float64(now-last)/1e9*fb.limit, fb.burst)
+	fb.last = now
+	if tokens < n {
+		fb.tokens = tokens
+		return false
+	}
+	fb.tokens = tokens - n
+	return true
+}
+
+// BenchmarkValidate: the server validates each request's limit.
+func BenchmarkValidate(b *testing.B) {
+	for _, l := range testLimits {
+		if err := l.Validate(); err != nil { // prepares its divisions
+			b.Fatal(err)
+		}
+		b.Run(l.Algorithm.String(), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := l.Validate(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

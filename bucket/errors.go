@@ -1,0 +1,61 @@
+package bucket
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. Validate and ParseAlgorithm wrap them with %w and add the
+// algorithm, the field and the offending value, so callers match with
+// errors.Is and show err.Error() to people.
+var (
+	// ErrUnknownAlgorithm: the algorithm is Invalid, out of range, or a name
+	// ParseAlgorithm does not know.
+	ErrUnknownAlgorithm = errors.New("bucket: unknown algorithm")
+
+	// ErrOutOfRange: a parameter is negative or below its minimum
+	// (for example Max < 1 or RefillTime < 1 ms).
+	ErrOutOfRange = errors.New("bucket: parameter out of range")
+
+	// ErrZeroRate: the limit would never refill (RefillAmount, Count or
+	// Period is 0), or the gcra emission interval Period/Count truncates to
+	// 0 ns (Count > Period), as redis-cell's "Zero rates are not supported".
+	ErrZeroRate = errors.New("bucket: zero rates are not supported")
+
+	// ErrUnusedParameter: a parameter the algorithm does not use is not 0.
+	ErrUnusedParameter = errors.New("bucket: parameter not used by the algorithm must be 0")
+
+	// ErrOverflow: a product of parameters does not fit in an int64
+	// nanosecond count (gcra: (Burst+1) * Period/Count).
+	ErrOverflow = errors.New("bucket: parameters overflow int64")
+)
+
+// Validate's checks. They build an error (and allocate) only when a Limit is
+// invalid.
+
+// atLeast checks v >= lo: ErrOutOfRange naming the field otherwise.
+func (l *Limit) atLeast(name string, v, lo int64, unit string) error {
+	if v < lo {
+		return fmt.Errorf("%w: %v %s = %d, want >= %d%s", ErrOutOfRange, l.Algorithm, name, v, lo, unit)
+	}
+	return nil
+}
+
+// rate checks a parameter that sets a rate: 0 is ErrZeroRate, negative is
+// ErrOutOfRange.
+func (l *Limit) rate(name string, v int64) error {
+	if v == 0 {
+		return fmt.Errorf("%w: %v %s = 0", ErrZeroRate, l.Algorithm, name)
+	}
+	return l.atLeast(name, v, 1, "")
+}
+
+// firstErr returns the first non-nil error, in argument order.
+func firstErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,271 @@
+package bucket
+
+import (
+	"fmt"
+	"strconv"
+)
+
+// Algorithm names a limiter algorithm. The zero value, Invalid, is never
+// valid. Algorithm values are stable: they may be stored and sent on the wire.
+type Algorithm uint8
+
+// The algorithms. See the package documentation for their semantics and the
+// layout of their State.
+const (
+	Invalid       Algorithm = iota // never valid; the zero value
+	TokenBucket                    // "token_bucket": smyte/ratelimit's discrete-refill token bucket
+	GCRA                           // "gcra": redis-cell's generic cell rate algorithm
+	FixedWindow                    // "fixed_window": a counter per epoch-aligned window
+	SlidingWindow                  // "sliding_window": two-window weighted counter
+	Pacer                          // "pacer": leaky bucket as a queue; replies carry a delay
+
+	numAlgorithms // one past the last valid Algorithm
+)
+
+var algorithmNames = [numAlgorithms]string{
+	Invalid:       "invalid",
+	TokenBucket:   "token_bucket",
+	GCRA:          "gcra",
+	FixedWindow:   "fixed_window",
+	SlidingWindow: "sliding_window",
+	Pacer:         "pacer",
+}
+
+// String returns the algorithm's name as used in configuration and on the
+// wire ("token_bucket", ...), "invalid" for Invalid, and "algorithm(N)" for a
+// value outside the enum.
+func (a Algorithm) String() string {
+	if a < numAlgorithms {
+		return algorithmNames[a]
+	}
+	return "algorithm(" + strconv.Itoa(int(a)) + ")"
+}
+
+// ParseAlgorithm returns the Algorithm named s, which must be one of the
+// names String returns for a valid algorithm, in lower case. Otherwise it
+// returns Invalid and an error wrapping ErrUnknownAlgorithm.
+func ParseAlgorithm(s string) (Algorithm, error) {
+	for a := TokenBucket; a < numAlgorithms; a++ {
+		if algorithmNames[a] == s {
+			return a, nil
+		}
+	}
+	return Invalid, fmt.Errorf("%w: %q", ErrUnknownAlgorithm, s)
+}
+
+// StateWords is the number of int64 words of a State.
+const StateWords = 3
+
+// State is an algorithm's words inside a slot. Their meaning depends on the
+// Limit's algorithm; the package documentation gives each layout. Words an
+// algorithm does not use are set to 0 by Init and Drained and otherwise
+// never read or written.
+//
+// The zero State is not a new bucket: use Limit.Init. Every method accepts
+// any State, including words torn or corrupted on disk, without panicking;
+// out-of-range counts are clamped when read.
+type State [StateWords]int64
+
+// Flags modify a request. Only token_bucket reads them; the other algorithms
+// ignore them.
+type Flags uint8
+
+const (
+	// Strict: a request that leaves the bucket at 0, or is denied, restarts
+	// the refill clock at now (smyte/ratelimit STRICT). token_bucket only.
+	Strict Flags = 1 << iota
+	// Smyte: smyte/ratelimit compatibility: every request with cost > 0
+	// writes, a denial drains the bucket to 0, and Decision.Remaining is the
+	// count before the deduction. token_bucket only.
+	Smyte
+)
+
+// Limit is an algorithm and its parameters. Durations are nanoseconds. The
+// parameters an algorithm does not use must be 0. The zero Limit is invalid.
+//
+// Call Validate once before using a Limit; the other methods assume it
+// passed and may panic otherwise (for example on a division by a zero
+// RefillTime). A Limit is a value: it holds no state and is safe for
+// simultaneous use by multiple goroutines.
+type Limit struct {
+	Algorithm    Algorithm
+	Max          int64 // token_bucket: capacity; fixed_window, sliding_window: the limit per window (>= 1)
+	RefillTime   int64 // token_bucket: ns per refill step (>= 1 ms)
+	RefillAmount int64 // token_bucket: tokens per refill step (>= 1; callers default it to Max)
+	Burst        int64 // gcra: max_burst (>= 0); limit = Burst+1
+	Count        int64 // gcra: count per Period; pacer: events per Period (>= 1)
+	Period       int64 // gcra, pacer: ns (>= 1)
+	Window       int64 // fixed_window, sliding_window: ns (>= 1 ms)
+	MaxDelay     int64 // pacer: longest delay a caller may be asked to wait, ns (>= 0)
+
+	step  int64   // gcra T, pacer I: recorded by Validate; 0 means compute it
+	stepD divider // division by step, prepared by Validate
+}
+
+// Millisecond is one millisecond in the package's unit, nanoseconds: the
+// minimum RefillTime and Window.
+const Millisecond int64 = 1e6
+
+// Parameter bits, in Limit field order, for the table of which algorithm
+// uses which parameter.
+const (
+	pMax = 1 << iota
+	pRefillTime
+	pRefillAmount
+	pBurst
+	pCount
+	pPeriod
+	pWindow
+	pMaxDelay
+)
+
+var usedParams = [numAlgorithms]uint8{
+	TokenBucket:   pMax | pRefillTime | pRefillAmount,
+	GCRA:          pBurst | pCount | pPeriod,
+	FixedWindow:   pMax | pWindow,
+	SlidingWindow: pMax | pWindow,
+	Pacer:         pCount | pPeriod | pMaxDelay,
+}
+
+// param is a parameter's name and value, for Validate's messages.
+type param struct {
+	name string
+	v    int64
+}
+
+// params returns the parameters in field order.
+func (l *Limit) params() [8]param {
+	return [8]param{
+		{"Max", l.Max}, {"RefillTime", l.RefillTime}, {"RefillAmount", l.RefillAmount},
+		{"Burst", l.Burst}, {"Count", l.Count}, {"Period", l.Period},
+		{"Window", l.Window}, {"MaxDelay", l.MaxDelay},
+	}
+}
+
+// Validate reports whether l can be used and, if it can, records the
+// quantities its decisions derive from the parameters (so l must not be
+// modified afterwards without validating it again). It checks, in this order: the
+// algorithm; each parameter the algorithm uses, in field order (negative or
+// below its minimum: ErrOutOfRange; a zero RefillAmount, Count or Period:
+// ErrZeroRate); the derived quantities (gcra: Period/Count truncating to
+// 0 ns is ErrZeroRate, (Burst+1)*Period/Count above math.MaxInt64 is
+// ErrOverflow); then that every parameter it does not use is 0
+// (ErrUnusedParameter). The error names the algorithm, the field and the
+// value.
+func (l *Limit) Validate() error {
+	a := l.Algorithm
+	if a == Invalid || a >= numAlgorithms {
+		return fmt.Errorf("%w: %v", ErrUnknownAlgorithm, a)
+	}
+	var err error
+	switch a {
+	case TokenBucket:
+		err = firstErr(
+			l.atLeast("Max", l.Max, 1, ""),
+			l.atLeast("RefillTime", l.RefillTime, Millisecond, " ns (1 ms)"),
+			l.rate("RefillAmount", l.RefillAmount),
+		)
+	case GCRA:
+		err = firstErr(
+			l.atLeast("Burst", l.Burst, 0, ""),
+			l.rate("Count", l.Count),
+			l.rate("Period", l.Period),
+		)
+		if err == nil {
+			err = l.validateGCRA()
+		}
+	case FixedWindow, SlidingWindow:
+		err = firstErr(
+			l.atLeast("Max", l.Max, 1, ""),
+			l.atLeast("Window", l.Window, Millisecond, " ns (1 ms)"),
+		)
+	case Pacer:
+		err = firstErr(
+			l.rate("Count", l.Count),
+			l.rate("Period", l.Period),
+			l.atLeast("MaxDelay", l.MaxDelay, 0, ""),
+		)
+	}
+	if err != nil {
+		return err
+	}
+	for i, p := range l.params() {
+		if usedParams[a]&(1<<i) == 0 && p.v != 0 {
+			return fmt.Errorf("%w: %v does not use %s, got %d", ErrUnusedParameter, a, p.name, p.v)
+		}
+	}
+	// Record the derived interval so decisions need not divide by Count.
+	switch l.step = 0; a {
+	case GCRA:
+		l.step = l.interval()
+	case Pacer:
+		l.step = l.pacerInterval()
+	}
+	l.stepD = newDivider(uint64(l.step))
+	return nil
+}
+
+// Identity returns the parameters that are part of a bucket's identity
+// (SPEC section 2): token_bucket {Max, RefillTime, RefillAmount};
+// fixed_window and sliding_window {Window, 0, 0}; gcra, pacer and Invalid
+// {0, 0, 0}, because their state is read under whatever parameters a request
+// brings.
+func (l *Limit) Identity() [3]int64 {
+	switch l.Algorithm {
+	case TokenBucket:
+		return [3]int64{l.Max, l.RefillTime, l.RefillAmount}
+	case FixedWindow, SlidingWindow:
+		return [3]int64{l.Window, 0, 0}
+	}
+	return [3]int64{}
+}
+
+// Decision is the outcome of a request. Durations are nanoseconds.
+type Decision struct {
+	// Allowed reports whether the request may proceed (for the pacer: after
+	// waiting Delay).
+	Allowed bool
+	// Remaining is, for most algorithms, how many more cost-1 requests
+	// would be allowed right now after this one. token_bucket: the tokens
+	// left after the request if allowed, the tokens available if denied;
+	// with Smyte, the tokens available before the deduction. Always in
+	// [0, Limit].
+	Remaining int64
+	// Limit is the largest Remaining can be: token_bucket, fixed_window,
+	// sliding_window: Max; gcra: Burst+1; pacer: MaxDelay/interval + 1.
+	Limit int64
+	// RetryAfter is the time until this same request would be allowed with
+	// no other traffic: -1 if it is allowed, -1 if it can never be (cost
+	// above the limit's capacity; gcra or pacer state that would pass
+	// math.MaxInt64); otherwise >= 1, saturating at math.MaxInt64.
+	RetryAfter int64
+	// ResetAfter is the time until the bucket is back to its fresh state
+	// with no other traffic: max(FreshAt-now, 0), so 0 for a fresh bucket.
+	ResetAfter int64
+	// Delay is, for the pacer, the time the caller must wait before acting
+	// (0 when denied); 0 for the other algorithms.
+	Delay int64
+}
+
+// reset sets every field of d for a new decision: denied, nothing
+// remaining, the given limit, no retry. Field by field, so d stays in place.
+func (d *Decision) reset(limit int64) {
+	d.Allowed = false
+	d.Remaining = 0
+	d.Limit = limit
+	d.RetryAfter = -1
+	d.ResetAfter = 0
+	d.Delay = 0
+}
+
+// resetAfter returns max(freshAt-now, 0).
+func resetAfter(freshAt, now int64) int64 {
+	return max(satSub(freshAt, now), 0)
+}
+
+// retryAfter returns the RetryAfter of a request denied at now that would
+// pass at time at: at-now, but at least 1 even when at saturated at
+// math.MaxInt64, because the request was denied at now.
+func retryAfter(at, now int64) int64 {
+	return max(satSub(at, now), 1)
+}

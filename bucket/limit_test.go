@@ -1,0 +1,186 @@
+package bucket
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestAlgorithmString(t *testing.T) {
+	for _, tt := range []struct {
+		a    Algorithm
+		want string
+	}{
+		{Invalid, "invalid"}, {TokenBucket, "token_bucket"}, {GCRA, "gcra"}, {FixedWindow, "fixed_window"},
+		{SlidingWindow, "sliding_window"}, {Pacer, "pacer"}, {6, "algorithm(6)"}, {255, "algorithm(255)"},
+	} {
+		if got := tt.a.String(); got != tt.want {
+			t.Errorf("Algorithm(%d).String() = %q, want %q", uint8(tt.a), got, tt.want)
+		}
+		a, err := ParseAlgorithm(tt.want)
+		if valid := tt.a != Invalid && tt.a < numAlgorithms; valid != (err == nil) || (valid && a != tt.a) {
+			t.Errorf("ParseAlgorithm(%q) = %v, %v", tt.want, a, err)
+		}
+	}
+	for _, s := range []string{"", "TOKEN_BUCKET", "token-bucket", " gcra", "invalid"} {
+		if a, err := ParseAlgorithm(s); !errors.Is(err, ErrUnknownAlgorithm) || a != Invalid {
+			t.Errorf("ParseAlgorithm(%q) = %v, %v; want Invalid, ErrUnknownAlgorithm", s, a, err)
+		}
+	}
+}
+
+func TestFlagNames(t *testing.T) {
+	for f, want := range map[Flags]string{0: "0", Strict: "Strict", Smyte: "Smyte", Strict | Smyte: "Strict|Smyte", Smyte | 0x80: "Smyte|0x80"} {
+		if got := flagNames(f); got != want {
+			t.Errorf("flagNames(%#x) = %q, want %q", uint8(f), got, want)
+		}
+	}
+}
+
+// TestValidate covers each range check, in Validate's order. The
+// token_bucket rows match smyte/ratelimit's range checks (anchor-semantics.md
+// S3 and section 1.2: max < 1, refill time < 1 ms, refill amount < 1; take
+// and AT are not parameters of a Limit).
+func TestValidate(t *testing.T) {
+	tb := func(max, refillTime, refillAmount int64) Limit {
+		return Limit{Algorithm: TokenBucket, Max: max, RefillTime: refillTime, RefillAmount: refillAmount}
+	}
+	for _, tt := range []struct {
+		l    Limit
+		err  error  // nil: valid
+		text string // in the message
+	}{
+		{Limit{}, ErrUnknownAlgorithm, "invalid"},
+		{Limit{Algorithm: 9, Max: 1}, ErrUnknownAlgorithm, "algorithm(9)"},
+
+		{tb(10, 60*sec, 10), nil, ""},
+		{tb(1, ms, 1), nil, ""},
+		{tb(0, 60*sec, 1), ErrOutOfRange, "token_bucket Max = 0, want >= 1"}, // rl.pget abc 0 60
+		{tb(-1, 60*sec, 1), ErrOutOfRange, "Max = -1"},
+		{tb(10, 0, 1), ErrOutOfRange, "RefillTime = 0"},
+		{tb(10, ms-1, 1), ErrOutOfRange, "RefillTime = 999999, want >= 1000000 ns (1 ms)"},
+		{tb(10, 60*sec, 0), ErrZeroRate, "RefillAmount = 0"},
+		{tb(10, 60*sec, -1), ErrOutOfRange, "RefillAmount = -1"},
+		{tb(0, 0, 0), ErrOutOfRange, "Max"}, // the first field wins
+		{Limit{Algorithm: TokenBucket, Max: 1, RefillTime: ms, RefillAmount: 1, Window: sec}, ErrUnusedParameter, "token_bucket does not use Window, got 1000000000"},
+
+		{Limit{Algorithm: GCRA, Burst: 0, Count: 1, Period: 1}, nil, ""},
+		{Limit{Algorithm: GCRA, Burst: maxI64 - 1, Count: 1, Period: 1}, nil, ""},
+		{Limit{Algorithm: GCRA, Burst: -1, Count: 1, Period: sec}, ErrOutOfRange, "gcra Burst = -1, want >= 0"},
+		{Limit{Algorithm: GCRA, Count: 0, Period: sec}, ErrZeroRate, "gcra Count = 0"},
+		{Limit{Algorithm: GCRA, Count: -1, Period: sec}, ErrOutOfRange, "Count = -1"},
+		{Limit{Algorithm: GCRA, Count: 1, Period: 0}, ErrZeroRate, "Period = 0"},
+		{Limit{Algorithm: GCRA, Count: 1, Period: -sec}, ErrOutOfRange, "Period = -1000000000"},
+		{Limit{Algorithm: GCRA, Count: 10, Period: 9}, ErrZeroRate, "Period/Count = 9/10 truncates to 0 ns"},
+		{Limit{Algorithm: GCRA, Burst: maxI64, Count: 1, Period: 1}, ErrOverflow, "Burst+1"},
+		{Limit{Algorithm: GCRA, Burst: 9, Count: 1, Period: maxI64 / 9}, ErrOverflow, "(Burst+1)*Period/Count"},
+		{Limit{Algorithm: GCRA, Count: 1, Period: 1, Max: 5}, ErrUnusedParameter, "gcra does not use Max"},
+
+		{Limit{Algorithm: FixedWindow, Max: 1, Window: ms}, nil, ""},
+		{Limit{Algorithm: FixedWindow, Max: 0, Window: sec}, ErrOutOfRange, "fixed_window Max = 0"},
+		{Limit{Algorithm: FixedWindow, Max: 1, Window: 0}, ErrOutOfRange, "Window = 0"},
+		{Limit{Algorithm: SlidingWindow, Max: 1, Window: ms - 1}, ErrOutOfRange, "sliding_window Window = 999999"},
+		{Limit{Algorithm: SlidingWindow, Max: 1, Window: sec, RefillAmount: 1}, ErrUnusedParameter, "RefillAmount"},
+
+		{Limit{Algorithm: Pacer, Count: 1, Period: 1, MaxDelay: 0}, nil, ""},
+		{Limit{Algorithm: Pacer, Count: maxI64, Period: 1, MaxDelay: maxI64}, nil, ""},
+		{Limit{Algorithm: Pacer, Count: 0, Period: 1}, ErrZeroRate, "pacer Count = 0"},
+		{Limit{Algorithm: Pacer, Count: 1, Period: 0}, ErrZeroRate, "pacer Period = 0"},
+		{Limit{Algorithm: Pacer, Count: 1, Period: 1, MaxDelay: -1}, ErrOutOfRange, "pacer MaxDelay = -1"},
+		{Limit{Algorithm: Pacer, Count: 1, Period: 1, Burst: 1}, ErrUnusedParameter, "pacer does not use Burst"},
+	} {
+		err := tt.l.Validate()
+		if tt.err == nil {
+			if err != nil {
+				t.Errorf("Validate(%+v) = %v, want nil", tt.l, err)
+			}
+			continue
+		}
+		if !errors.Is(err, tt.err) || !strings.HasPrefix(err.Error(), "bucket: ") || !strings.Contains(err.Error(), tt.text) {
+			t.Errorf("Validate(%+v) = %v; want %v containing %q", tt.l, err, tt.err, tt.text)
+		}
+	}
+}
+
+func TestIdentity(t *testing.T) {
+	for _, tt := range []struct {
+		l    Limit
+		want [3]int64
+	}{
+		{Limit{Algorithm: TokenBucket, Max: 2, RefillTime: 60 * sec, RefillAmount: 1}, [3]int64{2, 60 * sec, 1}},
+		{Limit{Algorithm: GCRA, Burst: 4, Count: 1, Period: sec}, [3]int64{}},
+		{Limit{Algorithm: FixedWindow, Max: 5, Window: sec}, [3]int64{sec, 0, 0}},
+		{Limit{Algorithm: SlidingWindow, Max: 5, Window: minute}, [3]int64{minute, 0, 0}},
+		{Limit{Algorithm: Pacer, Count: 5, Period: sec, MaxDelay: sec}, [3]int64{}},
+		{Limit{}, [3]int64{}},
+	} {
+		if got := tt.l.Identity(); got != tt.want {
+			t.Errorf("%v.Identity() = %v, want %v", tt.l.Algorithm, got, tt.want)
+		}
+	}
+	// smyte: RL.REDUCE k 2 60 and RL.PREDUCE k 2 60000 share a bucket;
+	// RL.REDUCE k 3 60 does not.
+	a := Limit{Algorithm: TokenBucket, Max: 2, RefillTime: 60 * sec, RefillAmount: 2}
+	b := Limit{Algorithm: TokenBucket, Max: 2, RefillTime: 60000 * ms, RefillAmount: 2}
+	c := Limit{Algorithm: TokenBucket, Max: 3, RefillTime: 60 * sec, RefillAmount: 3}
+	if a.Identity() != b.Identity() || a.Identity() == c.Identity() {
+		t.Errorf("identities: %v %v %v", a.Identity(), b.Identity(), c.Identity())
+	}
+}
+
+// TestInvalidAlgorithmPanics: using a Limit that did not pass Validate is a
+// broken invariant of the caller.
+func TestInvalidAlgorithmPanics(t *testing.T) {
+	for name, f := range map[string]func(l *Limit, s *State){
+		"Init":    func(l *Limit, s *State) { l.Init(0, s) },
+		"Drained": func(l *Limit, s *State) { l.Drained(0, s) },
+		"Apply":   func(l *Limit, s *State) { l.Apply(0, s, 1, 0) },
+		"Refund":  func(l *Limit, s *State) { l.Refund(0, s, 1) },
+		"FreshAt": func(l *Limit, s *State) { l.FreshAt(s) },
+	} {
+		func() {
+			defer func() {
+				if r := recover(); r == nil || !strings.HasPrefix(r.(string), "bucket: ") {
+					t.Errorf("%s on Invalid: recovered %v, want a bucket panic", name, r)
+				}
+			}()
+			f(&Limit{}, &State{})
+		}()
+	}
+}
+
+// TestAllocs: the hot path allocates nothing, for every algorithm.
+func TestAllocs(t *testing.T) {
+	for _, l := range testLimits {
+		var s State
+		now := t0
+		allocs := testing.AllocsPerRun(1000, func() {
+			now += 7 * ms
+			l.Init(now, &s)
+			l.Apply(now, &s, 3, Strict)
+			l.Apply(now, &s, 100, Smyte) // denied
+			l.Apply(now, &s, 0, 0)
+			l.Refund(now, &s, 1)
+			l.FreshAt(&s)
+			l.Drained(now, &s)
+			l.Apply(now, &s, 1, 0)
+		})
+		if allocs != 0 {
+			t.Errorf("%v: %v allocs per run, want 0", l.Algorithm, allocs)
+		}
+	}
+}
+
+// TestNegativeCost: a negative cost is treated as 0, a peek.
+func TestNegativeCost(t *testing.T) {
+	for _, l := range testLimits {
+		s := newBucket(l, t0)
+		l.Apply(t0, s, 1, 0)
+		before := *s
+		peek, _ := l.Apply(t0, s, 0, 0)
+		d, changed := l.Apply(t0, s, -5, Smyte|Strict)
+		if d != peek || changed || *s != before {
+			t.Errorf("%v: Apply(cost -5) = %+v, %v, state %v; want the peek %+v, unchanged %v", l.Algorithm, d, changed, *s, peek, before)
+		}
+	}
+}
