@@ -1,0 +1,46 @@
+// Command sluiced is the Sluice sidecar. It turns flags (or SLUICE_*
+// environment variables) into a server.Config and runs it until SIGINT or
+// SIGTERM.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/sluicehq/sluice/internal/server"
+)
+
+func main() {
+	var c server.Config
+	var level slog.Level
+	fs := flag.NewFlagSet("sluiced", flag.ExitOnError)
+	fs.StringVar(&c.StatePath, "state", server.DefaultStatePath, "state file (created if missing)")
+	fs.Uint64Var(&c.Slots, "slots", 0, fmt.Sprintf("slot count of a new state file (default %d)", server.DefaultSlots))
+	fs.IntVar(&c.SlotSize, "slot-size", 0, "slot size of a new state file: 64, 128 or 256 (default 64)")
+	fs.DurationVar(&c.SyncInterval, "sync-interval", server.DefaultSyncInterval, "how often the state file is synced to disk")
+	fs.TextVar(&level, "log-level", slog.LevelInfo, "debug, info, warn or error")
+	fs.VisitAll(func(f *flag.Flag) { // SLUICE_SYNC_INTERVAL=2s is --sync-interval 2s
+		env := "SLUICE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(env); ok {
+			if err := fs.Set(f.Name, v); err != nil {
+				fmt.Fprintf(os.Stderr, "sluiced: %s=%q: %v\n", env, v, err)
+				os.Exit(2)
+			}
+		}
+	})
+	fs.Parse(os.Args[1:])
+	c.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := server.Run(ctx, c); err != nil {
+		c.Logger.Error("sluiced failed", "err", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,154 @@
+package engine
+
+import (
+	"slices"
+
+	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/shm"
+)
+
+// MaxMultiItems is the most items one Multi may hold.
+const MaxMultiItems = 16
+
+// multiAttempts bounds how often Multi retries when a slot it found was
+// reclaimed by another bucket before it could lock it.
+const multiAttempts = 16
+
+// Item is one acquire of a Multi.
+type Item struct {
+	Key   []byte
+	Limit *Limit
+	Cost  int64
+	Flags bucket.Flags
+}
+
+// Multi decides every item at now, all or nothing: if every item is allowed,
+// every item consumes; if any is denied, no bucket changes (whatever the
+// items' flags say). Items may name the same bucket more than once; later
+// items see the effect of earlier ones. It appends one decision per item to
+// dst and reports whether the whole request was allowed.
+//
+// Multi locks every slot it needs in ascending slot order, which makes it
+// deadlock-free however Multis overlap. Slots it claims for new buckets are
+// reserved until it decides, and left reclaimable if nothing is consumed.
+func (e *Engine) Multi(dst []bucket.Decision, items []Item, now int64) ([]bucket.Decision, bool, error) {
+	if len(items) > MaxMultiItems {
+		return dst, false, ErrTooManyItems
+	}
+	var (
+		fps   [MaxMultiItems]shm.Fingerprint
+		idx   [MaxMultiItems]uint64 // slot of each item
+		order [MaxMultiItems]uint64 // distinct slots, ascending
+		slots [MaxMultiItems]shm.Slot
+		state [MaxMultiItems]bucket.State
+		dirty [MaxMultiItems]bool
+	)
+	for i := range items {
+		it := &items[i]
+		if err := check(it.Key, it.Limit, it.Cost); err != nil {
+			return dst, false, err
+		}
+		fps[i] = e.fingerprint(it.Key, it.Limit)
+	}
+	var reserved [MaxMultiItems]bool // item i's slot is reserved by this call
+	for range multiAttempts {
+		// Find or create each bucket's slot. A slot that holds no bucket yet is
+		// reserved, so that no other insert (another item's included) reclaims
+		// it before it is locked again below.
+		for i := range items {
+			sl, _, err := e.t.LookupOrInsert(fps[i], uint8(items[i].Limit.b.Algorithm), items[i].Key, now)
+			if err != nil {
+				e.unreserve(fps[:i], idx[:i], reserved[:i])
+				return dst, false, err
+			}
+			idx[i] = sl.Index()
+			if reserved[i] = !sl.Live(); reserved[i] {
+				sl.Reserve()
+			} else {
+				sl.Release()
+			}
+		}
+		distinct := order[:len(items)]
+		copy(distinct, idx[:len(items)])
+		slices.Sort(distinct)
+		distinct = slices.Compact(distinct)
+		// Lock them in ascending order and confirm each still holds its bucket.
+		for j, si := range distinct {
+			slots[j] = e.t.LockIndex(si)
+		}
+		held := slots[:len(distinct)]
+		if !e.holds(held, distinct, fps[:len(items)], idx[:len(items)]) {
+			for _, sl := range held {
+				sl.Release()
+			}
+			continue
+		}
+		return e.decide(dst, items, now, distinct, held, state[:len(distinct)], dirty[:len(distinct)], idx[:len(items)])
+	}
+	e.unreserve(fps[:len(items)], idx[:len(items)], reserved[:len(items)])
+	return dst, false, ErrContended
+}
+
+// unreserve clears the slots this Multi reserved and that still hold no
+// bucket, so they are reclaimable again.
+func (e *Engine) unreserve(fps []shm.Fingerprint, idx []uint64, reserved []bool) {
+	for i, r := range reserved {
+		if !r {
+			continue
+		}
+		sl := e.t.LockIndex(idx[i])
+		if sl.Fingerprint() == fps[i] && !sl.Live() {
+			sl.Clear()
+		} else {
+			sl.Release()
+		}
+	}
+}
+
+// holds reports whether every item's slot still holds the item's bucket.
+func (e *Engine) holds(held []shm.Slot, distinct []uint64, fps []shm.Fingerprint, idx []uint64) bool {
+	for i, si := range idx {
+		j, _ := slices.BinarySearch(distinct, si)
+		if held[j].Fingerprint() != fps[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// decide runs the items on copies of the locked slots' states and writes them
+// back only if every item is allowed. It releases every slot.
+func (e *Engine) decide(dst []bucket.Decision, items []Item, now int64, distinct []uint64, held []shm.Slot,
+	state []bucket.State, dirty []bool, idx []uint64) ([]bucket.Decision, bool, error) {
+	for j := range held {
+		dirty[j] = false
+	}
+	var (
+		loaded [MaxMultiItems]bool
+		last   [MaxMultiItems]bucket.Decision // the last decision on each slot
+	)
+	allowed := true
+	for i := range items {
+		it := &items[i]
+		j, _ := slices.BinarySearch(distinct, idx[i])
+		if !loaded[j] {
+			loaded[j] = true
+			dirty[j] = load(now, it.Limit, held[j], &state[j])
+		}
+		changed := it.Limit.b.Decide(now, &state[j], it.Cost, it.Flags&^bucket.Smyte, &last[j])
+		dirty[j] = dirty[j] || changed
+		allowed = allowed && last[j].Allowed
+		dst = append(dst, last[j])
+	}
+	for j, sl := range held {
+		switch {
+		case allowed && dirty[j]:
+			store(sl, &state[j], &last[j], now)
+		case !sl.Live():
+			sl.Clear() // end the reservation: reclaimable again
+		default:
+			sl.Release()
+		}
+	}
+	return dst, allowed, nil
+}
