@@ -346,3 +346,37 @@ func checksumOf(p unsafe.Pointer) uint32 {
 }
 
 func nowNanos() int64 { return time.Now().UnixNano() }
+
+// Scan visits the slots from index cursor on, at most span of them, and
+// calls fn for each one that holds a live bucket, with that slot locked (fn
+// must be quick and must not take other locks). It stops early when fn
+// returns false. It returns the cursor to continue from, or 0 once the end
+// of the table is reached. Scan never holds more than one slot lock, so it
+// does not block the table; buckets created or moved during a scan may be
+// missed or seen twice.
+func (t *Table) Scan(cursor, span uint64, fn func(Slot) bool) (next uint64) {
+	for i := cursor; i < t.n && i-cursor < span; i++ {
+		p := t.slotPtr(i)
+		if loadFP(p) == (Fingerprint{}) {
+			continue
+		}
+		spinLock(u32at(p, slotLock))
+		s := Slot{p, i, t}
+		more := true
+		if s.Live() {
+			more = fn(s)
+		}
+		spinUnlock(u32at(p, slotLock))
+		if !more {
+			return i + 1
+		}
+	}
+	if end := cursor + span; end < t.n && end > cursor {
+		return end
+	}
+	return 0
+}
+
+// InlineKeys reports whether the table's slots keep keys inline (slot sizes
+// above 64 bytes), which Scan's callers need to list keys.
+func (t *Table) InlineKeys() bool { return t.room > 0 }

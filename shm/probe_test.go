@@ -237,3 +237,45 @@ func TestFingerprint(t *testing.T) {
 		t.Errorf("Fingerprint allocates %v", n)
 	}
 }
+
+// Ensure that Scan visits every live bucket once across cursor pages, skips
+// buckets that are not live, and stops when asked.
+func TestScan(t *testing.T) {
+	tb := newHeap(t, Options{SlotCount: 100, SlotSize: 128})
+	want := map[string]bool{}
+	for i := range 30 {
+		k := fmt.Sprintf("k%02d", i)
+		put(t, tb, k, 1, math.MaxInt64, 0)
+		want[k] = true
+	}
+	s, _ := tb.Lookup(fp(tb, "k07"))
+	s.Clear()
+	delete(want, "k07")
+	got := map[string]int{}
+	pages := 0
+	for cursor := uint64(0); ; pages++ {
+		cursor = tb.Scan(cursor, 7, func(s Slot) bool { got[string(s.Key())]++; return true })
+		if cursor == 0 {
+			break
+		}
+	}
+	if pages != 14 { // ceil(100/7) pages, the last returning 0
+		t.Errorf("%d pages, want 14", pages)
+	}
+	for k := range want {
+		if got[k] != 1 {
+			t.Errorf("%s seen %d times", k, got[k])
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("saw %d buckets, want %d", len(got), len(want))
+	}
+	n := 0
+	next := tb.Scan(0, 100, func(Slot) bool { n++; return n < 3 })
+	if n != 3 || next == 0 {
+		t.Errorf("early stop: %d visited, next %d", n, next)
+	}
+	if !tb.InlineKeys() || newHeap(t, Options{SlotCount: 4}).InlineKeys() {
+		t.Errorf("InlineKeys")
+	}
+}
