@@ -22,9 +22,14 @@ forbid() {
 
 forbid bucket "^$mod/" '\.' # standard library only (no module path has a dot in stdlib)
 forbid shm "^$mod/(bucket|proto|internal)"
-forbid proto "^$mod/(shm|bucket|internal)" '^unsafe$'
+forbid proto "^$mod/(shm|bucket|internal)"
 forbid internal/server "^$mod/clients" '^flag$'
 forbid clients/go/sluice "^$mod/(shm|bucket|internal)"
+
+# Direct imports only: the standard library itself depends on unsafe.
+if compgen -G "proto/*.go" >/dev/null && go list -f '{{join .Imports "\n"}}' ./proto | grep -qx unsafe; then
+  echo "deps: proto must not import unsafe"; fail=1
+fi
 
 # Source rules go list cannot see.
 if grep -rn --include='*.go' --exclude='*_test.go' 'time\.Now' bucket/ 2>/dev/null; then

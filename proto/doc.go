@@ -1,0 +1,305 @@
+// Package proto is Sluice's native wire format: the binary frames a client
+// and the sidecar exchange over a Unix stream socket, and the limit spec,
+// the textual form of a limit used by the CLI, configuration, logs and
+// clients. It encodes and decodes bytes and does no I/O.
+//
+// Encoders are append-style: AppendItem(dst, ...) returns dst extended by
+// one operation. BeginFrame and EndFrame wrap a batch of them in a frame.
+// Decoders (SplitFrame, DecodeOp, DecodeResult, NextScanEntry, NextStat)
+// allocate nothing: the slices they return alias their input and are valid
+// until the buffer is reused. They check every length before using it and
+// return an error wrapping a sentinel of errors.go for any malformed bytes;
+// they never panic. Encoders trust their caller and panic only on values a
+// field cannot hold.
+//
+// # Format
+//
+// This section is the protocol's specification, version 1: an
+// implementation in another language needs nothing else. The files in
+// testdata/golden are byte-exact examples, each with a field-by-field
+// description.
+//
+// Conventions. All integers are little-endian. u8, u16, u32 and u64 are
+// unsigned; i64 is a two's complement int64. Times are i64 Unix
+// nanoseconds and durations i64 nanoseconds; -1 means "not applicable". A
+// boolean is a u8 that is 0 or 1; any other value is malformed. A key is 1
+// to MaxKeyLen arbitrary bytes. Offsets are in bytes from the start of the
+// structure they describe.
+//
+// Frames. Every message, in either direction, is a frame:
+//
+//	+-----------+-----------+--------+-----------+-----------+---------------------+
+//	| length    | version   | kind   | count     | id        | body                |
+//	| u32       | u8        | u8     | u16       | u32       | count operations    |
+//	|           |           |        |           |           | or count results    |
+//	+-----------+-----------+--------+-----------+-----------+---------------------+
+//	0           4           5        6           8           12 = HeaderLen
+//
+//	offset size field
+//	0      4    length   bytes after this field: 8 + body length; 8 <= length <= MaxFrameLen
+//	4      1    version  Version = 1
+//	5      1    kind     1 request (client to server), 2 response (server to client)
+//	6      2    count    operations (request) or results (response) in the body: 1..MaxBatch
+//	8      4    id       chosen by the client; a response carries its request's id
+//	12     ...  body     count operations, or count results, back to back, no padding
+//
+// The limits, fixed for version 1 (HELLO reports them too):
+//
+//	HeaderLen     12        bytes of the header, length field included
+//	MaxFrameLen   1048576   largest length field (1 MiB); a whole frame is at most 4+MaxFrameLen bytes
+//	MaxBatch      256       operations per request frame, results per response frame
+//	MaxKeyLen     1024      bytes of a key or a scan prefix
+//	MaxMulti      16        items of a MULTI
+//	MaxMessageLen 1024      bytes of an error message
+//	MaxScanCount  1000      the largest count of a SCAN
+//
+// Responses obey the same limits as requests. A reader takes 12 bytes, checks the version, the kind, the length (before
+// allocating or reading the body) and the count, then takes length-8 more
+// bytes. A client may pipeline: send any number of frames without waiting.
+// The server answers each request frame with one response frame of the same
+// id, in the order the requests arrived; its results are in the order of
+// the operations, one each. Ids need not be unique; a client that matches
+// responses by order can send 0. Example, a PING and its answer (id 1):
+//
+//	request:  09000000 01 01 0100 01000000 | 02
+//	response: 0a000000 01 02 0100 01000000 | 02 00
+//
+// Operations. An operation is an opcode u8 and its body:
+//
+//	opcode      body              result body (status OK)
+//	1 HELLO     empty             the server's version and limits
+//	2 PING      empty             empty
+//	3 ACQUIRE   item              decision: decide for cost n and, if allowed, consume n
+//	4 PEEK      item              decision for cost 1, changing and creating nothing; n is ignored
+//	5 REFUND    item              decision after giving n tokens back (capped at the limit's maximum)
+//	6 RESET     item              existed u8: forget the bucket; n is ignored
+//	7 MULTI     multi             up to MaxMulti acquires, all or nothing
+//	8 SCAN      scan              buckets whose key starts with a prefix
+//	9 STATS     empty             the server's counters
+//
+// Any other opcode is rejected (status UnknownOpcode). The item body (offsets from the
+// opcode byte; total 45 + keylen bytes):
+//
+//	offset size field
+//	0      1    opcode   3, 4, 5 or 6
+//	1      1    flags    bit 0 STRICT, bit 1 SMYTE, bit 2 AT; bits 3-7 must be 0
+//	2      25   limit    see below
+//	27     8    n        i64: the cost (ACQUIRE, >= 0; 0 peeks), the amount (REFUND); 0 for PEEK and RESET
+//	35     8    at       i64: the request time, read only with AT (else the server's clock); else 0
+//	43     2    keylen   u16: 1..MaxKeyLen
+//	45     k    key
+//
+// STRICT: a request that leaves a token_bucket at 0, or is denied, restarts
+// its refill clock. SMYTE: smyte/ratelimit compatibility for token_bucket: a
+// denial drains the bucket to 0 and remaining is the count before the
+// deduction. The other algorithms ignore both. A limit (25 bytes) is an
+// algorithm and three parameters; a parameter an algorithm does not use is
+// 0:
+//
+//	offset size field
+//	0      1    algorithm  1..5 below; any other value is rejected (InvalidLimit)
+//	1      8    p0         i64
+//	9      8    p1         i64
+//	17     8    p2         i64
+//
+//	algorithm          p0                p1                p2
+//	1 token_bucket     max               refill_time ns    refill_amount
+//	2 gcra             burst             count             period ns
+//	3 fixed_window     limit             window ns         0
+//	4 sliding_window   limit             window ns         0
+//	5 pacer            rate              period ns         max_delay ns
+//
+// The codec checks only that the algorithm is 1..5; the server validates
+// the parameters (StatusInvalidLimit) and the cost (StatusInvalidCost). A
+// MULTI is all-or-nothing across its items: allowed only if every item is
+// allowed, and then every item consumes; if any is denied, nothing changes.
+// Its body (total 11 + the items):
+//
+//	offset size field
+//	0      1    opcode   7
+//	1      1    flags    bit 2 AT only; the others must be 0
+//	2      8    at       i64: the time of every item, read only with AT; else 0
+//	10     1    n        u8: items, 1..MaxMulti (more is TooManyItems)
+//	11     ...  n items, each 36 + keylen bytes:
+//	            0   1   flags   bit 0 STRICT, bit 1 SMYTE; the others must be 0
+//	            1   25  limit
+//	            26  8   cost    i64
+//	            34  2   keylen  u16: 1..MaxKeyLen
+//	            36  k   key
+//
+// A SCAN lists buckets whose key starts with prefix, without blocking the
+// table. Start with cursor 0 and pass each result's next until it is 0. It
+// needs a table that keeps keys inline (slot size 128 or 256, keeping keys
+// of up to 64 or 192 bytes), else StatusUnsupported; a bucket whose key is
+// longer than its slot keeps is not listed. Its body (total 13 + prefixlen):
+//
+//	offset size field
+//	0      1    opcode     8
+//	1      8    cursor     u64: 0 to start, then the previous result's next
+//	9      2    count      u16: the most entries to return, 1..MaxScanCount
+//	11     2    prefixlen  u16: 0..MaxKeyLen (0 lists every bucket)
+//	13     p    prefix
+//
+// Results. A result is the opcode u8 of its operation, a status u8, then a
+// body. If the status is not 0 (OK) the body is the same for every opcode
+// (total 4 + msglen):
+//
+//	offset size field
+//	0      1    opcode   the operation's opcode byte, even if unknown; 0 for a frame-level error
+//	1      1    status   1..16, see Status codes
+//	2      2    msglen   u16: 0..MaxMessageLen
+//	4      m    message  UTF-8 for people; do not parse it
+//
+// If the status is OK, the body depends on the opcode. HELLO (total 22):
+//
+//	offset size field
+//	2      1    version    u8: the protocol version the server speaks
+//	3      4    maxFrame   u32: MaxFrameLen
+//	7      2    maxBatch   u16: MaxBatch
+//	9      2    maxKey     u16: MaxKeyLen
+//	11     1    maxMulti   u8: MaxMulti
+//	12     8    slotCount  u64: slots in the table, the most buckets it holds
+//	20     2    slotSize   u16: bytes per slot; 128 or 256 keep keys inline (SCAN)
+//
+// PING: no body (total 2). RESET: existed, a boolean u8 at offset 2 (total
+// 3). ACQUIRE, PEEK and REFUND: a decision at offset 2 (total 43). A
+// decision is 41 bytes:
+//
+//	offset size field
+//	0      1    allowed      boolean: the request may proceed (pacer: after delay)
+//	1      8    remaining    i64: cost-1 requests still allowed now, 0..limit
+//	9      8    limit        i64: the largest remaining can be
+//	17     8    retry_after  i64 ns until this request would be allowed; -1 if allowed or never
+//	25     8    reset_after  i64 ns until the bucket is back to its fresh state; 0 if fresh
+//	33     8    delay        i64 ns to wait before acting (pacer); 0 for the other algorithms
+//
+// MULTI (total 4 + 41n):
+//
+//	offset size field
+//	2      1    allowed    boolean: every item was allowed and consumed
+//	3      1    n          u8: decisions, 1..MaxMulti, one per item in the request's order
+//	4      41n  decisions
+//
+// SCAN (total 12 + the entries). The server returns at most count
+// entries, and fewer (possibly none) when it stopped early to answer
+// quickly or to keep the response within MaxFrameLen; next = 0 only when
+// the scan is complete. Buckets created or moved during a scan may be
+// missed or listed twice.
+//
+//	offset size field
+//	2      8    next       u64: the cursor to continue from; 0 when the scan is complete
+//	10     2    n          u16: entries, 0..MaxScanCount
+//	12     ...  n entries, each 11 + keylen bytes:
+//	            0   1   algorithm  u8: 1..5
+//	            1   8   fresh_at   i64: when the bucket is back to its fresh state (reclaimable)
+//	            9   2   keylen     u16: 1..MaxKeyLen
+//	            11  k   key
+//
+// STATS (total 4 + the counters). Names are ASCII snake_case, 1..255 bytes;
+// the set of names is the server's and may change without a version.
+//
+//	offset size field
+//	2      2    n          u16: counters
+//	4      ...  n counters, each 9 + namelen bytes:
+//	            0        1  namelen  u8: 1..255
+//	            1        l  name
+//	            1+l      8  value    u64
+//
+// Status codes. A closed set: a value above 16 is malformed. Status.Err
+// maps each to an exported error (StatusTableFull to ErrStatusTableFull),
+// and StatusOf maps errors back.
+//
+//	0  OK             success; the body is the opcode's
+//	1  Malformed      bad frame or operation bytes: truncated, reserved flag bits, a count out of range
+//	2  BadVersion     the frame's version is not one the server speaks
+//	3  FrameTooLarge  the length field is above MaxFrameLen
+//	4  BatchTooLarge  the count field is above MaxBatch
+//	5  UnknownOpcode  an opcode this version does not define
+//	6  InvalidLimit   unknown algorithm, or parameters the algorithm rejects
+//	7  InvalidKey     a key of 0 or more than MaxKeyLen bytes, or a prefix above MaxKeyLen
+//	8  InvalidCost    a negative cost or refund amount
+//	9  TableFull      no free slot for a new bucket; existing buckets still work
+//	10 TooManyItems   a MULTI of more than MaxMulti items
+//	11 Contended      a MULTI could not lock its slots; retry
+//	12 Unsupported    not possible on this server (SCAN on a table without inline keys)
+//	13 ShuttingDown   the server is stopping; reconnect later
+//	14 Internal       a server bug or I/O failure
+//	15 Busy           the connection limit is reached
+//	16 Denied         the peer's uid or gid is not allowed
+//
+// Errors and the connection. An operation that decodes but fails (the
+// server rejects its limit's parameters or its cost, the table is full, a
+// MULTI is contended, a SCAN is unsupported, ...) gets an error result in
+// its place, and the connection goes on. Bytes the server cannot trust
+// close the connection after the server's answer:
+//
+//   - A frame whose header fails its checks (version, kind, length, count),
+//     or a response frame sent to the server, is answered by a response
+//     frame with the request's id (as read), count 1 and one error result
+//     of opcode 0 (BadVersion, Malformed, FrameTooLarge or BatchTooLarge).
+//   - An operation the codec rejects (Malformed, UnknownOpcode, an
+//     algorithm byte outside 1..5 as InvalidLimit, a key length as
+//     InvalidKey, TooManyItems) hides where the next one starts: it and
+//     every later operation of the frame are answered with its error
+//     result; the earlier ones are answered normally.
+//   - Bytes after the last operation of a frame make it malformed; its
+//     operations are answered.
+//
+// Busy and Denied arrive unsolicited, as the first and only frame of a
+// connection, with id 0, count 1 and opcode 0. A client fails every
+// outstanding request when it receives a frame-level error or when the
+// connection closes, and closes the connection itself on a response it
+// cannot decode.
+//
+// Versioning. The version byte names everything above: layouts, opcodes,
+// flag bits, algorithms, statuses, limits. Any change a version-1 peer
+// would misread takes a new version; nothing is optional or negotiated
+// within a version (only the STATS names may change). Two things stay the
+// same in every version, so that peers of different versions can always
+// tell each other so: the 12-byte header, and the layout of an error
+// result. A server answers a frame of a version it does not speak with a
+// frame-level BadVersion error in a frame of its own version, then closes;
+// a client learns the server's version from that frame or from HELLO. A
+// server may speak several versions, answering each frame in its version.
+//
+// # Limit spec
+//
+// A limit's textual form, used by the CLI, configuration, logs and both
+// clients, is the algorithm's name, a colon, and comma-separated
+// name=value parameters, with no spaces:
+//
+//	token_bucket:max=10,refill_time=1h,refill_amount=1
+//	gcra:burst=4,count=1,period=1s
+//	fixed_window:limit=100,window=1m
+//	sliding_window:limit=100,window=1m
+//	pacer:rate=4,period=1s,max_delay=2s
+//
+// The parameters are those of the wire, by name: token_bucket max,
+// refill_time, refill_amount; gcra burst, count, period; fixed_window and
+// sliding_window limit, window; pacer rate, period, max_delay. They may
+// come in any order, each at most once; all are required except
+// token_bucket's refill_amount, which defaults to max. Names are lower
+// case. refill_time, window, period and max_delay are durations: a Go
+// duration (time.ParseDuration: decimal numbers with units ns, us or µs,
+// ms, s, m, h, in sequence: "1h30m", "1.5s", "250ms", "10us") or a bare
+// integer of nanoseconds. The others are decimal integers. No value may be
+// negative. ParseLimit checks the syntax only, not whether the server will
+// accept the values.
+//
+// The canonical form (Limit.String) lists every parameter in wire order,
+// refill_amount included, durations as time.Duration.String writes them
+// ("1h0m0s", "1.5s", "10µs" with U+00B5, "0s"); ParseLimit reads it back to
+// the same Limit.
+//
+// # Concurrency
+//
+// Every function is safe for concurrent use on distinct buffers. An Op or
+// a Result is written by the decoder it is passed to: one per goroutine.
+//
+// # Caveats
+//
+// proto checks structure, not meaning: a decoded ACQUIRE may carry a
+// negative cost or a zero period, and the server must reject it. Encoders
+// write what they are given, so tests can build malformed frames; callers
+// keep keys within MaxKeyLen and frames within MaxFrameLen.
+package proto

@@ -1,0 +1,279 @@
+package proto
+
+import (
+	"bytes"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/golden from goldenCases")
+
+const goldenDir = "testdata/golden"
+
+// goldenCase is one shared test vector: a whole frame, built from ops or
+// results (or, for some bad_* cases, by build), and the error a reader
+// must find in it, nil for none.
+type goldenCase struct {
+	name, desc string
+	kind       Kind
+	id         uint32
+	ops        []Op
+	results    []Result
+	build      func() []byte
+	want       error
+}
+
+func (c *goldenCase) frame() []byte {
+	if c.build != nil {
+		return c.build()
+	}
+	b, start := BeginFrame(nil, c.kind, c.id)
+	for i := range c.ops {
+		b = encodeOp(b, &c.ops[i])
+	}
+	for i := range c.results {
+		b = encodeResult(b, &c.results[i])
+	}
+	return EndFrame(b, start, len(c.ops)+len(c.results))
+}
+
+// patched returns a build function: c's frame, changed by f.
+func patched(c goldenCase, f func(b []byte) []byte) func() []byte {
+	return func() []byte { return f(c.frame()) }
+}
+
+var errNames = map[error]string{
+	ErrMalformed: "ErrMalformed", ErrBadVersion: "ErrBadVersion", ErrFrameTooLarge: "ErrFrameTooLarge",
+	ErrBatchTooLarge: "ErrBatchTooLarge", ErrUnknownOpcode: "ErrUnknownOpcode", ErrInvalidLimit: "ErrInvalidLimit",
+	ErrInvalidKey: "ErrInvalidKey", ErrTooManyItems: "ErrTooManyItems",
+}
+
+func goldenCases() []goldenCase {
+	req := func(name, desc string, id uint32, ops ...Op) goldenCase {
+		return goldenCase{name: name, desc: desc, kind: KindRequest, id: id, ops: ops}
+	}
+	resp := func(name, desc string, id uint32, rs ...Result) goldenCase {
+		return goldenCase{name: name, desc: desc, kind: KindResponse, id: id, results: rs}
+	}
+	tb := TokenBucketLimit(10, time.Hour, 1)
+	gcra := GCRALimit(4, 1, time.Second)
+	acquire := item(OpAcquire, FlagStrict|FlagAt, tb, 1, t0, "login:alice")
+	ping := req("ping_request", "", 2, Op{Code: OpPing})
+	bad := func(name, desc string, want error, c goldenCase, f func([]byte) []byte) goldenCase {
+		c.name, c.desc, c.want = name, desc, want
+		if f != nil {
+			c.build = patched(c, f)
+		}
+		return c
+	}
+	return []goldenCase{
+		req("hello_request", "HELLO: ask the server's version and limits.", 1, Op{Code: OpHello}),
+		resp("hello_response", "HELLO result: version 1, the version-1 limits, a table of 2^20 slots of 128 bytes.", 1,
+			Result{Code: OpHello, Hello: testHello}),
+		req("ping_request", "PING.", 2, Op{Code: OpPing}),
+		resp("ping_response", "PING result: OK, no body.", 2, Result{Code: OpPing}),
+		req("acquire_request", "ACQUIRE 1 token of token_bucket max=10 refill_time=1h refill_amount=1 for key \"login:alice\", flags STRICT|AT, at 2023-11-14T22:13:20Z.", 3, acquire),
+		resp("acquire_response_allowed", "ACQUIRE result, allowed: 9 of 10 tokens left, no retry, full again in 1h.", 3,
+			decisionResult(OpAcquire, Decision{true, 9, 10, -1, 3600 * sec, 0})),
+		resp("acquire_response_denied", "ACQUIRE result, denied: 0 of 10 left, retry in 30m, full again in 10h.", 3,
+			decisionResult(OpAcquire, Decision{false, 0, 10, 1800 * sec, 36000 * sec, 0})),
+		req("peek_request", "PEEK gcra burst=4 count=1 period=1s for key \"api:tenant-7\": n and at are 0.", 4,
+			item(OpPeek, 0, gcra, 0, 0, "api:tenant-7")),
+		resp("peek_response", "PEEK result: allowed, 4 of 5 remaining, back to fresh in 800ms.", 4,
+			decisionResult(OpPeek, Decision{true, 4, 5, -1, 800 * int64(time.Millisecond), 0})),
+		req("refund_request", "REFUND 3 tokens to fixed_window limit=100 window=1m for key \"upload:bob\".", 5,
+			item(OpRefund, 0, FixedWindowLimit(100, time.Minute), 3, 0, "upload:bob")),
+		resp("refund_response", "REFUND result: 53 of 100 remaining, the window ends in 42s.", 5,
+			decisionResult(OpRefund, Decision{true, 53, 100, -1, 42 * sec, 0})),
+		req("reset_request", "RESET sliding_window limit=100 window=1m for key \"search:carol\".", 6,
+			item(OpReset, 0, SlidingWindowLimit(100, time.Minute), 0, 0, "search:carol")),
+		resp("reset_response", "RESET result: the bucket existed.", 6, Result{Code: OpReset, Existed: true}),
+		req("multi_request", "MULTI of 2 items at 2023-11-14T22:13:20Z (flag AT): 1 token of token_bucket 10/1h/1 for \"login:alice\" (STRICT), 2 of gcra 4/1/1s for \"api:tenant-7\".", 7,
+			multi(FlagAt, t0, MultiItem{FlagStrict, tb, 1, []byte("login:alice")}, MultiItem{0, gcra, 2, []byte("api:tenant-7")})),
+		resp("multi_response", "MULTI result: allowed, so both items consumed; one decision per item.", 7,
+			multiResult(true, Decision{true, 8, 10, -1, 2 * 3600 * sec, 0}, Decision{true, 2, 5, -1, 3 * sec, 0})),
+		req("scan_request", "SCAN from cursor 0, up to 100 buckets whose key starts with \"login:\".", 8, scan(0, 100, "login:")),
+		resp("scan_response", "SCAN result: 2 entries; continue from cursor 4096.", 8,
+			scanResult(4096, entryView{TokenBucket, t0 + 2*3600*sec, "login:alice"}, entryView{TokenBucket, t0 + 3600*sec, "login:bob"})),
+		req("stats_request", "STATS.", 9, Op{Code: OpStats}),
+		resp("stats_response", "STATS result: 3 counters.", 9,
+			statsResult(statView{"slot_count", 1 << 20}, statView{"used_slots", 3}, statView{"ops", 42})),
+		resp("error_response", "An error result: the ACQUIRE of acquire_request failed with TableFull; the message is for people.", 3,
+			errResult(OpAcquire, StatusTableFull, "shm: table full: no free slot for a new bucket")),
+		req("batch_request", "A batch of 3 operations: ACQUIRE pacer rate=4 period=1s max_delay=2s for \"send:dave\", ACQUIRE with a negative cost, PING.", 10,
+			item(OpAcquire, 0, PacerLimit(4, time.Second, 2*time.Second), 1, 0, "send:dave"),
+			item(OpAcquire, 0, tb, -1, 0, "login:alice"), Op{Code: OpPing}),
+		resp("batch_response", "The 3 results of batch_request, in order: a pacer decision (wait 250ms), InvalidCost for the negative cost, PING.", 10,
+			decisionResult(OpAcquire, Decision{true, 7, 9, -1, 500 * int64(time.Millisecond), 250 * int64(time.Millisecond)}),
+			errResult(OpAcquire, StatusInvalidCost, "engine: negative cost"), Result{Code: OpPing}),
+		resp("frame_error_response", "A frame-level error, the answer to bad_version: opcode 0, count 1, the request's id; the server then closes the connection.", 11,
+			errResult(0, StatusBadVersion, "proto: unsupported protocol version: version 2, this side speaks 1")),
+
+		bad("bad_version", "A PING frame with version 2.", ErrBadVersion, req("", "", 11, Op{Code: OpPing}),
+			func(b []byte) []byte { b[4] = 2; return b }),
+		bad("bad_kind", "A PING frame with kind 3.", ErrMalformed, ping,
+			func(b []byte) []byte { b[5] = 3; return b }),
+		bad("bad_length_too_large", "A header alone whose length is MaxFrameLen+1: refused before reading the body.", ErrFrameTooLarge, ping,
+			func(b []byte) []byte { b[0], b[1], b[2], b[3] = 0x01, 0x00, 0x10, 0x00; return b[:HeaderLen] }),
+		bad("bad_batch_too_large", "A frame whose count is MaxBatch+1 (257).", ErrBatchTooLarge, ping,
+			func(b []byte) []byte { b[6], b[7] = 0x01, 0x01; return b }),
+		bad("bad_truncated_op", "An ACQUIRE whose keylen says 11 bytes but whose frame ends after 5 of them.", ErrMalformed, req("", "", 14, acquire),
+			func(b []byte) []byte { return EndFrame(b[:len(b)-6], 0, 1) }),
+		bad("bad_unknown_opcode", "An operation with opcode 42.", ErrUnknownOpcode, ping,
+			func(b []byte) []byte { b[HeaderLen] = 42; return b }),
+		bad("bad_flags", "An ACQUIRE with flag bit 3, which is reserved.", ErrMalformed,
+			req("", "", 16, item(OpAcquire, 8, tb, 1, 0, "login:alice")), nil),
+		bad("bad_empty_key", "An ACQUIRE with keylen 0.", ErrInvalidKey, req("", "", 17, item(OpAcquire, 0, tb, 1, 0, "")), nil),
+		bad("bad_algorithm", "An ACQUIRE whose limit has algorithm 0.", ErrInvalidLimit,
+			req("", "", 18, item(OpAcquire, 0, Limit{}, 1, 0, "login:alice")), nil),
+		bad("bad_multi_too_many", "A MULTI whose n is 17 (the items are not read).", ErrTooManyItems, ping,
+			func(b []byte) []byte {
+				m := AppendMulti(nil, 0, 0, nil)
+				m[len(m)-1] = MaxMulti + 1
+				return EndFrame(append(b[:HeaderLen], m...), 0, 1)
+			}),
+		bad("bad_trailing_bytes", "A PING frame with one byte after its only operation.", ErrMalformed, ping,
+			func(b []byte) []byte { return EndFrame(append(b, 0), 0, 1) }),
+		bad("bad_result_status", "A response whose result has status 17, not in the closed set.", ErrMalformed,
+			resp("", "", 2, errResult(OpPing, StatusInternal, "")), func(b []byte) []byte { b[HeaderLen+1] = 17; return b }),
+		bad("bad_result_bool", "An ACQUIRE result whose allowed byte is 2.", ErrMalformed,
+			resp("", "", 3, decisionResult(OpAcquire, Decision{true, 9, 10, -1, 3600 * sec, 0})),
+			func(b []byte) []byte { b[HeaderLen+2] = 2; return b }),
+	}
+}
+
+// describe returns the .txt of a case: what it holds, what a reader must
+// conclude, and every field.
+func (c *goldenCase) describe() string {
+	expect := "decodes without error; re-encoding gives the same bytes."
+	if c.want != nil {
+		expect = fmt.Sprintf("error %s (status %d %v).", errNames[c.want], StatusOf(c.want), StatusOf(c.want))
+	}
+	frame := c.frame()
+	return fmt.Sprintf("%s: %s\nExpect: %s\nFrame: %d bytes; %s.hex holds them as hex.\n\n%s",
+		c.name, c.desc, expect, len(frame), c.name, describeFrame(frame))
+}
+
+func TestGolden(t *testing.T) {
+	cases := goldenCases()
+	if *update {
+		writeGolden(t, cases)
+	}
+	names := []string{"README.md"}
+	if readme, err := os.ReadFile(filepath.Join(goldenDir, "README.md")); err != nil || string(readme) != goldenReadme(cases) {
+		t.Errorf("%s/README.md is stale (%v): run with -update", goldenDir, err)
+	}
+	for _, c := range cases {
+		names = append(names, c.name+".hex", c.name+".txt")
+		t.Run(c.name, func(t *testing.T) {
+			text, err := os.ReadFile(filepath.Join(goldenDir, c.name+".hex"))
+			if err != nil {
+				t.Fatalf("%v (run go test ./proto -run TestGolden -update)", err)
+			}
+			got, err := hex.DecodeString(strings.Join(strings.Fields(string(text)), ""))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := c.frame(); !bytes.Equal(got, want) {
+				t.Fatalf("the encoders no longer produce the vector:\n got %x\nfile %x", want, got)
+			}
+			if desc, err := os.ReadFile(filepath.Join(goldenDir, c.name+".txt")); err != nil || string(desc) != c.describe() {
+				t.Fatalf("%s.txt is stale (%v): run with -update", c.name, err)
+			}
+			h, ops, rs, err := decodeAll(got)
+			checkErr(t, err, c.want)
+			if c.want != nil {
+				return
+			}
+			if h.Kind != c.kind || h.ID != c.id || int(h.Count) != len(c.ops)+len(c.results) {
+				t.Fatalf("header %+v", h)
+			}
+			for i := range c.ops {
+				if g, w := viewOp(&ops[i]), viewOp(&c.ops[i]); !reflect.DeepEqual(g, w) {
+					t.Fatalf("op %d: %+v, want %+v", i, g, w)
+				}
+			}
+			for i := range c.results {
+				if g, w := viewResult(&rs[i]), viewResult(&c.results[i]); !reflect.DeepEqual(g, w) {
+					t.Fatalf("result %d: %+v, want %+v", i, g, w)
+				}
+			}
+		})
+	}
+	// Every file in the directory belongs to a case.
+	entries, err := os.ReadDir(goldenDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if !slices.Contains(names, e.Name()) {
+			t.Errorf("%s/%s belongs to no case", goldenDir, e.Name())
+		}
+	}
+}
+
+// writeGolden regenerates the directory: vectors are never edited by hand.
+func writeGolden(t *testing.T, cases []goldenCase) {
+	if err := os.RemoveAll(goldenDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(goldenDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(goldenDir, "README.md"), []byte(goldenReadme(cases)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cases {
+		var hexText strings.Builder
+		frame := c.frame()
+		for i := 0; i < len(frame); i += 32 {
+			hexText.WriteString(hex.EncodeToString(frame[i:min(i+32, len(frame))]) + "\n")
+		}
+		for name, data := range map[string]string{c.name + ".hex": hexText.String(), c.name + ".txt": c.describe()} {
+			if err := os.WriteFile(filepath.Join(goldenDir, name), []byte(data), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// goldenReadme returns the directory's index.
+func goldenReadme(cases []goldenCase) string {
+	var b strings.Builder
+	b.WriteString(`# Golden frames
+
+Shared test vectors of every Sluice client and server, protocol version 1 (the
+specification is the package documentation of proto, proto/doc.go).
+
+- NAME.hex: one whole frame, header included, as lowercase hex; whitespace is
+  not significant.
+- NAME.txt: what the frame holds, what a reader must conclude, and every field
+  with its offset, size, value and bytes.
+
+A conforming reader decodes every frame not named bad_* to the values its .txt
+lists and re-encodes it to the same bytes; for each bad_* frame it reports the
+error its .txt names (the Go sentinel, and the status a server answers with).
+
+Generated by ` + "`go test ./proto -run TestGolden -update`" + ` from goldenCases in
+proto/golden_test.go: change the cases, never these files.
+
+| case | expect | holds |
+|---|---|---|
+`)
+	for _, c := range cases {
+		expect := "ok"
+		if c.want != nil {
+			expect = errNames[c.want]
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", c.name, expect, strings.ReplaceAll(c.desc, "|", "\\|"))
+	}
+	return b.String()
+}

@@ -1,0 +1,307 @@
+package proto
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Fixed time anchors, so the vectors never change.
+const (
+	t0  = int64(1_700_000_000_000_000_000) // 2023-11-14T22:13:20Z
+	sec = int64(time.Second)
+)
+
+// encodeOp appends op with the encoder of its opcode: the inverse of
+// DecodeOp, used to check decode(encode(x)) == x both ways.
+func encodeOp(dst []byte, op *Op) []byte {
+	switch op.Code {
+	case OpHello:
+		return AppendHello(dst)
+	case OpPing:
+		return AppendPing(dst)
+	case OpStats:
+		return AppendStats(dst)
+	case OpAcquire, OpPeek, OpRefund, OpReset:
+		return AppendItem(dst, op.Code, op.Flags, op.Limit, op.N, op.At, op.Key)
+	case OpMulti:
+		return AppendMulti(dst, op.Flags, op.At, op.Items[:op.NItems])
+	case OpScan:
+		return AppendScan(dst, op.Cursor, op.Count, op.Prefix)
+	}
+	panic(fmt.Sprintf("encodeOp: %v", op.Code))
+}
+
+// encodeResult appends r with the encoders of its opcode and status: the
+// inverse of DecodeResult.
+func encodeResult(dst []byte, r *Result) []byte {
+	if r.Status != StatusOK {
+		return AppendError(dst, r.Code, r.Status, string(r.Message))
+	}
+	switch r.Code {
+	case OpHello:
+		return AppendHelloResult(dst, &r.Hello)
+	case OpPing:
+		return AppendPong(dst)
+	case OpAcquire, OpPeek, OpRefund:
+		return AppendDecision(dst, r.Code, &r.Decision)
+	case OpReset:
+		return AppendReset(dst, r.Existed)
+	case OpMulti:
+		return AppendMultiResult(dst, r.Allowed, r.Decisions[:r.NDecisions])
+	case OpScan:
+		b, start := BeginScanResult(dst, 0)
+		for e := r.Entries; len(e) > 0; {
+			alg, freshAt, key, rest, err := NextScanEntry(e)
+			if err != nil {
+				panic(err)
+			}
+			b, e = AppendScanEntry(b, alg, freshAt, key), rest
+		}
+		return EndScanResult(b, start, r.Next, r.NEntries)
+	case OpStats:
+		b, start := BeginStatsResult(dst)
+		for s := r.Stats; len(s) > 0; {
+			name, v, rest, err := NextStat(s)
+			if err != nil {
+				panic(err)
+			}
+			b, s = AppendStat(b, string(name), v), rest
+		}
+		return EndStatsResult(b, start, r.NStats)
+	}
+	panic(fmt.Sprintf("encodeResult: %v", r.Code))
+}
+
+// opView is the part of an Op that applies to its opcode, comparable with
+// reflect.DeepEqual (nil and empty keys alike).
+type opView struct {
+	Code   Opcode
+	Flags  Flags
+	Limit  Limit
+	N, At  int64
+	Key    string
+	Items  []itemView
+	Cursor uint64
+	Count  uint16
+	Prefix string
+}
+
+type itemView struct {
+	Flags Flags
+	Limit Limit
+	Cost  int64
+	Key   string
+}
+
+func viewOp(op *Op) opView {
+	v := opView{Code: op.Code, Flags: op.Flags, Limit: op.Limit, N: op.N, At: op.At, Key: string(op.Key),
+		Cursor: op.Cursor, Count: op.Count, Prefix: string(op.Prefix)}
+	for _, it := range op.Items[:op.NItems] {
+		v.Items = append(v.Items, itemView{it.Flags, it.Limit, it.Cost, string(it.Key)})
+	}
+	return v
+}
+
+// resultView is the part of a Result that applies, with the scan entries
+// and counters decoded.
+type resultView struct {
+	Code      Opcode
+	Status    Status
+	Message   string
+	Decision  Decision
+	Existed   bool
+	Allowed   bool
+	Decisions []Decision
+	Hello     Hello
+	Next      uint64
+	Entries   []entryView
+	Stats     []statView
+}
+
+type entryView struct {
+	Alg     Algorithm
+	FreshAt int64
+	Key     string
+}
+
+type statView struct {
+	Name  string
+	Value uint64
+}
+
+func viewResult(r *Result) resultView {
+	v := resultView{Code: r.Code, Status: r.Status, Message: string(r.Message), Decision: r.Decision,
+		Existed: r.Existed, Allowed: r.Allowed, Hello: r.Hello, Next: r.Next}
+	v.Decisions = append(v.Decisions, r.Decisions[:r.NDecisions]...)
+	for e := r.Entries; len(e) > 0; {
+		alg, freshAt, key, rest, err := NextScanEntry(e)
+		if err != nil {
+			panic(err)
+		}
+		v.Entries, e = append(v.Entries, entryView{alg, freshAt, string(key)}), rest
+	}
+	for s := r.Stats; len(s) > 0; {
+		name, val, rest, err := NextStat(s)
+		if err != nil {
+			panic(err)
+		}
+		v.Stats, s = append(v.Stats, statView{string(name), val}), rest
+	}
+	return v
+}
+
+// Constructors for test values.
+
+func item(code Opcode, f Flags, l Limit, n, at int64, key string) Op {
+	return Op{Code: code, Flags: f, Limit: l, N: n, At: at, Key: []byte(key)}
+}
+
+func multi(f Flags, at int64, items ...MultiItem) Op {
+	op := Op{Code: OpMulti, Flags: f, At: at, NItems: len(items)}
+	copy(op.Items[:], items)
+	return op
+}
+
+func scan(cursor uint64, count uint16, prefix string) Op {
+	return Op{Code: OpScan, Cursor: cursor, Count: count, Prefix: []byte(prefix)}
+}
+
+func errResult(code Opcode, s Status, msg string) Result {
+	return Result{Code: code, Status: s, Message: []byte(msg)}
+}
+
+func decisionResult(code Opcode, d Decision) Result { return Result{Code: code, Decision: d} }
+
+func multiResult(allowed bool, ds ...Decision) Result {
+	r := Result{Code: OpMulti, Allowed: allowed, NDecisions: len(ds)}
+	copy(r.Decisions[:], ds)
+	return r
+}
+
+func scanResult(next uint64, entries ...entryView) Result {
+	b, start := BeginScanResult(nil, 0)
+	for _, e := range entries {
+		b = AppendScanEntry(b, e.Alg, e.FreshAt, []byte(e.Key))
+	}
+	return Result{Code: OpScan, Next: next, Entries: b[start+12:], NEntries: len(entries)}
+}
+
+func statsResult(stats ...statView) Result {
+	b, start := BeginStatsResult(nil)
+	for _, s := range stats {
+		b = AppendStat(b, s.Name, s.Value)
+	}
+	return Result{Code: OpStats, Stats: b[start+4:], NStats: len(stats)}
+}
+
+var testHello = Hello{Version: Version, MaxFrame: MaxFrameLen, MaxBatch: MaxBatch, MaxKey: MaxKeyLen,
+	MaxMulti: MaxMulti, SlotCount: 1 << 20, SlotSize: 128}
+
+// sampleOps returns one or more operations of every opcode, with edge values.
+func sampleOps() []Op {
+	long := strings.Repeat("k", MaxKeyLen)
+	items := make([]MultiItem, MaxMulti)
+	for i := range items {
+		items[i] = MultiItem{Flags: FlagStrict, Limit: GCRALimit(int64(i), 1, time.Second), Cost: int64(i), Key: []byte(fmt.Sprint("key", i))}
+	}
+	return []Op{
+		{Code: OpHello}, {Code: OpPing}, {Code: OpStats},
+		item(OpAcquire, FlagStrict|FlagAt, TokenBucketLimit(10, time.Hour, 1), 1, t0, "login:alice"),
+		item(OpAcquire, FlagSmyte, Limit{TokenBucket, [3]int64{-1, 1<<63 - 1, -1 << 63}}, -5, -1, long),
+		item(OpPeek, 0, GCRALimit(4, 1, time.Second), 0, 0, "k"),
+		item(OpRefund, FlagAt, FixedWindowLimit(100, time.Minute), 3, t0, "upload:bob"),
+		item(OpReset, 0, SlidingWindowLimit(100, time.Minute), 0, 0, "search:carol"),
+		item(OpAcquire, 0, PacerLimit(4, time.Second, 2*time.Second), 1, 0, "\x00\xff binary"),
+		multi(FlagAt, t0,
+			MultiItem{FlagStrict, TokenBucketLimit(10, time.Hour, 1), 1, []byte("login:alice")},
+			MultiItem{0, GCRALimit(4, 1, time.Second), 2, []byte("api:tenant-7")}),
+		multi(0, 0, items...),
+		scan(0, 100, "login:"), scan(1<<64-1, MaxScanCount, long), scan(7, 1, ""),
+	}
+}
+
+// sampleResults returns one or more results of every opcode and status.
+func sampleResults() []Result {
+	ds := make([]Decision, MaxMulti)
+	for i := range ds {
+		ds[i] = Decision{i%2 == 0, int64(i), 16, -1, int64(i) * sec, 0}
+	}
+	long := strings.Repeat("k", MaxKeyLen)
+	rs := []Result{
+		{Code: OpHello, Hello: testHello},
+		{Code: OpPing},
+		decisionResult(OpAcquire, Decision{true, 9, 10, -1, 3600 * sec, 0}),
+		decisionResult(OpPeek, Decision{false, 0, 5, 1 << 62, -1 << 63, 1<<63 - 1}),
+		decisionResult(OpRefund, Decision{true, 50, 100, -1, 42 * sec, 0}),
+		{Code: OpReset, Existed: true}, {Code: OpReset},
+		multiResult(true, Decision{true, 9, 10, -1, 3600 * sec, 0}, Decision{true, 2, 5, -1, 3 * sec, 0}),
+		multiResult(false, ds...),
+		scanResult(4096, entryView{TokenBucket, t0 + 3600*sec, "login:alice"}, entryView{Pacer, t0, long}),
+		scanResult(0),
+		statsResult(statView{"slot_count", 1 << 20}, statView{"ops", 1<<64 - 1}),
+		statsResult(),
+		errResult(OpAcquire, StatusTableFull, "shm: table full"),
+		errResult(0, StatusBadVersion, ""),
+		errResult(200, StatusUnknownOpcode, "proto: unknown opcode: 200"),
+		errResult(OpScan, StatusUnsupported, strings.Repeat("é", MaxMessageLen/2)),
+	}
+	for s := StatusMalformed; s < numStatuses; s++ {
+		rs = append(rs, errResult(OpPing, s, s.String()))
+	}
+	return rs
+}
+
+// decodeAll splits the first frame of b and decodes its whole body, as a
+// peer does, returning the first error: the header's, an operation's or
+// result's, or ErrMalformed for bytes after the last one.
+func decodeAll(b []byte) (h Header, ops []Op, rs []Result, err error) {
+	frame, _, h, err := SplitFrame(b)
+	if err != nil {
+		return h, nil, nil, err
+	}
+	if frame == nil {
+		return h, nil, nil, fmt.Errorf("%w: incomplete frame", ErrMalformed)
+	}
+	body := frame[HeaderLen:]
+	for range h.Count {
+		if h.Kind == KindRequest {
+			ops = append(ops, Op{})
+			body, err = DecodeOp(body, &ops[len(ops)-1])
+		} else {
+			rs = append(rs, Result{})
+			body, err = DecodeResult(body, &rs[len(rs)-1])
+		}
+		if err != nil {
+			return h, ops, rs, err
+		}
+	}
+	if len(body) != 0 {
+		return h, ops, rs, fmt.Errorf("%w: %d bytes after the last operation", ErrMalformed, len(body))
+	}
+	return h, ops, rs, nil
+}
+
+// frameOf wraps encoded operations or results in a frame.
+func frameOf(kind Kind, id uint32, count int, body ...[]byte) []byte {
+	b, start := BeginFrame(nil, kind, id)
+	b = append(b, bytes.Join(body, nil)...)
+	return EndFrame(b, start, count)
+}
+
+// checkErr fails t unless err wraps want (nil for no error) and, if an
+// error, says where it comes from.
+func checkErr(t *testing.T, err, want error) {
+	t.Helper()
+	switch {
+	case want == nil && err != nil:
+		t.Fatalf("unexpected error: %v", err)
+	case want != nil && !errors.Is(err, want):
+		t.Fatalf("error %v, want one wrapping %v", err, want)
+	case err != nil && !strings.HasPrefix(err.Error(), "proto: "):
+		t.Fatalf("error %q lacks the package prefix", err)
+	}
+}

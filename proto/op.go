@@ -1,0 +1,302 @@
+package proto
+
+import (
+	"encoding/binary"
+	"math"
+	"strconv"
+)
+
+// Opcode names an operation: the first byte of every operation and of its
+// result.
+type Opcode uint8
+
+// The opcodes. doc.go gives each body layout.
+const (
+	OpHello   Opcode = 1 // protocol version and server limits
+	OpPing    Opcode = 2 // liveness
+	OpAcquire Opcode = 3 // decide and, if allowed, consume n
+	OpPeek    Opcode = 4 // the decision for cost 1, changing nothing
+	OpRefund  Opcode = 5 // give n tokens back
+	OpReset   Opcode = 6 // forget the bucket
+	OpMulti   Opcode = 7 // up to MaxMulti acquires, all or nothing
+	OpScan    Opcode = 8 // list buckets by key prefix
+	OpStats   Opcode = 9 // server counters
+
+	numOpcodes = 10 // one past the last Opcode
+)
+
+var opNames = [numOpcodes]string{
+	"", "HELLO", "PING", "ACQUIRE", "PEEK", "REFUND", "RESET", "MULTI", "SCAN", "STATS",
+}
+
+// String returns the operation's name ("ACQUIRE"), or "opcode(N)" for a
+// value outside the enum.
+func (c Opcode) String() string {
+	if c.Valid() {
+		return opNames[c]
+	}
+	return "opcode(" + strconv.Itoa(int(c)) + ")"
+}
+
+// Valid reports whether c is one of the opcodes of this version.
+func (c Opcode) Valid() bool { return c >= OpHello && c < numOpcodes }
+
+// isItemOp reports whether c's body is the item layout.
+func isItemOp(c Opcode) bool { return c >= OpAcquire && c <= OpReset }
+
+// Flags modify an operation. Bits not defined for an operation must be 0.
+type Flags uint8
+
+// The flag bits.
+const (
+	// FlagStrict: a request that leaves a token_bucket at 0, or is denied,
+	// restarts its refill clock (smyte/ratelimit STRICT).
+	FlagStrict Flags = 1
+	// FlagSmyte: smyte/ratelimit compatibility for token_bucket: a denial
+	// drains the bucket and Remaining is the count before the deduction.
+	FlagSmyte Flags = 2
+	// FlagAt: At is the request time, Unix ns, instead of the server clock.
+	FlagAt Flags = 4
+
+	itemFlags      = FlagStrict | FlagSmyte | FlagAt // item operations
+	multiFlags     = FlagAt                          // the MULTI as a whole
+	multiItemFlags = FlagStrict | FlagSmyte          // each MULTI item
+)
+
+// Body sizes, not counting the opcode byte.
+const (
+	itemFixed      = 1 + limitLen + 8 + 8 + 2 // flags, limit, n, at, keylen: 44
+	multiFixed     = 1 + 8 + 1                // flags, at, n: 10
+	multiItemFixed = 1 + limitLen + 8 + 2     // flags, limit, cost, keylen: 36
+	scanFixed      = 8 + 2 + 2                // cursor, count, prefixlen: 12
+)
+
+// MultiItem is one acquire of a MULTI. Its time is the MULTI's.
+type MultiItem struct {
+	Flags Flags // FlagStrict, FlagSmyte
+	Limit Limit
+	Cost  int64  // tokens to take, >= 0
+	Key   []byte // 1..MaxKeyLen bytes; decoded, it aliases the frame
+}
+
+// Op is one decoded request operation. Which fields apply depends on Code:
+//
+//	HELLO, PING, STATS         none
+//	ACQUIRE, PEEK, REFUND, RESET  Flags, Limit, N, At, Key
+//	MULTI                      Flags (FlagAt only), At, Items[:NItems]
+//	SCAN                       Cursor, Count, Prefix
+//
+// At is meaningful only with FlagAt; N is the cost (ACQUIRE), the amount
+// (REFUND), and ignored for PEEK and RESET. Key, Prefix and Items[i].Key
+// alias the decoded bytes: they are valid until the buffer is reused.
+// DecodeOp sets every field that applies and zeroes the others, but leaves
+// Items[NItems:] unspecified. An Op is large (about 1.3 KiB): reuse one.
+type Op struct {
+	Code  Opcode
+	Flags Flags
+	Limit Limit
+	N     int64
+	At    int64
+	Key   []byte
+
+	Items  [MaxMulti]MultiItem
+	NItems int
+
+	Cursor uint64
+	Count  uint16
+	Prefix []byte
+}
+
+// AppendHello appends a HELLO operation.
+func AppendHello(dst []byte) []byte { return append(dst, byte(OpHello)) }
+
+// AppendPing appends a PING operation.
+func AppendPing(dst []byte) []byte { return append(dst, byte(OpPing)) }
+
+// AppendStats appends a STATS operation.
+func AppendStats(dst []byte) []byte { return append(dst, byte(OpStats)) }
+
+// AppendItem appends an ACQUIRE, PEEK, REFUND or RESET operation: op, then
+// flags, the limit, n (the cost or amount; 0 for PEEK and RESET), at (Unix
+// ns, read only with FlagAt; else 0) and the key. It writes what it is
+// given, checking nothing a peer would reject, and panics if op is not one
+// of the four or the key is longer than its u16 length can say.
+func AppendItem(dst []byte, op Opcode, f Flags, l Limit, n, at int64, key []byte) []byte {
+	if !isItemOp(op) {
+		panic("proto: AppendItem: " + op.String() + " is not an item operation")
+	}
+	dst = append(dst, byte(op), byte(f))
+	dst = appendLimit(dst, &l)
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(n))
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(at))
+	return appendBytes16(dst, key)
+}
+
+// AppendMulti appends a MULTI operation: flags (FlagAt or 0), at, and the
+// items. It panics if there are more than 255 items or a key is longer than
+// 65535 bytes; a peer rejects more than MaxMulti items or a key above
+// MaxKeyLen.
+func AppendMulti(dst []byte, f Flags, at int64, items []MultiItem) []byte {
+	if len(items) > math.MaxUint8 {
+		panic("proto: AppendMulti: " + strconv.Itoa(len(items)) + " items")
+	}
+	dst = append(dst, byte(OpMulti), byte(f))
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(at))
+	dst = append(dst, byte(len(items)))
+	for i := range items {
+		it := &items[i]
+		dst = append(dst, byte(it.Flags))
+		dst = appendLimit(dst, &it.Limit)
+		dst = binary.LittleEndian.AppendUint64(dst, uint64(it.Cost))
+		dst = appendBytes16(dst, it.Key)
+	}
+	return dst
+}
+
+// AppendScan appends a SCAN operation: list up to count (1..MaxScanCount)
+// buckets whose key starts with prefix, from cursor (0 to start, then the
+// previous result's next).
+func AppendScan(dst []byte, cursor uint64, count uint16, prefix []byte) []byte {
+	dst = append(dst, byte(OpScan))
+	dst = binary.LittleEndian.AppendUint64(dst, cursor)
+	dst = binary.LittleEndian.AppendUint16(dst, count)
+	return appendBytes16(dst, prefix)
+}
+
+// appendBytes16 appends len(p) as a u16 and p, panicking if it does not fit.
+func appendBytes16(dst, p []byte) []byte {
+	if len(p) > math.MaxUint16 {
+		panic("proto: " + strconv.Itoa(len(p)) + " bytes do not fit a u16 length")
+	}
+	dst = binary.LittleEndian.AppendUint16(dst, uint16(len(p)))
+	return append(dst, p...)
+}
+
+// DecodeOp decodes the operation at the start of b into op and returns the
+// bytes after it. It checks every length against the bytes present and
+// against the limits, the flag bits, the algorithm (1..5) and the counts,
+// and nothing else: the server judges costs and parameters. Errors wrap
+// ErrMalformed (truncated, reserved flags, counts out of range),
+// ErrUnknownOpcode, ErrInvalidLimit, ErrInvalidKey or ErrTooManyItems; on
+// error rest is nil, because the operations after a bad one cannot be
+// located, and op.Code is the opcode byte if b has one. DecodeOp allocates nothing; the
+// slices it stores alias b (see Op).
+func DecodeOp(b []byte, op *Op) (rest []byte, err error) {
+	if len(b) == 0 {
+		return nil, truncated("operation", 1, 0)
+	}
+	code := Opcode(b[0])
+	b = b[1:]
+	oldItems := op.NItems
+	op.Code, op.Flags, op.Limit, op.N, op.At, op.Key = code, 0, Limit{}, 0, 0, nil
+	op.NItems, op.Cursor, op.Count, op.Prefix = 0, 0, 0, nil
+	switch {
+	case isItemOp(code):
+		rest, err = decodeItem(b, op)
+	case code == OpMulti:
+		rest, err = decodeMulti(b, op)
+	case code == OpScan:
+		rest, err = decodeScan(b, op)
+	case code == OpHello || code == OpPing || code == OpStats:
+		rest = b
+	default:
+		err = errorf(ErrUnknownOpcode, "%d", code)
+	}
+	// Drop references to an earlier frame's keys.
+	clear(op.Items[min(op.NItems, oldItems):oldItems])
+	if err != nil {
+		return nil, err
+	}
+	return rest, nil
+}
+
+// decodeItem decodes an item operation's body.
+func decodeItem(b []byte, op *Op) ([]byte, error) {
+	if len(b) < itemFixed {
+		return nil, truncated(op.Code.String(), itemFixed, len(b))
+	}
+	op.Flags = Flags(b[0])
+	if op.Flags&^itemFlags != 0 {
+		return nil, errorf(ErrMalformed, "%v: reserved flag bits %#02x", op.Code, byte(op.Flags&^itemFlags))
+	}
+	if err := decodeLimit(b[1:], &op.Limit); err != nil {
+		return nil, err
+	}
+	op.N = int64(binary.LittleEndian.Uint64(b[1+limitLen:]))
+	op.At = int64(binary.LittleEndian.Uint64(b[9+limitLen:]))
+	key, rest, err := bytes16(b[itemFixed-2:], 1, op.Code, "key")
+	op.Key = key
+	return rest, err
+}
+
+// decodeMulti decodes a MULTI's body.
+func decodeMulti(b []byte, op *Op) ([]byte, error) {
+	if len(b) < multiFixed {
+		return nil, truncated("MULTI", multiFixed, len(b))
+	}
+	op.Flags = Flags(b[0])
+	if op.Flags&^multiFlags != 0 {
+		return nil, errorf(ErrMalformed, "MULTI: reserved flag bits %#02x", byte(op.Flags&^multiFlags))
+	}
+	op.At = int64(binary.LittleEndian.Uint64(b[1:]))
+	n := int(b[9])
+	switch {
+	case n == 0:
+		return nil, errorf(ErrMalformed, "MULTI with no items")
+	case n > MaxMulti:
+		return nil, errorf(ErrTooManyItems, "%d items, limit %d", n, MaxMulti)
+	}
+	b = b[multiFixed:]
+	for i := range n {
+		op.NItems = i // only items decoded so far are set
+		it := &op.Items[i]
+		if len(b) < multiItemFixed {
+			return nil, truncated("MULTI item "+strconv.Itoa(i), multiItemFixed, len(b))
+		}
+		it.Flags = Flags(b[0])
+		if it.Flags&^multiItemFlags != 0 {
+			return nil, errorf(ErrMalformed, "MULTI item %d: reserved flag bits %#02x", i, byte(it.Flags&^multiItemFlags))
+		}
+		if err := decodeLimit(b[1:], &it.Limit); err != nil {
+			return nil, err
+		}
+		it.Cost = int64(binary.LittleEndian.Uint64(b[1+limitLen:]))
+		var err error
+		if it.Key, b, err = bytes16(b[multiItemFixed-2:], 1, OpMulti, "item key"); err != nil {
+			return nil, err
+		}
+	}
+	op.NItems = n
+	return b, nil
+}
+
+// decodeScan decodes a SCAN's body.
+func decodeScan(b []byte, op *Op) ([]byte, error) {
+	if len(b) < scanFixed {
+		return nil, truncated("SCAN", scanFixed, len(b))
+	}
+	op.Cursor = binary.LittleEndian.Uint64(b)
+	op.Count = binary.LittleEndian.Uint16(b[8:])
+	if op.Count == 0 || op.Count > MaxScanCount {
+		return nil, errorf(ErrMalformed, "SCAN count %d, want 1..%d", op.Count, MaxScanCount)
+	}
+	prefix, rest, err := bytes16(b[scanFixed-2:], 0, OpScan, "prefix")
+	op.Prefix = prefix
+	return rest, err
+}
+
+// bytes16 decodes a u16 length and that many bytes (minLen..MaxKeyLen of
+// them) from the start of b, which holds at least the 2 length bytes, the
+// field of an operation code. The returned slice's capacity ends at its
+// last byte.
+func bytes16(b []byte, minLen int, code Opcode, field string) (p, rest []byte, err error) {
+	n := int(binary.LittleEndian.Uint16(b))
+	if n < minLen || n > MaxKeyLen {
+		return nil, nil, errorf(ErrInvalidKey, "%v %s of %d bytes, want %d..%d", code, field, n, minLen, MaxKeyLen)
+	}
+	end := 2 + n
+	if len(b) < end {
+		return nil, nil, truncated(code.String()+" "+field, n, len(b)-2)
+	}
+	return b[2:end:end], b[end:], nil
+}

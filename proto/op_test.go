@@ -1,0 +1,168 @@
+package proto
+
+import (
+	"bytes"
+	"encoding/binary"
+	"reflect"
+	"testing"
+	"time"
+)
+
+func TestOpRoundTrip(t *testing.T) {
+	for _, want := range sampleOps() {
+		t.Run(want.Code.String(), func(t *testing.T) {
+			// Encoders append; decoders return what follows.
+			b := encodeOp([]byte("head"), &want)
+			b = append(b, "tail"...)
+			var got Op
+			rest, err := DecodeOp(b[4:], &got)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(rest) != "tail" {
+				t.Fatalf("rest %q, want %q", rest, "tail")
+			}
+			if g, w := viewOp(&got), viewOp(&want); !reflect.DeepEqual(g, w) {
+				t.Fatalf("decoded %+v\nwant    %+v", g, w)
+			}
+		})
+	}
+}
+
+// TestOpAliases checks that decoded keys alias the input and cannot grow
+// into the bytes after them.
+func TestOpAliases(t *testing.T) {
+	b := AppendItem(nil, OpAcquire, 0, GCRALimit(1, 1, 1), 1, 0, []byte("key"))
+	b = AppendPing(b)
+	var op Op
+	if _, err := DecodeOp(b, &op); err != nil {
+		t.Fatal(err)
+	}
+	if &op.Key[0] != &b[45] || cap(op.Key) != len(op.Key) {
+		t.Fatalf("key does not alias the frame with its capacity cut: cap %d", cap(op.Key))
+	}
+}
+
+// TestOpReuse decodes into one Op again and again: nothing of an earlier
+// operation shows through.
+func TestOpReuse(t *testing.T) {
+	var op Op
+	ops := sampleOps()
+	for i := range 3 * len(ops) {
+		want := &ops[(i*7)%len(ops)]
+		if _, err := DecodeOp(encodeOp(nil, want), &op); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(viewOp(&op), viewOp(want)) {
+			t.Fatalf("step %d: decoded %+v, want %+v", i, viewOp(&op), viewOp(want))
+		}
+		if want.Code != OpMulti && (op.Flags != want.Flags || op.N != want.N) {
+			t.Fatalf("step %d: stale fields", i)
+		}
+		for j := op.NItems; j < MaxMulti; j++ {
+			if op.Items[j].Key != nil {
+				t.Fatalf("step %d: item %d keeps a key of an earlier frame", i, j)
+			}
+		}
+	}
+}
+
+func TestDecodeOpErrors(t *testing.T) {
+	acquire := AppendItem(nil, OpAcquire, 0, TokenBucketLimit(10, time.Hour, 10), 1, 0, []byte("key"))
+	set := func(b []byte, off int, v ...byte) []byte {
+		b = append([]byte{}, b...)
+		copy(b[off:], v)
+		return b
+	}
+	twoItems := encodeOp(nil, &[]Op{multi(0, 0,
+		MultiItem{0, GCRALimit(1, 1, 1), 1, []byte("a")}, MultiItem{0, GCRALimit(1, 1, 1), 1, []byte("b")})}[0])
+	scanOp := AppendScan(nil, 0, 10, []byte("p"))
+	u16 := func(v int) []byte { return binary.LittleEndian.AppendUint16(nil, uint16(v)) }
+	for _, tc := range []struct {
+		name string
+		b    []byte
+		want error
+	}{
+		{"empty", nil, ErrMalformed},
+		{"opcode 0", []byte{0}, ErrUnknownOpcode},
+		{"opcode 10", []byte{10}, ErrUnknownOpcode},
+		{"opcode 255", []byte{255, 1, 2, 3}, ErrUnknownOpcode},
+		{"item truncated", acquire[:44], ErrMalformed},
+		{"item key truncated", acquire[:len(acquire)-1], ErrMalformed},
+		{"item flag bit 3", set(acquire, 1, 8), ErrMalformed},
+		{"item flag bit 7", set(acquire, 1, 0x80), ErrMalformed},
+		{"item algorithm 0", set(acquire, 2, 0), ErrInvalidLimit},
+		{"item algorithm 6", set(acquire, 2, 6), ErrInvalidLimit},
+		{"item key empty", set(acquire, 43, u16(0)...)[:45], ErrInvalidKey},
+		{"item key too long", append(set(acquire, 43, u16(MaxKeyLen+1)...)[:45], make([]byte, MaxKeyLen+1)...), ErrInvalidKey},
+		{"multi truncated", twoItems[:10], ErrMalformed},
+		{"multi flag STRICT", set(twoItems, 1, byte(FlagStrict)), ErrMalformed},
+		{"multi no items", set(twoItems, 10, 0), ErrMalformed},
+		{"multi 17 items", set(twoItems, 10, MaxMulti+1), ErrTooManyItems},
+		{"multi 3 items, 2 present", set(twoItems, 10, 3), ErrMalformed},
+		{"multi item truncated", twoItems[:len(twoItems)-38], ErrMalformed},
+		{"multi item flag AT", set(twoItems, 11, byte(FlagAt)), ErrMalformed},
+		{"multi item algorithm 9", set(twoItems, 12, 9), ErrInvalidLimit},
+		{"multi item key empty", set(twoItems, 11+34, 0, 0), ErrInvalidKey},
+		{"multi item key truncated", twoItems[:len(twoItems)-1], ErrMalformed},
+		{"scan truncated", scanOp[:12], ErrMalformed},
+		{"scan count 0", set(scanOp, 9, u16(0)...), ErrMalformed},
+		{"scan count 1001", set(scanOp, 9, u16(MaxScanCount+1)...), ErrMalformed},
+		{"scan prefix too long", set(scanOp, 11, u16(MaxKeyLen+1)...), ErrInvalidKey},
+		{"scan prefix truncated", scanOp[:len(scanOp)-1], ErrMalformed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var op Op
+			rest, err := DecodeOp(tc.b, &op)
+			checkErr(t, err, tc.want)
+			if rest != nil {
+				t.Fatalf("rest %x on error", rest)
+			}
+			if len(tc.b) > 0 && op.Code != Opcode(tc.b[0]) {
+				t.Fatalf("op.Code %v, want the opcode byte %d", op.Code, tc.b[0])
+			}
+		})
+	}
+}
+
+// TestDecodeOpTruncated cuts every sample at every length: each prefix is
+// malformed.
+func TestDecodeOpTruncated(t *testing.T) {
+	for _, op := range sampleOps() {
+		b := encodeOp(nil, &op)
+		for n := range len(b) {
+			var got Op
+			if _, err := DecodeOp(bytes.Clone(b[:n]), &got); StatusOf(err) != StatusMalformed {
+				t.Fatalf("%v cut to %d of %d bytes: %v, want malformed", op.Code, n, len(b), err)
+			}
+		}
+	}
+}
+
+func TestAppendItemPanics(t *testing.T) {
+	for _, code := range []Opcode{OpPing, OpMulti, 0, 10} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("AppendItem(%v) did not panic", code)
+				}
+			}()
+			AppendItem(nil, code, 0, Limit{}, 0, 0, []byte("k"))
+		}()
+	}
+	defer func() {
+		if recover() == nil {
+			t.Errorf("AppendItem with a 64 KiB key did not panic")
+		}
+	}()
+	AppendItem(nil, OpAcquire, 0, Limit{}, 0, 0, make([]byte, 1<<16))
+}
+
+func TestOpcodeString(t *testing.T) {
+	want := []string{"opcode(0)", "HELLO", "PING", "ACQUIRE", "PEEK", "REFUND", "RESET", "MULTI", "SCAN", "STATS", "opcode(10)"}
+	for i, w := range want {
+		if got := Opcode(i).String(); got != w {
+			t.Errorf("Opcode(%d).String() = %q, want %q", i, got, w)
+		}
+	}
+}
