@@ -351,6 +351,7 @@ func (t *Table) Close() error {
 	}
 	err := syncRange(t.mm)
 	if err == nil {
+		atomic.AddUint64(t.counter(counterSyncs), 1)
 		atomic.StoreUint32(t.cleanFlag(), cleanMagic)
 		err = syncRange(t.headerBytes())
 	}

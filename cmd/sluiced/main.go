@@ -7,9 +7,11 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	iofs "io/fs"
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -21,9 +23,13 @@ func main() {
 	var level slog.Level
 	fs := flag.NewFlagSet("sluiced", flag.ExitOnError)
 	fs.StringVar(&c.StatePath, "state", server.DefaultStatePath, "state file (created if missing)")
+	fs.StringVar(&c.SocketPath, "socket", server.DefaultSocketPath, "Unix socket of the native protocol")
 	fs.Uint64Var(&c.Slots, "slots", 0, fmt.Sprintf("slot count of a new state file (default %d)", server.DefaultSlots))
 	fs.IntVar(&c.SlotSize, "slot-size", 0, "slot size of a new state file: 64, 128 or 256 (default 64)")
 	fs.DurationVar(&c.SyncInterval, "sync-interval", server.DefaultSyncInterval, "how often the state file is synced to disk")
+	mode := fs.String("socket-mode", "0660", "permissions of the socket file, octal")
+	fs.IntVar(&c.MaxConns, "max-conns", server.DefaultMaxConns, "connections served at once; more are refused with Busy")
+	fs.DurationVar(&c.IdleTimeout, "idle-timeout", server.DefaultIdleTimeout, "close a connection idle this long")
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "debug, info, warn or error")
 	fs.VisitAll(func(f *flag.Flag) { // SLUICE_SYNC_INTERVAL=2s is --sync-interval 2s
 		env := "SLUICE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
@@ -35,6 +41,12 @@ func main() {
 		}
 	})
 	fs.Parse(os.Args[1:])
+	m, err := strconv.ParseUint(*mode, 8, 32)
+	if err != nil || m > 0o777 {
+		fmt.Fprintf(os.Stderr, "sluiced: --socket-mode %q: want octal permissions such as 0660\n", *mode)
+		os.Exit(2)
+	}
+	c.SocketMode = iofs.FileMode(m)
 	c.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)

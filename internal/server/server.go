@@ -4,36 +4,70 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/proto"
 	"github.com/sluicehq/sluice/shm"
 )
 
 // Defaults for a Config's zero fields.
 const (
 	DefaultStatePath    = "var/sluice.state"
+	DefaultSocketPath   = "var/sluice.sock"
 	DefaultSlots        = 1 << 21 // 2,097,152 slots: about 1.5M buckets at a load of 0.7 (128 MiB at 64 bytes)
 	DefaultSlotSize     = shm.MinSlotSize
 	DefaultSyncInterval = time.Second
+	DefaultSocketMode   = 0o660
+	DefaultMaxConns     = 1024
+	DefaultIdleTimeout  = 5 * time.Minute
+	DefaultFrameTimeout = 10 * time.Second
+	DefaultWriteTimeout = 10 * time.Second
+	DefaultDrainTimeout = 5 * time.Second
 )
 
-// Config is what the sidecar needs to run.
+// Config is what the sidecar needs to run. Zero fields take the defaults
+// above.
 type Config struct {
 	StatePath    string        // the state file; created if missing
+	SocketPath   string        // the native protocol's Unix socket
 	Slots        uint64        // slot count of a new state file
 	SlotSize     int           // slot size of a new state file: 64, 128 or 256
 	SyncInterval time.Duration // how often the table is synced to disk
+	SocketMode   fs.FileMode   // permissions of the socket file
+	MaxConns     int           // connections served at once; more are answered Busy and closed
+	IdleTimeout  time.Duration // how long a connection may wait between frames
+	FrameTimeout time.Duration // how long a started frame may take to arrive
+	WriteTimeout time.Duration // how long a client may take to accept an answer
+	DrainTimeout time.Duration // how long shutdown waits for connections to finish
 	Logger       *slog.Logger  // nil: slog.Default()
+
+	// Now is the server clock, Unix nanoseconds; nil means the wall clock.
+	// It exists for tests, which need a clock they control.
+	Now func() int64
+	// Ready, if set, is called once the socket accepts connections.
+	Ready func()
 }
 
 func (c *Config) withDefaults() Config {
 	d := *c
+	def := func(v *time.Duration, x time.Duration) {
+		if *v == 0 {
+			*v = x
+		}
+	}
 	if d.StatePath == "" {
 		d.StatePath = DefaultStatePath
+	}
+	if d.SocketPath == "" {
+		d.SocketPath = DefaultSocketPath
 	}
 	if d.Slots == 0 {
 		d.Slots = DefaultSlots
@@ -41,11 +75,22 @@ func (c *Config) withDefaults() Config {
 	if d.SlotSize == 0 {
 		d.SlotSize = DefaultSlotSize
 	}
-	if d.SyncInterval == 0 {
-		d.SyncInterval = DefaultSyncInterval
+	if d.SocketMode == 0 {
+		d.SocketMode = DefaultSocketMode
 	}
+	if d.MaxConns == 0 {
+		d.MaxConns = DefaultMaxConns
+	}
+	def(&d.SyncInterval, DefaultSyncInterval)
+	def(&d.IdleTimeout, DefaultIdleTimeout)
+	def(&d.FrameTimeout, DefaultFrameTimeout)
+	def(&d.WriteTimeout, DefaultWriteTimeout)
+	def(&d.DrainTimeout, DefaultDrainTimeout)
 	if d.Logger == nil {
 		d.Logger = slog.Default()
+	}
+	if d.Now == nil {
+		d.Now = func() int64 { return time.Now().UnixNano() }
 	}
 	return d
 }
@@ -78,40 +123,157 @@ func openState(c Config, explicitGeometry bool) (*shm.Table, bool, error) {
 	return t, false, nil
 }
 
-// Run opens (or creates) the state file and serves until ctx is cancelled,
-// then syncs, marks the file clean and returns nil. It returns an error if
-// the state file cannot be opened or the final sync fails.
+// server is one running sidecar.
+type server struct {
+	cfg    Config
+	log    *slog.Logger
+	engine *engine.Engine
+	now    func() int64
+	hello  proto.Hello
+	stats  counters
+
+	draining atomic.Bool
+	mu       sync.Mutex
+	conns    map[*net.UnixConn]struct{}
+	wg       sync.WaitGroup
+}
+
+// Run opens (or creates) the state file, listens on the socket and serves
+// until ctx is cancelled. Then it stops accepting, lets every connection
+// finish the frames it has received (up to DrainTimeout), syncs the table,
+// marks the file clean, removes the socket and returns nil. It returns an
+// error if the state file or the socket cannot be set up, or the final sync
+// fails.
 func Run(ctx context.Context, cfg Config) error {
 	explicit := cfg.Slots != 0 || cfg.SlotSize != 0
 	c := cfg.withDefaults()
-	log := c.Logger
 	t, created, err := openState(c, explicit)
 	if err != nil {
 		return err
 	}
-	e := engine.New(t)
+	sock, err := listen(c.SocketPath, c.SocketMode)
+	if err != nil {
+		t.Close()
+		return err
+	}
 	g, st := t.Geometry(), t.Stats()
-	log.Info("sluiced started", "state", c.StatePath, "created", created, "slots", g.SlotCount,
+	s := &server{
+		cfg: c, log: c.Logger, engine: engine.New(t), now: c.Now,
+		conns: make(map[*net.UnixConn]struct{}),
+		hello: proto.Hello{
+			Version: proto.Version, MaxFrame: proto.MaxFrameLen, MaxBatch: proto.MaxBatch,
+			MaxKey: proto.MaxKeyLen, MaxMulti: proto.MaxMulti,
+			SlotCount: g.SlotCount, SlotSize: uint16(g.SlotSize),
+		},
+	}
+	s.log.Info("sluiced started", "state", c.StatePath, "created", created, "slots", g.SlotCount,
 		"slot_size", g.SlotSize, "file_bytes", g.FileSize, "used_slots", st.Used,
-		"torn_slots_reset", st.Torn, "sync_interval", c.SyncInterval)
+		"load", fmt.Sprintf("%.3f", float64(st.Used)/float64(g.SlotCount)),
+		"torn_slots_reset", st.Torn, "socket", c.SocketPath, "sync_interval", c.SyncInterval)
 
-	tick := time.NewTicker(c.SyncInterval)
+	accepted := make(chan struct{})
+	go func() { defer close(accepted); s.accept(sock.ln) }()
+	if c.Ready != nil {
+		c.Ready()
+	}
+	syncLoop(ctx, t, c.SyncInterval, s.log)
+	sock.ln.Close()
+	<-accepted
+	s.drain()
+	st = t.Stats()
+	err = t.Close()
+	sock.close()
+	if err != nil {
+		s.log.Error("sluiced stopped; final sync failed", "err", err)
+		return err
+	}
+	s.log.Info("sluiced stopped", "state", c.StatePath, "used_slots", st.Used, "syncs", st.Syncs,
+		"sync_errors", st.SyncErrors, "connections_total", s.stats.connsTotal.Load(), "ops", s.stats.ops.Load())
+	return nil
+}
+
+// syncLoop syncs t every interval until ctx is cancelled. A failed sync is
+// logged and counted (shm.Stats.SyncErrors); serving goes on, and the file
+// is not marked clean until a final sync succeeds.
+func syncLoop(ctx context.Context, t *shm.Table, every time.Duration, log *slog.Logger) {
+	tick := time.NewTicker(every)
 	defer tick.Stop()
-	for done := false; !done; {
+	for {
 		select {
 		case <-ctx.Done():
-			done = true
+			return
 		case <-tick.C:
 			if err := t.Sync(); err != nil {
 				log.Error("sync failed; the file stays marked dirty", "err", err)
 			}
 		}
 	}
-	st = e.Table().Stats()
-	if err := t.Close(); err != nil {
-		log.Error("sluiced stopped; final sync failed", "err", err)
-		return err
+}
+
+// accept serves connections until the listener is closed.
+func (s *server) accept(ln *net.UnixListener) {
+	for {
+		c, err := ln.AcceptUnix()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			s.log.Warn("accept failed", "err", err)
+			time.Sleep(10 * time.Millisecond) // e.g. out of file descriptors: do not spin
+			continue
+		}
+		s.stats.connsTotal.Add(1)
+		if int(s.stats.conns.Add(1)) > s.cfg.MaxConns {
+			s.stats.conns.Add(-1)
+			s.stats.connsRejected.Add(1)
+			s.reject(c, proto.StatusBusy, "too many connections")
+			continue
+		}
+		s.mu.Lock()
+		s.conns[c] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go func() {
+			defer s.wg.Done()
+			(&conn{s: s, c: c}).serve()
+			s.mu.Lock()
+			delete(s.conns, c)
+			s.mu.Unlock()
+			s.stats.conns.Add(-1)
+		}()
 	}
-	log.Info("sluiced stopped", "state", c.StatePath, "used_slots", st.Used, "syncs", st.Syncs, "sync_errors", st.SyncErrors)
-	return nil
+}
+
+// reject answers a connection it will not serve with one error frame and
+// closes it.
+func (s *server) reject(c *net.UnixConn, st proto.Status, msg string) {
+	b, start := proto.BeginFrame(nil, proto.KindResponse, 0)
+	b = proto.AppendError(b, 0, st, msg)
+	c.SetWriteDeadline(time.Now().Add(time.Second))
+	c.Write(proto.EndFrame(b, start, 1))
+	c.Close()
+}
+
+// drain lets every connection finish what it has read, then closes it:
+// blocked reads are woken at once; a connection still busy after
+// DrainTimeout is closed.
+func (s *server) drain() {
+	s.draining.Store(true)
+	s.mu.Lock()
+	for c := range s.conns {
+		c.SetReadDeadline(time.Now())
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(s.cfg.DrainTimeout):
+		s.mu.Lock()
+		for c := range s.conns {
+			c.Close()
+		}
+		s.mu.Unlock()
+		<-done
+	}
 }

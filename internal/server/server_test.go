@@ -10,35 +10,47 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/sluicehq/sluice/proto"
 	"github.com/sluicehq/sluice/shm"
 )
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-// Ensure that Run creates the state file, syncs it on every interval, and on
-// cancellation closes it cleanly: it reopens without a scan and with the
-// syncs counted.
-func TestRun_lifecycle(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "sub", "state")
-	synctest.Test(t, func(t *testing.T) {
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error)
-		go func() {
-			done <- Run(ctx, Config{StatePath: path, Slots: 1000, SyncInterval: time.Second, Logger: quiet()})
-		}()
-		time.Sleep(3500 * time.Millisecond)
-		cancel()
-		if err := <-done; err != nil {
-			t.Fatalf("Run: %v", err)
-		}
-	})
-	tb, err := shm.Open(path)
+// Ensure the table is synced once per interval until the context ends.
+func TestSyncLoop(t *testing.T) {
+	tb, err := shm.Create(filepath.Join(t.TempDir(), "state"), shm.Options{SlotCount: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tb.Close()
-	if st := tb.Stats(); st.Syncs != 3 || st.Torn != 0 {
-		t.Errorf("after 3.5 intervals: %+v, want 3 syncs and no repairs", st)
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { syncLoop(ctx, tb, time.Second, quiet()); close(done) }()
+		time.Sleep(3500 * time.Millisecond)
+		cancel()
+		<-done
+	})
+	if st := tb.Stats(); st.Syncs != 3 || st.SyncErrors != 0 {
+		t.Errorf("after 3.5 intervals: %d syncs, %d errors; want 3 and 0", st.Syncs, st.SyncErrors)
+	}
+}
+
+// Ensure that Run creates the state file with the configured geometry and
+// on shutdown closes it cleanly: it reopens without a scan.
+func TestRun_lifecycle(t *testing.T) {
+	sc := start(t, Config{Slots: 1000, SlotSize: 64})
+	if r := dial(t, sc).acquire("k", tb10, 1, 0); r.Status != proto.StatusOK {
+		t.Fatalf("acquire: %+v", r)
+	}
+	sc.stop(t)
+	tb, err := shm.Open(sc.cfg.StatePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	if st := tb.Stats(); st.Torn != 0 || st.Inserts != 1 || st.Syncs == 0 {
+		t.Errorf("after a clean stop: %+v, want no repairs, 1 insert and a final sync", st)
 	}
 	if g := tb.Geometry(); g.SlotCount != 1000 || g.SlotSize != 64 {
 		t.Errorf("geometry %+v", g)
@@ -48,7 +60,8 @@ func TestRun_lifecycle(t *testing.T) {
 // Ensure that a configured geometry that differs from the file's is an error,
 // and that an unconfigured one takes the file's.
 func TestRun_geometryMismatch(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "state")
+	dir := shortDir(t)
+	path := filepath.Join(dir, "state")
 	tb, err := shm.Create(path, shm.Options{SlotCount: 100})
 	if err != nil {
 		t.Fatal(err)
@@ -56,23 +69,25 @@ func TestRun_geometryMismatch(t *testing.T) {
 	tb.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := Run(ctx, Config{StatePath: path, Slots: 200, Logger: quiet()}); !errors.Is(err, ErrGeometryMismatch) {
+	sock := filepath.Join(dir, "sock")
+	if err := Run(ctx, Config{StatePath: path, SocketPath: sock, Slots: 200, Logger: quiet()}); !errors.Is(err, ErrGeometryMismatch) {
 		t.Errorf("Run with other geometry: %v", err)
 	}
-	if err := Run(ctx, Config{StatePath: path, Logger: quiet()}); err != nil {
+	if err := Run(ctx, Config{StatePath: path, SocketPath: sock, Logger: quiet()}); err != nil {
 		t.Errorf("Run with the file's geometry: %v", err)
 	}
 }
 
 // Ensure that a second instance on the same state file is refused.
 func TestRun_secondInstance(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "state")
+	dir := shortDir(t)
+	path := filepath.Join(dir, "state")
 	tb, err := shm.Create(path, shm.Options{SlotCount: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tb.Close()
-	if err := Run(context.Background(), Config{StatePath: path, Logger: quiet()}); !errors.Is(err, shm.ErrLocked) {
+	if err := Run(context.Background(), Config{StatePath: path, SocketPath: filepath.Join(dir, "sock"), Logger: quiet()}); !errors.Is(err, shm.ErrLocked) {
 		t.Errorf("second instance: %v, want ErrLocked", err)
 	}
 }

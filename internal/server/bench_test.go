@@ -1,0 +1,160 @@
+package server
+
+import (
+	"net"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/proto"
+)
+
+// The socket benchmarks: acquire over the native protocol against the
+// physical floor, a bare Unix-socket echo that answers each frame with a
+// frame of an acquire answer's size. Both sides use the same client loop.
+
+const pipelineDepth = 64 // frames per write in the pipelined benchmarks
+
+var benchLimit = proto.GCRALimit(1_000_000, 1_000_000, time.Second)
+
+// acquireFrame returns one request frame holding one ACQUIRE.
+func acquireFrame(id uint32) []byte {
+	b, start := proto.BeginFrame(nil, proto.KindRequest, id)
+	return proto.EndFrame(proto.AppendItem(b, proto.OpAcquire, 0, benchLimit, 1, 0, []byte("user:42")), start, 1)
+}
+
+// decisionFrame returns a response frame holding one decision.
+func decisionFrame(id uint32) []byte {
+	b, start := proto.BeginFrame(nil, proto.KindResponse, id)
+	return proto.EndFrame(proto.AppendDecision(b, proto.OpAcquire, &proto.Decision{Allowed: true}), start, 1)
+}
+
+// echoServer answers every complete frame it reads with a decision-sized
+// frame, one write per read: what the sidecar does minus the decision.
+func echoServer(b *testing.B) string {
+	path := filepath.Join(shortDir(b), "echo")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ln.Close() })
+	answer := decisionFrame(0)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				in, out := make([]byte, 0, 64<<10), make([]byte, 0, 64<<10)
+				for {
+					n, err := c.Read(in[len(in):cap(in)])
+					if err != nil {
+						return
+					}
+					in = in[:len(in)+n]
+					rest := in
+					for {
+						frame, r, _, err := proto.SplitFrame(rest)
+						if err != nil || frame == nil {
+							break
+						}
+						out = append(out, answer...)
+						rest = r
+					}
+					in = in[:copy(in, rest)]
+					if _, err := c.Write(out); err != nil {
+						return
+					}
+					out = out[:0]
+				}
+			}()
+		}
+	}()
+	return path
+}
+
+// serial sends one frame and waits for its answer, b.N times.
+func serial(b *testing.B, path string) {
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	req := acquireFrame(1)
+	resp := make([]byte, len(decisionFrame(1)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := c.Write(req); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := readFull(c, resp); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// pipelined keeps the connection full: a writer sends frames pipelineDepth
+// at a time while the reader counts answers.
+func pipelined(b *testing.B, path string) {
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	var batch []byte
+	for i := range pipelineDepth {
+		batch = append(batch, acquireFrame(uint32(i))...)
+	}
+	respLen := len(decisionFrame(1))
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	errc := make(chan error, 1)
+	go func() {
+		for sent := 0; sent < b.N; sent += pipelineDepth {
+			if _, err := c.Write(batch); err != nil {
+				errc <- err
+				return
+			}
+		}
+		errc <- nil
+	}()
+	total := (b.N + pipelineDepth - 1) / pipelineDepth * pipelineDepth * respLen
+	buf := make([]byte, 256<<10)
+	for got := 0; got < total; {
+		n, err := c.Read(buf)
+		if err != nil {
+			b.Fatal(err)
+		}
+		got += n
+	}
+	if err := <-errc; err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "decisions/s")
+}
+
+func readFull(c net.Conn, b []byte) (int, error) {
+	n := 0
+	for n < len(b) {
+		m, err := c.Read(b[n:])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+func BenchmarkSocket(b *testing.B) {
+	sidecar := func(b *testing.B) string {
+		sc := start(b, Config{Now: func() int64 { return time.Now().UnixNano() }})
+		return sc.cfg.SocketPath
+	}
+	b.Run("acquire/serial", func(b *testing.B) { serial(b, sidecar(b)) })
+	b.Run("acquire/pipelined", func(b *testing.B) { pipelined(b, sidecar(b)) })
+	b.Run("echo/serial", func(b *testing.B) { serial(b, echoServer(b)) })
+	b.Run("echo/pipelined", func(b *testing.B) { pipelined(b, echoServer(b)) })
+}

@@ -1,0 +1,183 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/proto"
+)
+
+// sidecar is a server started for a test.
+type sidecar struct {
+	cfg    Config
+	cancel context.CancelFunc
+	done   chan error
+	clock  *atomic.Int64 // the server clock, Unix ns
+}
+
+// shortDir returns a temporary directory with a path short enough for
+// socket names (sun_path is 108 bytes; t.TempDir paths can be longer).
+func shortDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "sl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// start runs a server on a fresh state file in dir (or a new directory) and
+// stops it at the end of the test.
+func start(t testing.TB, cfg Config) *sidecar {
+	t.Helper()
+	if cfg.StatePath == "" {
+		dir := shortDir(t)
+		cfg.StatePath = filepath.Join(dir, "state")
+		cfg.SocketPath = filepath.Join(dir, "sock")
+	}
+	if cfg.Slots == 0 {
+		cfg.Slots = 4096
+		cfg.SlotSize = 128
+	}
+	sc := &sidecar{done: make(chan error, 1), clock: new(atomic.Int64)}
+	sc.clock.Store(1_700_000_000 * 1e9)
+	if cfg.Now == nil {
+		cfg.Now = sc.clock.Load
+	}
+	cfg.Logger = quiet()
+	ready := make(chan struct{})
+	cfg.Ready = func() { close(ready) }
+	sc.cfg = cfg
+	ctx, cancel := context.WithCancel(context.Background())
+	sc.cancel = cancel
+	go func() { sc.done <- Run(ctx, cfg) }()
+	select {
+	case <-ready:
+	case err := <-sc.done:
+		t.Fatalf("server did not start: %v", err)
+	}
+	t.Cleanup(func() { sc.stop(t) })
+	return sc
+}
+
+// stop shuts the server down and checks it returned cleanly.
+func (sc *sidecar) stop(t testing.TB) {
+	t.Helper()
+	if sc.cancel == nil {
+		return
+	}
+	sc.cancel()
+	sc.cancel = nil
+	select {
+	case err := <-sc.done:
+		if err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("server did not stop")
+	}
+}
+
+// client is a raw protocol client for tests.
+type client struct {
+	t    testing.TB
+	c    net.Conn
+	buf  []byte
+	next uint32
+}
+
+func dial(t testing.TB, sc *sidecar) *client {
+	t.Helper()
+	c, err := net.Dial("unix", sc.cfg.SocketPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &client{t: t, c: c}
+}
+
+// send writes one request frame holding the operations that ops appends,
+// and returns its id.
+func (c *client) send(n int, ops func(b []byte) []byte) uint32 {
+	c.t.Helper()
+	c.next++
+	b, start := proto.BeginFrame(nil, proto.KindRequest, c.next)
+	b = proto.EndFrame(ops(b), start, n)
+	if _, err := c.c.Write(b); err != nil {
+		c.t.Fatal(err)
+	}
+	return c.next
+}
+
+// recv reads one response frame and decodes its results.
+func (c *client) recv() (proto.Header, []proto.Result) {
+	c.t.Helper()
+	h, rs, err := c.tryRecv()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return h, rs
+}
+
+func (c *client) tryRecv() (proto.Header, []proto.Result, error) {
+	c.c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	for {
+		frame, rest, h, err := proto.SplitFrame(c.buf)
+		if err != nil {
+			return h, nil, err
+		}
+		if frame != nil {
+			body := frame[proto.HeaderLen:]
+			rs := make([]proto.Result, h.Count)
+			for i := range rs {
+				if body, err = proto.DecodeResult(body, &rs[i]); err != nil {
+					return h, nil, err
+				}
+				// Results alias the buffer: copy what tests keep.
+				rs[i].Message = append([]byte(nil), rs[i].Message...)
+			}
+			c.buf = append([]byte(nil), rest...)
+			return h, rs, nil
+		}
+		tmp := make([]byte, 64<<10)
+		n, err := c.c.Read(tmp)
+		c.buf = append(c.buf, tmp[:n]...)
+		if err != nil {
+			return h, nil, err
+		}
+	}
+}
+
+// do sends one operation and returns its result.
+func (c *client) do(op func(b []byte) []byte) proto.Result {
+	c.t.Helper()
+	id := c.send(1, op)
+	h, rs := c.recv()
+	if h.ID != id || len(rs) != 1 {
+		c.t.Fatalf("response id %d with %d results, want id %d with 1", h.ID, len(rs), id)
+	}
+	return rs[0]
+}
+
+// acquire sends an ACQUIRE at server time (or at, if at != 0).
+func (c *client) acquire(key string, l proto.Limit, cost, at int64) proto.Result {
+	c.t.Helper()
+	f := proto.Flags(0)
+	if at != 0 {
+		f = proto.FlagAt
+	}
+	return c.do(func(b []byte) []byte { return proto.AppendItem(b, proto.OpAcquire, f, l, cost, at, []byte(key)) })
+}
+
+// closed reports whether the server closed the connection.
+func (c *client) closed() bool {
+	_, _, err := c.tryRecv()
+	return errors.Is(err, net.ErrClosed) || err != nil
+}
