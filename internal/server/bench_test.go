@@ -158,3 +158,89 @@ func BenchmarkSocket(b *testing.B) {
 	b.Run("echo/serial", func(b *testing.B) { serial(b, echoServer(b)) })
 	b.Run("echo/pipelined", func(b *testing.B) { pipelined(b, echoServer(b)) })
 }
+
+// BenchmarkRESP measures the Redis-compatible listener beside the native
+// protocol, so the cost of compatibility is visible.
+func BenchmarkRESP(b *testing.B) {
+	respSidecar := func(b *testing.B) string {
+		sc := start(b, Config{Now: func() int64 { return time.Now().UnixNano() }})
+		return sc.cfg.RESPSocket
+	}
+	reduce := []byte("*4\r\n$9\r\nRL.REDUCE\r\n$7\r\nuser:42\r\n$10\r\n1000000000\r\n$1\r\n1\r\n")
+	throttle := []byte("*5\r\n$11\r\nCL.THROTTLE\r\n$7\r\nuser:42\r\n$7\r\n1000000\r\n$7\r\n1000000\r\n$1\r\n1\r\n")
+	b.Run("rl_reduce/pipelined", func(b *testing.B) { respPipelined(b, respSidecar(b), reduce, 1) })
+	b.Run("rl_reduce/serial", func(b *testing.B) { respSerial(b, respSidecar(b), reduce, 1) })
+	b.Run("cl_throttle/serial", func(b *testing.B) { respSerial(b, respSidecar(b), throttle, 6) })
+	b.Run("cl_throttle/pipelined", func(b *testing.B) { respPipelined(b, respSidecar(b), throttle, 6) })
+}
+
+// respSerial sends one command and reads its reply (lines reply lines), b.N
+// times.
+func respSerial(b *testing.B, path string, cmd []byte, lines int) {
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	buf := make([]byte, 4096)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := c.Write(cmd); err != nil {
+			b.Fatal(err)
+		}
+		if err := readLines(c, buf, lines); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// respPipelined writes commands pipelineDepth at a time while the reader
+// counts reply lines.
+func respPipelined(b *testing.B, path string, cmd []byte, lines int) {
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	var batch []byte
+	for range pipelineDepth {
+		batch = append(batch, cmd...)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	errc := make(chan error, 1)
+	sent := (b.N + pipelineDepth - 1) / pipelineDepth * pipelineDepth
+	go func() {
+		for n := 0; n < sent; n += pipelineDepth {
+			if _, err := c.Write(batch); err != nil {
+				errc <- err
+				return
+			}
+		}
+		errc <- nil
+	}()
+	if err := readLines(c, make([]byte, 256<<10), sent*lines); err != nil {
+		b.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "decisions/s")
+}
+
+// readLines reads until n reply lines have arrived.
+func readLines(c net.Conn, buf []byte, n int) error {
+	for n > 0 {
+		m, err := c.Read(buf)
+		for _, ch := range buf[:m] {
+			if ch == '\n' {
+				n--
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

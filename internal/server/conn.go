@@ -16,23 +16,103 @@ const (
 	keepBuffer    = 256 << 10
 )
 
-// conn is one client connection. Its goroutine reads every complete frame
-// in its buffer, answers them in order into one output buffer, and writes
-// that once: pipelined requests cost one read and one write per batch.
+// stream is the loop every connection runs, whatever its protocol: read
+// what has arrived, answer every complete request in it into one output
+// buffer, write that once. Pipelined requests cost one read and one write
+// per batch.
+type stream struct {
+	s      *server
+	c      net.Conn
+	in     []byte // bytes read and not yet handled: at most one partial request
+	out    []byte
+	closed bool         // close after writing out
+	now    int64        // the server clock, read once per batch
+	n      connCounters // statistics of the batch being handled
+}
+
+// serve runs the connection until the client leaves, breaks the protocol,
+// idles out, or the server shuts down. handle answers the complete requests
+// at the front of st.in, appending to st.out, and leaves the rest (a
+// partial request) at the front of st.in, growing it if needed.
+func (st *stream) serve(handle func()) {
+	defer st.c.Close()
+	st.in = make([]byte, 0, initialBuffer)
+	st.out = make([]byte, 0, initialBuffer)
+	for !st.closed {
+		if st.s.draining.Load() && len(st.in) == 0 {
+			return
+		}
+		// An idle connection may wait IdleTimeout for its next request; a
+		// request that has started must arrive within FrameTimeout.
+		wait := st.s.cfg.IdleTimeout
+		if len(st.in) > 0 {
+			wait = st.s.cfg.FrameTimeout
+		}
+		st.c.SetReadDeadline(time.Now().Add(wait))
+		if st.s.draining.Load() {
+			st.c.SetReadDeadline(time.Now()) // shutdown began: take only what has arrived
+		}
+		n, err := st.c.Read(st.in[len(st.in):cap(st.in)])
+		st.in = st.in[:len(st.in)+n]
+		if n > 0 {
+			// The requests of one read are handled at one instant: reading
+			// the clock costs about as much as a decision.
+			st.now = st.s.now()
+			handle()
+			st.s.stats.add(&st.n)
+			if !st.flush() {
+				return
+			}
+		}
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) && len(st.in) > 0 && !st.s.draining.Load() {
+				st.s.stats.timeouts.Add(1)
+			}
+			return
+		}
+	}
+}
+
+// keep moves the unhandled rest of st.in to its front, growing the buffer
+// to hold need bytes (at least one more than it holds when it is full), or
+// shrinking a large one that is empty.
+func (st *stream) keep(rest []byte, need int) {
+	n := copy(st.in, rest)
+	st.in = st.in[:n]
+	if n == cap(st.in) || need > cap(st.in) {
+		grown := make([]byte, n, max(2*cap(st.in), need))
+		copy(grown, st.in)
+		st.in = grown
+	} else if n == 0 && cap(st.in) > keepBuffer {
+		st.in = make([]byte, 0, initialBuffer)
+	}
+}
+
+// flush writes the answers, with a deadline so that a client that never
+// reads cannot hold the connection. It reports whether the connection is
+// still usable.
+func (st *stream) flush() bool {
+	if len(st.out) == 0 {
+		return !st.closed
+	}
+	st.c.SetWriteDeadline(time.Now().Add(st.s.cfg.WriteTimeout))
+	_, err := st.c.Write(st.out)
+	if cap(st.out) > keepBuffer {
+		st.out = make([]byte, 0, initialBuffer)
+	} else {
+		st.out = st.out[:0]
+	}
+	return err == nil && !st.closed
+}
+
+// conn is a connection speaking the native protocol.
 type conn struct {
-	s   *server
-	c   *net.UnixConn
-	in  []byte // bytes read and not yet handled: at most one partial frame after handling
-	out []byte
+	stream
 
 	// scratch reused across operations, so serving allocates nothing
-	op     proto.Op
-	lim    limitCache
-	multi  multiScratch
-	closed bool // close after writing out
-
-	now int64        // the server clock, read once per batch of frames
-	n   connCounters // statistics of the batch being handled
+	op    proto.Op
+	lim   limitCache
+	multi multiScratch
 
 	frameStart int // where the response frame being built starts in out
 	opsLeft    int // operations of the frame still to answer after this one
@@ -49,52 +129,8 @@ func (c *conn) room(b []byte) int {
 	return proto.MaxFrameLen + 4 - (len(b) - c.frameStart) - (c.opsLeft+1)*maxResult
 }
 
-// serve runs the connection until the client leaves, breaks the protocol,
-// idles out, or the server shuts down.
-func (c *conn) serve() {
-	defer c.c.Close()
-	c.in = make([]byte, 0, initialBuffer)
-	c.out = make([]byte, 0, initialBuffer)
-	for !c.closed {
-		if c.s.draining.Load() && len(c.in) == 0 {
-			return
-		}
-		// An idle connection may wait IdleTimeout for its next frame; a
-		// frame that has started must arrive within FrameTimeout.
-		wait := c.s.cfg.IdleTimeout
-		if len(c.in) > 0 {
-			wait = c.s.cfg.FrameTimeout
-		}
-		c.c.SetReadDeadline(time.Now().Add(wait))
-		if c.s.draining.Load() {
-			c.c.SetReadDeadline(time.Now()) // shutdown began: take only what has arrived
-		}
-		n, err := c.c.Read(c.in[len(c.in):cap(c.in)])
-		c.in = c.in[:len(c.in)+n]
-		if n > 0 {
-			c.handle()
-			if !c.flush() {
-				return
-			}
-		}
-		if err != nil {
-			if errors.Is(err, os.ErrDeadlineExceeded) && len(c.in) > 0 && !c.s.draining.Load() {
-				c.s.stats.timeouts.Add(1)
-			}
-			return
-		}
-	}
-}
-
-// handle answers every complete frame in c.in and keeps the remainder (a
-// partial frame) at the front of the buffer, growing the buffer if that
-// frame will not fit.
-//
-// The frames of one read are handled at one instant: the server clock is
-// read once for all of them (reading it costs about as much as a decision).
+// handle answers every complete frame in c.in.
 func (c *conn) handle() {
-	c.now = c.s.now()
-	defer c.s.stats.add(&c.n)
 	rest := c.in
 	for !c.closed {
 		frame, r, h, err := proto.SplitFrame(rest)
@@ -108,42 +144,13 @@ func (c *conn) handle() {
 		c.frame(frame, h)
 		rest = r
 	}
-	n := copy(c.in, rest)
-	c.in = c.in[:n]
-	if n == cap(c.in) || (n >= proto.HeaderLen && headerLen(c.in) > cap(c.in)) {
-		grown := make([]byte, n, max(2*cap(c.in), headerLen(c.in)))
-		copy(grown, c.in)
-		c.in = grown
-	} else if n == 0 && cap(c.in) > keepBuffer {
-		c.in = make([]byte, 0, initialBuffer)
+	need := 0
+	if len(rest) >= proto.HeaderLen {
+		if h, err := proto.ParseHeader(rest); err == nil {
+			need = int(h.Length) + 4 // checked against MaxFrameLen by SplitFrame
+		}
 	}
-}
-
-// headerLen is the full size of the frame whose header starts b: SplitFrame
-// has already checked it against proto.MaxFrameLen.
-func headerLen(b []byte) int {
-	h, err := proto.ParseHeader(b)
-	if err != nil {
-		return 0
-	}
-	return int(h.Length) + 4
-}
-
-// flush writes the answers, with a deadline so that a client that never
-// reads cannot hold the connection. It reports whether the connection is
-// still usable.
-func (c *conn) flush() bool {
-	if len(c.out) == 0 {
-		return !c.closed
-	}
-	c.c.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
-	_, err := c.c.Write(c.out)
-	if cap(c.out) > keepBuffer {
-		c.out = make([]byte, 0, initialBuffer)
-	} else {
-		c.out = c.out[:0]
-	}
-	return err == nil && !c.closed
+	c.keep(rest, need)
 }
 
 // frameError answers a frame that cannot be split or parsed with one error

@@ -29,16 +29,20 @@ type connCounters struct {
 
 // add moves n into the server's counters and zeroes it.
 func (c *counters) add(n *connCounters) {
-	for _, f := range []struct {
-		dst *atomic.Int64
-		v   int64
-	}{{&c.frames, n.frames}, {&c.ops, n.ops}, {&c.malformed, n.malformed}, {&c.denied, n.denied},
-		{&c.allowed, n.allowed}, {&c.errors, n.errors}, {&c.tableFulls, n.tableFulls}} {
-		if f.v != 0 {
-			f.dst.Add(f.v)
-		}
-	}
+	addNonZero(&c.frames, n.frames)
+	addNonZero(&c.ops, n.ops)
+	addNonZero(&c.malformed, n.malformed)
+	addNonZero(&c.denied, n.denied)
+	addNonZero(&c.allowed, n.allowed)
+	addNonZero(&c.errors, n.errors)
+	addNonZero(&c.tableFulls, n.tableFulls)
 	*n = connCounters{}
+}
+
+func addNonZero(dst *atomic.Int64, v int64) {
+	if v != 0 {
+		dst.Add(v)
+	}
 }
 
 // scanSpan bounds the slots one SCAN examines, so a scan that matches little

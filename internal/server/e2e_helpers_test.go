@@ -42,6 +42,9 @@ func start(t testing.TB, cfg Config) *sidecar {
 		cfg.StatePath = filepath.Join(dir, "state")
 		cfg.SocketPath = filepath.Join(dir, "sock")
 	}
+	if cfg.RESPSocket == "" {
+		cfg.RESPSocket = filepath.Join(filepath.Dir(cfg.SocketPath), filepath.Base(cfg.SocketPath)+".resp")
+	}
 	if cfg.Slots == 0 {
 		cfg.Slots = 4096
 		cfg.SlotSize = 128

@@ -300,7 +300,7 @@ func TestServer_socketRules(t *testing.T) {
 		t.Fatalf("socket %v %v", fi.Mode(), err)
 	}
 	dir := shortDir(t)
-	err = Run(t.Context(), Config{StatePath: filepath.Join(dir, "other"), SocketPath: sc.cfg.SocketPath, Slots: 16, Logger: quiet()})
+	err = Run(t.Context(), Config{StatePath: filepath.Join(dir, "other"), SocketPath: sc.cfg.SocketPath, Slots: 16, RESPSocket: "-", Logger: quiet()})
 	if !errors.Is(err, ErrSocketInUse) {
 		t.Errorf("second server on a live socket: %v", err)
 	}
@@ -321,12 +321,12 @@ func TestServer_socketRules(t *testing.T) {
 	}
 
 	long := filepath.Join(dir, strings.Repeat("x", 120))
-	if err := Run(t.Context(), Config{StatePath: filepath.Join(dir, "s3"), SocketPath: long, Slots: 16, Logger: quiet()}); !errors.Is(err, ErrSocketPath) {
+	if err := Run(t.Context(), Config{StatePath: filepath.Join(dir, "s3"), SocketPath: long, Slots: 16, RESPSocket: "-", Logger: quiet()}); !errors.Is(err, ErrSocketPath) {
 		t.Errorf("long socket path: %v", err)
 	}
 	notSock := filepath.Join(dir, "file")
 	os.WriteFile(notSock, []byte("keep"), 0o600)
-	if err := Run(t.Context(), Config{StatePath: filepath.Join(dir, "s4"), SocketPath: notSock, Slots: 16, Logger: quiet()}); !errors.Is(err, ErrSocketPath) {
+	if err := Run(t.Context(), Config{StatePath: filepath.Join(dir, "s4"), SocketPath: notSock, Slots: 16, RESPSocket: "-", Logger: quiet()}); !errors.Is(err, ErrSocketPath) {
 		t.Errorf("socket path that is a regular file: %v", err)
 	}
 	if b, _ := os.ReadFile(notSock); !bytes.Equal(b, []byte("keep")) {
@@ -413,5 +413,41 @@ func TestServer_scanBudget(t *testing.T) {
 		if n != 1 {
 			t.Fatalf("%s seen %d times", k, n)
 		}
+	}
+}
+
+// Ensure that serving a request allocates nothing, on the native and the
+// Redis protocol (the whole process is counted: client and server).
+func TestServer_noAllocs(t *testing.T) {
+	sc := start(t, Config{Now: func() int64 { return 1_700_000_000 * 1e9 }})
+	c := dial(t, sc)
+	req := frameOf(1, proto.AppendItem(nil, proto.OpAcquire, 0, proto.GCRALimit(1e9, 1e9, time.Second), 1, 0, []byte("user:1")))
+	resp := make([]byte, 12+2+41)
+	roundTrip := func(conn net.Conn, req, resp []byte) {
+		if _, err := conn.Write(req); err != nil {
+			t.Fatal(err)
+		}
+		for n := 0; n < len(resp); {
+			m, err := conn.Read(resp[n:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += m
+		}
+	}
+	roundTrip(c.c, req, resp) // warm the connection's buffers and limit cache
+	if n := testing.AllocsPerRun(200, func() { roundTrip(c.c, req, resp) }); n > 0.05 {
+		t.Errorf("native acquire: %v allocs per request", n)
+	}
+	rc, err := net.Dial("unix", sc.cfg.RESPSocket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	cmd := []byte("*4\r\n$9\r\nRL.REDUCE\r\n$1\r\nk\r\n$10\r\n1000000000\r\n$2\r\n60\r\n")
+	reply := make([]byte, len(":1000000000\r\n"))
+	roundTrip(rc, cmd, reply)
+	if n := testing.AllocsPerRun(200, func() { roundTrip(rc, cmd, reply[:len(":999999999\r\n")]) }); n > 0.05 {
+		t.Errorf("RL.REDUCE: %v allocs per request", n)
 	}
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"fmt"
+	"github.com/sluicehq/sluice/proto"
 	"io/fs"
 	"net"
 	"os"
@@ -20,12 +21,84 @@ var (
 	ErrSocketPath = errors.New("server: unusable socket path")
 )
 
-// socket is a listening Unix socket and the instance lock that guards its
-// path.
-type socket struct {
-	path string
-	ln   *net.UnixListener
-	lock *os.File
+// listener is one listening socket, the protocol it speaks, and, for a
+// Unix socket, the instance lock that guards its path.
+type listener struct {
+	ln      net.Listener
+	path    string   // Unix socket path, "" for TCP
+	lock    *os.File // instance lock of path
+	serve   func(s *server, c net.Conn)
+	refusal func(st proto.Status, msg string) []byte // the answer to a connection refused before serving
+}
+
+// listenAll opens every listener the configuration asks for: the native
+// protocol's socket, the Redis protocol's socket and, if set, its TCP
+// address.
+func listenAll(c Config) ([]*listener, error) {
+	var lns []*listener
+	fail := func(err error) ([]*listener, error) {
+		for _, l := range lns {
+			l.ln.Close()
+			l.close()
+		}
+		return nil, err
+	}
+	native, err := listenUnix(c.SocketPath, c.SocketMode)
+	if err != nil {
+		return fail(err)
+	}
+	native.serve, native.refusal = serveNative, refuseNative
+	lns = append(lns, native)
+	if c.RESPSocket != "-" {
+		l, err := listenUnix(c.RESPSocket, c.SocketMode)
+		if err != nil {
+			return fail(err)
+		}
+		l.serve, l.refusal = serveRESP, refuseRESP
+		lns = append(lns, l)
+	}
+	if c.RESPAddr != "" {
+		if err := checkLoopback(c.RESPAddr, c.RESPAllowRemote); err != nil {
+			return fail(err)
+		}
+		ln, err := net.Listen("tcp", c.RESPAddr)
+		if err != nil {
+			return fail(fmt.Errorf("server: listen on %s: %w", c.RESPAddr, err))
+		}
+		lns = append(lns, &listener{ln: ln, serve: serveRESP, refusal: refuseRESP})
+	}
+	return lns, nil
+}
+
+// ErrRemoteAddr is returned for a TCP address that is not on loopback when
+// remote clients are not allowed.
+var ErrRemoteAddr = errors.New("server: the Redis protocol listens on loopback only (allow remote clients explicitly)")
+
+// checkLoopback refuses a host:port whose host is not a loopback address
+// (or "localhost"), unless allow is set.
+func checkLoopback(addr string, allow bool) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("server: address %q: %w", addr, err)
+	}
+	if allow || host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("%w: %s", ErrRemoteAddr, addr)
+}
+
+func serveNative(s *server, c net.Conn) {
+	cn := &conn{stream: stream{s: s, c: c}}
+	cn.serve(cn.handle)
+}
+
+// refuseNative is a response frame with one error result.
+func refuseNative(st proto.Status, msg string) []byte {
+	b, start := proto.BeginFrame(nil, proto.KindResponse, 0)
+	return proto.EndFrame(proto.AppendError(b, 0, st, msg), start, 1)
 }
 
 // listen binds a Unix stream socket at path with file mode perm. It first
@@ -35,7 +108,7 @@ type socket struct {
 // name, given its mode, and renamed into place, so it is never reachable
 // with the process umask's permissions. The directory is created 0750 if
 // missing and must not be writable by others.
-func listen(path string, perm fs.FileMode) (*socket, error) {
+func listenUnix(path string, perm fs.FileMode) (*listener, error) {
 	if len(path) > maxSocketPath {
 		return nil, fmt.Errorf("%w: %q is %d bytes, the limit is %d", ErrSocketPath, path, len(path), maxSocketPath)
 	}
@@ -52,7 +125,7 @@ func listen(path string, perm fs.FileMode) (*socket, error) {
 	if err != nil {
 		return nil, err
 	}
-	fail := func(err error) (*socket, error) {
+	fail := func(err error) (*listener, error) {
 		lock.Close()
 		return nil, err
 	}
@@ -86,12 +159,14 @@ func listen(path string, perm fs.FileMode) (*socket, error) {
 			return fail(err)
 		}
 	}
-	return &socket{path: path, ln: ln, lock: lock}, nil
+	return &listener{path: path, ln: ln, lock: lock}, nil
 }
 
-// close stops listening, removes the socket file and releases the lock.
-func (s *socket) close() {
-	s.ln.Close()
-	os.Remove(s.path)
-	s.lock.Close()
+// close removes a Unix socket's file and releases its lock; the listener
+// itself is closed first, by the caller.
+func (l *listener) close() {
+	if l.path != "" {
+		os.Remove(l.path)
+		l.lock.Close()
+	}
 }

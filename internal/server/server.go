@@ -22,6 +22,7 @@ import (
 const (
 	DefaultStatePath    = "var/sluice.state"
 	DefaultSocketPath   = "var/sluice.sock"
+	DefaultRESPSocket   = "var/sluice-resp.sock"
 	DefaultSlots        = 1 << 21 // 2,097,152 slots: about 1.5M buckets at a load of 0.7 (128 MiB at 64 bytes)
 	DefaultSlotSize     = shm.MinSlotSize
 	DefaultSyncInterval = time.Second
@@ -36,18 +37,23 @@ const (
 // Config is what the sidecar needs to run. Zero fields take the defaults
 // above.
 type Config struct {
-	StatePath    string        // the state file; created if missing
-	SocketPath   string        // the native protocol's Unix socket
-	Slots        uint64        // slot count of a new state file
-	SlotSize     int           // slot size of a new state file: 64, 128 or 256
-	SyncInterval time.Duration // how often the table is synced to disk
-	SocketMode   fs.FileMode   // permissions of the socket file
-	MaxConns     int           // connections served at once; more are answered Busy and closed
-	IdleTimeout  time.Duration // how long a connection may wait between frames
-	FrameTimeout time.Duration // how long a started frame may take to arrive
-	WriteTimeout time.Duration // how long a client may take to accept an answer
-	DrainTimeout time.Duration // how long shutdown waits for connections to finish
-	Logger       *slog.Logger  // nil: slog.Default()
+	StatePath  string // the state file; created if missing
+	SocketPath string // the native protocol's Unix socket
+	RESPSocket string // the Redis-protocol Unix socket; "-" for none
+	RESPAddr   string // the Redis protocol on TCP, host:port; "" for none
+	// RESPAllowRemote lets RESPAddr be other than a loopback address. The
+	// listener has no authentication: anyone who reaches it can use it.
+	RESPAllowRemote bool
+	Slots           uint64        // slot count of a new state file
+	SlotSize        int           // slot size of a new state file: 64, 128 or 256
+	SyncInterval    time.Duration // how often the table is synced to disk
+	SocketMode      fs.FileMode   // permissions of the socket file
+	MaxConns        int           // connections served at once; more are answered Busy and closed
+	IdleTimeout     time.Duration // how long a connection may wait between frames
+	FrameTimeout    time.Duration // how long a started frame may take to arrive
+	WriteTimeout    time.Duration // how long a client may take to accept an answer
+	DrainTimeout    time.Duration // how long shutdown waits for connections to finish
+	Logger          *slog.Logger  // nil: slog.Default()
 
 	// Now is the server clock, Unix nanoseconds; nil means the wall clock.
 	// It exists for tests, which need a clock they control.
@@ -68,6 +74,9 @@ func (c *Config) withDefaults() Config {
 	}
 	if d.SocketPath == "" {
 		d.SocketPath = DefaultSocketPath
+	}
+	if d.RESPSocket == "" {
+		d.RESPSocket = DefaultRESPSocket
 	}
 	if d.Slots == 0 {
 		d.Slots = DefaultSlots
@@ -134,7 +143,7 @@ type server struct {
 
 	draining atomic.Bool
 	mu       sync.Mutex
-	conns    map[*net.UnixConn]struct{}
+	conns    map[net.Conn]struct{}
 	wg       sync.WaitGroup
 }
 
@@ -151,7 +160,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	sock, err := listen(c.SocketPath, c.SocketMode)
+	lns, err := listenAll(c)
 	if err != nil {
 		t.Close()
 		return err
@@ -159,7 +168,7 @@ func Run(ctx context.Context, cfg Config) error {
 	g, st := t.Geometry(), t.Stats()
 	s := &server{
 		cfg: c, log: c.Logger, engine: engine.New(t), now: c.Now,
-		conns: make(map[*net.UnixConn]struct{}),
+		conns: make(map[net.Conn]struct{}),
 		hello: proto.Hello{
 			Version: proto.Version, MaxFrame: proto.MaxFrameLen, MaxBatch: proto.MaxBatch,
 			MaxKey: proto.MaxKeyLen, MaxMulti: proto.MaxMulti,
@@ -169,20 +178,28 @@ func Run(ctx context.Context, cfg Config) error {
 	s.log.Info("sluiced started", "state", c.StatePath, "created", created, "slots", g.SlotCount,
 		"slot_size", g.SlotSize, "file_bytes", g.FileSize, "used_slots", st.Used,
 		"load", fmt.Sprintf("%.3f", float64(st.Used)/float64(g.SlotCount)),
-		"torn_slots_reset", st.Torn, "socket", c.SocketPath, "sync_interval", c.SyncInterval)
+		"torn_slots_reset", st.Torn, "socket", c.SocketPath, "resp_socket", c.RESPSocket,
+		"resp_addr", c.RESPAddr, "sync_interval", c.SyncInterval)
 
-	accepted := make(chan struct{})
-	go func() { defer close(accepted); s.accept(sock.ln) }()
+	var accepting sync.WaitGroup
+	for _, l := range lns {
+		accepting.Add(1)
+		go func() { defer accepting.Done(); s.accept(l) }()
+	}
 	if c.Ready != nil {
 		c.Ready()
 	}
 	syncLoop(ctx, t, c.SyncInterval, s.log)
-	sock.ln.Close()
-	<-accepted
+	for _, l := range lns {
+		l.ln.Close()
+	}
+	accepting.Wait()
 	s.drain()
 	st = t.Stats()
 	err = t.Close()
-	sock.close()
+	for _, l := range lns {
+		l.close()
+	}
 	if err != nil {
 		s.log.Error("sluiced stopped; final sync failed", "err", err)
 		return err
@@ -210,10 +227,10 @@ func syncLoop(ctx context.Context, t *shm.Table, every time.Duration, log *slog.
 	}
 }
 
-// accept serves connections until the listener is closed.
-func (s *server) accept(ln *net.UnixListener) {
+// accept serves a listener's connections until it is closed.
+func (s *server) accept(l *listener) {
 	for {
-		c, err := ln.AcceptUnix()
+		c, err := l.ln.Accept()
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
@@ -226,7 +243,9 @@ func (s *server) accept(ln *net.UnixListener) {
 		if int(s.stats.conns.Add(1)) > s.cfg.MaxConns {
 			s.stats.conns.Add(-1)
 			s.stats.connsRejected.Add(1)
-			s.reject(c, proto.StatusBusy, "too many connections")
+			c.SetWriteDeadline(time.Now().Add(time.Second))
+			c.Write(l.refusal(proto.StatusBusy, "too many connections"))
+			c.Close()
 			continue
 		}
 		s.mu.Lock()
@@ -235,23 +254,13 @@ func (s *server) accept(ln *net.UnixListener) {
 		s.mu.Unlock()
 		go func() {
 			defer s.wg.Done()
-			(&conn{s: s, c: c}).serve()
+			l.serve(s, c)
 			s.mu.Lock()
 			delete(s.conns, c)
 			s.mu.Unlock()
 			s.stats.conns.Add(-1)
 		}()
 	}
-}
-
-// reject answers a connection it will not serve with one error frame and
-// closes it.
-func (s *server) reject(c *net.UnixConn, st proto.Status, msg string) {
-	b, start := proto.BeginFrame(nil, proto.KindResponse, 0)
-	b = proto.AppendError(b, 0, st, msg)
-	c.SetWriteDeadline(time.Now().Add(time.Second))
-	c.Write(proto.EndFrame(b, start, 1))
-	c.Close()
 }
 
 // drain lets every connection finish what it has read, then closes it:

@@ -70,10 +70,10 @@ func TestRun_geometryMismatch(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	sock := filepath.Join(dir, "sock")
-	if err := Run(ctx, Config{StatePath: path, SocketPath: sock, Slots: 200, Logger: quiet()}); !errors.Is(err, ErrGeometryMismatch) {
+	if err := Run(ctx, Config{StatePath: path, SocketPath: sock, Slots: 200, RESPSocket: "-", Logger: quiet()}); !errors.Is(err, ErrGeometryMismatch) {
 		t.Errorf("Run with other geometry: %v", err)
 	}
-	if err := Run(ctx, Config{StatePath: path, SocketPath: sock, Logger: quiet()}); err != nil {
+	if err := Run(ctx, Config{StatePath: path, SocketPath: sock, RESPSocket: "-", Logger: quiet()}); err != nil {
 		t.Errorf("Run with the file's geometry: %v", err)
 	}
 }
@@ -87,7 +87,7 @@ func TestRun_secondInstance(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tb.Close()
-	if err := Run(context.Background(), Config{StatePath: path, SocketPath: filepath.Join(dir, "sock"), Logger: quiet()}); !errors.Is(err, shm.ErrLocked) {
+	if err := Run(context.Background(), Config{StatePath: path, SocketPath: filepath.Join(dir, "sock"), RESPSocket: "-", Logger: quiet()}); !errors.Is(err, shm.ErrLocked) {
 		t.Errorf("second instance: %v, want ErrLocked", err)
 	}
 }
