@@ -35,9 +35,11 @@ package shm
 //
 // A slot (S = SlotSize bytes; the first 64 bytes are the same for every size):
 //
-//	0x00  lock     uint32  bit 0: spinlock (1 held); bits 16-31: reach, the
-//	                       largest displacement of any bucket whose home is
-//	                       this slot (lookups probe no further); bits 1-15: 0
+//	0x00  lock     uint32  bit 0: spinlock (1 held); bits 1-15: while held,
+//	                       the holder's generation (random per open, never 0),
+//	                       else 0; bits 16-31: reach, the largest displacement
+//	                       of any bucket whose home is this slot (lookups probe
+//	                       no further)
 //	0x04  sum      uint32  checksum of bytes [0x08, 0x40) (checksumOf)
 //	0x08  fp0      uint64  fingerprint, first half  } both zero: the slot was never used
 //	0x10  fp1      uint64  fingerprint, second half }
@@ -136,8 +138,10 @@ const (
 
 // Lock word bits.
 const (
-	lockHeld   = 1  // bit 0: the slot is locked
-	reachShift = 16 // bits 16-31: the home slot's reach
+	lockHeld   = 1      // bit 0: the slot is locked
+	genShift   = 1      // bits 1-15: the holder's generation
+	genMask    = 0xfffe // the generation bits in place
+	reachShift = 16     // bits 16-31: the home slot's reach
 	maxReach   = 1<<16 - 1
 )
 

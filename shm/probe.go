@@ -82,23 +82,70 @@ func spinLock(l *uint32) {
 	}
 }
 
-func spinUnlock(l *uint32) { atomic.AndUint32(l, ^uint32(lockHeld)) }
+func spinUnlock(l *uint32) { atomic.AndUint32(l, ^uint32(lockHeld|genMask)) }
+
+// lockSlot takes the lock of the slot at p, tagging it with this open's
+// generation, and checks the slot before handing it out:
+//
+//   - A lock held under another generation belongs to no goroutine of this
+//     process: its holder died, or the word was damaged on disk. It is taken
+//     over, and the slot, which may be half-written, is repaired.
+//   - A slot whose checksum does not match (a torn write, a bit flip) is
+//     repaired.
+//
+// Repairing counts the slot as torn and marks it conservative (or, if it
+// holds no fingerprint, empties it), so damage found in a file that was
+// closed cleanly, and hence not scanned on open, is caught on first use.
+func (t *Table) lockSlot(p unsafe.Pointer) {
+	l := u32at(p, slotLock)
+	tag := t.gen<<genShift | lockHeld
+	for i := 0; ; i++ {
+		v := atomic.LoadUint32(l)
+		if v&lockHeld == 0 {
+			if atomic.CompareAndSwapUint32(l, v, v&^genMask|tag) {
+				break
+			}
+		} else if v&genMask != t.gen<<genShift {
+			if atomic.CompareAndSwapUint32(l, v, v&^genMask|tag) {
+				t.repair(p, true)
+				return
+			}
+		}
+		if i >= 16 {
+			runtime.Gosched()
+		}
+	}
+	if *u32at(p, slotSum) != checksumOf(p) {
+		t.repair(p, false)
+	}
+}
 
 // reach returns how far past home slot i lookups must probe.
 func (t *Table) reach(i uint64) uint64 {
 	return uint64(atomic.LoadUint32(u32at(t.slotPtr(i), slotLock)) >> reachShift)
 }
 
-// raiseReach makes home slot i's reach at least d. Reach only grows while
-// the table is open; recover recomputes it.
+// raiseReach makes home slot i's reach at least d. The reach is part of the
+// slot's checksum, so it changes only under the slot's lock; it only grows
+// while the table is open, and recover recomputes it. The caller must hold no
+// other slot lock.
 func (t *Table) raiseReach(i, d uint64) {
-	l := u32at(t.slotPtr(i), slotLock)
-	for {
-		v := atomic.LoadUint32(l)
-		if uint64(v>>reachShift) >= d || atomic.CompareAndSwapUint32(l, v, v&(1<<reachShift-1)|uint32(d)<<reachShift) {
-			return
-		}
+	p := t.slotPtr(i)
+	if t.reach(i) >= d {
+		return
 	}
+	t.lockSlot(p)
+	if l := u32at(p, slotLock); uint64(atomic.LoadUint32(l)>>reachShift) < d {
+		setReach(l, d)
+		*u32at(p, slotSum) = checksumOf(p)
+	}
+	spinUnlock(u32at(p, slotLock))
+}
+
+// setReach stores reach d into the lock word at l, keeping its lock bits;
+// the caller holds the lock (or the table is not shared yet).
+func setReach(l *uint32, d uint64) {
+	atomic.StoreUint32(l, atomic.LoadUint32(l)&(1<<reachShift-1)|uint32(d)<<reachShift)
 }
 
 func (t *Table) insertLock(fp Fingerprint) *uint32 {
@@ -225,7 +272,7 @@ func (t *Table) Lookup(fp Fingerprint) (s Slot, ok bool) {
 		if !ok {
 			return Slot{}, false
 		}
-		spinLock(u32at(p, slotLock))
+		t.lockSlot(p)
 		if (Slot{p, i, t}).Fingerprint() == fp {
 			return Slot{p, i, t}, true
 		}
@@ -255,7 +302,7 @@ func (t *Table) LookupOrInsert(fp Fingerprint, kind uint8, key []byte, now int64
 		// that does not find it is final.
 		p, i, ok := t.find(fp)
 		if ok {
-			spinLock(u32at(p, slotLock))
+			t.lockSlot(p)
 			if (Slot{p, i, t}).Fingerprint() == fp {
 				return Slot{p, i, t}, true, nil
 			}
@@ -280,7 +327,11 @@ func (t *Table) claim(fp Fingerprint, kind uint8, key []byte, now int64) (Slot, 
 	for d := range t.probeCap {
 		p := t.slotPtr(i)
 		if loadFP(p) == (Fingerprint{}) || reclaimable(p, now) {
-			spinLock(u32at(p, slotLock))
+			// Lookups must probe this far before the fingerprint appears.
+			// The home slot is locked for that before the candidate, so no
+			// two slot locks are held at once.
+			t.raiseReach(h, d)
+			t.lockSlot(p)
 			if loadFP(p) == (Fingerprint{}) {
 				atomic.AddUint64(t.counter(counterUsed), 1)
 			} else if reclaimable(p, now) {
@@ -292,8 +343,6 @@ func (t *Table) claim(fp Fingerprint, kind uint8, key []byte, now int64) (Slot, 
 				i = t.next(i)
 				continue
 			}
-			// Lookups must probe this far before the fingerprint appears.
-			t.raiseReach(h, d)
 			return t.fill(p, i, fp, kind, key), true
 		}
 		i = t.next(i)
@@ -327,16 +376,17 @@ func (t *Table) fill(p unsafe.Pointer, i uint64, fp Fingerprint, kind uint8, key
 // insert lock: that order is what makes multi-slot operations deadlock-free.
 func (t *Table) LockIndex(i uint64) Slot {
 	p := t.slotPtr(i)
-	spinLock(u32at(p, slotLock))
+	t.lockSlot(p)
 	return Slot{p, i, t}
 }
 
 // checksumOf is the checksum of the slot at p: a multiply-xor mix of the words
-// in [summedFrom, summedTo). Independent products keep it a few cycles long;
+// in [summedFrom, summedTo) and of the reach in the lock word. Independent products keep it a few cycles long;
 // it detects torn writes and bit flips, not adversaries.
 func checksumOf(p unsafe.Pointer) uint32 {
 	w := summedWords(p)
-	a := w[0]*0x9E3779B97F4A7C15 + w[1]*0xC2B2AE3D27D4EB4F + w[2]*0x165667B19E3779F9 + w[3]*0xD6E8FEB86659FD93
+	r := uint64(atomic.LoadUint32(u32at(p, slotLock)) >> reachShift)
+	a := w[0]*0x9E3779B97F4A7C15 + w[1]*0xC2B2AE3D27D4EB4F + w[2]*0x165667B19E3779F9 + w[3]*0xD6E8FEB86659FD93 + r*0x2545F4914F6CDD1D
 	b := w[4]*0xFF51AFD7ED558CCD + w[5]*0xC4CEB9FE1A85EC53 + w[6]*0x94D049BB133111EB
 	h := a ^ bits.RotateLeft64(b, 29)
 	h ^= h >> 32
@@ -360,7 +410,7 @@ func (t *Table) Scan(cursor, span uint64, fn func(Slot) bool) (next uint64) {
 		if loadFP(p) == (Fingerprint{}) {
 			continue
 		}
-		spinLock(u32at(p, slotLock))
+		t.lockSlot(p)
 		s := Slot{p, i, t}
 		more := true
 		if s.Live() {

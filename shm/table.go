@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	mrand "math/rand/v2"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -69,6 +70,7 @@ func (o Options) validate() error {
 // concurrently with any other method.
 type Table struct {
 	base     unsafe.Pointer // first byte of the mapping or heap buffer
+	gen      uint32         // this open's generation, tagging the slot locks it holds
 	slotSize uintptr
 	n        uint64 // slot count
 	probeCap uint64
@@ -225,6 +227,9 @@ func mapTable(f *os.File) (*Table, error) {
 	}
 	t := &Table{base: mappingBase(m), file: f, mm: m}
 	t.load(t.headerBytes())
+	// Insert locks are held only for an instant, but a process killed in that
+	// instant leaves one held: the file's single owner starts with them free.
+	clear(t.headerBytes()[offInsertLocks : offInsertLocks+numInsertLocks*4])
 	flag := t.cleanFlag()
 	if *flag != cleanMagic {
 		t.recover()
@@ -249,6 +254,7 @@ func (t *Table) load(hdr []byte) {
 	t.seed1 = le.Uint64(hdr[offSeed1:])
 	t.probeCap = uint64(le.Uint32(hdr[offProbeCap:]))
 	t.room = inlineRoom(int(t.slotSize))
+	t.gen = uint32(mrand.IntN(genMask>>genShift)) + 1 // never 0: an unlocked word has no generation
 }
 
 // writeHeader fills a zeroed header page for a new table with geometry o and

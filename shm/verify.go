@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/cespare/xxhash/v2"
 )
@@ -55,17 +56,15 @@ func (t *Table) recover() {
 	for i := range t.n {
 		p := t.slotPtr(i)
 		locked := *u32at(p, slotLock)&lockHeld != 0
-		*u32at(p, slotLock) = 0 // clears the reach too; recomputed below
 		torn := locked || *u32at(p, slotSum) != checksumOf(p)
 		if n := int(*u16at(p, slotKeyLen)); n > 0 && (n > t.room || *u32at(p, slotKeySum) != uint32(xxhash.Sum64(keyBytes(p, n)))) {
 			torn = true
-			*u16at(p, slotKeyLen), *u32at(p, slotKeySum) = 0, 0
 		}
+		*u32at(p, slotLock) = 0 // clears the reach too; recomputed below
 		if !torn {
 			if loadFP(p) != (Fingerprint{}) && *u8at(p, slotFlags)&flagLive == 0 && *i64at(p, slotFreshAt) != math.MinInt64 {
 				// A reservation whose holder died: release it.
 				*i64at(p, slotFreshAt) = math.MinInt64
-				*u32at(p, slotSum) = checksumOf(p)
 			}
 			continue
 		}
@@ -73,22 +72,57 @@ func (t *Table) recover() {
 			atomic.AddUint64(t.counter(counterLockedOnOpen), 1)
 		}
 		atomic.AddUint64(t.counter(counterTorn), 1)
-		if loadFP(p) == (Fingerprint{}) {
-			clear(t.slotBytes(i))
-			continue
-		}
-		*u8at(p, slotFlags) = flagLive | flagConservative
-		if fa := i64at(p, slotFreshAt); *fa < now {
-			*fa = now
-		}
-		*u32at(p, slotSum) = checksumOf(p)
+		t.resetSlot(p, now)
 	}
 	for i := range t.n {
 		if fp := loadFP(t.slotPtr(i)); fp != (Fingerprint{}) {
 			h := t.home(fp)
-			t.raiseReach(h, (i+t.n-h)%t.n)
+			if d := (i + t.n - h) % t.n; d > t.reach(h) {
+				setReach(u32at(t.slotPtr(h), slotLock), d)
+			}
 		}
 	}
+	// The reach is under the checksum: reseal what changed.
+	for i := range t.n {
+		p := t.slotPtr(i)
+		if sum := checksumOf(p); *u32at(p, slotSum) != sum {
+			*u32at(p, slotSum) = sum
+		}
+	}
+}
+
+// repair resets a locked slot found damaged while serving, and counts it.
+// stale says the slot's lock was taken over from a holder that is gone.
+func (t *Table) repair(p unsafe.Pointer, stale bool) {
+	if stale {
+		atomic.AddUint64(t.counter(counterLockedOnOpen), 1)
+	}
+	atomic.AddUint64(t.counter(counterTorn), 1)
+	t.resetSlot(p, nowNanos())
+}
+
+// resetSlot repairs one damaged slot, locked by the caller (or during
+// recovery, before the table is shared), leaving its lock word alone: a slot
+// without a fingerprint is emptied; any other is marked live and
+// conservative (its owner replaces the state with one that grants no
+// burst), keeps a FreshAt no earlier than now, so it is not reclaimed before
+// its owner sees it, and drops an inline key that fails its checksum.
+func (t *Table) resetSlot(p unsafe.Pointer, now int64) {
+	if loadFP(p) == (Fingerprint{}) {
+		// An empty slot is all zero, its reach included: no bucket was ever
+		// displaced past a slot while it was empty.
+		setReach(u32at(p, slotLock), 0)
+		clear(unsafe.Slice((*byte)(unsafe.Add(p, slotSum)), t.slotSize-slotSum))
+		return
+	}
+	if n := int(*u16at(p, slotKeyLen)); n > 0 && (n > t.room || *u32at(p, slotKeySum) != uint32(xxhash.Sum64(keyBytes(p, n)))) {
+		*u16at(p, slotKeyLen), *u32at(p, slotKeySum) = 0, 0
+	}
+	*u8at(p, slotFlags) = flagLive | flagConservative
+	if fa := i64at(p, slotFreshAt); *fa < now {
+		*fa = now
+	}
+	*u32at(p, slotSum) = checksumOf(p)
 }
 
 // maxProblems bounds the problems Verify reports.
