@@ -28,7 +28,8 @@ package shm
 //	-------------------------------------------------------------- mutable below
 //	0x048  cleanFlag   uint32   cleanMagic after a graceful close, else dirty
 //	0x04c  reserved    uint32   0
-//	0x050  highTime    int64    the highest request time seen, Unix ns
+//	0x050  highTime    int64    the highest server time recorded (Unix ns); the
+//	                            server's clock never starts below it
 //	0x058  counters    [16]uint64  see counter* (statistics, best effort)
 //	...    reserved    zero
 //	0x800  insertLocks [512]uint32  spinlocks serialising inserts per fingerprint stripe

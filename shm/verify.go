@@ -40,6 +40,22 @@ func (t *Table) Stats() Stats {
 	}
 }
 
+// HighTime is the highest server time recorded with RecordTime, Unix ns (0
+// for a new file).
+func (t *Table) HighTime() int64 { return atomic.LoadInt64(i64at(t.base, offHighTime)) }
+
+// RecordTime raises the recorded highest server time to now, if it is
+// higher. It is written with the header, so it survives restarts once synced.
+func (t *Table) RecordTime(now int64) {
+	p := i64at(t.base, offHighTime)
+	for {
+		old := atomic.LoadInt64(p)
+		if now <= old || atomic.CompareAndSwapInt64(p, old, now) {
+			return
+		}
+	}
+}
+
 // recover repairs a file that was not closed cleanly. It runs on Open before
 // the table is shared. A slot whose lock word is held (its holder died
 // mid-update) or whose checksum is wrong (a write torn by a crash, or a bit

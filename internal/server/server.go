@@ -55,8 +55,9 @@ type Config struct {
 	DrainTimeout    time.Duration // how long shutdown waits for connections to finish
 	Logger          *slog.Logger  // nil: slog.Default()
 
-	// Now is the server clock, Unix nanoseconds; nil means the wall clock.
-	// It exists for tests, which need a clock they control.
+	// Now is the server clock, Unix nanoseconds; nil means the wall clock,
+	// made steady (see steadyClock). It exists for tests, which need a clock
+	// they control.
 	Now func() int64
 	// Ready, if set, is called once the socket accepts connections.
 	Ready func()
@@ -98,10 +99,19 @@ func (c *Config) withDefaults() Config {
 	if d.Logger == nil {
 		d.Logger = slog.Default()
 	}
-	if d.Now == nil {
-		d.Now = func() int64 { return time.Now().UnixNano() }
-	}
 	return d
+}
+
+// steadyClock returns the server clock: it starts at the later of the wall
+// clock and floor (the highest time the state file has recorded) and
+// advances with the monotonic clock. A step of the wall clock, back or
+// forward, does not move it while the server runs, and a restart after the
+// wall clock went back continues from the recorded time instead of going
+// back with it: time travel neither mints tokens nor wedges buckets.
+func steadyClock(floor int64) func() int64 {
+	start := time.Now()
+	base := max(start.UnixNano(), floor)
+	return func() int64 { return base + int64(time.Since(start)) }
 }
 
 // ErrGeometryMismatch is returned when an existing state file's geometry
@@ -165,6 +175,9 @@ func Run(ctx context.Context, cfg Config) error {
 		t.Close()
 		return err
 	}
+	if c.Now == nil {
+		c.Now = steadyClock(t.HighTime())
+	}
 	g, st := t.Geometry(), t.Stats()
 	s := &server{
 		cfg: c, log: c.Logger, engine: engine.New(t), now: c.Now,
@@ -189,7 +202,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if c.Ready != nil {
 		c.Ready()
 	}
-	syncLoop(ctx, t, c.SyncInterval, s.log)
+	syncLoop(ctx, t, c.SyncInterval, s.log, c.Now)
 	for _, l := range lns {
 		l.ln.Close()
 	}
@@ -212,14 +225,19 @@ func Run(ctx context.Context, cfg Config) error {
 // syncLoop syncs t every interval until ctx is cancelled. A failed sync is
 // logged and counted (shm.Stats.SyncErrors); serving goes on, and the file
 // is not marked clean until a final sync succeeds.
-func syncLoop(ctx context.Context, t *shm.Table, every time.Duration, log *slog.Logger) {
+//
+// Each round first records the server time in the file, so a restart never
+// starts the clock below it.
+func syncLoop(ctx context.Context, t *shm.Table, every time.Duration, log *slog.Logger, now func() int64) {
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
+			t.RecordTime(now())
 			return
 		case <-tick.C:
+			t.RecordTime(now())
 			if err := t.Sync(); err != nil {
 				log.Error("sync failed; the file stays marked dirty", "err", err)
 			}

@@ -26,13 +26,16 @@ func TestSyncLoop(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
-		go func() { syncLoop(ctx, tb, time.Second, quiet()); close(done) }()
+		go func() { syncLoop(ctx, tb, time.Second, quiet(), func() int64 { return 42 }); close(done) }()
 		time.Sleep(3500 * time.Millisecond)
 		cancel()
 		<-done
 	})
 	if st := tb.Stats(); st.Syncs != 3 || st.SyncErrors != 0 {
 		t.Errorf("after 3.5 intervals: %d syncs, %d errors; want 3 and 0", st.Syncs, st.SyncErrors)
+	}
+	if h := tb.HighTime(); h != 42 {
+		t.Errorf("recorded time %d, want 42", h)
 	}
 }
 
@@ -89,5 +92,43 @@ func TestRun_secondInstance(t *testing.T) {
 	defer tb.Close()
 	if err := Run(context.Background(), Config{StatePath: path, SocketPath: filepath.Join(dir, "sock"), RESPSocket: "-", Logger: quiet()}); !errors.Is(err, shm.ErrLocked) {
 		t.Errorf("second instance: %v, want ErrLocked", err)
+	}
+}
+
+// Ensure the server clock never starts below the time the state file
+// recorded (the wall clock went back an hour across a restart), and advances
+// with the monotonic clock.
+func TestSteadyClock(t *testing.T) {
+	ahead := time.Now().Add(time.Hour).UnixNano()
+	now := steadyClock(ahead)
+	a := now()
+	if a < ahead {
+		t.Errorf("clock %d starts below the recorded %d", a, ahead)
+	}
+	time.Sleep(2 * time.Millisecond)
+	if b := now(); b-a < int64(2*time.Millisecond) || b-a > int64(time.Second) {
+		t.Errorf("clock advanced %v in 2 ms", time.Duration(b-a))
+	}
+	if w := steadyClock(0)(); w < time.Now().Add(-time.Second).UnixNano() {
+		t.Errorf("with nothing recorded the clock is not the wall clock: %d", w)
+	}
+}
+
+// Ensure a restart after the wall clock went back keeps time moving forward:
+// the state file records the server time, and the next start continues from
+// it, so a bucket drained before the restart is not refilled by the step.
+func TestRun_clockNeverGoesBack(t *testing.T) {
+	dir := shortDir(t)
+	cfg := Config{StatePath: filepath.Join(dir, "state"), SocketPath: filepath.Join(dir, "sock"), RESPSocket: "-", Slots: 64}
+	sc := start(t, cfg)
+	sc.stop(t)
+	tb, err := shm.Open(cfg.StatePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := tb.HighTime()
+	tb.Close()
+	if h != sc.clock.Load() {
+		t.Errorf("recorded %d, want the server time %d", h, sc.clock.Load())
 	}
 }
