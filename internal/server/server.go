@@ -77,7 +77,8 @@ func (c *Config) withDefaults() Config {
 		d.SocketPath = DefaultSocketPath
 	}
 	if d.RESPSocket == "" {
-		d.RESPSocket = DefaultRESPSocket
+		// Beside the native socket: var/sluice-resp.sock for the defaults.
+		d.RESPSocket = filepath.Join(filepath.Dir(d.SocketPath), filepath.Base(DefaultRESPSocket))
 	}
 	if d.Slots == 0 {
 		d.Slots = DefaultSlots

@@ -1,0 +1,140 @@
+package sluice_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"time"
+
+	"github.com/sluicehq/sluice/clients/go/sluice"
+)
+
+// The examples talk to a sidecar that TestMain runs at exampleSocket, its
+// clock stopped at 2023-11-14T22:13:20Z. In a program the socket would be
+// sluiced's, e.g. "var/sluice.sock".
+
+func ExampleClient_Acquire() {
+	c, err := sluice.Dial(exampleSocket)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	login := sluice.TokenBucket(3, time.Hour, 1) // 3 attempts, then 1 more an hour
+	for range 4 {
+		d, err := c.Acquire(context.Background(), login, "login:alice", 1)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if d.Allowed {
+			fmt.Println("allowed, remaining", d.Remaining)
+		} else {
+			fmt.Println("denied, retry after", d.RetryAfter)
+		}
+	}
+	// Output:
+	// allowed, remaining 2
+	// allowed, remaining 1
+	// allowed, remaining 0
+	// denied, retry after 1h0m0s
+}
+
+func ExampleParseLimit() {
+	l, err := sluice.ParseLimit("gcra:burst=4,count=10,period=1m")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(l.Algorithm, l == sluice.GCRA(4, 10, time.Minute))
+	l, _ = sluice.ParseLimit("token_bucket:max=10,refill_time=1h") // refill_amount defaults to max
+	fmt.Println(l)
+	_, err = sluice.ParseLimit("token_bucket:max=ten,refill_time=1h")
+	fmt.Println(errors.Is(err, sluice.ErrInvalidLimit))
+	// Output:
+	// gcra true
+	// token_bucket:max=10,refill_time=1h0m0s,refill_amount=10
+	// true
+}
+
+func ExampleClient_Multi() {
+	c, err := sluice.Dial(exampleSocket)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	// A signup takes one from its address's budget and one from the
+	// site's, or from neither.
+	items := []sluice.Item{
+		{Limit: sluice.TokenBucket(2, time.Hour, 1), Key: "signup:ip:192.0.2.7", Cost: 1},
+		{Limit: sluice.FixedWindow(100, 24*time.Hour), Key: "signup:all", Cost: 1},
+	}
+	for range 3 {
+		allowed, ds, err := c.Multi(context.Background(), items)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("allowed %v: ip %v, site %v\n", allowed, ds[0].Allowed, ds[1].Allowed)
+	}
+	d, _ := c.Acquire(context.Background(), items[1].Limit, "signup:all", 0) // cost 0 peeks
+	fmt.Println("site budget left:", d.Remaining)
+	// Output:
+	// allowed true: ip true, site true
+	// allowed true: ip true, site true
+	// allowed false: ip false, site true
+	// site budget left: 98
+}
+
+func ExampleMiddleware() {
+	c, err := sluice.Dial(exampleSocket)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	byIP := func(r *http.Request) (string, bool) {
+		host, _, err := net.SplitHostPort(r.RemoteAddr)
+		return "http:ip:" + host, err == nil
+	}
+	limit := sluice.FixedWindow(2, time.Minute) // 2 requests a minute per address
+	hello := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "hello") })
+	h := sluice.Middleware(c, limit, byIP, sluice.WithPolicyName("per-ip"))(hello)
+
+	for range 3 {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil)) // from 192.0.2.1
+		fmt.Println(rec.Code, rec.Header().Get("RateLimit-Policy"), rec.Header().Get("RateLimit"))
+		if rec.Code == http.StatusTooManyRequests {
+			fmt.Println("Retry-After:", rec.Header().Get("Retry-After"))
+		}
+	}
+	// Output:
+	// 200 "per-ip";q=2;w=60 "per-ip";r=1;t=40
+	// 200 "per-ip";q=2;w=60 "per-ip";r=0;t=40
+	// 429 "per-ip";q=2;w=60 "per-ip";r=0;t=40
+	// Retry-After: 40
+}
+
+func ExampleWithFailurePolicy() {
+	// No sidecar listens here: with FailOpen, Dial succeeds and decisions
+	// allow, marked Degraded, until the sidecar comes up.
+	absent := filepath.Join("testdata", "no-such.sock")
+	c, err := sluice.Dial(absent, sluice.WithFailurePolicy(sluice.FailOpen))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	d, err := c.Acquire(context.Background(), sluice.GCRA(4, 1, time.Second), "api:token:42", 1)
+	fmt.Println(d.Allowed, d.Degraded, err)
+
+	// Operations that decide nothing report the outage.
+	err = c.Ping(context.Background())
+	fmt.Println(errors.Is(err, sluice.ErrUnavailable))
+	// Output:
+	// true true <nil>
+	// true
+}

@@ -1,0 +1,386 @@
+package sluice_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/clients/go/sluice"
+	"github.com/sluicehq/sluice/proto"
+)
+
+// fakeSidecar listens on a fresh socket and runs serve on each connection
+// until the test ends. It returns the socket's path.
+func fakeSidecar(t *testing.T, serve func(*fakeConn)) string {
+	t.Helper()
+	path := filepath.Join(shortDir(t), "sock")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	wg.Go(func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, nc)
+			mu.Unlock()
+			wg.Go(func() {
+				defer nc.Close()
+				serve(&fakeConn{nc: nc})
+			})
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, nc := range conns {
+			nc.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return path
+}
+
+// fakeConn is the server side of a connection to a fake sidecar.
+type fakeConn struct {
+	nc  net.Conn
+	buf []byte
+}
+
+// next reads one request frame; ok is false once the connection is done.
+func (fc *fakeConn) next() (h proto.Header, frame []byte, ok bool) {
+	for {
+		frame, rest, h, err := proto.SplitFrame(fc.buf)
+		if err != nil {
+			return h, nil, false
+		}
+		if frame != nil {
+			fc.buf = append([]byte(nil), rest...)
+			return h, frame, true
+		}
+		tmp := make([]byte, 4096)
+		n, err := fc.nc.Read(tmp)
+		fc.buf = append(fc.buf, tmp[:n]...)
+		if err != nil && n == 0 {
+			return h, nil, false
+		}
+	}
+}
+
+// respond writes a response frame with id and the results that add
+// appends.
+func (fc *fakeConn) respond(id uint32, n int, add func([]byte) []byte) {
+	b, start := proto.BeginFrame(nil, proto.KindResponse, id)
+	fc.nc.Write(proto.EndFrame(add(b), start, n))
+}
+
+func (fc *fakeConn) pong(id uint32) { fc.respond(id, 1, proto.AppendPong) }
+
+// echo answers every further PING with a pong and anything else with an
+// Internal error.
+func (fc *fakeConn) echo() {
+	for {
+		h, frame, ok := fc.next()
+		if !ok {
+			return
+		}
+		if op := proto.Opcode(frame[proto.HeaderLen]); op == proto.OpPing {
+			fc.pong(h.ID)
+		} else {
+			fc.respond(h.ID, 1, func(b []byte) []byte { return proto.AppendError(b, op, proto.StatusInternal, "fake") })
+		}
+	}
+}
+
+// wait reads and drops everything until the client hangs up.
+func (fc *fakeConn) wait() { io.Copy(io.Discard, fc.nc) }
+
+// countingDial dials the socket, counting attempts and the writes on the
+// connections.
+func countingDial(writes, dials *atomic.Int64) func(context.Context, string) (net.Conn, error) {
+	return func(ctx context.Context, path string) (net.Conn, error) {
+		dials.Add(1)
+		var d net.Dialer
+		nc, err := d.DialContext(ctx, "unix", path)
+		if err != nil {
+			return nil, err
+		}
+		return countingConn{nc, writes}, nil
+	}
+}
+
+// Replies the client cannot trust fail the call and the connection with a
+// clear error, promptly; the next call connects again.
+func TestClient_malformedReplies(t *testing.T) {
+	frame := func(version, kind byte, count uint16, id uint32, body ...byte) []byte {
+		b := binary.LittleEndian.AppendUint32(nil, uint32(8+len(body)))
+		b = append(b, version, kind)
+		b = binary.LittleEndian.AppendUint16(b, count)
+		b = binary.LittleEndian.AppendUint32(b, id)
+		return append(b, body...)
+	}
+	for _, tc := range []struct {
+		name  string
+		reply func(id uint32) []byte
+		want  []error
+		text  string
+	}{
+		{"text", func(uint32) []byte { return []byte("HTTP/1.1 400 Bad Request\r\n\r\n") }, nil, "bad response frame"},
+		{"version", func(id uint32) []byte { return frame(9, 2, 1, id, 2, 0) }, []error{sluice.ErrBadVersion}, "bad response frame"},
+		{"request kind", func(id uint32) []byte { return frame(1, 1, 1, id, 2, 0) }, []error{sluice.ErrMalformed}, "request frame"},
+		{"wrong id", func(id uint32) []byte { return frame(1, 2, 1, id+7, 2, 0) }, []error{sluice.ErrMalformed}, "want id"},
+		{"two results", func(id uint32) []byte { return frame(1, 2, 2, id, 2, 0, 2, 0) }, []error{sluice.ErrMalformed}, "with 2 results"},
+		{"wrong opcode", func(id uint32) []byte { return frame(1, 2, 1, id, 6, 0, 1) }, []error{sluice.ErrMalformed}, "RESET result answers a PING"},
+		{"bad status", func(id uint32) []byte { return frame(1, 2, 1, id, 2, 99, 0, 0) }, []error{sluice.ErrMalformed}, "bad PING result"},
+		{"trailing bytes", func(id uint32) []byte { return frame(1, 2, 1, id, 2, 0, 0) }, []error{sluice.ErrMalformed}, "1 bytes after"},
+		{"truncated", func(id uint32) []byte { return frame(1, 2, 1, id, 2, 0)[:10] }, nil, "connection closed by the sidecar"},
+		{"huge length", func(id uint32) []byte {
+			b := frame(1, 2, 1, id)
+			binary.LittleEndian.PutUint32(b, proto.MaxFrameLen+1)
+			return b
+		}, []error{sluice.ErrFrameTooLarge}, "bad response frame"},
+		{"silence", func(uint32) []byte { return nil }, nil, "connection closed by the sidecar"},
+		{"busy", func(uint32) []byte {
+			return frame(1, 2, 1, 0, proto.AppendError(nil, 0, proto.StatusBusy, "too many connections")...)
+		}, []error{sluice.ErrBusy}, "sluice: sidecar unavailable: sluice: proto: server busy: connection limit reached: too many connections"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := fakeSidecar(t, func(fc *fakeConn) {
+				h, _, ok := fc.next()
+				if !ok {
+					return
+				}
+				fc.nc.Write(tc.reply(h.ID))
+				if tc.name != "huge length" {
+					return // hang up
+				}
+				fc.wait()
+			})
+			c := dial(t, path, sluice.WithTimeout(5*time.Second), sluice.WithBackoff(time.Millisecond, time.Millisecond))
+			start := time.Now()
+			err := c.Ping(context.Background())
+			if !errors.Is(err, sluice.ErrUnavailable) || !strings.Contains(err.Error(), tc.text) {
+				t.Errorf("got %v, want ErrUnavailable saying %q", err, tc.text)
+			}
+			for _, w := range tc.want {
+				if !errors.Is(err, w) {
+					t.Errorf("got %v, want it to match %v", err, w)
+				}
+			}
+			if d := time.Since(start); d > 2*time.Second {
+				t.Errorf("took %v", d)
+			}
+		})
+	}
+}
+
+// A response frame larger than the read buffer is read whole.
+func TestClient_largeResponse(t *testing.T) {
+	path := fakeSidecar(t, func(fc *fakeConn) {
+		h, _, ok := fc.next()
+		if !ok {
+			return
+		}
+		fc.respond(h.ID, 1, func(b []byte) []byte {
+			b, start := proto.BeginStatsResult(b)
+			for i := range 2000 {
+				b = proto.AppendStat(b, strings.Repeat("x", 200)+string(rune('a'+i%26))+strings.Repeat("y", i%7), uint64(i))
+			}
+			return proto.EndStatsResult(b, start, 2000)
+		})
+		fc.echo()
+	})
+	c := dial(t, path)
+	st, err := c.Stats(ctx(t))
+	if err != nil || len(st) != 26*7 {
+		t.Errorf("stats: %d names, %v", len(st), err)
+	}
+	if err := c.Ping(ctx(t)); err != nil {
+		t.Error(err)
+	}
+}
+
+// A broken connection fails the calls in flight; the next call reconnects.
+func TestClient_connectionLost(t *testing.T) {
+	var conns atomic.Int64
+	path := fakeSidecar(t, func(fc *fakeConn) {
+		if conns.Add(1) == 1 {
+			h, _, _ := fc.next()
+			fc.pong(h.ID)
+			for range 5 { // take five requests, answer none, hang up
+				fc.next()
+			}
+			return
+		}
+		fc.echo()
+	})
+	c := dial(t, path)
+	if err := c.Ping(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 5)
+	for range 5 {
+		go func() { errs <- c.Ping(ctx(t)) }()
+	}
+	for range 5 {
+		if err := <-errs; !errors.Is(err, sluice.ErrUnavailable) {
+			t.Errorf("ping in flight when the connection broke: %v", err)
+		}
+	}
+	if err := c.Ping(ctx(t)); err != nil {
+		t.Errorf("ping after the break: %v", err)
+	}
+	if conns.Load() != 2 {
+		t.Errorf("%d connections, want 2", conns.Load())
+	}
+}
+
+// The sidecar restarts: calls fail (or follow the policy) meanwhile, then
+// the same client works again, on the same state.
+func TestClient_sidecarRestart(t *testing.T) {
+	for _, policy := range []sluice.FailurePolicy{sluice.FailError, sluice.FailOpen, sluice.FailClosed} {
+		t.Run(policy.String(), func(t *testing.T) {
+			sc := startSidecar(t)
+			c := dial(t, sc.cfg.SocketPath, sluice.WithFailurePolicy(policy), sluice.WithBackoff(time.Millisecond, 10*time.Millisecond))
+			cx := ctx(t)
+			if d, err := c.Acquire(cx, tb10, "k", 1); err != nil || d.Remaining != 9 {
+				t.Fatalf("before: %+v, %v", d, err)
+			}
+			// Callers keep going through the restart.
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			var degraded, failed atomic.Int64
+			for range 4 {
+				wg.Go(func() {
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						d, err := c.Acquire(cx, tb10, "busy", 0)
+						switch {
+						case err != nil && policy == sluice.FailError && errors.Is(err, sluice.ErrUnavailable):
+							failed.Add(1)
+						case err != nil:
+							t.Errorf("%v during the restart: %v", policy, err)
+							return
+						case d.Degraded && d.Allowed == (policy == sluice.FailOpen):
+							degraded.Add(1)
+						case d.Degraded:
+							t.Errorf("%v: degraded decision %+v", policy, d)
+						}
+						time.Sleep(100 * time.Microsecond)
+					}
+				})
+			}
+			sc.stop(t)
+			d, err := c.Acquire(cx, tb10, "k", 1)
+			switch policy {
+			case sluice.FailError:
+				if !errors.Is(err, sluice.ErrUnavailable) {
+					t.Errorf("while down: %+v, %v", d, err)
+				}
+			case sluice.FailOpen:
+				if err != nil || !d.Allowed || !d.Degraded {
+					t.Errorf("while down: %+v, %v", d, err)
+				}
+			case sluice.FailClosed:
+				if err != nil || d.Allowed || !d.Degraded || d.RetryAfter <= 0 || d.RetryAfter > 10*time.Millisecond {
+					t.Errorf("while down: %+v, %v", d, err)
+				}
+			}
+			sc.start(t)
+			eventually(t, func() error {
+				d, err := c.Acquire(cx, tb10, "k", 1)
+				if err == nil && d.Degraded {
+					err = errors.New("degraded")
+				}
+				if err == nil && d.Remaining != 8 {
+					t.Fatalf("after the restart: %+v, want remaining 8 (state kept)", d)
+				}
+				return err
+			})
+			close(stop)
+			wg.Wait()
+			if policy == sluice.FailError && failed.Load()+degraded.Load() == 0 {
+				t.Logf("no caller noticed the restart")
+			}
+		})
+	}
+}
+
+// With no sidecar at all, the policy decides, and the client does not
+// hammer the socket.
+func TestClient_noSidecar(t *testing.T) {
+	path := filepath.Join(shortDir(t), "absent.sock")
+	if _, err := sluice.Dial(path); !errors.Is(err, sluice.ErrUnavailable) || !strings.Contains(err.Error(), "absent.sock") {
+		t.Errorf("Dial: %v", err)
+	}
+	cx := ctx(t)
+	var dials, writes atomic.Int64
+	open := dial(t, path, sluice.WithFailurePolicy(sluice.FailOpen), sluice.WithDial(countingDial(&writes, &dials)),
+		sluice.WithBackoff(time.Hour, time.Hour))
+	for range 1000 {
+		d, err := open.Acquire(cx, tb10, "k", 1)
+		if err != nil || !d.Allowed || !d.Degraded || d.RetryAfter >= 0 || d.ResetAfter >= 0 {
+			t.Fatalf("fail-open acquire: %+v, %v", d, err)
+		}
+	}
+	if d, err := open.Peek(cx, tb10, "k"); err != nil || !d.Allowed || !d.Degraded {
+		t.Errorf("fail-open peek: %+v, %v", d, err)
+	}
+	allowed, ds, err := open.Multi(cx, []sluice.Item{{Limit: tb10, Key: "a"}, {Limit: tb10, Key: "b"}})
+	if err != nil || !allowed || len(ds) != 2 || !ds[1].Degraded {
+		t.Errorf("fail-open multi: %v %+v %v", allowed, ds, err)
+	}
+	if n := dials.Load(); n != 1 {
+		t.Errorf("%d attempts to connect within the backoff, want 1", n)
+	}
+	// Operations that decide nothing report the outage.
+	for name, err := range map[string]error{
+		"refund": second(open.Refund(cx, tb10, "k", 1)),
+		"reset":  second(open.Reset(cx, tb10, "k")),
+		"ping":   open.Ping(cx),
+		"stats":  second(open.Stats(cx)),
+		"hello":  second(open.Hello(cx)),
+		"scan":   third(open.Scan(cx, "", 0, 1)),
+	} {
+		if !errors.Is(err, sluice.ErrUnavailable) || !strings.Contains(err.Error(), "next attempt in") {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+
+	closed := dial(t, path, sluice.WithFailurePolicy(sluice.FailClosed), sluice.WithBackoff(20*time.Millisecond, 40*time.Millisecond))
+	for range 10 {
+		d, err := closed.Acquire(cx, tb10, "k", 1)
+		if err != nil || d.Allowed || !d.Degraded || d.RetryAfter <= 0 || d.RetryAfter > 40*time.Millisecond {
+			t.Fatalf("fail-closed acquire: %+v, %v", d, err)
+		}
+	}
+	// The backoff grows, attempt after attempt, up to its maximum.
+	var last time.Duration
+	for range 4 {
+		time.Sleep(45 * time.Millisecond)
+		d, _ := closed.Acquire(cx, tb10, "k", 1) // a new attempt, which fails
+		last = d.RetryAfter
+	}
+	if last <= 20*time.Millisecond || last > 40*time.Millisecond {
+		t.Errorf("retry after %v after several failed attempts, want the maximum 40ms", last)
+	}
+}

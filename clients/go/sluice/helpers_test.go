@@ -1,0 +1,183 @@
+package sluice_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/clients/go/sluice"
+	"github.com/sluicehq/sluice/internal/server"
+)
+
+// t0 is the sidecar clock of the tests, Unix ns: 2023-11-14T22:13:20Z.
+const t0 = 1_700_000_000 * int64(time.Second)
+
+// exampleSocket is the socket of the sidecar TestMain runs for the
+// examples.
+var exampleSocket string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "sl")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	sc := &sidecar{cfg: config(dir), clock: new(atomic.Int64)}
+	sc.clock.Store(t0)
+	if err := sc.run(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	exampleSocket = sc.cfg.SocketPath
+	code := m.Run()
+	if err := sc.halt(); err != nil {
+		fmt.Fprintln(os.Stderr, "stopping the example sidecar:", err)
+		code = 1
+	}
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// sidecar is an in-process sluiced.
+type sidecar struct {
+	cfg    server.Config
+	clock  *atomic.Int64 // the server clock, Unix ns
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func config(dir string) server.Config {
+	return server.Config{
+		StatePath:  filepath.Join(dir, "state"),
+		SocketPath: filepath.Join(dir, "sock"),
+		RESPSocket: "-", // none
+		Slots:      4096,
+		SlotSize:   128,
+		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+}
+
+// shortDir returns a temporary directory with a path short enough for a
+// socket name (t.TempDir's can pass the 108 bytes of sun_path).
+func shortDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "sl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// startSidecar runs a sidecar on a fresh state file, its clock at t0 and
+// under the test's control, until the test ends. edit, if given, changes
+// the configuration first.
+func startSidecar(t testing.TB, edit ...func(*server.Config)) *sidecar {
+	t.Helper()
+	sc := &sidecar{cfg: config(shortDir(t)), clock: new(atomic.Int64)}
+	sc.clock.Store(t0)
+	for _, e := range edit {
+		e(&sc.cfg)
+	}
+	sc.start(t)
+	t.Cleanup(func() { sc.stop(t) })
+	return sc
+}
+
+func (sc *sidecar) run() error {
+	sc.cfg.Now = sc.clock.Load
+	ready := make(chan struct{})
+	sc.cfg.Ready = func() { close(ready) }
+	ctx, cancel := context.WithCancel(context.Background())
+	sc.cancel, sc.done = cancel, make(chan error, 1)
+	go func() { sc.done <- server.Run(ctx, sc.cfg) }()
+	select {
+	case <-ready:
+		return nil
+	case err := <-sc.done:
+		sc.cancel = nil
+		return fmt.Errorf("sidecar did not start: %w", err)
+	}
+}
+
+func (sc *sidecar) halt() error {
+	if sc.cancel == nil {
+		return nil
+	}
+	sc.cancel()
+	sc.cancel = nil
+	select {
+	case err := <-sc.done:
+		return err
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("sidecar did not stop")
+	}
+}
+
+// start (re)starts the sidecar on its state file and socket.
+func (sc *sidecar) start(t testing.TB) {
+	t.Helper()
+	if err := sc.run(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// stop shuts the sidecar down gracefully.
+func (sc *sidecar) stop(t testing.TB) {
+	t.Helper()
+	if err := sc.halt(); err != nil {
+		t.Errorf("sidecar: %v", err)
+	}
+}
+
+// dial returns a client of sc, closed at the end of the test.
+func dial(t testing.TB, path string, opts ...sluice.Option) *sluice.Client {
+	t.Helper()
+	c, err := sluice.Dial(path, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// ctx returns a context that ends with the test, or after 10 s.
+func ctx(t testing.TB) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+// countingConn counts the writes on a connection.
+type countingConn struct {
+	net.Conn
+	writes *atomic.Int64
+}
+
+func (c countingConn) Write(b []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(b)
+}
+
+// eventually polls f until it returns nil or 10 s pass.
+func eventually(t testing.TB, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still failing after 10s: %v", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

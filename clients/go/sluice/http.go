@@ -1,0 +1,274 @@
+package sluice
+
+import (
+	"errors"
+	"math"
+	"math/bits"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/proto"
+)
+
+// The HTTP header fields the middleware sets. RateLimit-Policy and RateLimit
+// follow draft-ietf-httpapi-ratelimit-headers-11 (May 2026; the field syntax
+// is unchanged since -08): each is a Structured Fields list (RFC 9651) of one
+// item, the policy's name as a String with Integer parameters:
+//
+//	RateLimit-Policy: "default";q=10;w=3600   q: the quota; w: its window, seconds
+//	RateLimit: "default";r=9;t=360            r: the quota left; t: seconds, see below
+const (
+	HeaderRetryAfter      = "Retry-After"
+	HeaderRateLimitPolicy = "RateLimit-Policy"
+	HeaderRateLimit       = "RateLimit"
+)
+
+// DefaultPolicyName names the policy in the RateLimit fields unless
+// WithPolicyName says otherwise.
+const DefaultPolicyName = "default"
+
+// A MiddlewareOption configures Middleware.
+type MiddlewareOption func(*middleware)
+
+// WithPolicyName names the policy in the RateLimit fields (default
+// DefaultPolicyName). Name each limit of a service differently.
+func WithPolicyName(name string) MiddlewareOption {
+	return func(m *middleware) { m.name = name }
+}
+
+// WithCost sets the cost of a request (default 1 for every request).
+func WithCost(cost func(*http.Request) int64) MiddlewareOption {
+	return func(m *middleware) { m.cost = cost }
+}
+
+// WithDeniedHandler sets the handler of denied requests, called after the
+// Retry-After and RateLimit fields are set; it should answer 429. The
+// default answers 429 Too Many Requests with a short text body.
+func WithDeniedHandler(h http.Handler) MiddlewareOption {
+	return func(m *middleware) { m.denied = h }
+}
+
+// WithErrorHandler sets what answers a request whose decision failed: the
+// sidecar is unreachable under FailError, or it rejected the request (an
+// invalid limit, a full table, ...). The default answers 503 Service
+// Unavailable for ErrUnavailable and 500 Internal Server Error otherwise.
+func WithErrorHandler(h func(http.ResponseWriter, *http.Request, error)) MiddlewareOption {
+	return func(m *middleware) { m.onError = h }
+}
+
+type middleware struct {
+	c       *Client
+	l       Limit
+	key     func(*http.Request) (string, bool)
+	name    string
+	cost    func(*http.Request) int64
+	denied  http.Handler
+	onError func(http.ResponseWriter, *http.Request, error)
+}
+
+// Middleware returns net/http middleware that limits requests with c under
+// l. key names the bucket of a request (a client address, an account, an
+// API token); if it returns false the request is not limited.
+//
+// Every decided request gets the RateLimit-Policy and RateLimit fields (see
+// SetRateLimitHeaders). A denied request is answered 429 Too Many Requests
+// with Retry-After, and does not reach the next handler. An allowed
+// request under a pacer limit waits its Delay first (or until the request's
+// context ends, which drops it). When the sidecar is unreachable the
+// client's failure policy decides: FailOpen passes the request on, FailClosed
+// answers 429, FailError calls the error handler (see WithErrorHandler);
+// degraded decisions carry no RateLimit fields.
+func Middleware(c *Client, l Limit, key func(*http.Request) (string, bool), opts ...MiddlewareOption) func(http.Handler) http.Handler {
+	m := &middleware{c: c, l: l, key: key, name: DefaultPolicyName}
+	for _, o := range opts {
+		o(m)
+	}
+	if m.denied == nil {
+		m.denied = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, http.StatusText(http.StatusTooManyRequests), http.StatusTooManyRequests)
+		})
+	}
+	if m.onError == nil {
+		m.onError = func(w http.ResponseWriter, r *http.Request, err error) {
+			code := http.StatusInternalServerError
+			if errors.Is(err, ErrUnavailable) {
+				code = http.StatusServiceUnavailable
+			}
+			http.Error(w, http.StatusText(code), code)
+		}
+	}
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			k, ok := m.key(r)
+			if !ok {
+				next.ServeHTTP(w, r)
+				return
+			}
+			cost := int64(1)
+			if m.cost != nil {
+				cost = m.cost(r)
+			}
+			d, err := m.c.Acquire(r.Context(), m.l, k, cost)
+			if err != nil {
+				m.onError(w, r, err)
+				return
+			}
+			SetRateLimitHeaders(w.Header(), m.name, m.l, d)
+			if !d.Allowed {
+				m.denied.ServeHTTP(w, r)
+				return
+			}
+			if d.Delay > 0 {
+				t := time.NewTimer(d.Delay)
+				select {
+				case <-t.C:
+				case <-r.Context().Done():
+					t.Stop()
+					return
+				}
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+// SetRateLimitHeaders sets the header fields that describe decision d under
+// limit l, for a policy named name: RateLimit-Policy and RateLimit (see
+// RateLimitFields), and Retry-After if d denies the request and says when
+// it would pass. A Degraded decision sets only Retry-After: the sidecar did
+// not answer, so there is no quota to report. Frameworks other than
+// net/http can use RateLimitFields and RetryAfterSeconds directly.
+func SetRateLimitHeaders(h http.Header, name string, l Limit, d Decision) {
+	if !d.Allowed && d.RetryAfter > 0 {
+		h.Set(HeaderRetryAfter, strconv.FormatInt(RetryAfterSeconds(d), 10))
+	}
+	if d.Degraded {
+		return
+	}
+	policy, rl := RateLimitFields(name, l, d)
+	h.Set(HeaderRateLimitPolicy, policy)
+	h.Set(HeaderRateLimit, rl)
+}
+
+// RetryAfterSeconds returns the Retry-After of a denial: d.RetryAfter in
+// whole seconds, rounded up, so that a client that waits that long is
+// allowed; 0 if d has no RetryAfter (allowed, or never).
+func RetryAfterSeconds(d Decision) int64 {
+	if d.RetryAfter <= 0 {
+		return 0
+	}
+	return ceilSeconds(d.RetryAfter)
+}
+
+// RateLimitFields returns the values of the RateLimit-Policy and RateLimit
+// fields (draft-ietf-httpapi-ratelimit-headers-11, sections 3 and 4) for
+// decision d under limit l, for a policy named name:
+//
+//	RateLimit-Policy: "NAME";q=Q;w=W
+//	RateLimit: "NAME";r=R;t=T
+//
+// q is d.Limit, the most requests of cost 1 the bucket holds, and w the
+// seconds a bucket takes to go from empty back to full at l's rate:
+// token_bucket ceil(max/refill_amount)*refill_time, gcra
+// (burst+1)*period/count, the windows their window, pacer
+// q*period/rate; w is left out if l's parameters make no window.
+//
+// r is d.Remaining. t is the draft's "effective window", the seconds
+// within which the client can use no more than r: for an allowed request
+// d.ResetAfter, after which the bucket is full again; for a denied one
+// d.RetryAfter, when the next request passes, so that Retry-After is never
+// earlier than the end of the window (section 6 of the draft), or
+// d.ResetAfter if it can never pass. Durations are whole seconds, rounded
+// up. The name is written as a Structured Fields String: '"' and '\' are
+// escaped and bytes outside printable ASCII become '?'.
+func RateLimitFields(name string, l Limit, d Decision) (policy, ratelimit string) {
+	n := sfString(name)
+	q := max(d.Limit, 0)
+	policy = n + ";q=" + strconv.FormatInt(q, 10)
+	if w := policyWindow(l, q); w > 0 {
+		policy += ";w=" + strconv.FormatInt(w, 10)
+	}
+	t := d.ResetAfter
+	if !d.Allowed && d.RetryAfter > 0 {
+		t = d.RetryAfter
+	}
+	ratelimit = n + ";r=" + strconv.FormatInt(max(d.Remaining, 0), 10) +
+		";t=" + strconv.FormatInt(ceilSeconds(max(t, 0)), 10)
+	return policy, ratelimit
+}
+
+// policyWindow returns the seconds, rounded up, that a bucket of l holding
+// q tokens takes to refill from empty; 0 if l's parameters make none.
+func policyWindow(l Limit, q int64) int64 {
+	p := l.P
+	var ns uint64
+	var ok bool
+	switch l.Algorithm {
+	case proto.TokenBucket: // max, refill_time, refill_amount
+		var refills uint64
+		if refills, ok = mulDivCeil(p[0], 1, p[2]); ok {
+			ns, ok = mulDivCeil(int64(min(refills, math.MaxInt64)), p[1], 1)
+		}
+	case proto.GCRA: // burst, count, period
+		if p[0] < math.MaxInt64 {
+			ns, ok = mulDivCeil(p[0]+1, p[2], p[1])
+		}
+	case proto.FixedWindow, proto.SlidingWindow: // limit, window
+		ns, ok = uint64(max(p[1], 0)), true
+	case proto.Pacer: // rate, period, max_delay
+		ns, ok = mulDivCeil(q, p[1], p[0])
+	}
+	if !ok || ns == 0 {
+		return 0
+	}
+	return int64(min(ns/1e9+min(ns%1e9, 1), math.MaxInt64))
+}
+
+// mulDivCeil returns ceil(a*b/c) computed exactly; false if an argument is
+// negative, c is 0 or the result overflows int64.
+func mulDivCeil(a, b, c int64) (uint64, bool) {
+	if a < 0 || b < 0 || c <= 0 {
+		return 0, false
+	}
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	if hi >= uint64(c) {
+		return 0, false
+	}
+	quo, rem := bits.Div64(hi, lo, uint64(c))
+	if rem != 0 {
+		quo++
+	}
+	return quo, quo <= math.MaxInt64
+}
+
+// ceilSeconds returns d in whole seconds, rounded up.
+func ceilSeconds(d time.Duration) int64 {
+	s := int64(d / time.Second)
+	if d%time.Second > 0 {
+		s++
+	}
+	return s
+}
+
+// sfString returns s as a Structured Fields String (RFC 9651 section
+// 3.3.3), replacing each byte outside printable ASCII with '?'.
+func sfString(s string) string {
+	var b strings.Builder
+	b.Grow(len(s) + 2)
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c < 0x20 || c > 0x7e:
+			b.WriteByte('?')
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}

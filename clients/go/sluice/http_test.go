@@ -1,0 +1,169 @@
+package sluice_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/clients/go/sluice"
+)
+
+// serve sends one request through h and returns the response.
+func serve(h http.Handler, path string) *http.Response {
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+	return rec.Result()
+}
+
+// byPath limits each path, except /free.
+func byPath(r *http.Request) (string, bool) { return "path:" + r.URL.Path, r.URL.Path != "/free" }
+
+var ok = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) })
+
+// headers checks the status and the rate-limit fields of a response ("" for
+// a field that must be absent).
+func headers(t *testing.T, what string, res *http.Response, status int, retryAfter, policy, ratelimit string) {
+	t.Helper()
+	h := res.Header
+	if res.StatusCode != status || h.Get("Retry-After") != retryAfter ||
+		h.Get("RateLimit-Policy") != policy || h.Get("RateLimit") != ratelimit {
+		t.Errorf("%s: %d Retry-After %q RateLimit-Policy %q RateLimit %q\nwant %d %q %q %q", what, res.StatusCode,
+			h.Get("Retry-After"), h.Get("RateLimit-Policy"), h.Get("RateLimit"), status, retryAfter, policy, ratelimit)
+	}
+}
+
+func TestMiddleware(t *testing.T) {
+	sc := startSidecar(t)
+	c := dial(t, sc.cfg.SocketPath)
+	// t0 is 20 s into a minute: the window resets in 40 s.
+	h := sluice.Middleware(c, sluice.FixedWindow(2, time.Minute), byPath)(ok)
+	headers(t, "first", serve(h, "/a"), 200, "", `"default";q=2;w=60`, `"default";r=1;t=40`)
+	headers(t, "second", serve(h, "/a"), 200, "", `"default";q=2;w=60`, `"default";r=0;t=40`)
+	res := serve(h, "/a")
+	headers(t, "third", res, 429, "40", `"default";q=2;w=60`, `"default";r=0;t=40`)
+	headers(t, "other key", serve(h, "/b"), 200, "", `"default";q=2;w=60`, `"default";r=1;t=40`)
+	for range 3 {
+		headers(t, "not limited", serve(h, "/free"), 200, "", "", "")
+	}
+
+	// A token bucket: a denial's window ends when the next token comes.
+	h = sluice.Middleware(c, sluice.TokenBucket(2, 1500*time.Millisecond, 1), byPath,
+		sluice.WithPolicyName(`per "path"`), sluice.WithCost(func(*http.Request) int64 { return 2 }),
+		sluice.WithDeniedHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusTeapot)
+		})))(ok)
+	headers(t, "cost 2", serve(h, "/tb"), 200, "", `"per \"path\"";q=2;w=3`, `"per \"path\"";r=0;t=3`)
+	headers(t, "cost 2 again", serve(h, "/tb"), 418, "3", `"per \"path\"";q=2;w=3`, `"per \"path\"";r=0;t=3`)
+
+	// The pacer: an allowed request waits its delay.
+	h = sluice.Middleware(c, sluice.Pacer(20, time.Second, time.Second), byPath)(ok)
+	start := time.Now()
+	for range 3 {
+		if res := serve(h, "/paced"); res.StatusCode != 200 {
+			t.Errorf("paced: %d", res.StatusCode)
+		}
+	}
+	if d := time.Since(start); d < 100*time.Millisecond {
+		t.Errorf("3 requests paced at 20/s took %v, want at least 100ms", d)
+	}
+
+	// Errors from the sidecar go to the error handler.
+	h = sluice.Middleware(c, sluice.TokenBucket(0, time.Second, 1), byPath)(ok)
+	if res := serve(h, "/bad"); res.StatusCode != 500 {
+		t.Errorf("invalid limit: %d, want 500", res.StatusCode)
+	}
+}
+
+func TestMiddleware_unavailable(t *testing.T) {
+	path := filepath.Join(shortDir(t), "absent.sock")
+	l := sluice.FixedWindow(2, time.Minute)
+	for _, tc := range []struct {
+		policy     sluice.FailurePolicy
+		status     int
+		retryAfter string
+	}{
+		{sluice.FailOpen, 200, ""},
+		{sluice.FailClosed, 429, "1"}, // the backoff, rounded up
+	} {
+		c := dial(t, path, sluice.WithFailurePolicy(tc.policy))
+		h := sluice.Middleware(c, l, byPath)(ok)
+		headers(t, tc.policy.String(), serve(h, "/a"), tc.status, tc.retryAfter, "", "")
+	}
+	// A closed client is not an outage: 500.
+	c := dial(t, fakeSidecar(t, func(fc *fakeConn) {}))
+	c.Close()
+	h := sluice.Middleware(c, l, byPath)(ok)
+	if res := serve(h, "/a"); res.StatusCode != 500 {
+		t.Errorf("closed client: %d, want 500", res.StatusCode)
+	}
+	// FailError: the error handler, 503 by default. This sidecar hangs up
+	// at once.
+	var got error
+	c = dial(t, fakeSidecar(t, func(fc *fakeConn) {}), sluice.WithBackoff(time.Hour, time.Hour))
+	h = sluice.Middleware(c, l, byPath, sluice.WithErrorHandler(func(w http.ResponseWriter, r *http.Request, err error) {
+		got = err
+		w.WriteHeader(599)
+	}))(ok)
+	if res := serve(h, "/a"); res.StatusCode != 599 || got == nil {
+		t.Errorf("custom error handler: %d %v", res.StatusCode, got)
+	}
+	h = sluice.Middleware(c, l, byPath)(ok)
+	if res := serve(h, "/a"); res.StatusCode != 503 {
+		t.Errorf("sidecar gone: %d, want 503", res.StatusCode)
+	}
+}
+
+func TestRateLimitFields(t *testing.T) {
+	allowed := func(rem, lim int64, reset time.Duration) sluice.Decision {
+		return sluice.Decision{Allowed: true, Remaining: rem, Limit: lim, RetryAfter: -1, ResetAfter: reset}
+	}
+	denied := func(rem, lim int64, retry, reset time.Duration) sluice.Decision {
+		return sluice.Decision{Remaining: rem, Limit: lim, RetryAfter: retry, ResetAfter: reset}
+	}
+	for _, tc := range []struct {
+		name              string
+		l                 sluice.Limit
+		d                 sluice.Decision
+		policy, ratelimit string
+		retryAfter        int64
+	}{
+		{"token bucket", sluice.TokenBucket(10, time.Hour, 1), allowed(9, 10, time.Hour),
+			`"n";q=10;w=36000`, `"n";r=9;t=3600`, 0},
+		{"token bucket, refill 3 of 10", sluice.TokenBucket(10, time.Minute, 3), denied(0, 10, 59*time.Second+1, 4*time.Minute),
+			`"n";q=10;w=240`, `"n";r=0;t=60`, 60},
+		{"token bucket, never", sluice.TokenBucket(10, time.Minute, 10), denied(10, 10, -1, 0),
+			`"n";q=10;w=60`, `"n";r=10;t=0`, 0},
+		{"gcra", sluice.GCRA(4, 1, time.Second), allowed(4, 5, time.Second),
+			`"n";q=5;w=5`, `"n";r=4;t=1`, 0},
+		{"gcra sub-second", sluice.GCRA(0, 10, time.Second), denied(0, 1, 50*time.Millisecond, 100*time.Millisecond),
+			`"n";q=1;w=1`, `"n";r=0;t=1`, 1},
+		{"fixed window", sluice.FixedWindow(100, time.Minute), allowed(99, 100, 1500*time.Millisecond),
+			`"n";q=100;w=60`, `"n";r=99;t=2`, 0},
+		{"sliding window", sluice.SlidingWindow(100, 24*time.Hour), denied(0, 100, 90*time.Minute, 47*time.Hour),
+			`"n";q=100;w=86400`, `"n";r=0;t=5400`, 5400},
+		{"pacer", sluice.Pacer(4, time.Second, 2*time.Second), allowed(8, 9, 250*time.Millisecond),
+			`"n";q=9;w=3`, `"n";r=8;t=1`, 0},
+		{"no window", sluice.Limit{Algorithm: 2}, allowed(1, 1, 0),
+			`"n";q=1`, `"n";r=1;t=0`, 0},
+		{"huge", sluice.TokenBucket(1<<62, 1<<62, 1), allowed(1, 1<<62, 1<<62),
+			`"n";q=4611686018427387904`, `"n";r=1;t=4611686019`, 0},
+	} {
+		policy, ratelimit := sluice.RateLimitFields("n", tc.l, tc.d)
+		if policy != tc.policy || ratelimit != tc.ratelimit || sluice.RetryAfterSeconds(tc.d) != tc.retryAfter {
+			t.Errorf("%s: %q %q %d, want %q %q %d", tc.name, policy, ratelimit, sluice.RetryAfterSeconds(tc.d),
+				tc.policy, tc.ratelimit, tc.retryAfter)
+		}
+	}
+	// Names are Structured Fields strings.
+	if p, _ := sluice.RateLimitFields("a\"b\\c\té", sluice.FixedWindow(1, time.Second), allowed(0, 1, 0)); p != `"a\"b\\c???";q=1;w=1` {
+		t.Errorf("escaped name: %s", p)
+	}
+	// A degraded decision reports no quota.
+	h := http.Header{}
+	sluice.SetRateLimitHeaders(h, "n", sluice.FixedWindow(1, time.Second), sluice.Decision{RetryAfter: 1500 * time.Millisecond, ResetAfter: -1, Degraded: true})
+	if len(h) != 1 || h.Get("Retry-After") != "2" {
+		t.Errorf("degraded denial: %v", h)
+	}
+}

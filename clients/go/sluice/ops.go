@@ -1,0 +1,374 @@
+package sluice
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sluicehq/sluice/proto"
+)
+
+// Decision is the sidecar's answer to Acquire, Peek or Refund, or to one
+// item of Multi.
+//
+// Durations come from the wire's nanoseconds; where the wire says "not
+// applicable" (-1) the duration is negative: RetryAfter is negative when
+// the request was allowed or can never be (its cost is above the limit's
+// capacity), and ResetAfter is negative only in a Degraded decision.
+type Decision struct {
+	Allowed    bool          // the request may proceed (for a pacer limit: after Delay)
+	Remaining  int64         // cost-1 requests still allowed now, in [0, Limit]
+	Limit      int64         // the largest Remaining can be
+	RetryAfter time.Duration // until this request would be allowed; negative if allowed or never
+	ResetAfter time.Duration // until the bucket is back to its fresh state; 0 if fresh
+	Delay      time.Duration // pacer: the wait before acting; 0 for the other algorithms
+
+	// Degraded is set when the sidecar could not be reached and the
+	// decision is the client's failure policy's (FailOpen or FailClosed),
+	// not the sidecar's. Remaining and Limit are then 0 and ResetAfter is
+	// negative (unknown).
+	Degraded bool
+}
+
+func decisionOf(w *proto.Decision) Decision {
+	return Decision{
+		Allowed: w.Allowed, Remaining: w.Remaining, Limit: w.Limit,
+		RetryAfter: time.Duration(w.RetryAfter), ResetAfter: time.Duration(w.ResetAfter),
+		Delay: time.Duration(w.Delay),
+	}
+}
+
+// A RequestOption modifies one request. Options are values: passing them
+// allocates nothing.
+type RequestOption struct {
+	flags proto.Flags
+	at    int64
+}
+
+// At decides the request as of t rather than the sidecar's clock, for
+// replaying past events. The sidecar keeps whatever state it finds: a time
+// before a bucket's last update counts as no time passing.
+func At(t time.Time) RequestOption { return RequestOption{flags: proto.FlagAt, at: t.UnixNano()} }
+
+// Strict makes a token_bucket request that leaves the bucket at 0, or is
+// denied, restart the bucket's refill clock (smyte/ratelimit's STRICT).
+// Other algorithms ignore it.
+func Strict() RequestOption { return RequestOption{flags: proto.FlagStrict} }
+
+// Smyte selects smyte/ratelimit compatibility for a token_bucket request: a
+// denial drains the bucket to 0 and Remaining is the count before the
+// deduction. Other algorithms ignore it.
+func Smyte() RequestOption { return RequestOption{flags: proto.FlagSmyte} }
+
+func requestFlags(opts []RequestOption) (proto.Flags, int64) {
+	var f proto.Flags
+	var at int64
+	for _, o := range opts {
+		f |= o.flags
+		if o.flags&proto.FlagAt != 0 {
+			at = o.at
+		}
+	}
+	return f, at
+}
+
+// checkKey rejects a key the sidecar's codec would reject: such a request
+// would make it close the connection, failing every other call on it.
+func checkKey(op proto.Opcode, key string) error {
+	if len(key) == 0 || len(key) > proto.MaxKeyLen {
+		return fmt.Errorf("sluice: %v: %w: %d bytes, want 1 to %d", op, ErrInvalidKey, len(key), proto.MaxKeyLen)
+	}
+	return nil
+}
+
+func checkLimit(op proto.Opcode, l Limit) error {
+	if !l.Algorithm.Valid() {
+		return fmt.Errorf("sluice: %v: %w: %v", op, ErrInvalidLimit, l)
+	}
+	return nil
+}
+
+// item sends an ACQUIRE, PEEK, REFUND or RESET and returns its call, or an
+// error (then the call is not the caller's).
+func (c *Client) item(ctx context.Context, op proto.Opcode, l Limit, key string, n int64, opts []RequestOption) (*call, error) {
+	if err := checkKey(op, key); err != nil {
+		return nil, err
+	}
+	if err := checkLimit(op, l); err != nil {
+		return nil, err
+	}
+	f, at := requestFlags(opts)
+	cl := getCall(op)
+	cl.key = append(cl.key[:0], key...)
+	b, start := proto.BeginFrame(cl.req[:0], proto.KindRequest, 0)
+	b = proto.AppendItem(b, op, f, l, n, at, cl.key)
+	cl.req = proto.EndFrame(b, start, 1)
+	if err := c.roundTrip(ctx, cl); err != nil {
+		return nil, err
+	}
+	if err := statusError(op, cl.res.Status, cl.res.Message); err != nil {
+		putCall(cl)
+		return nil, err
+	}
+	return cl, nil
+}
+
+// decide sends an ACQUIRE, PEEK or REFUND and returns its decision, or the
+// failure policy's.
+func (c *Client) decide(ctx context.Context, op proto.Opcode, l Limit, key string, n int64, opts []RequestOption, policy bool) (Decision, error) {
+	cl, err := c.item(ctx, op, l, key, n, opts)
+	if err != nil {
+		if policy {
+			return c.degraded(err)
+		}
+		return Decision{}, err
+	}
+	d := decisionOf(&cl.res.Decision)
+	putCall(cl)
+	return d, nil
+}
+
+// degraded returns the failure policy's decision for err if err means the
+// sidecar is unavailable and the policy is not FailError; else err.
+func (c *Client) degraded(err error) (Decision, error) {
+	if !errors.Is(err, ErrUnavailable) {
+		return Decision{}, err
+	}
+	switch c.opt.policy {
+	case FailOpen:
+		return Decision{Allowed: true, RetryAfter: -1, ResetAfter: -1, Degraded: true}, nil
+	case FailClosed:
+		return Decision{RetryAfter: c.retryIn(), ResetAfter: -1, Degraded: true}, nil
+	}
+	return Decision{}, err
+}
+
+// Acquire asks whether a request of cost tokens against key under limit l
+// may proceed and, if it may, consumes cost. Cost 0 is a peek that neither
+// creates nor changes the bucket. Options: At, Strict, Smyte.
+//
+// If the sidecar cannot be reached, the failure policy decides (see
+// FailurePolicy). A rejected request (an invalid limit, a negative cost, a
+// full table, ...) returns a *StatusError.
+func (c *Client) Acquire(ctx context.Context, l Limit, key string, cost int64, opts ...RequestOption) (Decision, error) {
+	return c.decide(ctx, proto.OpAcquire, l, key, cost, opts, true)
+}
+
+// Peek returns the decision a cost-1 Acquire would get, changing and
+// creating nothing. Option: At. The failure policy applies as for Acquire.
+func (c *Client) Peek(ctx context.Context, l Limit, key string, opts ...RequestOption) (Decision, error) {
+	return c.decide(ctx, proto.OpPeek, l, key, 0, opts, true)
+}
+
+// Refund gives amount tokens back to key's bucket under l (capped at the
+// limit's maximum; a bucket that does not exist is full already) and
+// returns the bucket's state afterwards as a cost-0 decision. Option: At.
+// The failure policy does not apply: an unreachable sidecar is an error.
+func (c *Client) Refund(ctx context.Context, l Limit, key string, amount int64, opts ...RequestOption) (Decision, error) {
+	return c.decide(ctx, proto.OpRefund, l, key, amount, opts, false)
+}
+
+// Reset forgets key's bucket under l, which then behaves as new, and
+// reports whether it existed.
+func (c *Client) Reset(ctx context.Context, l Limit, key string) (existed bool, err error) {
+	cl, err := c.item(ctx, proto.OpReset, l, key, 0, nil)
+	if err != nil {
+		return false, err
+	}
+	existed = cl.res.Existed
+	putCall(cl)
+	return existed, nil
+}
+
+// Item is one acquire of a Multi.
+type Item struct {
+	Limit  Limit
+	Key    string
+	Cost   int64
+	Strict bool // see the Strict option
+	Smyte  bool // see the Smyte option
+}
+
+// Multi acquires every item or none: allowed is true only if every item is
+// allowed, and then every item consumed its cost; if any is denied, nothing
+// changed. ds has one decision per item, in order, each as if the item were
+// alone (so the denied ones can be told apart). There may be 1 to
+// proto.MaxMulti items. Options: At applies to every item; Strict and Smyte
+// to every token_bucket item, as do the Item fields. The failure policy
+// applies as for Acquire, every decision Degraded. A Multi the sidecar
+// could not lock returns an error matching ErrContended: retry it.
+func (c *Client) Multi(ctx context.Context, items []Item, opts ...RequestOption) (allowed bool, ds []Decision, err error) {
+	if len(items) == 0 || len(items) > proto.MaxMulti {
+		return false, nil, fmt.Errorf("sluice: MULTI: %w: %d items, want 1 to %d", ErrTooManyItems, len(items), proto.MaxMulti)
+	}
+	for i := range items {
+		if err := checkKey(proto.OpMulti, items[i].Key); err != nil {
+			return false, nil, fmt.Errorf("item %d: %w", i, err)
+		}
+		if err := checkLimit(proto.OpMulti, items[i].Limit); err != nil {
+			return false, nil, fmt.Errorf("item %d: %w", i, err)
+		}
+	}
+	f, at := requestFlags(opts)
+	cl := getCall(proto.OpMulti)
+	cl.key = cl.key[:0]
+	for i := range items {
+		cl.key = append(cl.key, items[i].Key...)
+	}
+	off := 0
+	for i := range items {
+		it := &items[i]
+		fl := f & (proto.FlagStrict | proto.FlagSmyte)
+		if it.Strict {
+			fl |= proto.FlagStrict
+		}
+		if it.Smyte {
+			fl |= proto.FlagSmyte
+		}
+		k := cl.key[off : off+len(it.Key) : off+len(it.Key)]
+		off += len(it.Key)
+		cl.items[i] = proto.MultiItem{Flags: fl, Limit: it.Limit, Cost: it.Cost, Key: k}
+	}
+	b, start := proto.BeginFrame(cl.req[:0], proto.KindRequest, 0)
+	b = proto.AppendMulti(b, f&proto.FlagAt, at, cl.items[:len(items)])
+	cl.req = proto.EndFrame(b, start, 1)
+	if err := c.roundTrip(ctx, cl); err != nil {
+		d, err := c.degraded(err)
+		if err != nil {
+			return false, nil, err
+		}
+		ds = make([]Decision, len(items))
+		for i := range ds {
+			ds[i] = d
+		}
+		return d.Allowed, ds, nil
+	}
+	defer putCall(cl)
+	if err := statusError(proto.OpMulti, cl.res.Status, cl.res.Message); err != nil {
+		return false, nil, err
+	}
+	if cl.res.NDecisions != len(items) {
+		return false, nil, fmt.Errorf("sluice: MULTI: %d decisions for %d items: %w", cl.res.NDecisions, len(items), ErrMalformed)
+	}
+	ds = make([]Decision, cl.res.NDecisions)
+	for i := range ds {
+		ds[i] = decisionOf(&cl.res.Decisions[i])
+	}
+	return cl.res.Allowed, ds, nil
+}
+
+// simple sends an operation without arguments (HELLO, PING, STATS) and
+// returns its call.
+func (c *Client) simple(ctx context.Context, op proto.Opcode) (*call, error) {
+	cl := getCall(op)
+	b, start := proto.BeginFrame(cl.req[:0], proto.KindRequest, 0)
+	switch op {
+	case proto.OpHello:
+		b = proto.AppendHello(b)
+	case proto.OpPing:
+		b = proto.AppendPing(b)
+	case proto.OpStats:
+		b = proto.AppendStats(b)
+	}
+	cl.req = proto.EndFrame(b, start, 1)
+	if err := c.roundTrip(ctx, cl); err != nil {
+		return nil, err
+	}
+	if err := statusError(op, cl.res.Status, cl.res.Message); err != nil {
+		putCall(cl)
+		return nil, err
+	}
+	return cl, nil
+}
+
+// Ping checks that the sidecar answers.
+func (c *Client) Ping(ctx context.Context) error {
+	cl, err := c.simple(ctx, proto.OpPing)
+	if err != nil {
+		return err
+	}
+	putCall(cl)
+	return nil
+}
+
+// Hello is the sidecar's protocol version, its limits, and the geometry of
+// its table.
+type Hello = proto.Hello
+
+// Hello returns the sidecar's protocol version and limits.
+func (c *Client) Hello(ctx context.Context) (Hello, error) {
+	cl, err := c.simple(ctx, proto.OpHello)
+	if err != nil {
+		return Hello{}, err
+	}
+	h := cl.res.Hello
+	putCall(cl)
+	return h, nil
+}
+
+// Stats returns the sidecar's counters by name (slot_count, used_slots,
+// allowed, denied, ...). The set of names is the sidecar's and may change.
+func (c *Client) Stats(ctx context.Context) (map[string]uint64, error) {
+	cl, err := c.simple(ctx, proto.OpStats)
+	if err != nil {
+		return nil, err
+	}
+	defer putCall(cl)
+	m := make(map[string]uint64, cl.res.NStats)
+	for b := cl.res.Stats; len(b) > 0; {
+		name, v, rest, err := proto.NextStat(b)
+		if err != nil { // DecodeResult checked it already
+			return nil, fmt.Errorf("sluice: STATS: %w", err)
+		}
+		m[string(name)] = v
+		b = rest
+	}
+	return m, nil
+}
+
+// ScanEntry is one bucket that Scan lists.
+type ScanEntry struct {
+	Key       string
+	Algorithm Algorithm
+	FreshAt   time.Time // when the bucket is back to its fresh state (and its slot reclaimable)
+}
+
+// Scan lists up to count buckets whose key starts with prefix ("" lists
+// every bucket), from cursor: 0 to start, then the next of the previous
+// call, until next is 0. A call may return fewer than count entries, even
+// none, before the scan is complete. count outside 1..proto.MaxScanCount
+// is taken as proto.MaxScanCount. Buckets created or moved during a scan
+// may be missed or listed twice. Scan needs a sidecar whose table keeps
+// keys inline (slot size 128 or 256), else it returns ErrUnsupported; keys
+// longer than a slot keeps are not listed.
+func (c *Client) Scan(ctx context.Context, prefix string, cursor uint64, count int) (entries []ScanEntry, next uint64, err error) {
+	if len(prefix) > proto.MaxKeyLen {
+		return nil, 0, fmt.Errorf("sluice: SCAN: %w: prefix of %d bytes, the limit is %d", ErrInvalidKey, len(prefix), proto.MaxKeyLen)
+	}
+	if count <= 0 || count > proto.MaxScanCount {
+		count = proto.MaxScanCount
+	}
+	cl := getCall(proto.OpScan)
+	cl.key = append(cl.key[:0], prefix...)
+	b, start := proto.BeginFrame(cl.req[:0], proto.KindRequest, 0)
+	b = proto.AppendScan(b, cursor, uint16(count), cl.key)
+	cl.req = proto.EndFrame(b, start, 1)
+	if err := c.roundTrip(ctx, cl); err != nil {
+		return nil, 0, err
+	}
+	defer putCall(cl)
+	if err := statusError(proto.OpScan, cl.res.Status, cl.res.Message); err != nil {
+		return nil, 0, err
+	}
+	entries = make([]ScanEntry, 0, cl.res.NEntries)
+	for b := cl.res.Entries; len(b) > 0; {
+		alg, freshAt, key, rest, err := proto.NextScanEntry(b)
+		if err != nil { // DecodeResult checked it already
+			return nil, 0, fmt.Errorf("sluice: SCAN: %w", err)
+		}
+		entries = append(entries, ScanEntry{Key: string(key), Algorithm: alg, FreshAt: time.Unix(0, freshAt)})
+		b = rest
+	}
+	return entries, cl.res.Next, nil
+}

@@ -1,0 +1,5 @@
+//go:build race
+
+package sluice_test
+
+const raceEnabled = true

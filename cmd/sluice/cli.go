@@ -1,0 +1,223 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/clients/go/sluice"
+)
+
+// Exit statuses.
+const (
+	exitOK     = 0 // allowed, or a command that decides nothing succeeded
+	exitDenied = 1 // the request was denied
+	exitError  = 2 // anything went wrong, usage errors included
+)
+
+// defaultSocket is sluiced's default socket, relative to the working
+// directory, as for sluiced.
+const defaultSocket = "var/sluice.sock"
+
+// timeout bounds every call to the sidecar.
+const timeout = 5 * time.Second
+
+// command is one of the CLI's commands.
+type command struct {
+	name    string
+	args    string // the synopsis after the name
+	summary string
+	run     func(x *cli, args []string) int
+}
+
+var commands []command // set by init: the commands refer to usage, which lists them
+
+func init() {
+	commands = []command{
+		{"acquire", "KEY LIMIT [--cost N] [--at UNIX_NANOS] [--strict] [--json]",
+			"Decide a request of cost N (default 1) against KEY's bucket under LIMIT and, if allowed, consume N.", runAcquire},
+		{"peek", "KEY LIMIT [--at UNIX_NANOS] [--json]",
+			"Show the decision a cost-1 acquire would get, changing nothing.", runPeek},
+		{"refund", "KEY LIMIT AMOUNT [--json]",
+			"Give AMOUNT tokens back to KEY's bucket (capped at the limit's maximum) and show its state.", runRefund},
+		{"reset", "KEY LIMIT",
+			"Forget KEY's bucket under LIMIT.", runReset},
+		{"scan", "[PREFIX] [--count N]",
+			"List the buckets whose key starts with PREFIX (all without one): algorithm, when the bucket is fresh again, key.", runScan},
+		{"stats", "[--json]",
+			"Show the sidecar's counters.", runStats},
+		{"ping", "",
+			"Check that the sidecar answers.", runPing},
+	}
+}
+
+// cli is one invocation of the command.
+type cli struct {
+	stdout, stderr io.Writer
+	socket         string
+}
+
+// run runs the command line args (without the program name) and returns
+// the exit status. getenv reads the environment (SLUICE_SOCKET).
+func run(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	x := &cli{stdout: stdout, stderr: stderr, socket: defaultSocket}
+	if s := getenv("SLUICE_SOCKET"); s != "" {
+		x.socket = s
+	}
+	fs := flag.NewFlagSet("sluice", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&x.socket, "socket", x.socket, "the sidecar's Unix socket (default $SLUICE_SOCKET, else "+defaultSocket+")")
+	switch err := fs.Parse(args); {
+	case errors.Is(err, flag.ErrHelp):
+		x.usage()
+		return exitOK
+	case err != nil:
+		return x.fail("%v (see sluice --help)", err)
+	}
+	args = fs.Args()
+	if len(args) == 0 {
+		return x.fail("no command (see sluice --help)")
+	}
+	if args[0] == "help" {
+		if len(args) > 1 {
+			if cmd := lookup(args[1]); cmd != nil {
+				return cmd.run(x, []string{"--help"})
+			}
+		}
+		x.usage()
+		return exitOK
+	}
+	cmd := lookup(args[0])
+	if cmd == nil {
+		return x.fail("unknown command %q (see sluice --help)", args[0])
+	}
+	return cmd.run(x, args[1:])
+}
+
+func lookup(name string) *command {
+	for i := range commands {
+		if commands[i].name == name {
+			return &commands[i]
+		}
+	}
+	return nil
+}
+
+// usage prints the command's usage to stdout.
+func (x *cli) usage() {
+	w := x.stdout
+	fmt.Fprintln(w, "usage: sluice [--socket PATH] COMMAND [ARGS]")
+	fmt.Fprintln(w, "\nTalk to a running sluiced over its Unix socket.")
+	fmt.Fprintln(w, "\ncommands:")
+	for _, c := range commands {
+		fmt.Fprintln(w, strings.TrimRight(fmt.Sprintf("  %-8s %s", c.name, c.args), " "))
+	}
+	fmt.Fprintln(w, "\nLIMIT is a limit spec, ALGORITHM:name=value,..., for example")
+	for _, s := range []string{
+		"token_bucket:max=10,refill_time=1h,refill_amount=1",
+		"gcra:burst=4,count=1,period=1s",
+		"fixed_window:limit=100,window=1m",
+		"sliding_window:limit=100,window=1m",
+		"pacer:rate=4,period=1s,max_delay=2s",
+	} {
+		fmt.Fprintln(w, "  "+s)
+	}
+	fmt.Fprintln(w, "\n--socket defaults to $SLUICE_SOCKET, else "+defaultSocket+". Flags may come before or")
+	fmt.Fprintln(w, "after the arguments; -- ends them. \"sluice COMMAND --help\" describes a command.")
+	fmt.Fprintln(w, "\nexit status: 0 allowed (or success), 1 denied, 2 error")
+}
+
+// fail prints a one-line error and returns exitError.
+func (x *cli) fail(format string, a ...any) int {
+	msg := strings.TrimPrefix(fmt.Sprintf(format, a...), "sluice: ")
+	fmt.Fprintln(x.stderr, "sluice: "+strings.Join(strings.Fields(msg), " "))
+	return exitError
+}
+
+// failCmd reports err, an error of the command name.
+func (x *cli) failCmd(name string, err error) int {
+	return x.fail("%s: %s", name, strings.TrimPrefix(err.Error(), "sluice: "))
+}
+
+// flags returns a flag set for command name with the --socket flag, which
+// a command accepts too.
+func (x *cli) flags(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&x.socket, "socket", x.socket, "`PATH` of the sidecar's Unix socket")
+	return fs
+}
+
+// parse parses a command's flags and arguments, in any order, and checks
+// that there are min to max arguments. If it returns ok false, the command
+// is over with exit status code: --help printed the usage, or the command
+// line is wrong.
+func (x *cli) parse(cmd string, fs *flag.FlagSet, args []string, min, max int) (pos []string, code int, ok bool) {
+	for {
+		err := fs.Parse(args)
+		if errors.Is(err, flag.ErrHelp) {
+			x.commandUsage(cmd, fs)
+			return nil, exitOK, false
+		}
+		if err != nil {
+			return nil, x.fail("%s: %v (see sluice %s --help)", cmd, err, cmd), false
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			pos = append(pos, rest...) // after --, everything is an argument
+			break
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
+	}
+	if len(pos) > max && max == 0 {
+		return nil, x.fail("%s: takes no arguments, got %q (see sluice %s --help)", cmd, pos[0], cmd), false
+	}
+	if len(pos) < min || len(pos) > max {
+		return nil, x.fail("%s: want %s (see sluice %s --help)", cmd, lookup(cmd).args, cmd), false
+	}
+	return pos, exitOK, true
+}
+
+// commandUsage prints a command's usage and flags to stdout.
+func (x *cli) commandUsage(name string, fs *flag.FlagSet) {
+	c := lookup(name)
+	synopsis := strings.TrimRight("sluice "+c.name+" "+c.args, " ")
+	fmt.Fprintf(x.stdout, "usage: %s\n\n%s\n\nflags:\n", synopsis, c.summary)
+	var lines []string
+	fs.VisitAll(func(f *flag.Flag) {
+		arg, help := flag.UnquoteUsage(f)
+		if arg != "" {
+			arg = " " + arg
+		}
+		if f.DefValue != "" && f.DefValue != "false" && f.Name != "socket" {
+			help += " (default " + f.DefValue + ")"
+		}
+		lines = append(lines, fmt.Sprintf("  --%s%s\n    \t%s", f.Name, arg, help))
+	})
+	sort.Strings(lines)
+	for _, l := range lines {
+		fmt.Fprintln(x.stdout, l)
+	}
+}
+
+// dial connects to the sidecar, reporting failure.
+func (x *cli) dial(cmd string) (*sluice.Client, int, bool) {
+	c, err := sluice.Dial(x.socket, sluice.WithTimeout(timeout), sluice.WithDialTimeout(timeout))
+	if err != nil {
+		return nil, x.failCmd(cmd, err), false
+	}
+	return c, exitOK, true
+}
+
+// context returns the context of a call to the sidecar.
+func callContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), timeout)
+}

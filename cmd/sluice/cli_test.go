@@ -1,0 +1,213 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/server"
+)
+
+// t0 is the sidecar's clock in these tests, Unix ns: 2023-11-14T22:13:20Z.
+const t0 = 1_700_000_000 * int64(time.Second)
+
+const tb10 = "token_bucket:max=10,refill_time=1h,refill_amount=1"
+
+// startSidecar runs a sidecar, its clock stopped at t0, until the test
+// ends, and returns its socket.
+func startSidecar(t *testing.T, slotSize int) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "sl") // short: socket paths are limited to 108 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	cfg := server.Config{
+		StatePath: filepath.Join(dir, "state"), SocketPath: filepath.Join(dir, "sock"), RESPSocket: "-",
+		Slots: 1024, SlotSize: slotSize,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Now:    func() int64 { return t0 },
+	}
+	ready := make(chan struct{})
+	cfg.Ready = func() { close(ready) }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- server.Run(ctx, cfg) }()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("sidecar did not start: %v", err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("sidecar: %v", err)
+		}
+	})
+	return cfg.SocketPath
+}
+
+// step is one command line and what it must print and return.
+type step struct {
+	args   string // split on spaces
+	code   int
+	stdout string // exact, unless it ends with "..." (then a prefix)
+	stderr string // a prefix; "" means nothing
+}
+
+// run runs the steps against socket in order.
+func runSteps(t *testing.T, socket string, steps []step) {
+	t.Helper()
+	for _, s := range steps {
+		var stdout, stderr bytes.Buffer
+		args := strings.Fields(s.args)
+		code := run(args, func(k string) string {
+			if k == "SLUICE_SOCKET" {
+				return socket
+			}
+			return ""
+		}, &stdout, &stderr)
+		out := stdout.String()
+		outOK := out == s.stdout
+		if p, ok := strings.CutSuffix(s.stdout, "..."); ok {
+			outOK = strings.HasPrefix(out, p)
+		}
+		errOK := (s.stderr == "" && stderr.Len() == 0) ||
+			(s.stderr != "" && strings.HasPrefix(stderr.String(), s.stderr) && strings.Count(stderr.String(), "\n") == 1)
+		if code != s.code || !outOK || !errOK {
+			t.Errorf("sluice %s\n got %d, stdout %q, stderr %q\nwant %d, stdout %q, stderr %q", s.args,
+				code, out, stderr.String(), s.code, s.stdout, s.stderr)
+		}
+	}
+}
+
+func TestDecisions(t *testing.T) {
+	sock := startSidecar(t, 128)
+	at2h := strconv.FormatInt(t0+int64(2*time.Hour), 10)
+	runSteps(t, sock, []step{
+		{"acquire login:alice " + tb10, 0, "allowed remaining=9 limit=10 reset_after=1h0m0s\n", ""},
+		{"acquire login:alice " + tb10 + " --cost 3", 0, "allowed remaining=6 limit=10 reset_after=4h0m0s\n", ""},
+		{"acquire --json --cost 7 login:alice " + tb10, 1,
+			`{"allowed":false,"remaining":6,"limit":10,"retry_after_ns":3600000000000,"reset_after_ns":14400000000000,"delay_ns":0}` + "\n", ""},
+		{"acquire login:alice " + tb10 + " --cost 11", 1, "denied remaining=6 limit=10 retry_after=never reset_after=4h0m0s\n", ""},
+		{"peek login:alice " + tb10, 0, "allowed remaining=5 limit=10 reset_after=5h0m0s\n", ""},
+		{"peek --json login:alice " + tb10, 0,
+			`{"allowed":true,"remaining":5,"limit":10,"retry_after_ns":-1,"reset_after_ns":18000000000000,"delay_ns":0}` + "\n", ""},
+		{"refund login:alice " + tb10 + " 2", 0, "allowed remaining=8 limit=10 reset_after=2h0m0s\n", ""},
+		{"refund login:alice " + tb10 + " 1 --json", 0,
+			`{"allowed":true,"remaining":9,"limit":10,"retry_after_ns":-1,"reset_after_ns":3600000000000,"delay_ns":0}` + "\n", ""},
+		{"reset login:alice " + tb10, 0, "reset: the bucket existed\n", ""},
+		{"reset login:alice " + tb10, 0, "reset: no such bucket\n", ""},
+		// --at: the bucket lives at the given times.
+		{"acquire replay " + tb10 + " --cost 10 --at " + at2h, 0, "allowed remaining=0 limit=10 reset_after=10h0m0s\n", ""},
+		{"peek replay " + tb10 + " --at " + at2h, 1, "denied remaining=0 limit=10 retry_after=1h0m0s reset_after=10h0m0s\n", ""},
+		// --strict restarts the refill clock of an emptied bucket.
+		{"acquire --strict s token_bucket:max=1,refill_time=1s --at " + strconv.FormatInt(t0+5e8, 10), 0,
+			"allowed remaining=0 limit=1 reset_after=1s\n", ""},
+		// The pacer's delay.
+		{"acquire p pacer:rate=4,period=1s,max_delay=1s", 0, "allowed remaining=4 limit=5 reset_after=250ms\n", ""},
+		{"acquire p pacer:rate=4,period=1s,max_delay=1s", 0, "allowed remaining=3 limit=5 reset_after=500ms delay=250ms\n", ""},
+		// A key that looks like a flag, after --.
+		{"acquire --cost 2 -- --key " + tb10, 0, "allowed remaining=8 limit=10 reset_after=2h0m0s\n", ""},
+	})
+}
+
+func TestInspect(t *testing.T) {
+	sock := startSidecar(t, 128)
+	for _, k := range []string{"user:1", "user:2", "user:3", "ip:1"} {
+		runSteps(t, sock, []step{{"acquire " + k + " " + tb10, 0, "allowed...", ""}})
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"scan", "user:", "--count", "1"}, func(string) string { return sock }, &stdout, &stderr); code != 0 {
+		t.Fatalf("scan: %d %s", code, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	slices.Sort(lines)
+	want := []string{
+		"token_bucket 2023-11-14T23:13:20Z user:1",
+		"token_bucket 2023-11-14T23:13:20Z user:2",
+		"token_bucket 2023-11-14T23:13:20Z user:3",
+	}
+	if !slices.Equal(lines, want) {
+		t.Errorf("scan user:\n%s\nwant\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
+	}
+	stdout.Reset()
+	run([]string{"scan"}, func(string) string { return sock }, &stdout, &stderr)
+	if n := strings.Count(stdout.String(), "\n"); n != 4 {
+		t.Errorf("scan of everything: %d lines:\n%s", n, stdout.String())
+	}
+
+	stdout.Reset()
+	if code := run([]string{"stats", "--json"}, func(string) string { return sock }, &stdout, &stderr); code != 0 {
+		t.Fatalf("stats: %d %s", code, stderr.String())
+	}
+	var st map[string]uint64
+	if err := json.Unmarshal(stdout.Bytes(), &st); err != nil || st["slot_count"] != 1024 || st["used_slots"] != 4 {
+		t.Errorf("stats --json: %v %v", st, err)
+	}
+	runSteps(t, sock, []step{
+		{"stats", 0, "allowed 4\n...", ""},
+		{"ping", 0, "pong ...", ""},
+		{"scan --count 0", 2, "", "sluice: scan: --count 0: want 1 to 1000"},
+	})
+	// Without inline keys, scan is an error.
+	runSteps(t, startSidecar(t, 64), []step{
+		{"scan", 2, "", "sluice: scan: SCAN: proto: unsupported: scan needs key bytes kept inline"},
+	})
+}
+
+func TestSocket(t *testing.T) {
+	sock := startSidecar(t, 128)
+	absent := filepath.Join(filepath.Dir(sock), "absent")
+	runSteps(t, absent, []step{ // $SLUICE_SOCKET names an absent socket
+		{"ping", 2, "", "sluice: ping: sidecar unavailable: dial unix " + absent},
+		{"--socket " + sock + " ping", 0, "pong ...", ""},
+		{"ping --socket " + sock, 0, "pong ...", ""},
+		{"acquire k " + tb10 + " --socket " + sock, 0, "allowed...", ""},
+	})
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"ping"}, func(string) string { return "" }, &stdout, &stderr); code != 2 ||
+		!strings.Contains(stderr.String(), "dial unix var/sluice.sock") {
+		t.Errorf("default socket: %d %q", code, stderr.String())
+	}
+}
+
+func TestUsage(t *testing.T) {
+	sock := startSidecar(t, 128)
+	runSteps(t, sock, []step{
+		{"--help", 0, "usage: sluice [--socket PATH] COMMAND [ARGS]\n...", ""},
+		{"-h", 0, "usage: sluice [--socket PATH] COMMAND [ARGS]\n...", ""},
+		{"help", 0, "usage: sluice [--socket PATH] COMMAND [ARGS]\n...", ""},
+		{"help scan", 0, "usage: sluice scan [PREFIX] [--count N]\n...", ""},
+		{"acquire --help", 0, "usage: sluice acquire KEY LIMIT [--cost N] [--at UNIX_NANOS] [--strict] [--json]\n...", ""},
+		{"peek k --help", 0, "usage: sluice peek KEY LIMIT...", ""},
+		{"refund -h", 0, "usage: sluice refund KEY LIMIT AMOUNT...", ""},
+		{"reset --help", 0, "usage: sluice reset KEY LIMIT\n...", ""},
+		{"stats --help", 0, "usage: sluice stats [--json]\n...", ""},
+		{"ping --help", 0, "usage: sluice ping\n...", ""},
+
+		{"", 2, "", "sluice: no command (see sluice --help)"},
+		{"frobnicate", 2, "", `sluice: unknown command "frobnicate"`},
+		{"--bogus ping", 2, "", "sluice: flag provided but not defined: -bogus"},
+		{"acquire k", 2, "", "sluice: acquire: want KEY LIMIT"},
+		{"acquire k " + tb10 + " extra", 2, "", "sluice: acquire: want KEY LIMIT"},
+		{"acquire k " + tb10 + " --cost x", 2, "", `sluice: acquire: invalid value "x" for flag -cost`},
+		{"acquire k " + tb10 + " --at noon", 2, "", `sluice: acquire: invalid value "noon" for flag -at`},
+		{"acquire k gcra:burst=1", 2, "", `sluice: acquire: proto: limit "gcra:burst=1"`},
+		{"acquire k token_bucket:max=0,refill_time=1h", 2, "", "sluice: acquire: ACQUIRE: proto: invalid limit: "},
+		{"acquire k " + tb10 + " --cost -1", 2, "", "sluice: acquire: ACQUIRE: proto: invalid cost"},
+		{"refund k " + tb10 + " lots", 2, "", `sluice: refund: AMOUNT "lots": want a whole number of tokens`},
+		{"reset k", 2, "", "sluice: reset: want KEY LIMIT"},
+		{"stats extra", 2, "", `sluice: stats: takes no arguments, got "extra"`},
+		{"ping extra", 2, "", `sluice: ping: takes no arguments, got "extra"`},
+	})
+}

@@ -1,0 +1,218 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/clients/go/sluice"
+)
+
+// The commands that act on one bucket: acquire, peek, refund, reset.
+
+func runAcquire(x *cli, args []string) int {
+	fs := x.flags("acquire")
+	cost := fs.Int64("cost", 1, "the request's cost, `N` tokens; 0 peeks without creating the bucket")
+	at := atFlag(fs)
+	strict := fs.Bool("strict", false, "token_bucket: a request that empties the bucket, or is denied, restarts its refill clock")
+	asJSON := jsonFlag(fs)
+	pos, code, ok := x.parse("acquire", fs, args, 2, 2)
+	if !ok {
+		return code
+	}
+	l, code, ok := x.limit("acquire", pos[1])
+	if !ok {
+		return code
+	}
+	opts := at.options()
+	if *strict {
+		opts = append(opts, sluice.Strict())
+	}
+	return x.decision("acquire", *asJSON, func(c *sluice.Client) (sluice.Decision, error) {
+		cx, cancel := callContext()
+		defer cancel()
+		return c.Acquire(cx, l, pos[0], *cost, opts...)
+	})
+}
+
+func runPeek(x *cli, args []string) int {
+	fs := x.flags("peek")
+	at := atFlag(fs)
+	asJSON := jsonFlag(fs)
+	pos, code, ok := x.parse("peek", fs, args, 2, 2)
+	if !ok {
+		return code
+	}
+	l, code, ok := x.limit("peek", pos[1])
+	if !ok {
+		return code
+	}
+	return x.decision("peek", *asJSON, func(c *sluice.Client) (sluice.Decision, error) {
+		cx, cancel := callContext()
+		defer cancel()
+		return c.Peek(cx, l, pos[0], at.options()...)
+	})
+}
+
+func runRefund(x *cli, args []string) int {
+	fs := x.flags("refund")
+	asJSON := jsonFlag(fs)
+	pos, code, ok := x.parse("refund", fs, args, 3, 3)
+	if !ok {
+		return code
+	}
+	l, code, ok := x.limit("refund", pos[1])
+	if !ok {
+		return code
+	}
+	amount, err := strconv.ParseInt(pos[2], 10, 64)
+	if err != nil {
+		return x.fail("refund: AMOUNT %q: want a whole number of tokens", pos[2])
+	}
+	return x.decision("refund", *asJSON, func(c *sluice.Client) (sluice.Decision, error) {
+		cx, cancel := callContext()
+		defer cancel()
+		return c.Refund(cx, l, pos[0], amount)
+	})
+}
+
+func runReset(x *cli, args []string) int {
+	fs := x.flags("reset")
+	pos, code, ok := x.parse("reset", fs, args, 2, 2)
+	if !ok {
+		return code
+	}
+	l, code, ok := x.limit("reset", pos[1])
+	if !ok {
+		return code
+	}
+	c, code, ok := x.dial("reset")
+	if !ok {
+		return code
+	}
+	defer c.Close()
+	cx, cancel := callContext()
+	defer cancel()
+	existed, err := c.Reset(cx, l, pos[0])
+	if err != nil {
+		return x.failCmd("reset", err)
+	}
+	if existed {
+		fmt.Fprintln(x.stdout, "reset: the bucket existed")
+	} else {
+		fmt.Fprintln(x.stdout, "reset: no such bucket")
+	}
+	return exitOK
+}
+
+// limit parses a limit spec argument.
+func (x *cli) limit(cmd, spec string) (sluice.Limit, int, bool) {
+	l, err := sluice.ParseLimit(spec)
+	if err != nil {
+		return l, x.failCmd(cmd, err), false
+	}
+	return l, exitOK, true
+}
+
+// decision runs a command that returns a decision: it connects, calls
+// decide, prints the decision, and returns exitOK if it allows, exitDenied
+// if not.
+func (x *cli) decision(cmd string, asJSON bool, decide func(*sluice.Client) (sluice.Decision, error)) int {
+	c, code, ok := x.dial(cmd)
+	if !ok {
+		return code
+	}
+	defer c.Close()
+	d, err := decide(c)
+	if err != nil {
+		return x.failCmd(cmd, err)
+	}
+	if asJSON {
+		err = json.NewEncoder(x.stdout).Encode(jsonDecision{
+			Allowed: d.Allowed, Remaining: d.Remaining, Limit: d.Limit,
+			RetryAfterNs: int64(d.RetryAfter), ResetAfterNs: int64(d.ResetAfter), DelayNs: int64(d.Delay),
+		})
+	} else {
+		_, err = fmt.Fprintln(x.stdout, formatDecision(d))
+	}
+	if err != nil {
+		return x.failCmd(cmd, err)
+	}
+	if !d.Allowed {
+		return exitDenied
+	}
+	return exitOK
+}
+
+// jsonDecision is the --json form of a decision: durations in nanoseconds,
+// -1 where not applicable, as on the wire.
+type jsonDecision struct {
+	Allowed      bool  `json:"allowed"`
+	Remaining    int64 `json:"remaining"`
+	Limit        int64 `json:"limit"`
+	RetryAfterNs int64 `json:"retry_after_ns"`
+	ResetAfterNs int64 `json:"reset_after_ns"`
+	DelayNs      int64 `json:"delay_ns"`
+}
+
+// formatDecision returns a decision as one line for people:
+//
+//	allowed remaining=9 limit=10 reset_after=6m0s
+//	denied remaining=0 limit=10 retry_after=6m0s reset_after=1h0m0s
+//
+// retry_after appears for a denial ("never" if no wait helps), delay for a
+// paced request.
+func formatDecision(d sluice.Decision) string {
+	var b strings.Builder
+	if d.Allowed {
+		b.WriteString("allowed")
+	} else {
+		b.WriteString("denied")
+	}
+	fmt.Fprintf(&b, " remaining=%d limit=%d", d.Remaining, d.Limit)
+	if !d.Allowed {
+		if d.RetryAfter < 0 {
+			b.WriteString(" retry_after=never")
+		} else {
+			fmt.Fprintf(&b, " retry_after=%v", d.RetryAfter)
+		}
+	}
+	fmt.Fprintf(&b, " reset_after=%v", d.ResetAfter)
+	if d.Delay > 0 {
+		fmt.Fprintf(&b, " delay=%v", d.Delay)
+	}
+	return b.String()
+}
+
+func jsonFlag(fs *flag.FlagSet) *bool {
+	return fs.Bool("json", false, "print the decision as a JSON object")
+}
+
+// atValue is the --at flag: a request time in Unix nanoseconds.
+type atValue struct {
+	ns  int64
+	set bool
+}
+
+func atFlag(fs *flag.FlagSet) *atValue {
+	a := new(atValue)
+	fs.Func("at", "decide as of `UNIX_NANOS` instead of the sidecar's clock", func(s string) error {
+		ns, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return fmt.Errorf("want Unix nanoseconds, got %q", s)
+		}
+		a.ns, a.set = ns, true
+		return nil
+	})
+	return a
+}
+
+func (a *atValue) options() []sluice.RequestOption {
+	if !a.set {
+		return nil
+	}
+	return []sluice.RequestOption{sluice.At(time.Unix(0, a.ns))}
+}

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// The commands that ask about the sidecar: scan, stats, ping.
+
+func runScan(x *cli, args []string) int {
+	fs := x.flags("scan")
+	count := fs.Int("count", 1000, "ask for `N` entries per request, 1 to 1000")
+	pos, code, ok := x.parse("scan", fs, args, 0, 1)
+	if !ok {
+		return code
+	}
+	if *count < 1 || *count > 1000 {
+		return x.fail("scan: --count %d: want 1 to 1000", *count)
+	}
+	prefix := ""
+	if len(pos) > 0 {
+		prefix = pos[0]
+	}
+	c, code, ok := x.dial("scan")
+	if !ok {
+		return code
+	}
+	defer c.Close()
+	for cursor := uint64(0); ; {
+		cx, cancel := callContext()
+		es, next, err := c.Scan(cx, prefix, cursor, *count)
+		cancel()
+		if err != nil {
+			return x.failCmd("scan", err)
+		}
+		for _, e := range es {
+			fmt.Fprintf(x.stdout, "%s %s %s\n", e.Algorithm, e.FreshAt.UTC().Format(time.RFC3339Nano), printable(e.Key))
+		}
+		if next == 0 {
+			return exitOK
+		}
+		cursor = next
+	}
+}
+
+// printable returns key as is if it is printable text without spaces, else
+// quoted as a Go string.
+func printable(key string) string {
+	if utf8.ValidString(key) && !strings.ContainsFunc(key, func(r rune) bool { return !unicode.IsPrint(r) || r == ' ' }) {
+		return key
+	}
+	return strconv.Quote(key)
+}
+
+func runStats(x *cli, args []string) int {
+	fs := x.flags("stats")
+	asJSON := fs.Bool("json", false, "print the counters as a JSON object")
+	if _, code, ok := x.parse("stats", fs, args, 0, 0); !ok {
+		return code
+	}
+	c, code, ok := x.dial("stats")
+	if !ok {
+		return code
+	}
+	defer c.Close()
+	cx, cancel := callContext()
+	defer cancel()
+	st, err := c.Stats(cx)
+	if err != nil {
+		return x.failCmd("stats", err)
+	}
+	if *asJSON {
+		if err := json.NewEncoder(x.stdout).Encode(st); err != nil {
+			return x.failCmd("stats", err)
+		}
+		return exitOK
+	}
+	names := make([]string, 0, len(st))
+	for name := range st {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		fmt.Fprintf(x.stdout, "%s %d\n", name, st[name])
+	}
+	return exitOK
+}
+
+func runPing(x *cli, args []string) int {
+	fs := x.flags("ping")
+	if _, code, ok := x.parse("ping", fs, args, 0, 0); !ok {
+		return code
+	}
+	c, code, ok := x.dial("ping")
+	if !ok {
+		return code
+	}
+	defer c.Close()
+	cx, cancel := callContext()
+	defer cancel()
+	start := time.Now()
+	if err := c.Ping(cx); err != nil {
+		return x.failCmd("ping", err)
+	}
+	fmt.Fprintf(x.stdout, "pong %v\n", time.Since(start).Round(time.Microsecond))
+	return exitOK
+}
