@@ -1,11 +1,13 @@
 package server
 
 import (
+	"context"
 	"net"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/clients/go/sluice"
 	"github.com/sluicehq/sluice/proto"
 )
 
@@ -136,6 +138,31 @@ func pipelined(b *testing.B, path string) {
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "decisions/s")
 }
 
+// parallel is the acquire path as applications use it: many goroutines
+// sharing one Go client, whose writer batches their requests into shared
+// writes.
+func parallel(b *testing.B, path string) {
+	c, err := sluice.Dial(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	l := sluice.GCRA(1_000_000, 1_000_000, time.Second)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.SetParallelism(16)
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := c.Acquire(ctx, l, "user:42", 1); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "decisions/s")
+}
+
 func readFull(c net.Conn, b []byte) (int, error) {
 	n := 0
 	for n < len(b) {
@@ -155,6 +182,7 @@ func BenchmarkSocket(b *testing.B) {
 	}
 	b.Run("acquire/serial", func(b *testing.B) { serial(b, sidecar(b)) })
 	b.Run("acquire/pipelined", func(b *testing.B) { pipelined(b, sidecar(b)) })
+	b.Run("acquire/parallel", func(b *testing.B) { parallel(b, sidecar(b)) })
 	b.Run("echo/serial", func(b *testing.B) { serial(b, echoServer(b)) })
 	b.Run("echo/pipelined", func(b *testing.B) { pipelined(b, echoServer(b)) })
 }
