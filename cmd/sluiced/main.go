@@ -33,6 +33,8 @@ func main() {
 	mode := fs.String("socket-mode", "0660", "permissions of the socket file, octal")
 	fs.IntVar(&c.MaxConns, "max-conns", server.DefaultMaxConns, "connections served at once; more are refused with Busy")
 	fs.DurationVar(&c.IdleTimeout, "idle-timeout", server.DefaultIdleTimeout, "close a connection idle this long")
+	fs.Func("allow-uid", "serve only peers with these uids (comma-separated), or with an --allow-gid", ids(&c.AllowUIDs))
+	fs.Func("allow-gid", "serve only peers with these gids (comma-separated), or with an --allow-uid", ids(&c.AllowGIDs))
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "debug, info, warn or error")
 	fs.VisitAll(func(f *flag.Flag) { // SLUICE_SYNC_INTERVAL=2s is --sync-interval 2s
 		env := "SLUICE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
@@ -57,5 +59,19 @@ func main() {
 	if err := server.Run(ctx, c); err != nil {
 		c.Logger.Error("sluiced failed", "err", err)
 		os.Exit(1)
+	}
+}
+
+// ids parses a comma-separated list of numeric uids or gids into *dst.
+func ids(dst *[]uint32) func(string) error {
+	return func(s string) error {
+		for _, f := range strings.Split(s, ",") {
+			v, err := strconv.ParseUint(strings.TrimSpace(f), 10, 32)
+			if err != nil {
+				return fmt.Errorf("%q is not a numeric id", f)
+			}
+			*dst = append(*dst, uint32(v))
+		}
+		return nil
 	}
 }

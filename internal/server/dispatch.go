@@ -17,6 +17,7 @@ var errNotRequest = fmt.Errorf("%w: a client may only send request frames", prot
 // counters are the server's statistics, reported by STATS.
 type counters struct {
 	conns, connsTotal, connsRejected    atomic.Int64
+	peersDenied                         atomic.Int64
 	frames, ops, malformed, timeouts    atomic.Int64
 	denied, allowed, errors, tableFulls atomic.Int64
 }
@@ -288,6 +289,7 @@ func (s *server) appendStats(b []byte) []byte {
 		v    *atomic.Int64
 	}{
 		{"connections", &c.conns}, {"connections_total", &c.connsTotal}, {"connections_rejected", &c.connsRejected},
+		{"peers_denied", &c.peersDenied},
 		{"frames", &c.frames}, {"ops", &c.ops}, {"allowed", &c.allowed}, {"denied", &c.denied},
 		{"errors", &c.errors}, {"malformed", &c.malformed}, {"timeouts", &c.timeouts},
 	} {

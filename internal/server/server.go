@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,6 +55,13 @@ type Config struct {
 	WriteTimeout    time.Duration // how long a client may take to accept an answer
 	DrainTimeout    time.Duration // how long shutdown waits for connections to finish
 	Logger          *slog.Logger  // nil: slog.Default()
+
+	// AllowUIDs and AllowGIDs, if either is set, restrict who may use the
+	// Unix sockets: a peer whose uid is in AllowUIDs or whose gid is in
+	// AllowGIDs (checked with SO_PEERCRED) is served; any other is refused
+	// before it can send anything, and counted. They cannot be combined with
+	// RESPAddr: a TCP peer has no credentials to check.
+	AllowUIDs, AllowGIDs []uint32
 
 	// Now is the server clock, Unix nanoseconds; nil means the wall clock,
 	// made steady (see steadyClock). It exists for tests, which need a clock
@@ -171,6 +179,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	if (len(c.AllowUIDs) > 0 || len(c.AllowGIDs) > 0) && c.RESPAddr != "" {
+		t.Close()
+		return fmt.Errorf("%w: peer allow-lists cannot be checked on TCP (--resp-addr)", ErrSocketPath)
+	}
 	lns, err := listenAll(c)
 	if err != nil {
 		t.Close()
@@ -259,6 +271,13 @@ func (s *server) accept(l *listener) {
 			continue
 		}
 		s.stats.connsTotal.Add(1)
+		if !s.allowed(c) {
+			s.stats.peersDenied.Add(1)
+			c.SetWriteDeadline(time.Now().Add(time.Second))
+			c.Write(l.refusal(proto.StatusDenied, "permission denied"))
+			c.Close()
+			continue
+		}
 		if int(s.stats.conns.Add(1)) > s.cfg.MaxConns {
 			s.stats.conns.Add(-1)
 			s.stats.connsRejected.Add(1)
@@ -280,6 +299,20 @@ func (s *server) accept(l *listener) {
 			s.stats.conns.Add(-1)
 		}()
 	}
+}
+
+// allowed reports whether the peer of c may be served: always, unless an
+// allow-list is configured.
+func (s *server) allowed(c net.Conn) bool {
+	if len(s.cfg.AllowUIDs) == 0 && len(s.cfg.AllowGIDs) == 0 {
+		return true
+	}
+	uid, gid, err := peerCred(c)
+	if err != nil {
+		s.log.Warn("cannot read a peer's credentials; refusing it", "err", err)
+		return false
+	}
+	return slices.Contains(s.cfg.AllowUIDs, uid) || slices.Contains(s.cfg.AllowGIDs, gid)
 }
 
 // drain lets every connection finish what it has read, then closes it:
