@@ -6,7 +6,7 @@ FUZZTIME ?= 30s
 BENCH    ?= .
 COUNT    ?= 1
 
-.PHONY: all build run test test-go bench fuzz vet fmt lint deps ci clean
+.PHONY: all build run test test-go bench fuzz soak vet fmt lint deps ci clean
 
 all: build
 
@@ -38,6 +38,11 @@ fuzz:
 	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
 	  done; \
 	done
+
+## soak: the long forms of the crash, power-loss and bit-flip tests (minutes)
+soak:
+	$(GO) test -count=1 -run 'TestCrash' ./internal/server -args -crash.iterations=1000
+	$(GO) test -count=1 -run 'TestPowerLoss|TestBitFlips' ./shm -args -powerloss.trials=5000 -bitflip.all
 
 ## vet: go vet
 vet:
