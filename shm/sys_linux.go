@@ -64,7 +64,8 @@ func mapFile(f *os.File) (mmap.MMap, error) {
 }
 
 // syncRange writes b, a page-aligned part of a mapping, to disk and waits.
-func syncRange(b []byte) error { return unix.Msync(b, unix.MS_SYNC) }
+// It is a variable so tests can make syncs fail.
+var syncRange = func(b []byte) error { return unix.Msync(b, unix.MS_SYNC) }
 
 // syncFile flushes f's data and metadata.
 func syncFile(f *os.File) error { return f.Sync() }
