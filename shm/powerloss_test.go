@@ -11,7 +11,10 @@ import (
 	"testing"
 )
 
-var powerLossTrials = flag.Int("powerloss.trials", 60, "disk images to try in TestPowerLoss")
+var (
+	powerLossTrials = flag.Int("powerloss.trials", 60, "disk images to try in TestPowerLoss")
+	powerLossSeed   = flag.Uint64("powerloss.seed", 0, "seed of TestPowerLoss (0: random)")
+)
 
 const pageSize = 4096
 
@@ -22,8 +25,11 @@ const pageSize = 4096
 // the loss is still there, and every bucket holds a state it really had at
 // some point, or is marked conservative; the table verifies.
 func TestPowerLoss(t *testing.T) {
-	seed := rand.Uint64()
-	t.Logf("seed %d (trials: -powerloss.trials)", seed)
+	seed := *powerLossSeed
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	t.Logf("seed %d (-powerloss.seed; trials: -powerloss.trials)", seed)
 	rng := rand.New(rand.NewPCG(seed, 1))
 	dir := flipDir(t)
 	path := filepath.Join(dir, "state")

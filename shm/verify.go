@@ -90,6 +90,28 @@ func (t *Table) recover() {
 		atomic.AddUint64(t.counter(counterTorn), 1)
 		t.resetSlot(p, now)
 	}
+	// A power loss can write the page of a displaced bucket without the
+	// pages of the slots before it in its probe sequence: it then lies past
+	// an empty slot, where no lookup finds it. Such a bucket was created
+	// after the last sync (slots are never emptied, so a synced bucket's
+	// sequence was full when it was synced): drop it, and repeat, since a
+	// dropped bucket may have been in another's sequence.
+	for {
+		run, dropped := t.runs(), 0
+		for i := range t.n {
+			p := t.slotPtr(i)
+			if fp := loadFP(p); fp != (Fingerprint{}) {
+				if d := (i + t.n - t.home(fp)) % t.n; d >= t.probeCap || d >= uint64(run[i]) {
+					clear(t.slotBytes(i))
+					dropped++
+				}
+			}
+		}
+		if dropped == 0 {
+			break
+		}
+		atomic.AddUint64(t.counter(counterTorn), uint64(dropped))
+	}
 	for i := range t.n {
 		if fp := loadFP(t.slotPtr(i)); fp != (Fingerprint{}) {
 			h := t.home(fp)
@@ -141,6 +163,24 @@ func (t *Table) resetSlot(p unsafe.Pointer, now int64) {
 	*u32at(p, slotSum) = checksumOf(p)
 }
 
+// runs returns, for each slot i, the number of consecutive non-empty slots
+// ending at i, capped at probeCap+1 (and at 65535): a bucket at i whose home
+// is d slots back is reachable iff d < run[i] and d < probeCap.
+func (t *Table) runs() []uint16 {
+	limit := uint16(min(t.probeCap+1, math.MaxUint16))
+	run := make([]uint16, t.n)
+	for pass := 0; pass < 2; pass++ { // the second pass settles runs that wrap around
+		for i := range t.n {
+			if loadFP(t.slotPtr(i)) == (Fingerprint{}) {
+				run[i] = 0
+				continue
+			}
+			run[i] = uint16(min(uint32(run[(i+t.n-1)%t.n])+1, uint32(limit)))
+		}
+	}
+	return run
+}
+
 // maxProblems bounds the problems Verify reports.
 const maxProblems = 10
 
@@ -166,22 +206,8 @@ func (t *Table) Verify() error {
 	if err := validateHeader(t.headerBytes(), HeaderSize+int64(t.n)*int64(t.slotSize)); err != nil {
 		report("header: %w", err)
 	}
-	// run[i] is the number of consecutive non-empty slots ending at slot i,
-	// capped at probeCap+1: a bucket at i whose home is d slots back is
-	// reachable iff d < run[i] and d < probeCap.
-	limit := uint32(t.probeCap + 1)
-	run := make([]uint32, t.n)
+	run := t.runs()
 	seen := make(map[Fingerprint]uint64)
-	for pass := 0; pass < 2; pass++ { // two passes settle runs that wrap around
-		for i := range t.n {
-			if loadFP(t.slotPtr(i)) == (Fingerprint{}) {
-				run[i] = 0
-				continue
-			}
-			prev := run[(i+t.n-1)%t.n]
-			run[i] = min(prev+1, limit)
-		}
-	}
 	for i := range t.n {
 		p := t.slotPtr(i)
 		s := Slot{p, i, t}
