@@ -25,9 +25,13 @@ type stream struct {
 	c      net.Conn
 	in     []byte // bytes read and not yet handled: at most one partial request
 	out    []byte
-	closed bool         // close after writing out
-	now    int64        // the server clock, read once per batch
-	n      connCounters // statistics of the batch being handled
+	closed bool  // close after writing out
+	now    int64 // the server clock, read once per batch
+	// started is when the first byte of the partial request at the front of
+	// in arrived (or, once a batch was handled, when the read that left it
+	// there did)
+	started time.Time
+	n       connCounters // statistics of the batch being handled
 }
 
 // serve runs the connection until the client leaves, breaks the protocol,
@@ -43,22 +47,32 @@ func (st *stream) serve(handle func()) {
 			return
 		}
 		// An idle connection may wait IdleTimeout for its next request; a
-		// request that has started must arrive within FrameTimeout.
-		wait := st.s.cfg.IdleTimeout
-		if len(st.in) > 0 {
-			wait = st.s.cfg.FrameTimeout
+		// request that has started must be complete FrameTimeout after its
+		// first byte came, however slowly the rest trickles in.
+		if len(st.in) == 0 {
+			st.c.SetReadDeadline(time.Now().Add(st.s.cfg.IdleTimeout))
+		} else {
+			st.c.SetReadDeadline(st.started.Add(st.s.cfg.FrameTimeout))
 		}
-		st.c.SetReadDeadline(time.Now().Add(wait))
 		if st.s.draining.Load() {
 			st.c.SetReadDeadline(time.Now()) // shutdown began: take only what has arrived
 		}
 		n, err := st.c.Read(st.in[len(st.in):cap(st.in)])
+		if n > 0 && len(st.in) == 0 {
+			st.started = time.Now()
+		}
 		st.in = st.in[:len(st.in)+n]
 		if n > 0 {
 			// The requests of one read are handled at one instant: reading
 			// the clock costs about as much as a decision.
 			st.now = st.s.now()
+			before := len(st.in)
 			handle()
+			if len(st.in) > 0 && len(st.in) < before {
+				// Requests were answered and a new one has begun: its time
+				// runs from this read.
+				st.started = time.Now()
+			}
 			st.s.stats.add(&st.n)
 			if !st.flush() {
 				return

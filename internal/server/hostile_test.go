@@ -2,8 +2,10 @@ package server
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"net"
+	"os"
 	"testing"
 	"time"
 
@@ -135,4 +137,38 @@ func FuzzServe(f *testing.F) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// Ensure slowloris does not work: a request trickling in a byte at a time is
+// cut off FrameTimeout after it started, although each byte comes well
+// within that time; another client is served meanwhile.
+func TestHostile_slowloris(t *testing.T) {
+	sc := start(t, Config{FrameTimeout: 300 * time.Millisecond})
+	good := dial(t, sc)
+	slow, err := net.Dial("unix", sc.cfg.SocketPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	frame := frameOf(1, proto.AppendItem(nil, proto.OpAcquire, 0, tb10, 1, 0, []byte("k")))
+	start := time.Now()
+	cut := false
+	for _, b := range frame {
+		if _, err := slow.Write([]byte{b}); err != nil {
+			cut = true
+			break
+		}
+		if r := good.acquire("g", tb10, 0, 0); r.Status != proto.StatusOK {
+			t.Fatalf("good client: %+v", r)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !cut {
+		slow.SetReadDeadline(time.Now().Add(2 * time.Second))
+		_, err := slow.Read(make([]byte, 64))
+		cut = err != nil && !errors.Is(err, os.ErrDeadlineExceeded)
+	}
+	if !cut {
+		t.Fatalf("a frame trickling in for %v was not cut off", time.Since(start))
+	}
 }
