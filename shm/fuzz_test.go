@@ -73,3 +73,27 @@ func FuzzTable(f *testing.F) {
 		}
 	})
 }
+
+// FuzzValidateHeader: validating any header bytes never panics, and a header
+// that validates describes a geometry that fits the file size it was
+// checked against.
+func FuzzValidateHeader(f *testing.F) {
+	good := make([]byte, HeaderSize)
+	if err := writeHeader(good, Options{SlotCount: 8, SlotSize: 64, ProbeCap: 8}); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(good[:checksummed+8], int64(HeaderSize+8*64))
+	f.Add([]byte(magic), int64(0))
+	f.Fuzz(func(t *testing.T, prefix []byte, size int64) {
+		hdr := make([]byte, HeaderSize)
+		copy(hdr, prefix)
+		if err := validateHeader(hdr, size); err != nil {
+			return
+		}
+		var tb Table
+		tb.load(hdr)
+		if want := HeaderSize + int64(tb.n)*int64(tb.slotSize); want != size || tb.probeCap < 1 || tb.probeCap > tb.n {
+			t.Fatalf("validated header: %d slots of %d bytes, probe cap %d, file of %d bytes", tb.n, tb.slotSize, tb.probeCap, size)
+		}
+	})
+}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -88,5 +89,21 @@ func TestServer_peerDenied(t *testing.T) {
 		RESPAddr: "127.0.0.1:0", AllowUIDs: []uint32{1}, Slots: 16, Logger: quiet()})
 	if err == nil {
 		t.Errorf("allow-lists with a TCP listener accepted")
+	}
+}
+
+// Ensure a socket directory writable by every user (without the sticky bit)
+// is refused: anyone could replace the socket there.
+func TestServer_worldWritableDir(t *testing.T) {
+	dir := shortDir(t)
+	open := filepath.Join(dir, "open")
+	if err := os.Mkdir(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(open, 0o777) // whatever the umask
+	err := Run(t.Context(), Config{StatePath: filepath.Join(dir, "s"), SocketPath: filepath.Join(open, "sock"),
+		RESPSocket: "-", Slots: 16, Logger: quiet()})
+	if !errors.Is(err, ErrSocketPath) {
+		t.Errorf("socket in a world-writable directory: %v", err)
 	}
 }
