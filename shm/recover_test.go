@@ -111,21 +111,9 @@ func TestOpen_recoversTornSlots(t *testing.T) {
 // to a slot in it is caught on the slot's first use instead: counted, and
 // the slot reset to a conservative state.
 func TestOpen_cleanFileCheckedOnUse(t *testing.T) {
-	tb, path := newFile(t, Options{SlotCount: 8})
-	put(t, tb, "k", 1, math.MaxInt64, 0)
-	s, _ := tb.Lookup(fp(tb, "k"))
-	idx := s.Index()
-	s.Release()
-	if err := tb.Close(); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.WriteAt([]byte{0xff}, HeaderSize+int64(idx)*64+slotState)
-	f.Close()
-	tb, err = Open(path)
+	path, idx := closedWithBucket(t, "k")
+	patch(t, path, HeaderSize+int64(idx)*64+slotState, []byte{0xff})
+	tb, err := Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,26 +139,12 @@ func TestOpen_cleanFileCheckedOnUse(t *testing.T) {
 // over on first use instead of hanging it, and the slot repaired; and that
 // insert locks left held are freed on open.
 func TestOpen_staleLocks(t *testing.T) {
-	tb, path := newFile(t, Options{SlotCount: 8})
-	put(t, tb, "k", 1, math.MaxInt64, 0)
-	s, _ := tb.Lookup(fp(tb, "k"))
-	idx := s.Index()
-	s.Release()
-	if err := tb.Close(); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var word [4]byte
-	binary.LittleEndian.PutUint32(word[:], 0x1234<<genShift|lockHeld)
-	f.WriteAt(word[:], HeaderSize+int64(idx)*64+slotLock)
+	path, idx := closedWithBucket(t, "k")
+	patch(t, path, HeaderSize+int64(idx)*64+slotLock, binary.LittleEndian.AppendUint32(nil, 0x1234<<genShift|lockHeld))
 	for i := range numInsertLocks {
-		f.WriteAt([]byte{1}, offInsertLocks+int64(i)*4)
+		patch(t, path, offInsertLocks+int64(i)*4, []byte{1})
 	}
-	f.Close()
-	tb, err = Open(path)
+	tb, err := Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,5 +210,33 @@ func TestOpen_releasesDeadReservations(t *testing.T) {
 	}
 	if ok {
 		r.Release()
+	}
+}
+
+// closedWithBucket creates a cleanly closed state file of 8 slots holding
+// one bucket, and returns its path and the bucket's slot.
+func closedWithBucket(t *testing.T, key string) (string, uint64) {
+	t.Helper()
+	tb, path := newFile(t, Options{SlotCount: 8})
+	put(t, tb, key, 1, math.MaxInt64, 0)
+	s, _ := tb.Lookup(fp(tb, key))
+	idx := s.Index()
+	s.Release()
+	if err := tb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path, idx
+}
+
+// patch overwrites the file at path with b at offset off.
+func patch(t *testing.T, path string, off int64, b []byte) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(b, off); err != nil {
+		t.Fatal(err)
 	}
 }
