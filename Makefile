@@ -5,8 +5,9 @@ BIN      := bin
 FUZZTIME ?= 30s
 BENCH    ?= .
 COUNT    ?= 1
+PYTHON   ?= python3
 
-.PHONY: all build run test test-go bench fuzz soak vet fmt lint deps ci clean
+.PHONY: all build run test test-go test-python bench bench-python fuzz soak vet fmt lint deps ci clean
 
 all: build
 
@@ -21,15 +22,22 @@ run: build
 	@mkdir -p var
 	$(BIN)/sluiced
 
-## test: the whole suite, with the race detector and shuffled order
-test: test-go
+## test: the whole suite: Go (race detector, shuffled order) and the Python client
+test: test-go test-python
 
 test-go:
 	$(GO) test -race -shuffle=on -count=1 ./...
 
+test-python: build
+	SLUICED=$(BIN)/sluiced $(PYTHON) -m pytest clients/python -q
+
 ## bench: every benchmark (BENCH=regexp, COUNT=n to narrow or repeat)
 bench:
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count $(COUNT) ./...
+
+## bench-python: the Python client's decisions/s and latency, against a bare socket echo
+bench-python: build
+	SLUICED=$(BIN)/sluiced $(PYTHON) clients/python/bench/bench.py
 
 ## fuzz: run each fuzz target for FUZZTIME
 fuzz:
@@ -60,8 +68,9 @@ deps:
 	@./.ci/deps.sh
 
 ## ci: what .ci/run runs after the tests
-ci: lint deps
+ci: lint deps build
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
+	SLUICED=$(BIN)/sluiced $(PYTHON) clients/python/bench/bench.py --seconds 0.3 --rounds 1 >/dev/null
 
 clean:
 	rm -rf $(BIN)

@@ -1,0 +1,389 @@
+"""What the sync and asyncio clients share: arguments, requests, replies, policy.
+
+A *call* is one operation on its way: its encoded bytes, its opcode, and
+whether the ``on_unavailable`` policy may answer it. Calls are packed into
+frames (at most MAX_BATCH operations and MAX_FRAME_LEN bytes each), and
+every response frame is checked against the request it answers: same id,
+same count, one result per operation with the operation's opcode. Anything
+else means the byte stream cannot be trusted: :class:`ProtocolError`, and
+the caller closes the connection.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import logging
+import os
+import struct
+from decimal import Decimal
+from fractions import Fraction
+from numbers import Real
+from typing import Any, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
+
+from . import proto
+from .errors import (
+    InvalidCost, InvalidKey, ProtocolError, SluiceError, Status, TooManyItems,
+    Unavailable, status_error,
+)
+from .limits import Limit, parse_limit
+from .proto import HEADER_LEN, MAX_BATCH, MAX_FRAME_LEN, MAX_KEY_LEN, MAX_MULTI, Flags, Opcode
+from .results import DEGRADED_CLOSED, DEGRADED_OPEN, Decision, MultiDecision, MultiItem, make_decision
+
+log = logging.getLogger("sluice")
+
+#: The sidecar's default socket, relative to the working directory (as sluiced's).
+DEFAULT_SOCKET = "var/sluice.sock"
+
+#: The on_unavailable policies.
+POLICIES = ("open", "closed", "raise")
+
+Key = Union[str, bytes]
+LimitLike = Union[Limit, str]
+#: A request time: an aware (or local naive) datetime, or Unix seconds.
+At = Union[datetime.datetime, int, float, Decimal, Fraction, None]
+
+_new = object.__new__
+_tuple_new = tuple.__new__
+_setattr = object.__setattr__
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+_MAX_I64 = (1 << 63) - 1
+
+# A whole one-operation item frame, and a whole one-decision response frame.
+ITEM_FRAME = struct.Struct("<IBBHIBBBqqqqqH")  # header, opcode, flags, alg, p0..p2, n, at, keylen
+DECISION_FRAME = struct.Struct("<IBBHIBBBqqqqq")  # header, opcode, status, decision
+ITEM_FRAME_LEN = ITEM_FRAME.size - 4  # the length field of an item frame, without the key
+DECISION_FRAME_SIZE = DECISION_FRAME.size  # 55
+DECISION_FRAME_LEN = DECISION_FRAME.size - 4
+_RESULT_DECISION = struct.Struct("<BBBqqqqq")  # opcode, status, decision
+_RESULT_DECISION_SIZE = _RESULT_DECISION.size  # 43
+
+
+def socket_path(path: Optional[Union[str, "os.PathLike[str]"]]) -> str:
+    """The socket to use: ``path``, else $SLUICE_SOCKET, else var/sluice.sock."""
+    if path is None:
+        return os.environ.get("SLUICE_SOCKET") or DEFAULT_SOCKET
+    return os.fspath(path)
+
+
+def check_policy(policy: str) -> str:
+    if policy not in POLICIES:
+        raise ValueError(f"sluice: on_unavailable must be one of {', '.join(POLICIES)}, got {policy!r}")
+    return policy
+
+
+def key_bytes(key: Key) -> bytes:
+    """A key as bytes (a str as UTF-8), 1..MAX_KEY_LEN of them, else :class:`InvalidKey`."""
+    if type(key) is str:
+        k = key.encode()
+    elif isinstance(key, (bytes, bytearray, memoryview)):
+        k = bytes(key)
+    elif isinstance(key, str):
+        k = key.encode()
+    else:
+        raise InvalidKey(f"sluice: a key is str or bytes, got {type(key).__name__}")
+    if not 0 < len(k) <= MAX_KEY_LEN:
+        raise InvalidKey(f"sluice: key of {len(k)} bytes, want 1..{MAX_KEY_LEN}")
+    return k
+
+
+def prefix_bytes(prefix: Key) -> bytes:
+    p = prefix.encode() if isinstance(prefix, str) else bytes(prefix)
+    if len(p) > MAX_KEY_LEN:
+        raise InvalidKey(f"sluice: scan prefix of {len(p)} bytes, want 0..{MAX_KEY_LEN}")
+    return p
+
+
+@functools.lru_cache(maxsize=512)
+def _parsed(spec: str) -> Limit:
+    return parse_limit(spec)
+
+
+def limit_of(limit: LimitLike) -> Limit:
+    """A Limit, or a spec parsed (and cached)."""
+    if isinstance(limit, Limit):
+        return limit
+    if isinstance(limit, str):
+        return _parsed(limit)
+    raise TypeError(f"sluice: a limit is a Limit or a spec string, got {type(limit).__name__}")
+
+
+def at_ns(at: At) -> int:
+    """A request time as Unix nanoseconds.
+
+    A datetime converts exactly (a naive one is local time, as
+    ``datetime.timestamp`` reads it); a number is Unix seconds.
+    """
+    if isinstance(at, datetime.datetime):
+        if at.tzinfo is None:
+            at = at.astimezone()
+        delta = at - _EPOCH
+        return ((delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds) * 1000  # within int64
+    if isinstance(at, bool) or not isinstance(at, (Real, Decimal)):
+        raise TypeError(f"sluice: at is a datetime or Unix seconds, got {at!r}")
+    ns = at * 1_000_000_000 if isinstance(at, int) else round(Fraction(at) * 1_000_000_000)
+    if not -(1 << 63) <= ns <= _MAX_I64:
+        raise ValueError(f"sluice: at {at!r} is outside int64 Unix nanoseconds")
+    return ns
+
+
+def cost_of(n: Any, what: str = "cost") -> int:
+    """An int64 cost or amount (the sidecar rejects negative ones)."""
+    if type(n) is int and -(1 << 63) <= n <= _MAX_I64:
+        return n
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise InvalidCost(f"sluice: {what} is an int, got {n!r}")
+    raise InvalidCost(f"sluice: {what} {n} outside int64")
+
+
+def decide_frame(fid: int, code: int, key: Key, limit: LimitLike, n: Any, at: At, strict: bool) -> bytes:
+    """The whole request frame of one ACQUIRE or PEEK: the hot path, packed in one go."""
+    k = key.encode() if type(key) is str else key_bytes(key)
+    if not 0 < len(k) <= MAX_KEY_LEN:
+        key_bytes(k)  # raises InvalidKey
+    a, p0, p1, p2 = (limit if isinstance(limit, Limit) else limit_of(limit))._wire
+    if type(n) is not int or not -(1 << 63) <= n <= _MAX_I64:
+        n = cost_of(n)
+    if at is None:
+        return ITEM_FRAME.pack(ITEM_FRAME_LEN + len(k), 1, 1, 1, fid, code, 1 if strict else 0,
+                               a, p0, p1, p2, n, 0, len(k)) + k
+    return ITEM_FRAME.pack(ITEM_FRAME_LEN + len(k), 1, 1, 1, fid, code, 5 if strict else 4,
+                           a, p0, p1, p2, n, at_ns(at), len(k)) + k
+
+
+class Call(NamedTuple):
+    """One operation on its way: its bytes, its opcode, and whether it decides."""
+
+    body: bytes
+    code: int
+    decides: bool  #: acquire, peek and multi: the on_unavailable policy may answer it
+    n: int = 0  #: MULTI: its items
+
+
+def item_call(code: int, key: Key, limit: LimitLike, n: Any, at: At, strict: bool) -> Call:
+    """An ACQUIRE, PEEK, REFUND or RESET (checked as decide_frame checks)."""
+    k = key.encode() if type(key) is str else key_bytes(key)
+    if not 0 < len(k) <= MAX_KEY_LEN:
+        key_bytes(k)  # raises InvalidKey
+    a, p0, p1, p2 = (limit if isinstance(limit, Limit) else limit_of(limit))._wire
+    if type(n) is not int or not -(1 << 63) <= n <= _MAX_I64:
+        n = cost_of(n)
+    flags = 1 if strict else 0
+    t = 0
+    if at is not None:
+        flags |= 4
+        t = at_ns(at)
+    return _tuple_new(Call, (proto.ITEM.pack(code, flags, a, p0, p1, p2, n, t, len(k)) + k, code, code <= 4, 0))
+
+
+def multi_call(items: Iterable[Union[MultiItem, Sequence[Any]]], at: At) -> Call:
+    wire = []
+    for it in items:
+        m = it if isinstance(it, MultiItem) else MultiItem(*it)
+        wire.append(proto.WireMultiItem(Flags.STRICT if m.strict else 0, limit_of(m.limit),
+                                        cost_of(m.cost), key_bytes(m.key)))
+    if not 0 < len(wire) <= MAX_MULTI:
+        raise TooManyItems(f"sluice: a multi has 1..{MAX_MULTI} items, got {len(wire)}")
+    body = proto.encode_multi(0 if at is None else Flags.AT, 0 if at is None else at_ns(at), wire)
+    return Call(body, Opcode.MULTI, True, len(wire))
+
+
+def scan_call(prefix: Key, cursor: int, count: int) -> Call:
+    if not 0 < count <= proto.MAX_SCAN_COUNT:
+        raise ValueError(f"sluice: scan count must be 1..{proto.MAX_SCAN_COUNT}, got {count}")
+    return Call(proto.encode_scan(cursor, count, prefix_bytes(prefix)), Opcode.SCAN, False)
+
+
+def simple_call(code: int) -> Call:
+    return Call(bytes((code,)), code, False)
+
+
+class Frames(NamedTuple):
+    """Calls packed into request frames: the bytes to send, and each frame's id and calls."""
+
+    payload: bytes
+    frames: List[Tuple[int, Sequence[Call]]]
+
+
+def pack(calls: Sequence[Call], next_id: int) -> Frames:
+    """Pack calls into frames of at most MAX_BATCH operations and MAX_FRAME_LEN bytes.
+
+    Frame ids count up from ``next_id`` (mod 2**32).
+    """
+    if len(calls) <= MAX_BATCH:
+        body = b"".join([c.body for c in calls])
+        if len(body) <= MAX_FRAME_LEN - 8:  # the usual case: one frame
+            return Frames(proto.frame(proto.Kind.REQUEST, next_id, len(calls), body), [(next_id, calls)])
+    frames: List[Tuple[int, Sequence[Call]]] = []
+    parts: List[bytes] = []
+    start, size = 0, 0
+    for i, c in enumerate(calls):
+        if i > start and (i - start == MAX_BATCH or size + len(c.body) > MAX_FRAME_LEN - 8):
+            frames.append((next_id, calls[start:i]))
+            next_id = (next_id + 1) & 0xFFFFFFFF
+            start, size = i, 0
+        size += len(c.body)
+    if start < len(calls):
+        frames.append((next_id, calls[start:]))
+    for fid, group in frames:
+        parts.append(proto.frame(proto.Kind.REQUEST, fid, len(group), b"".join([c.body for c in group])))
+    return Frames(b"".join(parts), frames)
+
+
+def frame_error(frame: proto.Buffer) -> Optional[SluiceError]:
+    """The error of a frame-level error response (opcode 0, count 1), else None.
+
+    It fails every outstanding request, and the server closes the connection.
+    """
+    if len(frame) > HEADER_LEN + 1 and frame[HEADER_LEN] == 0 and frame[HEADER_LEN + 1] != 0 \
+            and frame[6] == 1 and frame[7] == 0:
+        try:
+            r, _ = proto.decode_result(frame, HEADER_LEN)
+        except SluiceError as e:
+            return ProtocolError(f"sluice: malformed frame-level error from the sidecar: {e}")
+        return status_error(r.status, r.message)
+    return None
+
+
+def results(frame: proto.Buffer, fid: int, calls: Sequence[Call]) -> List[Any]:
+    """Decode the response frame answering ``calls`` (sent as frame ``fid``).
+
+    Returns one entry per call, in order: its value, or for an error result
+    the exception of its status (not raised). Raises the frame-level error
+    if the frame is one, and :class:`ProtocolError` if it is not exactly one
+    well-formed result per call with the call's opcode.
+    """
+    err = frame_error(frame)
+    if err is not None:
+        raise err
+    try:
+        h = proto.parse_header(frame)
+    except SluiceError as e:
+        raise ProtocolError(f"sluice: bad frame header from the sidecar: {e}") from e
+    if h.kind != proto.Kind.RESPONSE:
+        raise ProtocolError("sluice: the sidecar sent a request frame")
+    if h.id != fid or h.count != len(calls):
+        raise ProtocolError(f"sluice: response frame id {h.id} with {h.count} results, "
+                            f"want id {fid} with {len(calls)}: the stream is out of step")
+    end = 4 + h.length
+    if end != len(frame):
+        raise ProtocolError(f"sluice: response frame of {len(frame)} bytes, its header says {end}")
+    out: List[Any] = []
+    off = HEADER_LEN
+    unpack = _RESULT_DECISION.unpack_from
+    try:
+        for c in calls:
+            code = c.code
+            if end - off >= _RESULT_DECISION_SIZE and frame[off] == code and frame[off + 1] == 0 \
+                    and 3 <= code <= 5:
+                # the common case, a decision: unpacked in one go
+                _, _, allowed, rem, lim, ra, rs, dl = unpack(frame, off)
+                if allowed > 1:
+                    raise ProtocolError(f"sluice: malformed reply from the sidecar: decision allowed byte {allowed}")
+                d = _new(Decision)  # make_decision, inlined: this loop runs per result
+                _setattr(d, "__dict__", {"allowed": allowed == 1, "remaining": rem, "limit": lim,
+                                         "retry_after_ns": ra, "reset_after_ns": rs, "delay_ns": dl,
+                                         "degraded": False})
+                out.append(d)
+                off += _RESULT_DECISION_SIZE
+                continue
+            r, off = proto.decode_result(frame, off, end)
+            if r.status != Status.OK:
+                out.append(r.error())
+            elif r.code != code:
+                raise ProtocolError(f"sluice: a {Opcode(code).name} answered by a result of opcode {r.code}")
+            else:
+                out.append(r.value)
+    except ProtocolError:
+        raise
+    except SluiceError as e:
+        raise ProtocolError(f"sluice: malformed reply from the sidecar: {e}") from e
+    if off != end:
+        raise ProtocolError(f"sluice: malformed reply from the sidecar: {end - off} bytes after the last result")
+    return out
+
+
+def value(v: Any) -> Any:
+    """v, or raised if it is an exception (an error result)."""
+    if isinstance(v, SluiceError):
+        raise v
+    return v
+
+
+def fast_decision(f: proto.Buffer, fid: int, code: int) -> Any:
+    """The Decision of a one-result response frame in its common shape, or None.
+
+    Anything unusual (an error result, another id, bad bytes) returns None
+    for the general path to decode and report.
+    """
+    if len(f) != DECISION_FRAME_SIZE:
+        return None
+    length, ver, kind, count, rid, rcode, status, allowed, rem, lim, ra, rs, dl = DECISION_FRAME.unpack_from(f)
+    if rid != fid or rcode != code or status or allowed > 1 or count != 1 or length != DECISION_FRAME_LEN \
+            or ver != 1 or kind != 2:
+        return None
+    return make_decision(allowed == 1, rem, lim, ra, rs, dl)
+
+
+def degraded(policy: str, call: Call, exc: Unavailable) -> Any:
+    """The answer of the on_unavailable policy to a call the sidecar could not answer."""
+    if policy == "raise" or not call.decides:
+        raise exc
+    d = DEGRADED_OPEN if policy == "open" else DEGRADED_CLOSED
+    if call.code == Opcode.MULTI:
+        return MultiDecision(d.allowed, (d,) * call.n, degraded=True)
+    return d
+
+
+class FrameReader:
+    """Splits the bytes of a connection into whole response frames.
+
+    Headers are checked as they arrive (before a body is waited for, so a
+    huge length is refused at once); a bad one raises :class:`ProtocolError`.
+    Frames are ``bytes`` or ``bytearray``, valid for good.
+    """
+
+    __slots__ = ("_buf",)
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    @property
+    def buffered(self) -> int:
+        """Bytes of an incomplete frame held."""
+        return len(self._buf)
+
+    def need(self) -> int:
+        """How many more bytes complete the frame being read (at least 1)."""
+        buf = self._buf
+        if len(buf) < HEADER_LEN:
+            return HEADER_LEN - len(buf)
+        return 4 + int(proto.HEADER.unpack_from(buf)[0]) - len(buf)
+
+    def feed(self, data: proto.Buffer) -> List[proto.Buffer]:
+        """Add bytes; return the frames they complete, in order."""
+        if self._buf:
+            self._buf += data
+            buf: proto.Buffer = self._buf
+        else:
+            buf = data
+        frames = []
+        pos, n = 0, len(buf)
+        while n - pos >= HEADER_LEN:
+            length, ver, kind, count, _ = proto.HEADER.unpack_from(buf, pos)
+            if ver != 1 or kind != 2 or not 8 <= length <= MAX_FRAME_LEN or not 0 < count <= MAX_BATCH:
+                try:
+                    proto.parse_header(buf, pos)
+                except SluiceError as e:
+                    raise ProtocolError(f"sluice: bad frame header from the sidecar: {e}") from e
+                raise ProtocolError("sluice: the sidecar sent a request frame")
+            end = pos + 4 + length
+            if end > n:
+                break
+            frames.append(buf[pos:end])
+            pos = end
+        if buf is self._buf:
+            del self._buf[:pos]
+        elif pos < n:
+            self._buf = bytearray(buf[pos:])
+        return frames

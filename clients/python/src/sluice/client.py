@@ -1,0 +1,562 @@
+"""The synchronous client: one Unix-socket connection, shared by every thread.
+
+# Concurrency
+
+A :class:`Client` is safe to share between threads. It holds one
+connection and a lock around each exchange (send the request, read its
+answer), so threads take turns; an exchange costs one round trip, tens of
+microseconds. :meth:`Client.pipeline` sends many operations in one write
+and reads all their answers: use it for batches. After ``os.fork`` a child
+process drops the inherited connection and opens its own on first use (so
+a client made before gunicorn forks its workers is fine).
+
+# Failures
+
+The client connects lazily and reconnects on the next call after the
+sidecar restarts. A request sent on a reused connection that fails before
+any byte of the answer arrives (the sidecar restarted or closed an idle
+connection) is retried once on a new connection. When the sidecar cannot
+be asked (no socket, the connection broke, no answer within ``timeout``, it
+is shutting down or busy), acquire, peek and multi answer by the
+``on_unavailable`` policy: "open" returns an allowed decision with
+``degraded=True``, "closed" a denied one, "raise" raises
+:class:`Unavailable`; the other operations always raise it.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import struct
+import threading
+import weakref
+from typing import Any, Iterable, Iterator, List, Optional, Sequence, TypeVar, Union
+
+from . import _common as c
+from ._common import At, Call, Key, LimitLike
+from .errors import ProtocolError, SluiceError, Unavailable
+from .guard import Guard, KeyOrFunc
+from .proto import Opcode
+from .results import Decision, Hello, MultiDecision, MultiItem, ScanEntry, ScanPage, Stats, make_decision
+
+__all__ = ["Client", "Pipeline", "PipelineBase"]
+
+P = TypeVar("P", bound="PipelineBase")
+
+_U32 = struct.Struct("<I")
+_DECISION_FRAME_UNPACK = c.DECISION_FRAME.unpack_from
+_DECISION_FRAME_SIZE = c.DECISION_FRAME_SIZE
+_DECISION_FRAME_LEN = c.DECISION_FRAME_LEN
+_SENDALL_MAX = 64 << 10  # above this, interleave sending with reading (a blocking sendall could deadlock)
+_RECV = 64 << 10
+
+_clients: "weakref.WeakSet[Client]" = weakref.WeakSet()
+
+
+class _Stale(Exception):
+    """The connection failed before any byte of the answer arrived."""
+
+
+def _after_fork_in_child() -> None:
+    for cl in list(_clients):
+        cl._forget()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class Client:
+    """A thread-safe client of the sidecar's native protocol.
+
+    Args:
+        socket_path: the sidecar's Unix socket; default $SLUICE_SOCKET, else
+            "var/sluice.sock" (sluiced's default, relative to the working
+            directory).
+        timeout: seconds to wait for the sidecar on connect and on each read
+            and write; None waits for ever.
+        on_unavailable: what acquire, peek and multi do when the sidecar
+            cannot be asked: "open" (allow, ``degraded=True``), "closed"
+            (deny, ``degraded=True``) or "raise" (:class:`Unavailable`).
+
+    Keys are str (sent as UTF-8) or bytes, 1..1024 bytes. Limits are
+    :class:`~sluice.Limit` values or spec strings (parsed once and cached).
+    Times (``at``) are datetimes or Unix seconds; see :class:`~sluice.Decision`
+    for the units of answers. Use it as a context manager, or call
+    :meth:`close`.
+    """
+
+    def __init__(self, socket_path: Optional[Union[str, "os.PathLike[str]"]] = None,
+                 timeout: Optional[float] = 1.0, on_unavailable: str = "open") -> None:
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"sluice: timeout must be > 0 seconds or None, got {timeout!r}")
+        self.socket_path = c.socket_path(socket_path)
+        self.timeout = timeout
+        self.on_unavailable = c.check_policy(on_unavailable)
+        self._lock = threading.Lock()
+        self._sock: Optional[socket.socket] = None
+        self._id = 0
+        self._down = False  # the last attempt found the sidecar unavailable (for logging)
+        _clients.add(self)
+
+    def __repr__(self) -> str:
+        return f"Client({self.socket_path!r}, timeout={self.timeout!r}, on_unavailable={self.on_unavailable!r})"
+
+    # ---- decisions -----------------------------------------------------------
+
+    def acquire(self, key: Key, limit: LimitLike, cost: int = 1, *, at: At = None,
+                strict: bool = False) -> Decision:
+        """Decide a request of ``cost`` tokens and, if allowed, consume them.
+
+        ``cost`` 0 peeks without creating the bucket. ``at`` replays the
+        request at that time instead of the sidecar's clock. ``strict``
+        restarts a token_bucket's refill clock on a request that empties it
+        or is denied. A denial is a Decision with ``allowed=False``, not an
+        exception. Raises :class:`InvalidLimit`, :class:`InvalidCost`,
+        :class:`TableFull`, ... for what the sidecar refuses.
+        """
+        return self._decide(Opcode.ACQUIRE, key, limit, cost, at, strict)
+
+    def peek(self, key: Key, limit: LimitLike, *, at: At = None) -> Decision:
+        """The decision a cost-1 acquire would get now, changing and creating nothing.
+
+        Its ``remaining`` is what that acquire would leave; ``acquire(key, limit, 0)``
+        tells what is left now.
+        """
+        return self._decide(Opcode.PEEK, key, limit, 0, at, False)
+
+    def refund(self, key: Key, limit: LimitLike, amount: int = 1, *, at: At = None) -> Decision:
+        """Give ``amount`` tokens back (capped at the limit's maximum); the decision after it.
+
+        The on_unavailable policy does not apply: an unreachable sidecar raises
+        :class:`Unavailable`.
+        """
+        return self._one(c.item_call(Opcode.REFUND, key, limit, amount, at, False))  # type: ignore[no-any-return]
+
+    def reset(self, key: Key, limit: LimitLike) -> bool:
+        """Forget the bucket; return whether it existed."""
+        return self._one(c.item_call(Opcode.RESET, key, limit, 0, None, False))  # type: ignore[no-any-return]
+
+    def multi(self, items: Iterable[Union[MultiItem, Sequence[Any]]], *, at: At = None) -> MultiDecision:
+        """Acquire up to 16 (key, limit, cost, strict) items all or nothing.
+
+        Allowed only if every item is allowed, and then every item consumes;
+        if any is denied nothing changes. Items are :class:`MultiItem` or
+        tuples ``(key, limit[, cost[, strict]])``.
+        """
+        return self._one(c.multi_call(items, at))  # type: ignore[no-any-return]
+
+    # ---- the rest ------------------------------------------------------------
+
+    def scan(self, prefix: Key = "", *, count: int = 100) -> Iterator[ScanEntry]:
+        """Iterate the buckets whose key starts with ``prefix``, a page of up to ``count`` at a time.
+
+        Needs a sidecar whose table keeps keys inline (``--slot-size 128`` or
+        256), else :class:`Unsupported`. Buckets created or moved during the
+        scan may be missed or listed twice.
+        """
+        cursor = 0
+        while True:
+            page = self.scan_page(prefix, cursor, count)
+            yield from page.entries
+            if page.next == 0:
+                return
+            cursor = page.next
+
+    def scan_page(self, prefix: Key = "", cursor: int = 0, count: int = 100) -> ScanPage:
+        """One page of a scan: at most ``count`` entries (maybe none) and the next cursor (0: done)."""
+        return self._one(c.scan_call(prefix, cursor, count))  # type: ignore[no-any-return]
+
+    def stats(self) -> Stats:
+        """The sidecar's counters, by name. The names are the server's and may change."""
+        return self._one(c.simple_call(Opcode.STATS))  # type: ignore[no-any-return]
+
+    def ping(self) -> None:
+        """Check that the sidecar answers; raise :class:`Unavailable` if not."""
+        self._one(c.simple_call(Opcode.PING))
+
+    def hello(self) -> Hello:
+        """The sidecar's protocol version, limits and table geometry."""
+        return self._one(c.simple_call(Opcode.HELLO))  # type: ignore[no-any-return]
+
+    def pipeline(self) -> Pipeline:
+        """A batch of operations sent in one write; see :class:`Pipeline`."""
+        return Pipeline(self)
+
+    def limit(self, key: KeyOrFunc, limit: LimitLike, cost: int = 1, *, strict: bool = False,
+              wait: bool = True) -> Guard:
+        """A context manager and decorator that acquires, raising :class:`RateLimited` if denied.
+
+        ``with client.limit("k", lim):`` acquires on entry. As a decorator,
+        ``key`` may be a function of the decorated function's arguments.
+        With ``wait`` (the default) an allowed pacer decision sleeps its
+        ``delay`` first. See :class:`sluice.guard.Guard`.
+        """
+        return Guard(self, key, limit, cost, strict=strict, wait=wait)
+
+    def close(self) -> None:
+        """Close the connection. The client reconnects if used again."""
+        with self._lock:
+            self._drop()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ---- internals -----------------------------------------------------------
+
+    def _decide(self, code: int, key: Key, limit: LimitLike, n: Any, at: At, strict: bool) -> Decision:
+        """An ACQUIRE or PEEK: the hot path. One frame out, one in, decoded in one unpack.
+
+        Anything but the usual (no connection yet, a failure, an error result,
+        a frame split across reads) goes the general way of _exchange and
+        results.
+        """
+        try:
+            with self._lock:
+                self._id = fid = (self._id + 1) & 0xFFFFFFFF
+                payload = c.decide_frame(fid, code, key, limit, n, at, strict)
+                sock = self._sock
+                f: Any = None
+                if sock is not None:
+                    try:
+                        sock.sendall(payload)
+                        f = sock.recv(_RECV)
+                    except (BlockingIOError, socket.timeout) as e:
+                        raise self._timed_out(e) from None
+                    except OSError:
+                        f = b""
+                    except BaseException:
+                        self._drop()
+                        raise
+                    if len(f) == _DECISION_FRAME_SIZE:
+                        length, ver, kind, count, rid, rcode, status, allowed, rem, lim, ra, rs, dl = \
+                            _DECISION_FRAME_UNPACK(f)
+                        if rid == fid and rcode == code and not status and allowed <= 1 and count == 1 \
+                                and length == _DECISION_FRAME_LEN and ver == 1 and kind == 2:
+                            return make_decision(allowed == 1, rem, lim, ra, rs, dl)
+                    if f:
+                        f = self._complete(sock, f, 1, [])[0]
+                    else:  # a stale connection: _exchange sends again on a new one
+                        self._drop()
+                        f = None
+                if f is None:
+                    f = self._exchange(payload, 1)[0]
+                return c.value(self._results(f, fid, (Call(b"", code, True),))[0])  # type: ignore[no-any-return]
+        except Unavailable as e:
+            return self._unavailable(e, Call(b"", code, True))  # type: ignore[no-any-return]
+
+    def _one(self, call: Call) -> Any:
+        try:
+            with self._lock:
+                self._id = fid = (self._id + 1) & 0xFFFFFFFF
+                payload = c.pack((call,), fid).payload
+                f = self._exchange(payload, 1)[0]
+                return c.value(self._results(f, fid, (call,))[0])
+        except Unavailable as e:
+            return self._unavailable(e, call)
+
+    def _run(self, calls: Sequence[Call], raise_on_error: bool) -> List[Any]:
+        """Send every call in one write, read every answer: values or exceptions, in order."""
+        out: List[Any] = []
+        if not calls:
+            return out
+        with self._lock:
+            packed = c.pack(calls, (self._id + 1) & 0xFFFFFFFF)
+            self._id = packed.frames[-1][0]
+            frames: List[Any] = []
+            failure: Optional[Unavailable] = None
+            try:
+                self._exchange(packed.payload, len(packed.frames), frames)
+            except Unavailable as e:
+                failure = e
+            for (fid, group), f in zip(packed.frames, frames):
+                try:
+                    rs = self._results(f, fid, group)
+                except Unavailable as e:  # a frame-level ShuttingDown or Busy
+                    failure = e
+                    break
+                out.extend(rs)
+        if failure is not None:
+            for call in calls[len(out):]:
+                try:
+                    out.append(self._unavailable(failure, call))
+                except Unavailable as e:
+                    out.append(e)
+        if raise_on_error:
+            for v in out:
+                if isinstance(v, SluiceError):
+                    raise v
+        return out
+
+    def _unavailable(self, e: Unavailable, call: Call) -> Any:
+        if not self._down:
+            self._down = True
+            c.log.warning("sluice: the sidecar at %s is unavailable (%s); on_unavailable=%s",
+                          self.socket_path, e, self.on_unavailable)
+        return c.degraded(self.on_unavailable, call, e)
+
+    def _results(self, f: Any, fid: int, calls: Sequence[Call]) -> List[Any]:
+        """Check and decode a response frame; on a protocol or frame-level error, close the connection."""
+        try:
+            return c.results(f, fid, calls)
+        except SluiceError:
+            self._drop()
+            raise
+
+    def _connect(self) -> socket.socket:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            if self.timeout is not None:
+                # Kernel timeouts on a blocking socket: unlike settimeout, no poll()
+                # before each call, which costs ~3 us a round trip.
+                try:
+                    sec = int(self.timeout)
+                    tv = struct.pack("@ll", sec, int((self.timeout - sec) * 1e6))
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
+                except (OSError, struct.error, AttributeError):
+                    s.settimeout(self.timeout)
+            s.connect(self.socket_path)
+        except OSError as e:
+            s.close()
+            why = "timed out" if isinstance(e, (BlockingIOError, socket.timeout)) else (e.strerror or str(e))
+            raise Unavailable(f"sluice: cannot connect to the sidecar at {self.socket_path}: {why}") from e
+        if self._down:
+            self._down = False
+            c.log.info("sluice: connected to the sidecar at %s again", self.socket_path)
+        self._sock = s
+        return s
+
+    def _drop(self) -> None:
+        s, self._sock = self._sock, None
+        if s is not None:
+            s.close()
+
+    def _forget(self) -> None:
+        """After fork, in the child: the connection and the lock are the parent's."""
+        self._lock = threading.Lock()
+        self._drop()
+
+    def _timed_out(self, e: BaseException) -> Unavailable:
+        self._drop()
+        err = Unavailable(f"sluice: no answer from the sidecar at {self.socket_path} within {self.timeout}s")
+        err.__cause__ = e
+        return err
+
+    def _exchange(self, payload: bytes, nframes: int, out: Optional[List[Any]] = None) -> List[Any]:
+        """Send payload, read nframes response frames (appended to out as they complete).
+
+        The lock is held. A reused connection that fails before any byte of
+        the answer arrives (the sidecar restarted, or closed it as idle) is
+        replaced and the payload sent once more; after that, a failure is
+        :class:`Unavailable` (or :class:`ProtocolError`), never a retry.
+        """
+        if out is None:
+            out = []
+        for attempt in (0, 1):
+            sock = self._sock
+            retry = sock is not None and attempt == 0
+            if sock is None:
+                sock = self._connect()
+            if len(payload) > _SENDALL_MAX:
+                try:
+                    self._pump(sock, payload, nframes, out)
+                    return out
+                except _Stale as e:
+                    self._drop()
+                    if retry:
+                        continue
+                    raise self._lost(e) from e
+                except (BlockingIOError, socket.timeout) as e:
+                    raise self._timed_out(e) from None
+                except OSError as e:
+                    self._drop()
+                    raise self._lost(e) from e
+                except BaseException:
+                    self._drop()  # interrupted mid-exchange: the stream is out of step
+                    raise
+            cause: Optional[OSError] = None
+            try:
+                sock.sendall(payload)
+                data = sock.recv(_RECV)
+            except (BlockingIOError, socket.timeout) as e:
+                raise self._timed_out(e) from None
+            except OSError as e:
+                data, cause = b"", e
+            except BaseException:
+                self._drop()
+                raise
+            if data:
+                return self._complete(sock, data, nframes, out)
+            self._drop()
+            if retry:
+                continue
+            raise self._lost(cause or _Stale("the sidecar closed the connection"))
+        raise AssertionError("unreachable")
+
+    def _complete(self, sock: socket.socket, data: bytes, nframes: int, out: List[Any]) -> List[Any]:
+        """Read nframes frames into out, data (not empty) being the first bytes of the answer."""
+        try:
+            if nframes == 1 and len(data) >= 4 and _U32.unpack_from(data)[0] + 4 == len(data):
+                out.append(data)  # the usual case: one whole frame in one read
+            else:
+                self._read(sock, data, nframes, out)
+            return out
+        except (BlockingIOError, socket.timeout) as e:
+            raise self._timed_out(e) from None
+        except OSError as e:
+            self._drop()
+            raise self._lost(e) from e
+        except BaseException:
+            self._drop()
+            raise
+
+    def _lost(self, e: BaseException) -> Unavailable:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        err = Unavailable(f"sluice: lost the connection to the sidecar at {self.socket_path}: {why}")
+        err.__cause__ = e
+        return err
+
+    def _read(self, sock: socket.socket, data: bytes, nframes: int, out: List[Any]) -> None:
+        """Read frames until nframes are in out, starting with data already received."""
+        reader = c.FrameReader()
+        while True:
+            out.extend(reader.feed(data))
+            if len(out) >= nframes:
+                if len(out) > nframes or reader.buffered:
+                    raise ProtocolError("sluice: the sidecar sent more than was asked")
+                return
+            data = sock.recv(max(_RECV, reader.need()))
+            if not data:
+                self._eof(reader, len(out), nframes)
+
+    def _eof(self, reader: c.FrameReader, got: int, nframes: int) -> None:
+        if reader.buffered:
+            raise ProtocolError(f"sluice: the sidecar closed the connection in the middle of a frame "
+                                f"({reader.buffered} bytes of it received)")
+        raise Unavailable(f"sluice: the sidecar closed the connection after {got} of {nframes} answers")
+
+    def _pump(self, sock: socket.socket, payload: bytes, nframes: int, out: List[Any]) -> None:
+        """Send a large payload while reading answers, so neither side blocks on a full buffer."""
+        view, sent, received = memoryview(payload), 0, 0
+        reader = c.FrameReader()
+        poller = select.poll()
+        poller.register(sock, select.POLLIN | select.POLLOUT)
+        wait_ms = None if self.timeout is None else int(self.timeout * 1000) + 1
+        flags = getattr(socket, "MSG_DONTWAIT", 0)
+        while len(out) < nframes:
+            events = poller.poll(wait_ms)
+            if not events:
+                raise socket.timeout("timed out")
+            ev = events[0][1]
+            try:
+                if ev & select.POLLOUT and sent < len(view):
+                    sent += sock.send(view[sent:sent + (256 << 10)], flags)
+                    if sent == len(view):
+                        poller.modify(sock, select.POLLIN)
+                if not ev & (select.POLLIN | select.POLLHUP | select.POLLERR):
+                    continue
+                data = sock.recv(max(_RECV, reader.need()), flags)
+            except BlockingIOError:
+                continue
+            except OSError as e:
+                if received == 0:  # nothing answered yet: as stale as a failed first send
+                    raise _Stale(e.strerror or str(e)) from e
+                raise
+            if not data:
+                if received == 0:
+                    raise _Stale("the sidecar closed the connection")
+                self._eof(reader, len(out), nframes)
+            received += len(data)
+            out.extend(reader.feed(data))
+        if len(out) > nframes or reader.buffered:
+            raise ProtocolError("sluice: the sidecar sent more than was asked")
+
+
+class PipelineBase:
+    """The queueing half of :class:`Pipeline` and :class:`~sluice.aio.AsyncPipeline`."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self._calls: List[Call] = []
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+    def clear(self) -> None:
+        """Forget the queued operations."""
+        self._calls.clear()
+
+    def _add(self: P, call: Call) -> P:
+        self._calls.append(call)
+        return self
+
+    def acquire(self: P, key: Key, limit: LimitLike, cost: int = 1, *, at: At = None,
+                strict: bool = False) -> P:
+        """Queue an acquire; its answer is a Decision."""
+        self._calls.append(c.item_call(Opcode.ACQUIRE, key, limit, cost, at, strict))
+        return self
+
+    def peek(self: P, key: Key, limit: LimitLike, *, at: At = None) -> P:
+        """Queue a peek; its answer is a Decision."""
+        return self._add(c.item_call(Opcode.PEEK, key, limit, 0, at, False))
+
+    def refund(self: P, key: Key, limit: LimitLike, amount: int = 1, *, at: At = None) -> P:
+        """Queue a refund; its answer is a Decision."""
+        return self._add(c.item_call(Opcode.REFUND, key, limit, amount, at, False))
+
+    def reset(self: P, key: Key, limit: LimitLike) -> P:
+        """Queue a reset; its answer is whether the bucket existed."""
+        return self._add(c.item_call(Opcode.RESET, key, limit, 0, None, False))
+
+    def multi(self: P, items: Iterable[Union[MultiItem, Sequence[Any]]], *, at: At = None) -> P:
+        """Queue a multi; its answer is a MultiDecision."""
+        return self._add(c.multi_call(items, at))
+
+    def scan_page(self: P, prefix: Key = "", cursor: int = 0, count: int = 100) -> P:
+        """Queue one page of a scan; its answer is a ScanPage."""
+        return self._add(c.scan_call(prefix, cursor, count))
+
+    def stats(self: P) -> P:
+        """Queue a stats; its answer is a dict of counters."""
+        return self._add(c.simple_call(Opcode.STATS))
+
+    def ping(self: P) -> P:
+        """Queue a ping; its answer is None."""
+        return self._add(c.simple_call(Opcode.PING))
+
+    def hello(self: P) -> P:
+        """Queue a hello; its answer is a Hello."""
+        return self._add(c.simple_call(Opcode.HELLO))
+
+
+
+class Pipeline(PipelineBase):
+    """A batch of operations for a sync :class:`Client`, sent in one write by :meth:`execute`.
+
+    Every method queues one operation and returns the pipeline, so calls
+    chain::
+
+        results = client.pipeline().acquire("a", lim).acquire("b", lim).execute()
+
+    The operations go out in frames of up to 256, all in one write (large
+    batches are sent while the answers are read), and ``execute`` returns
+    their answers in order. A pipeline can be executed again; ``clear``
+    empties it.
+    """
+
+    def execute(self, raise_on_error: bool = True) -> List[Any]:
+        """Send the queued operations and return their answers, in order.
+
+        With ``raise_on_error`` (the default) the first failed operation's
+        exception is raised after every answer is read; without it, failed
+        operations have their exception in their place in the list. The
+        on_unavailable policy answers acquires, peeks and multis as for
+        single calls; other operations get :class:`Unavailable`.
+        """
+        return self._client._run(list(self._calls), raise_on_error)  # type: ignore[no-any-return]
+

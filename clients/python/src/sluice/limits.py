@@ -1,0 +1,413 @@
+"""Limits: an algorithm and its parameters, as small immutable values.
+
+Five classes, one per algorithm, each a frozen dataclass::
+
+    TokenBucket(max, refill_time, refill_amount=None)  # refill_amount defaults to max
+    GCRA(burst, count, period)
+    FixedWindow(limit, window)
+    SlidingWindow(limit, window)
+    Pacer(rate, period, max_delay)
+
+Durations may be a :class:`datetime.timedelta`, a number of seconds (int,
+float, Decimal, Fraction) or a Go duration string ("1h30m", "250ms"); they
+are stored as exact integer nanoseconds in the ``*_ns`` fields (a timedelta
+through its integer fields, a float through its exact binary value, rounded
+to the nearest nanosecond), and read back as float seconds through the
+property of the plain name (``limit.window`` is seconds,
+``limit.window_ns`` nanoseconds).
+
+``Limit.parse(spec)`` reads the textual form shared with the Go side
+(proto/doc.go, "Limit spec") and ``str(limit)`` writes its canonical form;
+both follow proto's ``ParseLimit`` and ``Limit.String`` rule for rule, and
+parse errors carry the same messages. Like ``ParseLimit``, the classes check
+syntax and ranges only (integers, int64, not negative); the sidecar decides
+whether the values make a usable limit and answers :class:`InvalidLimit`
+if not.
+"""
+
+from __future__ import annotations
+
+import datetime
+import enum
+from dataclasses import dataclass
+from decimal import Decimal
+from fractions import Fraction
+from numbers import Real
+from typing import Any, ClassVar, Dict, Optional, Tuple, Type, Union
+
+from ._gotime import MAX_INT64, format_duration, parse_duration, quote
+from .errors import InvalidLimit
+
+#: What a duration may be given as: a timedelta, seconds, or a Go duration string.
+DurationLike = Union[datetime.timedelta, int, float, Decimal, Real, str]
+
+_NS_PER_S = 1_000_000_000
+
+
+class Algorithm(enum.IntEnum):
+    """A limiter algorithm: the first byte of a limit on the wire."""
+
+    TOKEN_BUCKET = 1
+    GCRA = 2
+    FIXED_WINDOW = 3
+    SLIDING_WINDOW = 4
+    PACER = 5
+
+    @property
+    def spec_name(self) -> str:
+        """The algorithm's name in limit specs: ``"token_bucket"``."""
+        return self.name.lower()
+
+    def __str__(self) -> str:
+        return self.spec_name
+
+
+def duration_ns(value: DurationLike, name: str = "duration") -> int:
+    """Convert a duration to integer nanoseconds, exactly.
+
+    A timedelta converts through its integer days, seconds and microseconds;
+    an int is whole seconds; a float, Decimal or Fraction is seconds, rounded
+    to the nearest nanosecond from its exact value; a str is a Go duration
+    ("1h30m") or a bare integer of nanoseconds, as in a limit spec. Raises
+    :class:`InvalidLimit` for a negative value, one past int64 nanoseconds,
+    or anything else.
+    """
+    if isinstance(value, datetime.timedelta):
+        ns = ((value.days * 86400 + value.seconds) * 1_000_000 + value.microseconds) * 1000
+    elif isinstance(value, bool):
+        raise InvalidLimit(f"sluice: {name}: want a duration, got {value!r}")
+    elif isinstance(value, int):
+        ns = value * _NS_PER_S
+    elif isinstance(value, str):
+        v = _parse_value(value, True)
+        if isinstance(v, str):
+            raise InvalidLimit(f"sluice: {name}: {v}")
+        ns = v
+    elif isinstance(value, (Real, Decimal)):
+        try:
+            ns = round(Fraction(value) * _NS_PER_S)  # type: ignore[arg-type]
+        except (ValueError, OverflowError, TypeError):
+            raise InvalidLimit(f"sluice: {name}: want a duration, got {value!r}") from None
+    else:
+        raise InvalidLimit(f"sluice: {name}: want a timedelta, seconds or a Go duration, got {value!r}")
+    if ns < 0:
+        raise InvalidLimit(f"sluice: {name}: negative duration {value!r}")
+    if ns > MAX_INT64:
+        raise InvalidLimit(f"sluice: {name}: {value!r} is longer than int64 nanoseconds")
+    return ns
+
+
+def _count(value: Any, name: str) -> int:
+    """Check an integer parameter: an int (not a bool), 0..MaxInt64."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidLimit(f"sluice: {name}: want an integer, got {value!r}")
+    if value < 0:
+        raise InvalidLimit(f"sluice: {name}: negative value {value}")
+    if value > MAX_INT64:
+        raise InvalidLimit(f"sluice: {name}: integer out of range {value}")
+    return int(value)
+
+
+_object_setattr = object.__setattr__
+
+
+class Limit:
+    """An algorithm and its three wire parameters; the base of the five limit classes.
+
+    Instances are immutable, hashable and compare by value. ``str(limit)``
+    is the canonical spec; ``Limit.parse`` reads any spec back.
+    """
+
+    algorithm: ClassVar[Algorithm]
+    #: The fields holding p0, p1, p2 on the wire; "" for a parameter the algorithm does not use.
+    _fields: ClassVar[Tuple[str, str, str]]
+    #: The spec names of the parameters, "" for an unused one.
+    _params: ClassVar[Tuple[str, str, str]]
+    _durations: ClassVar[Tuple[bool, bool, bool]]
+
+    #: (algorithm, p0, p1, p2), set once by every constructor: what the wire carries.
+    _wire: Tuple[int, int, int, int]
+
+    def __init__(self) -> None:
+        raise TypeError("sluice: Limit is abstract: use TokenBucket, GCRA, FixedWindow, SlidingWindow, "
+                        "Pacer or Limit.parse")
+
+    def _set(self, *values: int) -> None:
+        for field, v in zip(self._fields, values):
+            if field:
+                _object_setattr(self, field, v)
+        p = tuple(values) + (0,) * (3 - len(values))
+        _object_setattr(self, "_wire", (int(self.algorithm),) + p)
+
+    @property
+    def params(self) -> Tuple[int, int, int]:
+        """p0, p1, p2 as on the wire: durations in nanoseconds, 0 for an unused parameter."""
+        return self._wire[1:]
+
+    @staticmethod
+    def parse(spec: str) -> Limit:
+        """Parse a limit spec, "ALGORITHM:name=value,...", as proto's ParseLimit.
+
+        Raises :class:`InvalidLimit` with the message ParseLimit gives, e.g.
+        ``proto: limit "gcra:burst=x,count=1,period=1s": burst: invalid integer "x"``.
+        """
+        return parse_limit(spec)
+
+    @staticmethod
+    def from_wire(algorithm: int, p0: int, p1: int, p2: int) -> Limit:
+        """Build the limit a wire limit holds, without checking the values.
+
+        Raises :class:`InvalidLimit` for an algorithm outside 1..5, or a
+        non-zero parameter the algorithm does not use (which the sidecar
+        would reject as well).
+        """
+        cls = _CLASSES.get(algorithm)
+        if cls is None:
+            raise InvalidLimit(f"proto: invalid limit: unknown algorithm {algorithm}")
+        if not cls._fields[2] and p2 != 0:
+            raise InvalidLimit(f"proto: invalid limit: {cls.algorithm.spec_name} does not use p2, got {p2}")
+        obj = object.__new__(cls)
+        obj._set(p0, p1, p2)
+        return obj
+
+    def __str__(self) -> str:
+        parts = []
+        for name, is_duration, v in zip(self._params, self._durations, self._wire[1:]):
+            if not name:
+                continue
+            parts.append(f"{name}={format_duration(v) if is_duration else v}")
+        return f"{self.algorithm.spec_name}:{','.join(parts)}"
+
+    def __repr__(self) -> str:
+        # Durations as Go duration strings, which the constructors accept: the
+        # repr rebuilds the same limit to the nanosecond.
+        args = []
+        for name, is_duration, v in zip(self._params, self._durations, self._wire[1:]):
+            if name:
+                args.append(f"{name}={format_duration(v)!r}" if is_duration else f"{name}={v}")
+        return f"{type(self).__name__}({', '.join(args)})"
+
+
+def _seconds(ns: int) -> float:
+    return ns / _NS_PER_S
+
+
+@dataclass(frozen=True, init=False, repr=False)
+class TokenBucket(Limit):
+    """token_bucket: a bucket of ``max`` tokens that gains ``refill_amount`` every ``refill_time``.
+
+    As smyte/ratelimit: a new bucket is full; refill is discrete (whole
+    ``refill_time`` steps); a request is allowed iff the bucket holds at
+    least its cost. ``refill_amount`` defaults to ``max``. The bucket's
+    identity includes all three parameters.
+    """
+
+    max: int
+    refill_time_ns: int
+    refill_amount: int
+
+    algorithm = Algorithm.TOKEN_BUCKET
+    _fields = ("max", "refill_time_ns", "refill_amount")
+    _params = ("max", "refill_time", "refill_amount")
+    _durations = (False, True, False)
+
+    def __init__(self, max: int, refill_time: Optional[DurationLike] = None,
+                 refill_amount: Optional[int] = None, *, refill_time_ns: Optional[int] = None) -> None:
+        m = _count(max, "max")
+        ns = _ns_arg(refill_time, refill_time_ns, "refill_time")
+        amount = m if refill_amount is None else _count(refill_amount, "refill_amount")
+        self._set(m, ns, amount)
+
+    @property
+    def refill_time(self) -> float:
+        """Seconds between refills."""
+        return _seconds(self.refill_time_ns)
+
+
+@dataclass(frozen=True, init=False, repr=False)
+class GCRA(Limit):
+    """gcra: ``count`` requests per ``period``, with bursts of ``burst + 1``.
+
+    redis-cell's generic cell rate algorithm. The parameters are not part of
+    the bucket's identity: a tenant's limit may change without a reset.
+    """
+
+    burst: int
+    count: int
+    period_ns: int
+
+    algorithm = Algorithm.GCRA
+    _fields = ("burst", "count", "period_ns")
+    _params = ("burst", "count", "period")
+    _durations = (False, False, True)
+
+    def __init__(self, burst: int, count: int, period: Optional[DurationLike] = None, *,
+                 period_ns: Optional[int] = None) -> None:
+        self._set(_count(burst, "burst"), _count(count, "count"), _ns_arg(period, period_ns, "period"))
+
+    @property
+    def period(self) -> float:
+        """Seconds in which ``count`` requests are allowed."""
+        return _seconds(self.period_ns)
+
+
+@dataclass(frozen=True, init=False, repr=False)
+class FixedWindow(Limit):
+    """fixed_window: ``limit`` tokens per ``window``, windows aligned to the Unix epoch."""
+
+    limit: int
+    window_ns: int
+
+    algorithm = Algorithm.FIXED_WINDOW
+    _fields = ("limit", "window_ns", "")
+    _params = ("limit", "window", "")
+    _durations = (False, True, False)
+
+    def __init__(self, limit: int, window: Optional[DurationLike] = None, *,
+                 window_ns: Optional[int] = None) -> None:
+        self._set(_count(limit, "limit"), _ns_arg(window, window_ns, "window"), 0)
+
+    @property
+    def window(self) -> float:
+        """The window's length in seconds."""
+        return _seconds(self.window_ns)
+
+
+@dataclass(frozen=True, init=False, repr=False)
+class SlidingWindow(Limit):
+    """sliding_window: ``limit`` tokens over any ``window``, the two-window weighted counter."""
+
+    limit: int
+    window_ns: int
+
+    algorithm = Algorithm.SLIDING_WINDOW
+    _fields = ("limit", "window_ns", "")
+    _params = ("limit", "window", "")
+    _durations = (False, True, False)
+
+    def __init__(self, limit: int, window: Optional[DurationLike] = None, *,
+                 window_ns: Optional[int] = None) -> None:
+        self._set(_count(limit, "limit"), _ns_arg(window, window_ns, "window"), 0)
+
+    @property
+    def window(self) -> float:
+        """The window's length in seconds."""
+        return _seconds(self.window_ns)
+
+
+@dataclass(frozen=True, init=False, repr=False)
+class Pacer(Limit):
+    """pacer: ``rate`` events per ``period``, evenly spaced; a request may wait up to ``max_delay``.
+
+    The leaky bucket as a queue: each request gets the next free slot and
+    its decision's ``delay`` says how long to wait before acting.
+    """
+
+    rate: int
+    period_ns: int
+    max_delay_ns: int
+
+    algorithm = Algorithm.PACER
+    _fields = ("rate", "period_ns", "max_delay_ns")
+    _params = ("rate", "period", "max_delay")
+    _durations = (False, True, True)
+
+    def __init__(self, rate: int, period: Optional[DurationLike] = None,
+                 max_delay: Optional[DurationLike] = None, *, period_ns: Optional[int] = None,
+                 max_delay_ns: Optional[int] = None) -> None:
+        self._set(_count(rate, "rate"), _ns_arg(period, period_ns, "period"),
+                  _ns_arg(max_delay, max_delay_ns, "max_delay"))
+
+    @property
+    def period(self) -> float:
+        """Seconds in which ``rate`` events are spaced."""
+        return _seconds(self.period_ns)
+
+    @property
+    def max_delay(self) -> float:
+        """The longest wait, in seconds, a request may be given."""
+        return _seconds(self.max_delay_ns)
+
+
+def _ns_arg(value: Optional[DurationLike], ns: Optional[int], name: str) -> int:
+    """A duration given as a value or as ``<name>_ns`` (what dataclasses.replace passes)."""
+    if ns is not None:
+        if value is not None:
+            raise TypeError(f"sluice: give {name} or {name}_ns, not both")
+        return _count(ns, name + "_ns")
+    if value is None:
+        raise TypeError(f"sluice: missing {name}")
+    return duration_ns(value, name)
+
+
+_CLASSES: Dict[int, Type[Limit]] = {
+    c.algorithm: c for c in (TokenBucket, GCRA, FixedWindow, SlidingWindow, Pacer)
+}
+_BY_NAME: Dict[str, Type[Limit]] = {c.algorithm.spec_name: c for c in _CLASSES.values()}
+
+
+def _is_integer(s: str) -> bool:
+    """An optional sign and one or more ASCII digits (Go's isInteger)."""
+    if s[:1] in ("+", "-"):
+        s = s[1:]
+    return s != "" and all(c in "0123456789" for c in s)
+
+
+def _parse_value(s: str, duration: bool) -> Union[int, str]:
+    """A parameter value, or what is wrong with it (Go's parseValue)."""
+    if _is_integer(s):
+        v = int(s)
+        if not -(1 << 63) <= v <= MAX_INT64:
+            return f"integer out of range {quote(s)}"
+    elif duration:
+        d = parse_duration(s)
+        if d is None:
+            return f"invalid duration {quote(s)}"
+        v = d
+    else:
+        return f"invalid integer {quote(s)}"
+    if v < 0:
+        return f"negative value {s}"
+    return v
+
+
+def parse_limit(spec: str) -> Limit:
+    """Parse a limit spec as proto's ParseLimit; see :meth:`Limit.parse`."""
+
+    def fail(msg: str) -> InvalidLimit:
+        return InvalidLimit(f"proto: limit {quote(spec)}: {msg}")
+
+    if not isinstance(spec, str):
+        raise InvalidLimit(f"sluice: a limit spec is a str, got {spec!r}")
+    name, colon, params = spec.partition(":")
+    cls = _BY_NAME.get(name)
+    if cls is None:
+        raise fail(f"unknown algorithm {quote(name)}")
+    names = cls._params
+    values = [0, 0, 0]
+    seen = [False, False, False]
+    if colon:
+        for p in params.split(","):
+            key, eq, value = p.partition("=")
+            if not eq:
+                raise fail("empty parameter" if p == "" else f'{p}: missing "=value"')
+            i = names.index(key) if key and key in names else -1
+            if i < 0:
+                want = ", ".join(n for n in names if n)
+                raise fail(f"unknown parameter {quote(key)} for {name} (want {want})")
+            if seen[i]:
+                raise fail(f"duplicate parameter {quote(key)}")
+            seen[i] = True
+            v = _parse_value(value, cls._durations[i])
+            if isinstance(v, str):
+                raise fail(f"{key}: {v}")
+            values[i] = v
+    for i, n in enumerate(names):
+        if n and not seen[i]:
+            if cls is TokenBucket and i == 2:
+                values[2] = values[0]  # refill_amount defaults to max
+                continue
+            raise fail(f"missing parameter {quote(n)}")
+    obj = object.__new__(cls)
+    obj._set(*values)
+    return obj

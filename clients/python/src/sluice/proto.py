@@ -1,0 +1,556 @@
+"""The native wire format, version 1: frames, operations and results as bytes.
+
+A port of the Go package proto; its package documentation (proto/doc.go)
+is the specification, and the golden frames in proto/testdata/golden are
+the test vectors this module decodes and re-encodes byte for byte. It does
+no I/O.
+
+Encoders return ``bytes`` and trust their caller: they write what they are
+given, so tests can build malformed frames, and raise ``struct.error`` only
+for a value a field cannot hold. Decoders take ``bytes`` (or a bytearray or
+memoryview) and an offset, return what they decoded and the offset after
+it, check every length before using it, and raise the exception of the
+status a server would answer for the same bytes (:class:`Malformed`,
+:class:`BadVersion`, :class:`FrameTooLarge`, :class:`BatchTooLarge`,
+:class:`UnknownOpcode`, :class:`InvalidLimit`, :class:`InvalidKey`,
+:class:`TooManyItems`); they never raise anything else on bad bytes.
+
+Frame::
+
+    offset size field
+    0      4    length   u32: bytes after this field, 8 + body; 8..MAX_FRAME_LEN
+    4      1    version  1
+    5      1    kind     1 request, 2 response
+    6      2    count    u16: operations or results in the body, 1..MAX_BATCH
+    8      4    id       u32: chosen by the client, echoed by the server
+    12     ...  body
+
+All integers are little-endian. Durations and times are int64 nanoseconds.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from dataclasses import dataclass, field
+from typing import List, NamedTuple, Optional, Sequence, Tuple, Union
+
+from .errors import (
+    BadVersion, BatchTooLarge, FrameTooLarge, InvalidKey, InvalidLimit, Malformed, Status,
+    StatusError, TooManyItems, UnknownOpcode, error_class,
+)
+from .limits import Algorithm, Limit
+from .results import Decision, Hello, MultiDecision, ScanEntry, ScanPage, Stats, Value, make_decision
+
+Buffer = Union[bytes, bytearray, memoryview]
+
+VERSION = 1  #: the version byte of every frame
+HEADER_LEN = 12  #: bytes of the frame header, the length field included
+MAX_FRAME_LEN = 1 << 20  #: the largest length field: bytes after it
+MAX_BATCH = 256  #: the most operations (or results) in one frame
+MAX_KEY_LEN = 1024  #: the longest key or scan prefix, in bytes
+MAX_MULTI = 16  #: the most items in one MULTI
+MAX_MESSAGE_LEN = 1024  #: the longest error message of a result, in bytes
+MAX_SCAN_COUNT = 1000  #: the largest count of a SCAN
+
+_MIN_LENGTH = HEADER_LEN - 4
+
+
+class Kind(enum.IntEnum):
+    """Request or response: the header byte at offset 5."""
+
+    REQUEST = 1
+    RESPONSE = 2
+
+
+class Opcode(enum.IntEnum):
+    """The first byte of every operation and of its result."""
+
+    HELLO = 1
+    PING = 2
+    ACQUIRE = 3
+    PEEK = 4
+    REFUND = 5
+    RESET = 6
+    MULTI = 7
+    SCAN = 8
+    STATS = 9
+
+
+class Flags(enum.IntFlag):
+    """Bits of an operation's flags byte."""
+
+    STRICT = 1  #: restart a token_bucket's refill clock on a request that empties it or is denied
+    SMYTE = 2  #: smyte/ratelimit compatibility: a denial drains the bucket
+    AT = 4  #: the operation carries its own time
+
+
+_ITEM_FLAGS = 7
+_MULTI_FLAGS = 4
+_MULTI_ITEM_FLAGS = 3
+
+# Layouts, each from the opcode (or header) byte on.
+HEADER = struct.Struct("<IBBHI")  # length, version, kind, count, id
+ITEM = struct.Struct("<BBBqqqqqH")  # opcode, flags, alg, p0, p1, p2, n, at, keylen: 45
+MULTI = struct.Struct("<BBqB")  # opcode, flags, at, n: 11
+MULTI_ITEM = struct.Struct("<BBqqqqH")  # flags, alg, p0, p1, p2, cost, keylen: 36
+SCAN = struct.Struct("<BQHH")  # opcode, cursor, count, prefixlen: 13
+ERROR = struct.Struct("<BBH")  # opcode, status, msglen
+DECISION = struct.Struct("<Bqqqqq")  # allowed, remaining, limit, retry_after, reset_after, delay: 41
+HELLO = struct.Struct("<BIHHBQH")  # version, max_frame, max_batch, max_key, max_multi, slots, slot_size: 20
+SCAN_RESULT = struct.Struct("<QH")  # next, n
+SCAN_ENTRY = struct.Struct("<BqH")  # algorithm, fresh_at, keylen: 11
+_U16 = struct.Struct("<H")
+_U64 = struct.Struct("<Q")
+
+
+@dataclass(frozen=True)
+class Header:
+    """A decoded frame header."""
+
+    length: int  #: bytes after the length field: 8 + body length
+    version: int
+    kind: int
+    count: int  #: operations or results in the body
+    id: int
+
+
+class WireMultiItem(NamedTuple):
+    """One item of a MULTI as the wire carries it."""
+
+    flags: int
+    limit: Limit
+    cost: int
+    key: bytes
+
+
+@dataclass
+class Op:
+    """A decoded request operation. Which fields apply depends on ``code``.
+
+    HELLO, PING, STATS: none. ACQUIRE, PEEK, REFUND, RESET: flags, limit, n,
+    at, key. MULTI: flags (AT only), at, items. SCAN: cursor, count, prefix.
+    """
+
+    code: int
+    flags: int = 0
+    limit: Optional[Limit] = None
+    n: int = 0
+    at: int = 0
+    key: bytes = b""
+    items: Tuple[WireMultiItem, ...] = ()
+    cursor: int = 0
+    count: int = 0
+    prefix: bytes = b""
+
+
+@dataclass
+class Result:
+    """A decoded result: its opcode, status, and message or value.
+
+    ``value`` holds, by opcode: Hello (HELLO), None (PING), Decision
+    (ACQUIRE, PEEK, REFUND), bool (RESET: the bucket existed),
+    MultiDecision (MULTI), ScanPage (SCAN), dict of counters (STATS).
+    """
+
+    code: int
+    status: int = 0
+    message: str = ""
+    value: Value = field(default=None)
+
+    def error(self) -> Optional[StatusError]:
+        """The exception of a non-OK status, with the server's message; None if OK."""
+        if self.status == Status.OK:
+            return None
+        return error_class(self.status)(self.message, op=self.code)
+
+
+def _name(code: int) -> str:
+    try:
+        return Opcode(code).name
+    except ValueError:
+        return f"opcode({code})"
+
+
+def _truncated(what: str, need: int, have: int) -> Malformed:
+    return Malformed(f"proto: malformed: {what}: truncated: need {need} bytes, have {have}")
+
+
+# ---- frames ----------------------------------------------------------------
+
+
+def frame(kind: int, id: int, count: int, body: bytes) -> bytes:
+    """Wrap ``count`` encoded operations or results in a frame."""
+    return HEADER.pack(_MIN_LENGTH + len(body), VERSION, kind, count, id) + body
+
+
+def parse_header(b: Buffer, off: int = 0) -> Header:
+    """Decode and check the header at ``b[off:]``, in proto's order.
+
+    Checks the version (:class:`BadVersion`), the kind (:class:`Malformed`),
+    the length against 8 (:class:`Malformed`) and MAX_FRAME_LEN
+    (:class:`FrameTooLarge`), the count against 1 (:class:`Malformed`) and
+    MAX_BATCH (:class:`BatchTooLarge`). Fewer than 12 bytes: Malformed.
+    """
+    if len(b) - off < HEADER_LEN:
+        raise Malformed(f"proto: short header: {max(len(b) - off, 0)} of {HEADER_LEN} bytes")
+    h = Header(*HEADER.unpack_from(b, off))
+    if h.version != VERSION:
+        raise BadVersion(f"proto: unsupported protocol version: version {h.version}, this side speaks {VERSION}")
+    if h.kind != Kind.REQUEST and h.kind != Kind.RESPONSE:
+        raise Malformed(f"proto: malformed: frame kind {h.kind}")
+    if h.length < _MIN_LENGTH:
+        raise Malformed(f"proto: malformed: frame length {h.length}, below {_MIN_LENGTH}")
+    if h.length > MAX_FRAME_LEN:
+        raise FrameTooLarge(f"proto: frame too large: length {h.length}, limit {MAX_FRAME_LEN}")
+    if h.count == 0:
+        raise Malformed("proto: malformed: frame count 0")
+    if h.count > MAX_BATCH:
+        raise BatchTooLarge(f"proto: batch too large: count {h.count}, limit {MAX_BATCH}")
+    return h
+
+
+def split_frame(buf: Buffer, off: int = 0) -> Tuple[Optional[Header], int]:
+    """Find the frame starting at ``buf[off:]``.
+
+    Returns ``(header, end)`` when the whole frame is present (it is
+    ``buf[off:end]``), ``(None, need)`` when more bytes are needed, ``need``
+    being the frame's whole size once the header is present (checked before
+    any body byte is needed, so a huge length is refused before it is read)
+    and 12 before. Raises as :func:`parse_header`.
+    """
+    if len(buf) - off < HEADER_LEN:
+        return None, HEADER_LEN
+    h = parse_header(buf, off)
+    end = off + 4 + h.length
+    if len(buf) < end:
+        return None, 4 + h.length
+    return h, end
+
+
+def decode_frame(b: Buffer) -> Tuple[Header, List[Union[Op, Result]]]:
+    """Decode one whole frame: its header and every operation or result.
+
+    ``b`` must hold exactly the frame. Raises for a bad header, a bad
+    operation or result, bytes missing, or bytes after the last one.
+    """
+    h, end = split_frame(b)
+    if h is None:
+        raise Malformed(f"proto: malformed: incomplete frame: {len(b)} of {end} bytes")
+    if end != len(b):
+        raise Malformed(f"proto: malformed: {len(b) - end} bytes after the frame")
+    out: List[Union[Op, Result]] = []
+    off = HEADER_LEN
+    decode = decode_op if h.kind == Kind.REQUEST else decode_result
+    for _ in range(h.count):
+        v, off = decode(b, off, end)
+        out.append(v)
+    if off != end:
+        raise Malformed(f"proto: malformed: {end - off} bytes after the last operation")
+    return h, out
+
+
+def encode_frame(kind: int, id: int, parts: Sequence[Union[Op, Result]]) -> bytes:
+    """Encode a frame of operations (a request) or results (a response)."""
+    body = b"".join(encode_op(p) if isinstance(p, Op) else encode_result(p) for p in parts)
+    return frame(kind, id, len(parts), body)
+
+
+# ---- operations ------------------------------------------------------------
+
+
+def encode_simple(code: int) -> bytes:
+    """Encode an operation without a body: HELLO, PING or STATS."""
+    return bytes((code,))
+
+
+def encode_item(code: int, flags: int, limit: Limit, n: int, at: int, key: bytes) -> bytes:
+    """Encode an ACQUIRE, PEEK, REFUND or RESET: flags, limit, n (cost or amount), at, key."""
+    a, p0, p1, p2 = limit._wire
+    return ITEM.pack(code, flags, a, p0, p1, p2, n, at, len(key)) + key
+
+
+def encode_multi(flags: int, at: int, items: Sequence[WireMultiItem]) -> bytes:
+    """Encode a MULTI: flags (AT or 0), at, then each item."""
+    parts = [MULTI.pack(Opcode.MULTI, flags, at, len(items))]
+    for it in items:
+        a, p0, p1, p2 = it.limit._wire
+        parts.append(MULTI_ITEM.pack(it.flags, a, p0, p1, p2, it.cost, len(it.key)))
+        parts.append(it.key)
+    return b"".join(parts)
+
+
+def encode_scan(cursor: int, count: int, prefix: bytes) -> bytes:
+    """Encode a SCAN: up to ``count`` buckets whose key starts with ``prefix``, from ``cursor``."""
+    return SCAN.pack(Opcode.SCAN, cursor, count, len(prefix)) + prefix
+
+
+def encode_op(op: Op) -> bytes:
+    """Encode any decoded operation back to its bytes."""
+    c = op.code
+    if Opcode.ACQUIRE <= c <= Opcode.RESET:
+        assert op.limit is not None
+        return encode_item(c, op.flags, op.limit, op.n, op.at, op.key)
+    if c == Opcode.MULTI:
+        return encode_multi(op.flags, op.at, op.items)
+    if c == Opcode.SCAN:
+        return encode_scan(op.cursor, op.count, op.prefix)
+    return encode_simple(c)
+
+
+def _key(b: Buffer, off: int, end: int, min_len: int, code: int, what: str) -> Tuple[bytes, int]:
+    """A u16 length and that many bytes (min_len..MAX_KEY_LEN) at b[off:], 2 bytes present."""
+    (n,) = _U16.unpack_from(b, off)
+    if n < min_len or n > MAX_KEY_LEN:
+        raise InvalidKey(f"proto: invalid key: {_name(code)} {what} of {n} bytes, want {min_len}..{MAX_KEY_LEN}")
+    off += 2
+    if end - off < n:
+        raise _truncated(f"{_name(code)} {what}", n, end - off)
+    return bytes(b[off:off + n]), off + n
+
+
+def _limit(alg: int, p0: int, p1: int, p2: int) -> Limit:
+    if not 1 <= alg <= 5:
+        raise InvalidLimit(f"proto: invalid limit: unknown algorithm {alg}")
+    return Limit.from_wire(alg, p0, p1, p2)
+
+
+def decode_op(b: Buffer, off: int = 0, end: Optional[int] = None) -> Tuple[Op, int]:
+    """Decode the operation at ``b[off:end]``; return it and the offset after it.
+
+    Checks lengths, limits, flag bits, the algorithm and the counts, as
+    proto's DecodeOp, and nothing the server judges (costs, parameters).
+    """
+    if end is None:
+        end = len(b)
+    if off >= end:
+        raise _truncated("operation", 1, 0)
+    code = b[off]
+    if Opcode.ACQUIRE <= code <= Opcode.RESET:
+        if end - off < ITEM.size:
+            raise _truncated(_name(code), ITEM.size - 1, end - off - 1)
+        _, flags, a, p0, p1, p2, n, at, _ = ITEM.unpack_from(b, off)
+        if flags & ~_ITEM_FLAGS:
+            raise Malformed(f"proto: malformed: {_name(code)}: reserved flag bits 0x{flags & ~_ITEM_FLAGS:02x}")
+        limit = _limit(a, p0, p1, p2)
+        key, off = _key(b, off + ITEM.size - 2, end, 1, code, "key")
+        return Op(Opcode(code), flags=flags, limit=limit, n=n, at=at, key=key), off
+    if code == Opcode.MULTI:
+        return _decode_multi(b, off, end)
+    if code == Opcode.SCAN:
+        if end - off < SCAN.size:
+            raise _truncated("SCAN", SCAN.size - 1, end - off - 1)
+        _, cursor, count, _ = SCAN.unpack_from(b, off)
+        if count == 0 or count > MAX_SCAN_COUNT:
+            raise Malformed(f"proto: malformed: SCAN count {count}, want 1..{MAX_SCAN_COUNT}")
+        prefix, off = _key(b, off + SCAN.size - 2, end, 0, code, "prefix")
+        return Op(Opcode.SCAN, cursor=cursor, count=count, prefix=prefix), off
+    if code in (Opcode.HELLO, Opcode.PING, Opcode.STATS):
+        return Op(Opcode(code)), off + 1
+    raise UnknownOpcode(f"proto: unknown opcode: {code}")
+
+
+def _decode_multi(b: Buffer, off: int, end: int) -> Tuple[Op, int]:
+    if end - off < MULTI.size:
+        raise _truncated("MULTI", MULTI.size - 1, end - off - 1)
+    _, flags, at, n = MULTI.unpack_from(b, off)
+    if flags & ~_MULTI_FLAGS:
+        raise Malformed(f"proto: malformed: MULTI: reserved flag bits 0x{flags & ~_MULTI_FLAGS:02x}")
+    if n == 0:
+        raise Malformed("proto: malformed: MULTI with no items")
+    if n > MAX_MULTI:
+        raise TooManyItems(f"proto: too many items in multi: {n} items, limit {MAX_MULTI}")
+    off += MULTI.size
+    items = []
+    for i in range(n):
+        if end - off < MULTI_ITEM.size:
+            raise _truncated(f"MULTI item {i}", MULTI_ITEM.size, end - off)
+        iflags, a, p0, p1, p2, cost, _ = MULTI_ITEM.unpack_from(b, off)
+        if iflags & ~_MULTI_ITEM_FLAGS:
+            raise Malformed(f"proto: malformed: MULTI item {i}: reserved flag bits 0x{iflags & ~_MULTI_ITEM_FLAGS:02x}")
+        limit = _limit(a, p0, p1, p2)
+        key, off = _key(b, off + MULTI_ITEM.size - 2, end, 1, Opcode.MULTI, "item key")
+        items.append(WireMultiItem(iflags, limit, cost, key))
+    return Op(Opcode.MULTI, flags=flags, at=at, items=tuple(items)), off
+
+
+# ---- results ---------------------------------------------------------------
+
+
+def encode_error(code: int, status: int, message: str) -> bytes:
+    """Encode an error result for opcode ``code`` (0 for a frame-level error).
+
+    The message is cut to MAX_MESSAGE_LEN bytes at a UTF-8 boundary; a status
+    of OK or outside the enum is written as INTERNAL, as in Go.
+    """
+    if status == Status.OK or not 0 < status <= Status.DENIED:
+        status = Status.INTERNAL
+    msg = message.encode("utf-8")[:MAX_MESSAGE_LEN].decode("utf-8", "ignore").encode("utf-8")
+    return ERROR.pack(code, status, len(msg)) + msg
+
+
+def encode_decision(code: int, d: Decision) -> bytes:
+    """Encode the OK result of an ACQUIRE, PEEK or REFUND carrying ``d``."""
+    return bytes((code, 0)) + _pack_decision(d)
+
+
+def _pack_decision(d: Decision) -> bytes:
+    return DECISION.pack(1 if d.allowed else 0, d.remaining, d.limit, d.retry_after_ns,
+                         d.reset_after_ns, d.delay_ns)
+
+
+def encode_result(r: Result) -> bytes:
+    """Encode any result: an error if ``r.status`` is not OK, else the opcode's body."""
+    c, v = r.code, r.value
+    if r.status != Status.OK:
+        return encode_error(c, r.status, r.message)
+    head = bytes((c, 0))
+    if c == Opcode.HELLO:
+        assert isinstance(v, Hello)
+        return head + HELLO.pack(v.version, v.max_frame, v.max_batch, v.max_key, v.max_multi,
+                                 v.slot_count, v.slot_size)
+    if c == Opcode.PING:
+        return head
+    if Opcode.ACQUIRE <= c <= Opcode.REFUND:
+        assert isinstance(v, Decision)
+        return head + _pack_decision(v)
+    if c == Opcode.RESET:
+        return head + (b"\x01" if v else b"\x00")
+    if c == Opcode.MULTI:
+        assert isinstance(v, MultiDecision)
+        return head + bytes((1 if v.allowed else 0, len(v.decisions))) + b"".join(
+            _pack_decision(d) for d in v.decisions)
+    if c == Opcode.SCAN:
+        assert isinstance(v, ScanPage)
+        parts = [head, SCAN_RESULT.pack(v.next, len(v.entries))]
+        for e in v.entries:
+            parts += [SCAN_ENTRY.pack(e.algorithm, e.fresh_at_ns, len(e.key)), e.key]
+        return b"".join(parts)
+    if c == Opcode.STATS:
+        assert isinstance(v, dict)
+        parts = [head, _U16.pack(len(v))]
+        for name, value in v.items():
+            raw = name.encode("utf-8", "surrogateescape")
+            parts += [bytes((len(raw),)), raw, _U64.pack(value)]
+        return b"".join(parts)
+    raise ValueError(f"sluice: cannot encode an OK result of opcode {c}")
+
+
+def _bool(c: int, what: str) -> bool:
+    if c > 1:
+        raise Malformed(f"proto: malformed: {what} byte {c}, want 0 or 1")
+    return c == 1
+
+
+def _decision(b: Buffer, off: int, end: int, code: int) -> Tuple[Decision, int]:
+    if end - off < DECISION.size:
+        raise _truncated(f"{_name(code)} decision", DECISION.size, end - off)
+    allowed, rem, lim, retry, reset, delay = DECISION.unpack_from(b, off)
+    return make_decision(_bool(allowed, "decision allowed"), rem, lim, retry, reset, delay), off + DECISION.size
+
+
+def decode_result(b: Buffer, off: int = 0, end: Optional[int] = None) -> Tuple[Result, int]:
+    """Decode the result at ``b[off:end]``; return it and the offset after it.
+
+    Checks lengths, limits, booleans, the status (a known one) and the
+    opcode of an OK result, as proto's DecodeResult. An error result's
+    opcode is not checked: its body is the same for every opcode.
+    """
+    if end is None:
+        end = len(b)
+    if end - off < 2:
+        raise _truncated("result", 2, end - off)
+    code, status = b[off], b[off + 1]
+    off += 2
+    if status != Status.OK:
+        if status > Status.DENIED:
+            raise Malformed(f"proto: malformed: {_name(code)} result: unknown status {status}")
+        if end - off < 2:
+            raise _truncated(f"{_name(code)} error", 2, end - off)
+        (n,) = _U16.unpack_from(b, off)
+        if n > MAX_MESSAGE_LEN:
+            raise Malformed(f"proto: malformed: {_name(code)} error message of {n} bytes, limit {MAX_MESSAGE_LEN}")
+        off += 2
+        if end - off < n:
+            raise _truncated(f"{_name(code)} error message", n, end - off)
+        msg = bytes(b[off:off + n]).decode("utf-8", "replace")
+        return Result(code, status, msg), off + n
+    value: Value
+    if Opcode.ACQUIRE <= code <= Opcode.REFUND:
+        value, off = _decision(b, off, end, code)
+    elif code == Opcode.PING:
+        value = None
+    elif code == Opcode.RESET:
+        if end - off < 1:
+            raise _truncated("RESET result", 1, 0)
+        value = _bool(b[off], "RESET existed")
+        off += 1
+    elif code == Opcode.HELLO:
+        if end - off < HELLO.size:
+            raise _truncated("HELLO result", HELLO.size, end - off)
+        value = Hello(*HELLO.unpack_from(b, off))
+        off += HELLO.size
+    elif code == Opcode.MULTI:
+        value, off = _decode_multi_result(b, off, end)
+    elif code == Opcode.SCAN:
+        value, off = _decode_scan_result(b, off, end)
+    elif code == Opcode.STATS:
+        value, off = _decode_stats_result(b, off, end)
+    else:
+        raise UnknownOpcode(f"proto: unknown opcode: OK result with opcode {code}")
+    return Result(code, 0, "", value), off
+
+
+def _decode_multi_result(b: Buffer, off: int, end: int) -> Tuple[MultiDecision, int]:
+    if end - off < 2:
+        raise _truncated("MULTI result", 2, end - off)
+    allowed = _bool(b[off], "MULTI allowed")
+    n = b[off + 1]
+    if n == 0 or n > MAX_MULTI:
+        raise Malformed(f"proto: malformed: MULTI result with {n} decisions, want 1..{MAX_MULTI}")
+    off += 2
+    ds = []
+    for _ in range(n):
+        d, off = _decision(b, off, end, Opcode.MULTI)
+        ds.append(d)
+    return MultiDecision(allowed, tuple(ds)), off
+
+
+def _decode_scan_result(b: Buffer, off: int, end: int) -> Tuple[ScanPage, int]:
+    if end - off < SCAN_RESULT.size:
+        raise _truncated("SCAN result", SCAN_RESULT.size, end - off)
+    nxt, n = SCAN_RESULT.unpack_from(b, off)
+    if n > MAX_SCAN_COUNT:
+        raise Malformed(f"proto: malformed: SCAN result with {n} entries, limit {MAX_SCAN_COUNT}")
+    off += SCAN_RESULT.size
+    entries = []
+    for _ in range(n):
+        if end - off < SCAN_ENTRY.size:
+            raise _truncated("SCAN entry", SCAN_ENTRY.size, end - off)
+        alg, fresh_at, _ = SCAN_ENTRY.unpack_from(b, off)
+        if not 1 <= alg <= 5:
+            raise InvalidLimit(f"proto: invalid limit: SCAN entry: unknown algorithm {alg}")
+        key, off = _key(b, off + SCAN_ENTRY.size - 2, end, 1, Opcode.SCAN, "entry key")
+        entries.append(ScanEntry(key, Algorithm(alg), fresh_at))
+    return ScanPage(nxt, tuple(entries)), off
+
+
+def _decode_stats_result(b: Buffer, off: int, end: int) -> Tuple[Stats, int]:
+    if end - off < 2:
+        raise _truncated("STATS result", 2, end - off)
+    (n,) = _U16.unpack_from(b, off)
+    off += 2
+    stats: Stats = {}
+    for _ in range(n):
+        if end - off < 9:
+            raise _truncated("STATS counter", 9, end - off)
+        ln = b[off]
+        if ln == 0:
+            raise Malformed("proto: malformed: STATS counter with an empty name")
+        if end - off < 9 + ln:
+            raise _truncated("STATS counter", 9 + ln, end - off)
+        name = bytes(b[off + 1:off + 1 + ln]).decode("utf-8", "surrogateescape")
+        (stats[name],) = _U64.unpack_from(b, off + 1 + ln)
+        off += 9 + ln
+    return stats, off
+

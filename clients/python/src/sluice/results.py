@@ -1,0 +1,192 @@
+"""What the sidecar answers: decisions and the bodies of the other results.
+
+Durations arrive in integer nanoseconds and are kept exactly in the
+``*_ns`` fields; the properties of the plain names give float seconds
+(``None`` where the wire says -1, "not applicable") and the ``*_timedelta``
+properties a :class:`datetime.timedelta` (microsecond resolution).
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass
+from typing import Any, Dict, Iterator, NamedTuple, Optional, Tuple, Union
+
+from .limits import Algorithm, Limit
+
+_NS = 1_000_000_000
+
+
+def _seconds(ns: int) -> Optional[float]:
+    return None if ns < 0 else ns / _NS
+
+
+def _timedelta(ns: int) -> Optional[datetime.timedelta]:
+    return None if ns < 0 else datetime.timedelta(microseconds=ns // 1000)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The answer to an acquire, peek or refund, or to one item of a multi.
+
+    ``bool(decision)`` is ``decision.allowed``.
+
+    Attributes:
+        allowed: the request may proceed (for the pacer: after ``delay``).
+        remaining: cost-1 requests still allowed now, ``0..limit``.
+        limit: the largest ``remaining`` can be (for gcra: burst + 1).
+        retry_after_ns: nanoseconds until this request would be allowed; -1
+            if it is allowed, or if waiting will never help.
+        reset_after_ns: nanoseconds until the bucket is back to its fresh
+            state; 0 if it is fresh.
+        delay_ns: nanoseconds the caller must wait before acting (pacer); 0
+            for the other algorithms.
+        degraded: the sidecar could not be asked and the client's
+            ``on_unavailable`` policy made this decision ("open": allowed,
+            "closed": denied); ``remaining`` and ``limit`` are then 0 and
+            say nothing.
+    """
+
+    allowed: bool
+    remaining: int
+    limit: int
+    retry_after_ns: int
+    reset_after_ns: int
+    delay_ns: int
+    degraded: bool = False
+
+    def __bool__(self) -> bool:
+        return self.allowed
+
+    @property
+    def retry_after(self) -> Optional[float]:
+        """Seconds until this request would be allowed; None if allowed or never."""
+        return _seconds(self.retry_after_ns)
+
+    @property
+    def reset_after(self) -> Optional[float]:
+        """Seconds until the bucket is back to its fresh state (0.0 if fresh)."""
+        return _seconds(self.reset_after_ns)
+
+    @property
+    def delay(self) -> Optional[float]:
+        """Seconds to wait before acting (pacer); 0.0 for the other algorithms."""
+        return _seconds(self.delay_ns)
+
+    @property
+    def retry_after_timedelta(self) -> Optional[datetime.timedelta]:
+        """``retry_after`` as a timedelta (microseconds, truncated)."""
+        return _timedelta(self.retry_after_ns)
+
+    @property
+    def reset_after_timedelta(self) -> Optional[datetime.timedelta]:
+        """``reset_after`` as a timedelta (microseconds, truncated)."""
+        return _timedelta(self.reset_after_ns)
+
+    @property
+    def delay_timedelta(self) -> Optional[datetime.timedelta]:
+        """``delay`` as a timedelta (microseconds, truncated)."""
+        return _timedelta(self.delay_ns)
+
+
+_new = object.__new__
+_setattr = object.__setattr__
+
+
+def make_decision(allowed: bool, remaining: int, limit: int, retry_after_ns: int,
+                  reset_after_ns: int, delay_ns: int, degraded: bool = False) -> Decision:
+    """Build a Decision without the frozen dataclass's per-field ``__init__`` (2x faster)."""
+    d = _new(Decision)
+    _setattr(d, "__dict__", {
+        "allowed": allowed, "remaining": remaining, "limit": limit,
+        "retry_after_ns": retry_after_ns, "reset_after_ns": reset_after_ns,
+        "delay_ns": delay_ns, "degraded": degraded,
+    })
+    return d
+
+
+#: The decision of a request the sidecar could not be asked about, by policy.
+DEGRADED_OPEN = Decision(True, 0, 0, -1, 0, 0, degraded=True)
+DEGRADED_CLOSED = Decision(False, 0, 0, -1, 0, 0, degraded=True)
+
+
+@dataclass(frozen=True)
+class MultiDecision:
+    """The answer to a multi: ``allowed`` iff every item was allowed (and so consumed).
+
+    ``decisions`` holds one Decision per item, in the request's order; if
+    any item was denied nothing was consumed. ``bool(m)`` is ``m.allowed``.
+    """
+
+    allowed: bool
+    decisions: Tuple[Decision, ...]
+    degraded: bool = False
+
+    def __bool__(self) -> bool:
+        return self.allowed
+
+    def __len__(self) -> int:
+        return len(self.decisions)
+
+    def __getitem__(self, i: int) -> Decision:
+        return self.decisions[i]
+
+    def __iter__(self) -> Iterator[Decision]:
+        return iter(self.decisions)
+
+
+class MultiItem(NamedTuple):
+    """One acquire of a multi. Plain tuples ``(key, limit[, cost[, strict]])`` work too."""
+
+    key: Union[str, bytes]
+    limit: Union[Limit, str]
+    cost: int = 1
+    strict: bool = False
+
+
+@dataclass(frozen=True)
+class Hello:
+    """The sidecar's protocol version, limits and table geometry (HELLO)."""
+
+    version: int  #: the protocol version the server speaks
+    max_frame: int  #: the largest frame length field it accepts
+    max_batch: int  #: the most operations per frame
+    max_key: int  #: the longest key, in bytes
+    max_multi: int  #: the most items per multi
+    slot_count: int  #: slots in the table: the most buckets it can hold
+    slot_size: int  #: bytes per slot; 128 or 256 keep keys inline (scan)
+
+
+@dataclass(frozen=True)
+class ScanEntry:
+    """One bucket listed by scan: its key, its algorithm, and when it is fresh again."""
+
+    key: bytes
+    algorithm: Algorithm
+    fresh_at_ns: int  #: Unix ns from which the bucket is back to its fresh state (reclaimable)
+
+    @property
+    def fresh_at(self) -> float:
+        """``fresh_at_ns`` as Unix seconds."""
+        return self.fresh_at_ns / _NS
+
+    @property
+    def key_text(self) -> str:
+        """The key decoded as UTF-8 (undecodable bytes as surrogate escapes)."""
+        return self.key.decode("utf-8", "surrogateescape")
+
+
+@dataclass(frozen=True)
+class ScanPage:
+    """One page of a scan: its entries and the cursor to continue from (0: complete)."""
+
+    next: int
+    entries: Tuple[ScanEntry, ...]
+
+
+#: A STATS answer: counter name to value. The names are the server's and may change.
+Stats = Dict[str, int]
+
+#: What a decoded result holds, by opcode: Hello, None (PING), Decision
+#: (ACQUIRE, PEEK, REFUND), bool (RESET: existed), MultiDecision, ScanPage, Stats.
+Value = Union[Hello, None, Decision, bool, MultiDecision, ScanPage, Stats, Any]

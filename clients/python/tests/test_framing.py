@@ -1,0 +1,74 @@
+"""How the clients cut calls into frames and a byte stream back into frames."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+import random
+
+import pytest
+
+from sluice import GCRA, Decision, ProtocolError, TokenBucket, proto
+from sluice._common import FrameReader, item_call, multi_call, pack, results, simple_call
+
+LIMIT = TokenBucket(10, 3600)
+
+
+def test_pack_splits_at_max_batch_and_max_frame_len() -> None:
+    calls = [simple_call(proto.Opcode.PING)] * 600
+    packed = pack(calls, 0xFFFFFFFF)
+    assert [(fid, len(group)) for fid, group in packed.frames] == [(0xFFFFFFFF, 256), (0, 256), (1, 88)]
+    frames = []
+    off = 0
+    while off < len(packed.payload):
+        h, end = proto.split_frame(packed.payload, off)
+        assert h is not None
+        frames.append(proto.decode_frame(packed.payload[off:end]))
+        off = end
+    assert [len(ops) for _, ops in frames] == [256, 256, 88]
+
+    # MULTIs of 16 items with 1 KiB keys are 16,971 bytes: 61 fill a frame.
+    big = [multi_call([("k%d" % i + "k" * 1020, LIMIT) for i in range(16)], None)] * 200
+    packed = pack(big, 7)
+    assert [len(g) for _, g in packed.frames] == [61, 61, 61, 17]
+    assert all(sum(len(c.body) for c in g) <= proto.MAX_FRAME_LEN - 8 for _, g in packed.frames)
+
+
+def test_reader_reassembles_frames_cut_anywhere() -> None:
+    rng = random.Random(1)
+    d = Decision(True, 5, 10, -1, 1, 0)
+    stream = b"".join(proto.frame(proto.Kind.RESPONSE, i, 1, proto.encode_decision(3, d)) for i in range(50))
+    for _ in range(20):
+        reader, got, pos = FrameReader(), [], 0
+        while pos < len(stream):
+            n = rng.randint(1, 200)
+            got.extend(reader.feed(stream[pos:pos + n]))
+            pos += n
+        assert [proto.parse_header(f).id for f in got] == list(range(50)) and reader.buffered == 0
+
+
+def test_reader_refuses_a_bad_header_at_once() -> None:
+    with pytest.raises(ProtocolError, match="frame too large"):
+        FrameReader().feed((proto.MAX_FRAME_LEN + 1).to_bytes(4, "little") + b"\x01\x02\x01\x00\x00\x00\x00\x00")
+    with pytest.raises(ProtocolError, match="request frame"):
+        FrameReader().feed(proto.frame(proto.Kind.REQUEST, 1, 1, b"\x02"))
+
+
+def test_results_check_the_frame_against_the_request() -> None:
+    calls = [item_call(proto.Opcode.ACQUIRE, "k", LIMIT, 1, None, False), simple_call(proto.Opcode.PING)]
+    d = Decision(False, 0, 10, 5, 6, 0)
+    body = proto.encode_decision(3, d) + bytes((2, 0))
+    assert results(proto.frame(2, 9, 2, body), 9, calls) == [d, None]
+    with pytest.raises(ProtocolError, match="out of step"):
+        results(proto.frame(2, 8, 2, body), 9, calls)
+    with pytest.raises(ProtocolError, match="opcode"):
+        results(proto.frame(2, 9, 2, bytes((2, 0)) + bytes((2, 0))), 9, calls)
+    with pytest.raises(ProtocolError, match="after the last result"):
+        results(proto.frame(2, 9, 2, body + b"\x00"), 9, calls)
+    err = results(proto.frame(2, 9, 2, proto.encode_error(3, 9, "full") + bytes((2, 0))), 9, calls)
+    assert type(err[0]).__name__ == "TableFull" and err[1] is None
+
+
+def test_values_pickle_and_copy() -> None:
+    for v in (LIMIT, GCRA(4, 1, 0.5), Decision(True, 1, 2, -1, 0, 0)):
+        assert pickle.loads(pickle.dumps(v)) == v and copy.deepcopy(v) == v

@@ -1,0 +1,175 @@
+"""The shared test vectors: every golden frame of proto/testdata/golden.
+
+A frame not named bad_* must decode and re-encode to the same bytes; a
+bad_* frame must raise the exception of the error its .txt names (the Go
+sentinel and the status a server answers with).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Dict, Type
+
+import pytest
+from conftest import GOLDEN
+
+from sluice import errors, proto
+from sluice.limits import GCRA, FixedWindow, Pacer, SlidingWindow, TokenBucket
+from sluice.results import Decision, Hello
+
+ERRORS: Dict[str, Type[errors.StatusError]] = {
+    "ErrMalformed": errors.Malformed,
+    "ErrBadVersion": errors.BadVersion,
+    "ErrFrameTooLarge": errors.FrameTooLarge,
+    "ErrBatchTooLarge": errors.BatchTooLarge,
+    "ErrUnknownOpcode": errors.UnknownOpcode,
+    "ErrInvalidLimit": errors.InvalidLimit,
+    "ErrInvalidKey": errors.InvalidKey,
+    "ErrTooManyItems": errors.TooManyItems,
+}
+
+NAMES = sorted(f[:-4] for f in os.listdir(GOLDEN) if f.endswith(".hex"))
+
+
+def load(name: str) -> bytes:
+    with open(os.path.join(GOLDEN, name + ".hex")) as f:
+        return bytes.fromhex("".join(f.read().split()))
+
+
+def expectation(name: str) -> str:
+    with open(os.path.join(GOLDEN, name + ".txt")) as f:
+        m = re.search(r"^Expect: (.*)$", f.read(), re.M)
+    assert m, f"{name}.txt has no Expect: line"
+    return m.group(1)
+
+
+def test_every_vector_is_here() -> None:
+    # A directory that went missing or empty must not pass as "no cases".
+    assert len(NAMES) >= 36, NAMES
+    assert sum(n.startswith("bad_") for n in NAMES) >= 13
+    for n in NAMES:
+        assert os.path.exists(os.path.join(GOLDEN, n + ".txt"))
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if not n.startswith("bad_")])
+def test_valid_frame_round_trips(name: str) -> None:
+    assert expectation(name).startswith("decodes without error")
+    b = load(name)
+    h, parts = proto.decode_frame(b)
+    assert h.count == len(parts) and h.length + 4 == len(b)
+    assert proto.encode_frame(h.kind, h.id, parts) == b
+    # Decoding what was re-encoded gives equal values.
+    assert proto.decode_frame(proto.encode_frame(h.kind, h.id, parts))[1] == parts
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if n.startswith("bad_")])
+def test_bad_frame_raises_its_error(name: str) -> None:
+    m = re.match(r"error (Err\w+) \(status (\d+) (\w+)\)", expectation(name))
+    assert m, expectation(name)
+    cls = ERRORS[m.group(1)]
+    assert cls.status == int(m.group(2))
+    with pytest.raises(cls) as info:
+        proto.decode_frame(load(name))
+    assert type(info.value) is cls
+    assert str(info.value).startswith("proto: ")
+
+
+def test_header_checks_come_before_the_body() -> None:
+    # bad_length_too_large is a header alone: refused without the body.
+    h, need = proto.split_frame(load("ping_request")[:5])
+    assert h is None and need == proto.HEADER_LEN
+    with pytest.raises(errors.FrameTooLarge):
+        proto.split_frame(load("bad_length_too_large"))
+
+
+def test_acquire_request_fields() -> None:
+    h, (op,) = proto.decode_frame(load("acquire_request"))
+    assert (h.kind, h.id, h.count) == (proto.Kind.REQUEST, 3, 1)
+    assert op.code == proto.Opcode.ACQUIRE
+    assert op.flags == proto.Flags.STRICT | proto.Flags.AT
+    assert op.limit == TokenBucket(10, 3600, 1)
+    assert str(op.limit) == "token_bucket:max=10,refill_time=1h0m0s,refill_amount=1"
+    assert (op.n, op.at, op.key) == (1, 1_700_000_000_000_000_000, b"login:alice")
+    # The encoder alone gives the same bytes.
+    body = proto.encode_item(proto.Opcode.ACQUIRE, 5, TokenBucket(10, 3600, 1), 1, 1_700_000_000_000_000_000,
+                             b"login:alice")
+    assert proto.frame(proto.Kind.REQUEST, 3, 1, body) == load("acquire_request")
+
+
+def test_limits_of_every_algorithm() -> None:
+    ops = [proto.decode_frame(load(n))[1][0] for n in ("peek_request", "refund_request", "reset_request")]
+    assert [op.limit for op in ops] == [GCRA(4, 1, 1), FixedWindow(100, 60), SlidingWindow(100, 60)]
+    _, (pacer, neg, ping) = proto.decode_frame(load("batch_request"))
+    assert pacer.limit == Pacer(4, 1, 2) and pacer.key == b"send:dave"
+    assert neg.n == -1 and ping.code == proto.Opcode.PING
+    _, (multi,) = proto.decode_frame(load("multi_request"))
+    assert multi.flags == proto.Flags.AT and multi.at == 1_700_000_000_000_000_000
+    assert [(i.flags, i.cost, i.key) for i in multi.items] == [(1, 1, b"login:alice"), (0, 2, b"api:tenant-7")]
+    _, (scan,) = proto.decode_frame(load("scan_request"))
+    assert (scan.cursor, scan.count, scan.prefix) == (0, 100, b"login:")
+
+
+def test_result_fields() -> None:
+    _, (r,) = proto.decode_frame(load("acquire_response_denied"))
+    d = r.value
+    assert isinstance(d, Decision)
+    assert (d.allowed, d.remaining, d.limit) == (False, 0, 10)
+    assert d.retry_after == 1800.0 and d.reset_after == 36000.0 and d.delay == 0.0
+    _, (r,) = proto.decode_frame(load("acquire_response_allowed"))
+    assert r.value.retry_after is None and r.value.retry_after_ns == -1
+    _, (r,) = proto.decode_frame(load("hello_response"))
+    assert r.value == Hello(1, 1 << 20, 256, 1024, 16, 1 << 20, 128)
+    _, (r,) = proto.decode_frame(load("reset_response"))
+    assert r.value is True
+    _, (r,) = proto.decode_frame(load("multi_response"))
+    assert r.value.allowed and [d.remaining for d in r.value.decisions] == [8, 2]
+    _, (r,) = proto.decode_frame(load("scan_response"))
+    assert r.value.next == 4096 and [e.key for e in r.value.entries] == [b"login:alice", b"login:bob"]
+    _, (r,) = proto.decode_frame(load("stats_response"))
+    assert r.value == {"slot_count": 1 << 20, "used_slots": 3, "ops": 42}
+    _, (r,) = proto.decode_frame(load("error_response"))
+    assert r.status == errors.Status.TABLE_FULL
+    err = r.error()
+    assert isinstance(err, errors.TableFull) and "table full" in str(err)
+    _, (ok, bad, pong) = proto.decode_frame(load("batch_response"))
+    assert ok.value.delay == 0.25 and isinstance(bad.error(), errors.InvalidCost) and pong.value is None
+    _, (r,) = proto.decode_frame(load("frame_error_response"))
+    assert r.code == 0 and isinstance(r.error(), errors.BadVersion)
+
+
+def test_every_status_maps_to_its_exception() -> None:
+    for s in errors.Status:
+        if s == errors.Status.OK:
+            continue
+        cls = errors.error_class(s)
+        assert cls.status == s
+        e = proto.Result(proto.Opcode.PING, s, "why").error()
+        assert type(e) is cls and str(e) == "why"
+    assert errors.error_class(17) is errors.Malformed
+    assert issubclass(errors.Busy, errors.Unavailable) and issubclass(errors.ShuttingDown, errors.Unavailable)
+    assert issubclass(errors.InvalidLimit, ValueError)
+
+
+def test_error_message_is_cut_at_a_utf8_boundary() -> None:
+    b = proto.encode_error(proto.Opcode.ACQUIRE, errors.Status.INTERNAL, "é" * 600)
+    r, off = proto.decode_result(b)
+    assert off == len(b) and r.message == "é" * 512
+    # OK and unknown statuses cannot be put on the wire as errors.
+    assert proto.encode_error(3, 0, "x")[1] == errors.Status.INTERNAL
+
+
+def test_truncations_never_escape_as_other_exceptions() -> None:
+    # Every frame cut short, with its length field fixed to match, is refused
+    # with a codec error, never an IndexError or struct.error; so is every
+    # prefix of the whole frame.
+    for name in NAMES:
+        if name.startswith("bad_"):
+            continue
+        b = load(name)
+        h = proto.parse_header(b)
+        for n in range(proto.HEADER_LEN, len(b)):
+            with pytest.raises(errors.StatusError):
+                proto.decode_frame(proto.frame(h.kind, h.id, h.count, b[proto.HEADER_LEN:n]))
+            with pytest.raises(errors.StatusError):
+                proto.decode_frame(b[:n])

@@ -1,0 +1,195 @@
+"""Limits: constructors, durations, and the spec parser and formatter.
+
+The ParseLimit tables are those of proto/limit_test.go, messages included:
+both sides must read and print specs identically.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from decimal import Decimal
+from fractions import Fraction
+
+import pytest
+
+from sluice import GCRA, FixedWindow, InvalidLimit, Limit, Pacer, SlidingWindow, TokenBucket, duration_ns
+from sluice._gotime import format_duration, parse_duration, quote
+from sluice.limits import Algorithm
+
+MAX = (1 << 63) - 1
+
+
+@pytest.mark.parametrize("spec,want,canonical", [
+    ("token_bucket:max=10,refill_time=1h,refill_amount=1", TokenBucket(10, 3600, 1),
+     "token_bucket:max=10,refill_time=1h0m0s,refill_amount=1"),
+    ("token_bucket:refill_time=1s,max=5", TokenBucket(5, 1, 5), "token_bucket:max=5,refill_time=1s,refill_amount=5"),
+    ("gcra:burst=4,count=1,period=1s", GCRA(4, 1, 1), "gcra:burst=4,count=1,period=1s"),
+    ("gcra:period=1500000000,count=+3,burst=0", GCRA(0, 3, 1.5), "gcra:burst=0,count=3,period=1.5s"),
+    ("fixed_window:limit=100,window=1m", FixedWindow(100, 60), "fixed_window:limit=100,window=1m0s"),
+    ("sliding_window:window=250ms,limit=7", SlidingWindow(7, 0.25), "sliding_window:limit=7,window=250ms"),
+    ("pacer:rate=4,period=1s,max_delay=2s", Pacer(4, 1, 2), "pacer:rate=4,period=1s,max_delay=2s"),
+    ("pacer:rate=0,period=0,max_delay=1ns", Pacer(0, 0, max_delay_ns=1), "pacer:rate=0,period=0s,max_delay=1ns"),
+    ("pacer:rate=9223372036854775807,period=2562047h47m16.854775807s,max_delay=10us",
+     Pacer(MAX, period_ns=MAX, max_delay_ns=10_000),
+     "pacer:rate=9223372036854775807,period=2562047h47m16.854775807s,max_delay=10\u00b5s"),
+])
+def test_parse_limit(spec: str, want: Limit, canonical: str) -> None:
+    got = Limit.parse(spec)
+    assert got == want and type(got) is type(want)
+    assert str(got) == canonical
+    assert Limit.parse(str(got)) == got
+    assert eval(repr(got), {type(got).__name__: type(got)}) == got  # the repr rebuilds the limit
+
+
+@pytest.mark.parametrize("spec,want", [
+    ("gcra:burst=x,count=1,period=1s", 'proto: limit "gcra:burst=x,count=1,period=1s": burst: invalid integer "x"'),
+    ("", 'proto: limit "": unknown algorithm ""'),
+    ("leaky:rate=1", 'proto: limit "leaky:rate=1": unknown algorithm "leaky"'),
+    ("GCRA:burst=1,count=1,period=1s", 'proto: limit "GCRA:burst=1,count=1,period=1s": unknown algorithm "GCRA"'),
+    ("gcra", 'proto: limit "gcra": missing parameter "burst"'),
+    ("gcra:", 'proto: limit "gcra:": empty parameter'),
+    ("gcra:burst=1,,count=1", 'proto: limit "gcra:burst=1,,count=1": empty parameter'),
+    ("gcra:burst=1,count=1", 'proto: limit "gcra:burst=1,count=1": missing parameter "period"'),
+    ("gcra:burst=1,count=1,period=1s,", 'proto: limit "gcra:burst=1,count=1,period=1s,": empty parameter'),
+    ("gcra:burst=1,count=1,period=1s,rate=2",
+     'proto: limit "gcra:burst=1,count=1,period=1s,rate=2": unknown parameter "rate" for gcra (want burst, count, period)'),
+    ("gcra:burst=1,burst=2,count=1,period=1s",
+     'proto: limit "gcra:burst=1,burst=2,count=1,period=1s": duplicate parameter "burst"'),
+    ("gcra:burst,count=1,period=1s", 'proto: limit "gcra:burst,count=1,period=1s": burst: missing "=value"'),
+    ("gcra:burst=-1,count=1,period=1s", 'proto: limit "gcra:burst=-1,count=1,period=1s": burst: negative value -1'),
+    ("gcra:burst=1,count=1,period=-1s", 'proto: limit "gcra:burst=1,count=1,period=-1s": period: negative value -1s'),
+    ("gcra:burst=1,count=1,period=1 s", 'proto: limit "gcra:burst=1,count=1,period=1 s": period: invalid duration "1 s"'),
+    ("gcra:burst=1,count=1s,period=1s", 'proto: limit "gcra:burst=1,count=1s,period=1s": count: invalid integer "1s"'),
+    ("gcra:burst=99999999999999999999,count=1,period=1s",
+     'proto: limit "gcra:burst=99999999999999999999,count=1,period=1s": burst: integer out of range "99999999999999999999"'),
+    ("gcra:burst=1,count=1,period=99999999999999999999",
+     'proto: limit "gcra:burst=1,count=1,period=99999999999999999999": period: integer out of range "99999999999999999999"'),
+    ("gcra:burst=1,count=1,period=3000000h",
+     'proto: limit "gcra:burst=1,count=1,period=3000000h": period: invalid duration "3000000h"'),
+    ("fixed_window:limit=1,window=1s,p2=0",
+     'proto: limit "fixed_window:limit=1,window=1s,p2=0": unknown parameter "p2" for fixed_window (want limit, window)'),
+    ("token_bucket:max=1, refill_time=1s",
+     'proto: limit "token_bucket:max=1, refill_time=1s": unknown parameter " refill_time" for token_bucket '
+     '(want max, refill_time, refill_amount)'),
+])
+def test_parse_limit_errors(spec: str, want: str) -> None:
+    with pytest.raises(InvalidLimit) as info:
+        Limit.parse(spec)
+    assert str(info.value) == want
+    assert info.value.status == 6 and isinstance(info.value, ValueError)
+
+
+def test_unparseable_limits_still_format() -> None:
+    # Values only the wire can carry (the sidecar rejects them) print readably.
+    assert str(Limit.from_wire(2, -1, 1, -1_000_000_000)) == "gcra:burst=-1,count=1,period=-1s"
+    with pytest.raises(InvalidLimit):
+        Limit.parse("gcra:burst=-1,count=1,period=-1s")
+    with pytest.raises(InvalidLimit, match="unknown algorithm 9"):
+        Limit.from_wire(9, 1, 2, 3)
+    with pytest.raises(InvalidLimit, match="does not use p2"):
+        Limit.from_wire(3, 1, 2, 3)
+
+
+def test_algorithms() -> None:
+    assert [a.spec_name for a in Algorithm] == ["token_bucket", "gcra", "fixed_window", "sliding_window", "pacer"]
+    for cls in (TokenBucket, GCRA, FixedWindow, SlidingWindow, Pacer):
+        assert str(cls.algorithm) in str(Limit.parse(str(cls.algorithm) + ":" + ",".join(
+            f"{p}=1" for p in cls._params if p)))
+
+
+@pytest.mark.parametrize("value,ns", [
+    (datetime.timedelta(hours=1), 3_600_000_000_000),
+    (datetime.timedelta(days=1, microseconds=3), 86_400_000_003_000),
+    (datetime.timedelta(days=106751, seconds=85636, microseconds=854775), 9_223_372_036_854_775_000),
+    (1, 1_000_000_000),
+    (0, 0),
+    (0.1, 100_000_000),
+    (1.5, 1_500_000_000),
+    (1e-9, 1),
+    (Decimal("0.000000001"), 1),
+    (Decimal("2.5"), 2_500_000_000),
+    (Fraction(1, 3), 333_333_333),
+    ("1h30m", 5_400_000_000_000),
+    ("250ms", 250_000_000),
+    ("1500", 1500),  # a bare integer is nanoseconds, as in a spec
+])
+def test_duration_ns(value: object, ns: int) -> None:
+    assert duration_ns(value) == ns  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("value", [-1, datetime.timedelta(seconds=-1), "-1s", float("nan"), float("inf"),
+                                   True, None, "1 s", 9_223_372_037, [1]])
+def test_duration_ns_refuses(value: object) -> None:
+    with pytest.raises(InvalidLimit):
+        duration_ns(value)  # type: ignore[arg-type]
+
+
+def test_constructors() -> None:
+    tb = TokenBucket(max=10, refill_time=datetime.timedelta(hours=1))
+    assert (tb.max, tb.refill_time_ns, tb.refill_amount, tb.refill_time) == (10, 3_600_000_000_000, 10, 3600.0)
+    assert tb == TokenBucket(10, "1h") == TokenBucket(10, 3600, 10) == Limit.parse("token_bucket:max=10,refill_time=1h")
+    assert len({tb, TokenBucket(10, 3600.0), TokenBucket(10, 3600, 1)}) == 2
+    assert tb.params == (10, 3_600_000_000_000, 10)
+    assert dataclasses.replace(tb, max=20) == TokenBucket(20, 3600, 10)
+    assert [f.name for f in dataclasses.fields(tb)] == ["max", "refill_time_ns", "refill_amount"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        tb.max = 3  # type: ignore[misc]
+    g = GCRA(burst=4, count=1, period=1)
+    assert (g.burst, g.count, g.period) == (4, 1, 1.0)
+    assert FixedWindow(100, 60).window == 60.0 and SlidingWindow(100, 60).window_ns == 60_000_000_000
+    p = Pacer(rate=4, period=1, max_delay=0.5)
+    assert (p.period, p.max_delay) == (1.0, 0.5)
+    assert FixedWindow(1, 1) != SlidingWindow(1, 1)
+    for bad in (lambda: TokenBucket(-1, 1), lambda: TokenBucket(1.5, 1), lambda: TokenBucket(True, 1),  # type: ignore[arg-type]
+                lambda: GCRA(1, 1 << 63, 1), lambda: TokenBucket(10, 1, -2), lambda: FixedWindow(1, -1)):
+        with pytest.raises(InvalidLimit):
+            bad()
+    with pytest.raises(TypeError):
+        FixedWindow(1)
+    with pytest.raises(TypeError):
+        FixedWindow(1, 1, window_ns=1)
+
+
+@pytest.mark.parametrize("s,ns", [
+    ("0", 0), ("5s", 5_000_000_000), ("30s", 30_000_000_000), ("1478s", 1_478_000_000_000),
+    ("-5s", -5_000_000_000), ("+5s", 5_000_000_000), ("-0", 0), ("+0", 0),
+    ("5.0s", 5_000_000_000), ("5.6s", 5_600_000_000), ("5.s", 5_000_000_000), (".5s", 500_000_000),
+    ("1.0s", 1_000_000_000), ("1.00s", 1_000_000_000), ("1.004s", 1_004_000_000), ("1.0040s", 1_004_000_000),
+    ("100.00100s", 100_001_000_000), ("10ns", 10), ("11us", 11_000), ("12\u00b5s", 12_000), ("12\u03bcs", 12_000),
+    ("13ms", 13_000_000), ("14s", 14_000_000_000), ("15m", 900_000_000_000), ("16h", 57_600_000_000_000),
+    ("3h30m", 12_600_000_000_000), ("10.5s4m", 250_500_000_000), ("-2m3.4s", -123_400_000_000),
+    ("1h2m3s4ms5us6ns", 3_723_004_005_006), ("39h9m14.425s", 140_954_425_000_000),
+    ("52763797000ns", 52_763_797_000), ("0.3333333333333333333h", 1_200_000_000_000),
+    ("9007199254740993ns", 9_007_199_254_740_993), ("9223372036854775807ns", MAX),
+    ("9223372036854775.807us", MAX), ("9223372036s854ms775us807ns", MAX),
+    ("-9223372036854775808ns", -(1 << 63)), ("-9223372036854775.808us", -(1 << 63)),
+    ("0.100000000000000000000h", 360_000_000_000),
+    ("0.830103483285477580700h", 2_988_372_539_827),
+])
+def test_parse_duration_as_go(s: str, ns: int) -> None:
+    # Cases from Go's time package tests.
+    assert parse_duration(s) == ns
+
+
+@pytest.mark.parametrize("s", ["", "3", "-", "s", ".", "-.", ".s", "+.s", "1d", "\x85\x85", "\xffff",
+                               "hello \xffff world", "9223372036854775808ns", "9223372036854775.808us",
+                               "9223372036854ms775us808ns", "-9223372036854775809ns", "3000000h"])
+def test_parse_duration_errors_as_go(s: str) -> None:
+    assert parse_duration(s) is None
+
+
+@pytest.mark.parametrize("ns,s", [
+    (0, "0s"), (1, "1ns"), (1100, "1.1\u00b5s"), (2_200_000, "2.2ms"), (3_300_000_000, "3.3s"),
+    (4 * 60_000_000_000 + 5_000_000_000, "4m5s"), (4 * 60_000_000_000 + 5_001_000_000, "4m5.001s"),
+    (5 * 3_600_000_000_000 + 6 * 60_000_000_000 + 7_001_000_000, "5h6m7.001s"),
+    (8 * 60_000_000_000 + 1, "8m0.000000001s"), (MAX, "2562047h47m16.854775807s"),
+    (-(1 << 63), "-2562047h47m16.854775808s"), (-1_500_000_000, "-1.5s"), (3_600_000_000_000, "1h0m0s"),
+])
+def test_format_duration_as_go(ns: int, s: str) -> None:
+    assert format_duration(ns) == s
+    assert parse_duration(s) == ns
+
+
+def test_quote_as_go() -> None:
+    assert quote('a"b\\c\n\t\x00\x7f\u00a0é\U0001f600') == '"a\\"b\\\\c\\n\\t\\x00\\x7f\\u00a0é\U0001f600"'
