@@ -90,12 +90,13 @@ func spinUnlock(l *uint32) { atomic.AndUint32(l, ^uint32(lockHeld|genMask)) }
 //   - A lock held under another generation belongs to no goroutine of this
 //     process: its holder died, or the word was damaged on disk. It is taken
 //     over, and the slot, which may be half-written, is repaired.
-//   - A slot whose checksum does not match (a torn write, a bit flip) is
-//     repaired.
+//   - In a table opened from a clean file, until Scrub has checked every
+//     slot, a slot whose checksum does not match (bit rot since the file was
+//     closed) is repaired. A created table needs no check, and a dirty file
+//     was scanned when opened.
 //
 // Repairing counts the slot as torn and marks it conservative (or, if it
-// holds no fingerprint, empties it), so damage found in a file that was
-// closed cleanly, and hence not scanned on open, is caught on first use.
+// holds no fingerprint, empties it).
 func (t *Table) lockSlot(p unsafe.Pointer) {
 	l := u32at(p, slotLock)
 	tag := t.gen<<genShift | lockHeld
@@ -115,7 +116,7 @@ func (t *Table) lockSlot(p unsafe.Pointer) {
 			runtime.Gosched()
 		}
 	}
-	if *u32at(p, slotSum) != checksumOf(p) {
+	if t.checkOnUse.Load() && *u32at(p, slotSum) != checksumOf(p) {
 		t.repair(p, false)
 	}
 }

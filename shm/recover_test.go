@@ -240,3 +240,42 @@ func patch(t *testing.T, path string, off int64, b []byte) {
 		t.Fatal(err)
 	}
 }
+
+// Ensure Scrub finds and repairs damage in a table opened from a clean file,
+// then stops the checks on use; and returns at once when there is nothing to
+// scrub, or when asked to stop.
+func TestScrub(t *testing.T) {
+	path, idx := closedWithBucket(t, "k")
+	patch(t, path, HeaderSize+int64(idx)*64+slotFreshAt, []byte{0x55})
+	tb, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	if !tb.checkOnUse.Load() {
+		t.Fatal("a table opened clean does not check slots on use")
+	}
+	stop := make(chan struct{})
+	close(stop)
+	if tb.Scrub(stop) || !tb.checkOnUse.Load() {
+		t.Fatal("a stopped Scrub reported completion")
+	}
+	if !tb.Scrub(make(chan struct{})) || tb.checkOnUse.Load() {
+		t.Fatal("Scrub did not complete")
+	}
+	if st := tb.Stats(); st.Torn != 1 {
+		t.Errorf("Torn = %d after scrubbing one damaged slot", st.Torn)
+	}
+	if s, ok := tb.Lookup(fp(tb, "k")); !ok || !s.Conservative() {
+		t.Errorf("damaged slot not reset by Scrub")
+	} else {
+		s.Commit(math.MaxInt64)
+	}
+	if err := tb.Verify(); err != nil {
+		t.Error(err)
+	}
+	fresh := newHeap(t, Options{SlotCount: 8})
+	if fresh.checkOnUse.Load() || !fresh.Scrub(stop) {
+		t.Errorf("a new table needs no scrub")
+	}
+}

@@ -83,6 +83,10 @@ type Table struct {
 	heap []uint64  // keeps a heap table's buffer alive
 
 	closed atomic.Bool
+	// checkOnUse is set while a table opened from a clean file (so not
+	// scanned) may hold slots nobody has checked: lockSlot verifies each
+	// slot's checksum until Scrub has checked them all.
+	checkOnUse atomic.Bool
 }
 
 // Geometry describes an open table.
@@ -233,6 +237,8 @@ func mapTable(f *os.File) (*Table, error) {
 	flag := t.cleanFlag()
 	if *flag != cleanMagic {
 		t.recover()
+	} else {
+		t.checkOnUse.Store(true)
 	}
 	// Record that the file is in use before anything else is written, so a
 	// crash from here on is detected by the next Open.

@@ -56,6 +56,29 @@ func (t *Table) RecordTime(now int64) {
 	}
 }
 
+// Scrub checks every slot of a table opened from a clean file (which Open
+// did not scan, so that serving starts at once): each slot is locked in
+// turn, briefly, and repaired if its checksum does not match. Until it
+// completes, every slot is also checked when it is first locked; once it
+// completes, those checks stop. It returns early, false, when stop is
+// closed, and true once the table is checked (at once for a table that
+// needs no scrub). Run it in its own goroutine, and stop it before Close.
+func (t *Table) Scrub(stop <-chan struct{}) bool {
+	for i := uint64(0); i < t.n && t.checkOnUse.Load(); i++ {
+		if i%4096 == 0 {
+			select {
+			case <-stop:
+				return false
+			default:
+			}
+		}
+		t.lockSlot(t.slotPtr(i))
+		spinUnlock(u32at(t.slotPtr(i), slotLock))
+	}
+	t.checkOnUse.Store(false)
+	return true
+}
+
 // recover repairs a file that was not closed cleanly. It runs on Open before
 // the table is shared. A slot whose lock word is held (its holder died
 // mid-update) or whose checksum is wrong (a write torn by a crash, or a bit

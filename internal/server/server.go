@@ -207,6 +207,16 @@ func Run(ctx context.Context, cfg Config) error {
 		"torn_slots_reset", st.Torn, "socket", c.SocketPath, "resp_socket", c.RESPSocket,
 		"resp_addr", c.RESPAddr, "sync_interval", c.SyncInterval)
 
+	// A file closed cleanly was not scanned on open: check it in the
+	// background while serving.
+	stopScrub, scrubbed := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(scrubbed)
+		if t.Scrub(stopScrub) {
+			s.log.Debug("state file scrubbed", "torn_slots", t.Stats().Torn)
+		}
+	}()
+
 	var accepting sync.WaitGroup
 	for _, l := range lns {
 		accepting.Add(1)
@@ -221,6 +231,8 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	accepting.Wait()
 	s.drain()
+	close(stopScrub)
+	<-scrubbed
 	st = t.Stats()
 	err = t.Close()
 	for _, l := range lns {
