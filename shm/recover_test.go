@@ -275,7 +275,10 @@ func TestScrub(t *testing.T) {
 		t.Error(err)
 	}
 	fresh := newHeap(t, Options{SlotCount: 8})
-	if fresh.checkOnUse.Load() || !fresh.Scrub(stop) {
-		t.Errorf("a new table needs no scrub")
+	created, _ := newFile(t, Options{SlotCount: 8})
+	for _, tb := range []*Table{fresh, created} {
+		if tb.checkOnUse.Load() || !tb.Scrub(stop) {
+			t.Errorf("a new table needs no scrub")
+		}
 	}
 }

@@ -171,7 +171,7 @@ func Create(path string, o Options) (*Table, error) {
 	if err := os.Link(tmp, path); err != nil {
 		return fail(err)
 	}
-	return mapTable(f)
+	return mapTable(f, true)
 }
 
 // Open opens an existing state file. It validates the header in a fixed
@@ -218,12 +218,13 @@ func Open(path string) (*Table, error) {
 	if err := validateHeader(hdr, fi.Size()); err != nil {
 		return fail(err)
 	}
-	return mapTable(f)
+	return mapTable(f, false)
 }
 
 // mapTable maps a validated file, marks it dirty and recovers it if it was
-// not closed cleanly.
-func mapTable(f *os.File) (*Table, error) {
+// not closed cleanly. A file that was closed cleanly (and not just created)
+// is checked on use until Scrub has checked it.
+func mapTable(f *os.File, created bool) (*Table, error) {
 	m, err := mapFile(f)
 	if err != nil {
 		f.Close()
@@ -237,7 +238,7 @@ func mapTable(f *os.File) (*Table, error) {
 	flag := t.cleanFlag()
 	if *flag != cleanMagic {
 		t.recover()
-	} else {
+	} else if !created {
 		t.checkOnUse.Store(true)
 	}
 	// Record that the file is in use before anything else is written, so a
