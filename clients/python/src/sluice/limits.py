@@ -252,13 +252,12 @@ class GCRA(Limit):
 
 
 @dataclass(frozen=True, init=False, repr=False)
-class FixedWindow(Limit):
-    """fixed_window: ``limit`` tokens per ``window``, windows aligned to the Unix epoch."""
+class _Window(Limit):
+    """The parameters both window algorithms share."""
 
     limit: int
     window_ns: int
 
-    algorithm = Algorithm.FIXED_WINDOW
     _fields = ("limit", "window_ns", "")
     _params = ("limit", "window", "")
     _durations = (False, True, False)
@@ -274,25 +273,17 @@ class FixedWindow(Limit):
 
 
 @dataclass(frozen=True, init=False, repr=False)
-class SlidingWindow(Limit):
+class FixedWindow(_Window):
+    """fixed_window: ``limit`` tokens per ``window``, windows aligned to the Unix epoch."""
+
+    algorithm = Algorithm.FIXED_WINDOW
+
+
+@dataclass(frozen=True, init=False, repr=False)
+class SlidingWindow(_Window):
     """sliding_window: ``limit`` tokens over any ``window``, the two-window weighted counter."""
 
-    limit: int
-    window_ns: int
-
     algorithm = Algorithm.SLIDING_WINDOW
-    _fields = ("limit", "window_ns", "")
-    _params = ("limit", "window", "")
-    _durations = (False, True, False)
-
-    def __init__(self, limit: int, window: Optional[DurationLike] = None, *,
-                 window_ns: Optional[int] = None) -> None:
-        self._set(_count(limit, "limit"), _ns_arg(window, window_ns, "window"), 0)
-
-    @property
-    def window(self) -> float:
-        """The window's length in seconds."""
-        return _seconds(self.window_ns)
 
 
 @dataclass(frozen=True, init=False, repr=False)
