@@ -19,7 +19,7 @@ import struct
 from decimal import Decimal
 from fractions import Fraction
 from numbers import Real
-from typing import Any, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from . import proto
 from .errors import (
@@ -387,3 +387,21 @@ class FrameReader:
         elif pos < n:
             self._buf = bytearray(buf[pos:])
         return frames
+
+
+def finish(out: List[Any], calls: Sequence[Any], failure: Optional[Exception],
+           unavailable: Callable[[Any, Any], Any], raise_on_error: bool) -> List[Any]:
+    """Complete a batch's results: the calls a failure left unanswered get
+    what the failure policy says (``unavailable(failure, call)``, or the
+    Unavailable it raises), then the first error is raised if asked."""
+    if failure is not None:
+        for call in calls[len(out):]:
+            try:
+                out.append(unavailable(failure, call))
+            except Unavailable as e:
+                out.append(e)
+    if raise_on_error:
+        for v in out:
+            if isinstance(v, SluiceError):
+                raise v
+    return out

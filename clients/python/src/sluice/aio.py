@@ -360,17 +360,7 @@ class AsyncClient:
             if isinstance(failure, _Stale) and not out and attempt == 0:
                 continue
             break
-        if failure is not None:
-            for call in calls[len(out):]:
-                try:
-                    out.append(self._unavailable(failure, call))
-                except Unavailable as e:
-                    out.append(e)
-        if raise_on_error:
-            for v in out:
-                if isinstance(v, SluiceError):
-                    raise v
-        return out
+        return c.finish(out, calls, failure, self._unavailable, raise_on_error)
 
     def _results(self, conn: _Conn, f: Any, fid: int, calls: Sequence[Call]) -> List[Any]:
         try:

@@ -280,17 +280,7 @@ class Client:
                     failure = e
                     break
                 out.extend(rs)
-        if failure is not None:
-            for call in calls[len(out):]:
-                try:
-                    out.append(self._unavailable(failure, call))
-                except Unavailable as e:
-                    out.append(e)
-        if raise_on_error:
-            for v in out:
-                if isinstance(v, SluiceError):
-                    raise v
-        return out
+        return c.finish(out, calls, failure, self._unavailable, raise_on_error)
 
     def _unavailable(self, e: Unavailable, call: Call) -> Any:
         if not self._down:
