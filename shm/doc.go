@@ -25,7 +25,9 @@
 // key and identity suffix under two seeds drawn at random when the file is
 // created, so clients cannot choose keys that collide. The first half picks
 // the bucket's home slot; lookups probe linearly from there, stopping at the
-// fingerprint, at an empty slot, or after the probe cap.
+// fingerprint, at an empty slot, or past the home slot's reach: the largest
+// displacement of any bucket whose home it is, kept in its lock word. The
+// probe cap (512 by default) bounds displacement when inserting.
 //
 // A slot whose bucket is back to its new state (FreshAt <= now) carries no
 // information and is reclaimed in place by the next insert that passes it.
@@ -35,7 +37,10 @@
 //
 // # Concurrency
 //
-// Every slot begins with a spinlock word taken with compare-and-swap. Lookups
+// Every slot begins with a spinlock word taken with compare-and-swap and
+// tagged with a random generation of the process that opened the table: a
+// lock held under another generation has no live holder and is taken over
+// (its slot repaired) instead of blocking forever. Lookups
 // probe without locks, then lock the slot they found and confirm its
 // fingerprint. Creating a bucket is serialised by one of 512 insert locks,
 // chosen by the fingerprint, so two goroutines creating the same bucket at
@@ -57,7 +62,12 @@
 // (synchronously) and Close marks it clean after a final Sync. Opening a
 // dirty file scans every slot: a slot whose lock word is held or whose
 // checksum does not match is reset to a conservative state that its owner
-// turns into one that grants no burst, and counted.
+// turns into one that grants no burst, and counted; buckets a power loss
+// left unreachable (written without the pages before them in their probe
+// sequence, hence created after the last sync) are dropped, and every reach
+// is recomputed. A clean file is served at once, without a scan: its slots
+// are checked on first use until Scrub, run in the background, has checked
+// them all.
 //
 // Create allocates the file's blocks up front (fallocate), so a full disk
 // fails at creation instead of raising SIGBUS on a later write.
@@ -66,10 +76,10 @@
 //
 //   - The file is little-endian and its fields are accessed with native
 //     atomics; big-endian machines are refused.
-//   - A table whose every slot has been used keeps no empty slots to end
-//     probes early: a lookup of an absent bucket then reads the whole probe
-//     cap (64 slots, 4 KiB). Size tables for the live bucket count at a load
-//     well under 1.
+//   - Slots are never emptied, only reused. Lookups stop at the home slot's
+//     reach, so used slots cost no probes, but reach never shrinks while the
+//     file is open. Size tables for the live bucket count at a load of at
+//     most about 0.8: past that, inserts start failing with ErrTableFull.
 //   - Reclaiming a token bucket that has refilled completely re-anchors its
 //     refill phase at its next use, as smyte/ratelimit's compaction does.
 //   - Verify requires the table to be quiescent.
