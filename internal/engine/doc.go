@@ -28,7 +28,7 @@
 // so once it is returned it survives a crash of the process; see package shm
 // for what survives a crash of the machine.
 //
-// A slot that shm found torn when the file was opened is marked
+// A slot that shm found torn (on open, or when first used) is marked
 // conservative: the engine replaces its state with the algorithm's drained
 // state (one that grants no burst) before deciding.
 package engine

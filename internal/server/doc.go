@@ -1,12 +1,33 @@
-// Package server is the sidecar: it owns the state file, keeps it synced, and
-// shuts down cleanly. Run is the whole lifecycle; cmd/sluiced only turns
-// flags into a Config.
+// Package server is the sidecar: it owns the state file, serves the native
+// protocol (package proto) and the Redis protocol (package proto/resp) on
+// Unix sockets, keeps the file synced, and shuts down cleanly. Run is the
+// whole lifecycle; cmd/sluiced only turns flags into a Config.
+//
+// # Connections
+//
+// Each connection has one goroutine that reads whatever has arrived,
+// answers every complete request in it into one buffer, and writes that
+// once (the stream type, shared by both protocols). The requests of one
+// read share one reading of the server clock. Serving allocates nothing.
+// Caps: MaxConns (further connections are answered Busy), an idle deadline,
+// a deadline for a request from its first byte (slowloris), a write
+// deadline (clients that do not read), frame and argument sizes checked
+// before anything is allocated, and optional peer allow-lists (SO_PEERCRED).
+// Malformed input is answered with an error and closes that connection
+// only.
+//
+// # Time
+//
+// The server clock starts at the later of the wall clock and the highest
+// time the state file recorded, and advances with the monotonic clock; a
+// request may carry its own time instead (AT).
 //
 // # Durability
 //
 // Every decision is written to the shared mapping before it is answered, so
 // it survives the process being killed. The table is synced to disk every
 // Config.SyncInterval (msync, MS_SYNC); an OS crash or power loss loses at
-// most that much. On shutdown the table is synced and marked clean, so the
-// next start serves it without a scan.
+// most that much. On shutdown the server stops accepting, answers what it
+// has received, syncs, marks the file clean and removes its sockets, so the
+// next start serves it without a scan (and checks it in the background).
 package server
