@@ -215,13 +215,13 @@ func (c *conn) frame(frame []byte, h proto.Header) {
 	c.out = proto.EndFrame(b, start, int(h.Count))
 }
 
-// limitCache remembers the last limit a connection used: clients usually
-// send the same limit again and again, and validating it costs more than
-// comparing 25 bytes.
+// limitCache remembers the last limit a connection used, on either
+// protocol: clients send the same limit again and again, and validating it
+// costs more than comparing its parameters.
 type limitCache struct {
-	wire proto.Limit
-	l    engine.Limit
-	ok   bool
+	key bucket.Limit
+	l   engine.Limit
+	ok  bool
 }
 
 // multiScratch holds a MULTI's items and decisions between requests.

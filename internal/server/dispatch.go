@@ -65,7 +65,11 @@ func (s *server) do(b []byte, op *proto.Op, c *conn) []byte {
 	case proto.OpMulti:
 		return s.multi(b, op, c)
 	}
-	l, err := c.lim.get(op.Limit)
+	bl, err := bucketLimit(op.Limit)
+	if err != nil {
+		return c.fail(b, op.Code, err)
+	}
+	l, err := c.lim.get(bl)
 	if err != nil {
 		return c.fail(b, op.Code, err)
 	}
@@ -222,46 +226,52 @@ func bucketFlags(f proto.Flags) bucket.Flags {
 	return b
 }
 
-// limitOf converts a wire limit to a validated engine limit. The wire
+// bucketLimit converts a wire limit to the algorithm's parameters. The wire
 // carries three parameters in each algorithm's order (see proto/doc.go).
-func limitOf(w proto.Limit) (engine.Limit, error) {
+func bucketLimit(w proto.Limit) (bucket.Limit, error) {
 	p := w.P
-	var l bucket.Limit
 	switch w.Algorithm {
 	case proto.TokenBucket:
-		l = bucket.Limit{Algorithm: bucket.TokenBucket, Max: p[0], RefillTime: p[1], RefillAmount: p[2]}
+		return bucket.Limit{Algorithm: bucket.TokenBucket, Max: p[0], RefillTime: p[1], RefillAmount: p[2]}, nil
 	case proto.GCRA:
-		l = bucket.Limit{Algorithm: bucket.GCRA, Burst: p[0], Count: p[1], Period: p[2]}
+		return bucket.Limit{Algorithm: bucket.GCRA, Burst: p[0], Count: p[1], Period: p[2]}, nil
 	case proto.FixedWindow, proto.SlidingWindow:
 		if p[2] != 0 {
-			return engine.Limit{}, bucketError{fmt.Errorf("%v takes two parameters, got a third: %d", w.Algorithm, p[2])}
+			return bucket.Limit{}, bucketError{fmt.Errorf("%v takes two parameters, got a third: %d", w.Algorithm, p[2])}
 		}
 		alg := bucket.FixedWindow
 		if w.Algorithm == proto.SlidingWindow {
 			alg = bucket.SlidingWindow
 		}
-		l = bucket.Limit{Algorithm: alg, Max: p[0], Window: p[1]}
+		return bucket.Limit{Algorithm: alg, Max: p[0], Window: p[1]}, nil
 	case proto.Pacer:
-		l = bucket.Limit{Algorithm: bucket.Pacer, Count: p[0], Period: p[1], MaxDelay: p[2]}
-	default:
-		return engine.Limit{}, bucketError{fmt.Errorf("unknown algorithm %d", w.Algorithm)}
+		return bucket.Limit{Algorithm: bucket.Pacer, Count: p[0], Period: p[1], MaxDelay: p[2]}, nil
 	}
-	el, err := engine.NewLimit(l)
+	return bucket.Limit{}, bucketError{fmt.Errorf("unknown algorithm %d", w.Algorithm)}
+}
+
+// limitOf converts a wire limit to a validated engine limit.
+func limitOf(w proto.Limit) (engine.Limit, error) {
+	b, err := bucketLimit(w)
+	if err != nil {
+		return engine.Limit{}, err
+	}
+	l, err := engine.NewLimit(b)
 	if err != nil {
 		return engine.Limit{}, bucketError{err}
 	}
-	return el, nil
+	return l, nil
 }
 
-// get returns the engine limit for w, validating it only when it differs
-// from the connection's previous one.
-func (lc *limitCache) get(w proto.Limit) (*engine.Limit, error) {
-	if !lc.ok || lc.wire != w {
-		l, err := limitOf(w)
+// get returns the validated engine limit for b, validating it only when it
+// differs from the connection's previous one.
+func (lc *limitCache) get(b bucket.Limit) (*engine.Limit, error) {
+	if !lc.ok || lc.key != b {
+		l, err := engine.NewLimit(b)
 		if err != nil {
-			return nil, err
+			return nil, bucketError{err}
 		}
-		lc.wire, lc.l, lc.ok = w, l, true
+		lc.key, lc.l, lc.ok = b, l, true
 	}
 	return &lc.l, nil
 }

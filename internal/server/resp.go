@@ -19,7 +19,7 @@ const maxRESPBuffer = resp.MaxArgs*(resp.MaxBulkLen+16) + 32
 type respConn struct {
 	stream
 	args   [][]byte
-	limits respLimits
+	limits limitCache
 }
 
 func serveRESP(s *server, c net.Conn) {

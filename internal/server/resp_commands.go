@@ -7,7 +7,6 @@ import (
 	"strconv"
 
 	"github.com/sluicehq/sluice/bucket"
-	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/proto/resp"
 	"github.com/sluicehq/sluice/shm"
 )
@@ -26,24 +25,6 @@ const (
 	cellUsage  = cellPrefix + "Usage: cl.throttle <key> <max_burst> <count per period> <period> [<quantity>]"
 	cellZero   = cellPrefix + "Zero rates are not supported"
 )
-
-// respLimits caches the last limit a connection used, by its parameters.
-type respLimits struct {
-	key bucket.Limit
-	l   engine.Limit
-	ok  bool
-}
-
-func (rl *respLimits) get(b bucket.Limit) (*engine.Limit, error) {
-	if !rl.ok || rl.key != b {
-		l, err := engine.NewLimit(b)
-		if err != nil {
-			return nil, err
-		}
-		rl.key, rl.l, rl.ok = b, l, true
-	}
-	return &rl.l, nil
-}
 
 // rateLimit runs RL.REDUCE, RL.PREDUCE, RL.GET and RL.PGET with
 // smyte/ratelimit's grammar, units and replies:
