@@ -19,11 +19,7 @@ func runAcquire(x *cli, args []string) int {
 	at := atFlag(fs)
 	strict := fs.Bool("strict", false, "token_bucket: a request that empties the bucket, or is denied, restarts its refill clock")
 	asJSON := jsonFlag(fs)
-	pos, code, ok := x.parse("acquire", fs, args, 2, 2)
-	if !ok {
-		return code
-	}
-	l, code, ok := x.limit("acquire", pos[1])
+	pos, l, code, ok := x.parseBucket("acquire", fs, args, 2)
 	if !ok {
 		return code
 	}
@@ -42,11 +38,7 @@ func runPeek(x *cli, args []string) int {
 	fs := x.flags("peek")
 	at := atFlag(fs)
 	asJSON := jsonFlag(fs)
-	pos, code, ok := x.parse("peek", fs, args, 2, 2)
-	if !ok {
-		return code
-	}
-	l, code, ok := x.limit("peek", pos[1])
+	pos, l, code, ok := x.parseBucket("peek", fs, args, 2)
 	if !ok {
 		return code
 	}
@@ -60,11 +52,7 @@ func runPeek(x *cli, args []string) int {
 func runRefund(x *cli, args []string) int {
 	fs := x.flags("refund")
 	asJSON := jsonFlag(fs)
-	pos, code, ok := x.parse("refund", fs, args, 3, 3)
-	if !ok {
-		return code
-	}
-	l, code, ok := x.limit("refund", pos[1])
+	pos, l, code, ok := x.parseBucket("refund", fs, args, 3)
 	if !ok {
 		return code
 	}
@@ -81,11 +69,7 @@ func runRefund(x *cli, args []string) int {
 
 func runReset(x *cli, args []string) int {
 	fs := x.flags("reset")
-	pos, code, ok := x.parse("reset", fs, args, 2, 2)
-	if !ok {
-		return code
-	}
-	l, code, ok := x.limit("reset", pos[1])
+	pos, l, code, ok := x.parseBucket("reset", fs, args, 2)
 	if !ok {
 		return code
 	}
@@ -108,13 +92,18 @@ func runReset(x *cli, args []string) int {
 	return exitOK
 }
 
-// limit parses a limit spec argument.
-func (x *cli) limit(cmd, spec string) (sluice.Limit, int, bool) {
-	l, err := sluice.ParseLimit(spec)
-	if err != nil {
-		return l, x.failCmd(cmd, err), false
+// parseBucket parses the arguments of a command on one bucket: n
+// positional arguments, KEY and LIMIT first; LIMIT is a limit spec.
+func (x *cli) parseBucket(cmd string, fs *flag.FlagSet, args []string, n int) ([]string, sluice.Limit, int, bool) {
+	pos, code, ok := x.parse(cmd, fs, args, n, n)
+	if !ok {
+		return nil, sluice.Limit{}, code, false
 	}
-	return l, exitOK, true
+	l, err := sluice.ParseLimit(pos[1])
+	if err != nil {
+		return nil, l, x.failCmd(cmd, err), false
+	}
+	return pos, l, exitOK, true
 }
 
 // decision runs a command that returns a decision: it connects, calls
