@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import logging
 import os
 import threading
 import time
@@ -287,6 +288,24 @@ def test_restart_reconnects_and_policies_apply_while_down(sidecar: Sidecar) -> N
         (True, 1, False), (True, 0, False), (False, 0, False)]
     for c in clients.values():
         c.close()
+
+
+def test_outage_is_logged_once_each_way(sidecar: Sidecar, caplog: pytest.LogCaptureFixture) -> None:
+    limit = TokenBucket(max=5, refill_time=3600)
+    c = Client(sidecar.socket, timeout=0.5, on_unavailable="open")
+    assert c.acquire("log", limit).remaining == 4
+    sidecar.stop()
+    with caplog.at_level(logging.INFO, logger="sluice"):
+        for _ in range(3):
+            assert c.acquire("log", limit).degraded
+        sidecar.start()
+        for _ in range(3):
+            assert not c.acquire("log", limit).degraded
+    down = [r for r in caplog.records if "is unavailable" in r.getMessage()]
+    up = [r for r in caplog.records if "again" in r.getMessage()]
+    assert len(down) == 1 and down[0].levelno == logging.WARNING
+    assert len(up) == 1 and up[0].levelno == logging.INFO
+    c.close()
 
 
 def test_restart_under_load(sidecar: Sidecar) -> None:

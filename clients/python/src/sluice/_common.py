@@ -405,3 +405,29 @@ def finish(out: List[Any], calls: Sequence[Any], failure: Optional[Exception],
             if isinstance(v, SluiceError):
                 raise v
     return out
+
+
+class Availability:
+    """How one client sees the sidecar: it logs each change between
+    reachable and unavailable once, and answers the calls the sidecar could
+    not per the client's failure policy (on_unavailable)."""
+
+    socket_path: str
+    on_unavailable: str
+    _down = False  # the last attempt found the sidecar unavailable
+
+    def _unavailable(self, e: Unavailable, call: Any) -> Any:
+        if not self._down:
+            self._down = True
+            log.warning("sluice: the sidecar at %s is unavailable (%s); on_unavailable=%s",
+                        self.socket_path, e, self.on_unavailable)
+        return degraded(self.on_unavailable, call, e)
+
+    def _reachable(self) -> None:
+        if self._down:
+            self._down = False
+            log.info("sluice: connected to the sidecar at %s again", self.socket_path)
+
+    def _cannot_connect(self, e: BaseException, timed_out: bool) -> Unavailable:
+        why = "timed out" if timed_out else (getattr(e, "strerror", None) or str(e))
+        return Unavailable(f"sluice: cannot connect to the sidecar at {self.socket_path}: {why}")

@@ -199,7 +199,7 @@ class _Conn(asyncio.Protocol):
             self._timer = self.loop.call_at(deadline, self._expire)
 
 
-class AsyncClient:
+class AsyncClient(c.Availability):
     """An asyncio client of the sidecar's native protocol; the API of :class:`~sluice.Client`, awaited.
 
     Args:
@@ -221,7 +221,6 @@ class AsyncClient:
         self._id = 0
         self._lock: Optional[asyncio.Lock] = None
         self._lock_loop: Optional[asyncio.AbstractEventLoop] = None
-        self._down = False
         _clients.add(self)
 
     def __repr__(self) -> str:
@@ -369,13 +368,6 @@ class AsyncClient:
             conn.fail(e)  # the stream is out of step: nothing after this can be trusted
             raise
 
-    def _unavailable(self, e: Unavailable, call: Call) -> Any:
-        if not self._down:
-            self._down = True
-            c.log.warning("sluice: the sidecar at %s is unavailable (%s); on_unavailable=%s",
-                          self.socket_path, e, self.on_unavailable)
-        return c.degraded(self.on_unavailable, call, e)
-
     async def _connect(self) -> _Conn:
         loop = asyncio.get_running_loop()
         if self._lock_loop is not loop:
@@ -394,11 +386,8 @@ class AsyncClient:
                                                 self.socket_path),
                     self.timeout)
             except (OSError, asyncio.TimeoutError) as e:
-                why = "timed out" if isinstance(e, asyncio.TimeoutError) else (e.strerror or str(e))
-                raise Unavailable(f"sluice: cannot connect to the sidecar at {self.socket_path}: {why}") from e
-            if self._down:
-                self._down = False
-                c.log.info("sluice: connected to the sidecar at %s again", self.socket_path)
+                raise self._cannot_connect(e, isinstance(e, asyncio.TimeoutError)) from e
+            self._reachable()
             self._conn = proto
             return proto
 

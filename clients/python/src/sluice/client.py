@@ -67,7 +67,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-class Client:
+class Client(c.Availability):
     """A thread-safe client of the sidecar's native protocol.
 
     Args:
@@ -97,7 +97,6 @@ class Client:
         self._lock = threading.Lock()
         self._sock: Optional[socket.socket] = None
         self._id = 0
-        self._down = False  # the last attempt found the sidecar unavailable (for logging)
         _clients.add(self)
 
     def __repr__(self) -> str:
@@ -282,13 +281,6 @@ class Client:
                 out.extend(rs)
         return c.finish(out, calls, failure, self._unavailable, raise_on_error)
 
-    def _unavailable(self, e: Unavailable, call: Call) -> Any:
-        if not self._down:
-            self._down = True
-            c.log.warning("sluice: the sidecar at %s is unavailable (%s); on_unavailable=%s",
-                          self.socket_path, e, self.on_unavailable)
-        return c.degraded(self.on_unavailable, call, e)
-
     def _results(self, f: Any, fid: int, calls: Sequence[Call]) -> List[Any]:
         """Check and decode a response frame; on a protocol or frame-level error, close the connection."""
         try:
@@ -313,11 +305,8 @@ class Client:
             s.connect(self.socket_path)
         except OSError as e:
             s.close()
-            why = "timed out" if isinstance(e, (BlockingIOError, socket.timeout)) else (e.strerror or str(e))
-            raise Unavailable(f"sluice: cannot connect to the sidecar at {self.socket_path}: {why}") from e
-        if self._down:
-            self._down = False
-            c.log.info("sluice: connected to the sidecar at %s again", self.socket_path)
+            raise self._cannot_connect(e, isinstance(e, (BlockingIOError, socket.timeout))) from e
+        self._reachable()
         self._sock = s
         return s
 
