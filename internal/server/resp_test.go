@@ -179,7 +179,13 @@ func TestRESP_redisCell(t *testing.T) {
 		{"CL.THROTTLE k 0 2000000000 1", cellZero},
 		{"CL.THROTTLE k -1 1 1", cellPrefix + "max_burst, count and period must not be negative"},
 		{"CL.THROTTLE k +4 1 1", []int64{0, 5, 4, -1, 1}},
+		{"CL.THROTTLE k 9223372036854775806 1 1", cellPrefix + "bucket: parameters overflow int64: gcra (Burst+1)*Period/Count = 9223372036854775807*1000000000 ns"},
 	})
+	// redis-cell aborts Redis on a non-UTF-8 argument; Sluice serves it.
+	v, err := rdb.Do(context.Background(), "CL.THROTTLE", "\xff\xfe-key", "4", "1", "1").Result()
+	if got, _ := v.([]any); err != nil || len(got) != 5 || got[0] != int64(0) || got[2] != int64(4) {
+		t.Errorf("non-UTF-8 key: %v %v", v, err)
+	}
 }
 
 // Ensure RESP and the native protocol see one table: a bucket written by
