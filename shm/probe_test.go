@@ -279,3 +279,24 @@ func TestScan(t *testing.T) {
 		t.Errorf("InlineKeys")
 	}
 }
+
+// Ensure the sizing advice holds: with the default probe cap, a table takes
+// random buckets up to a load of 0.8 without ErrTableFull, and lookups stop
+// at small reaches.
+func TestInsert_loadWithDefaultCap(t *testing.T) {
+	tb := newHeap(t, Options{SlotCount: 1 << 16})
+	n := int(float64(tb.n) * 0.8)
+	for i := range n {
+		k := fmt.Sprintf("load-%d", i)
+		s, _, err := tb.LookupOrInsert(fp(tb, k), 1, nil, 0)
+		if err != nil {
+			t.Fatalf("bucket %d of %d (load %.2f): %v", i, n, float64(i)/float64(tb.n), err)
+		}
+		s.Commit(math.MaxInt64)
+	}
+	var maxReach uint64
+	for i := range tb.n {
+		maxReach = max(maxReach, tb.reach(i))
+	}
+	t.Logf("load 0.8: largest reach %d of cap %d", maxReach, tb.probeCap)
+}
