@@ -7,7 +7,7 @@ BENCH    ?= .
 COUNT    ?= 1
 PYTHON   ?= python3
 
-.PHONY: all build run test test-go test-python bench bench-python fuzz soak vet fmt lint deps ci clean
+.PHONY: all build run test test-go test-python bench bench-python bench-compare bench-soak fuzz soak vet fmt lint deps ci clean
 
 all: build
 
@@ -16,6 +16,7 @@ build:
 	$(GO) build ./...
 	@mkdir -p $(BIN)
 	@if [ -d cmd ] && ls cmd/*/main.go >/dev/null 2>&1; then $(GO) build -o $(BIN)/ ./cmd/...; fi
+	$(GO) build -o $(BIN)/ ./bench/cmd/sluice-bench
 
 ## run: build and start the sidecar on the embedded defaults (state and socket under ./var/)
 run: build
@@ -29,7 +30,7 @@ test-go:
 	$(GO) test -race -shuffle=on -count=1 ./...
 
 test-python: build
-	SLUICED=$(BIN)/sluiced $(PYTHON) -m pytest clients/python -q
+	SLUICED=$(BIN)/sluiced $(PYTHON) -m pytest clients/python bench/python -q
 
 ## bench: every benchmark (BENCH=regexp, COUNT=n to narrow or repeat)
 bench:
@@ -38,6 +39,16 @@ bench:
 ## bench-python: the Python client's decisions/s and latency, against a bare socket echo
 bench-python: build
 	SLUICED=$(BIN)/sluiced $(PYTHON) clients/python/bench/bench.py
+
+## bench-compare: Sluice against Redis + Lua, redis-py and in-process limiters, side by side
+## (about 4 minutes; installs redis-server and redis-py when missing; writes bench/results/compare.*)
+bench-compare: build
+	$(BIN)/sluice-bench compare -sluiced $(BIN)/sluiced -python $$(./bench/setup.sh) $(COMPARE_FLAGS)
+
+## bench-soak: sustained random acquires on disk-backed tables of 1M and 10M buckets
+## (5 minutes; writes bench/results/soak.*)
+bench-soak: build
+	$(BIN)/sluice-bench soak $(SOAK_FLAGS)
 
 ## fuzz: run each fuzz target for FUZZTIME
 fuzz:
@@ -71,6 +82,10 @@ deps:
 ci: lint deps build
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
 	SLUICED=$(BIN)/sluiced $(PYTHON) clients/python/bench/bench.py --seconds 0.3 --rounds 1 >/dev/null
+	@d=$$(mktemp -d) && trap 'rm -rf "$$d"' EXIT && \
+	  $(BIN)/sluice-bench compare -sluiced $(BIN)/sluiced -keys 2000 -memory-keys 2000 -duration 50ms -warmup 10ms -out "$$d" 2>/dev/null && \
+	  $(BIN)/sluice-bench soak -dir "$$d" -buckets 20000 -duration 1s -interval 250ms -out "$$d" 2>/dev/null && \
+	  grep -q '| sluice native |' "$$d/compare.md" && grep -q '20,000 buckets' "$$d/soak.md" && echo "sluice-bench: compare and soak ran"
 
 clean:
 	rm -rf $(BIN)
