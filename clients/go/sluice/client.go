@@ -232,6 +232,38 @@ func (c *Client) retryIn() time.Duration {
 	return c.opt.minBackoff
 }
 
+// roundTripAll queues the calls (nil entries skipped) on one connection,
+// written together. On error none was queued and none is the caller's any
+// more; on success the caller waits for each.
+func (c *Client) roundTripAll(ctx context.Context, calls []*call) error {
+	put := func() {
+		for _, cl := range calls {
+			if cl != nil {
+				putCall(cl)
+			}
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		put()
+		return err
+	}
+	for attempt := 0; ; attempt++ {
+		cn, err := c.conn()
+		if err != nil {
+			put()
+			return err
+		}
+		if _, err = cn.enqueue(false, calls...); err == nil {
+			return nil
+		}
+		// Nothing was queued: one more try on a new connection is safe.
+		if attempt > 0 || errors.Is(err, ErrClosed) {
+			put()
+			return err
+		}
+	}
+}
+
 // roundTrip sends the request frame cl holds and waits for its answer. On
 // success cl holds the decoded result and the caller must put it back with
 // putCall; on error the call is no longer the caller's.
@@ -246,7 +278,10 @@ func (c *Client) roundTrip(ctx context.Context, cl *call) error {
 			putCall(cl)
 			return err
 		}
-		err = cn.enqueue(cl)
+		direct, err := cn.enqueue(true, cl)
+		if direct {
+			return cn.roundTripDirect(ctx, cl, c.opt.timeout)
+		}
 		if err == nil {
 			break
 		}

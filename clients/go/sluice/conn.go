@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -21,17 +22,25 @@ const (
 	writeTimeout = 10 * time.Second
 )
 
-// conn is one connection to the sidecar, shared by every caller. Callers
-// queue calls (each holding one encoded request frame) and wait; the writer
-// goroutine takes everything queued and writes it in one write, giving each
-// frame an id; the reader goroutine reads the responses, which come in
-// request order, and completes the calls in FIFO order after checking the
-// echoed id. The first error fails the connection and every call on it.
+// conn is one connection to the sidecar, shared by every caller.
+//
+// Two roles move the bytes: writing (taking everything queued, giving each
+// frame an id, writing it in one write) and reading (reading responses,
+// which come in request order, and completing the calls in FIFO order
+// after checking the echoed id). A lone caller, finding nothing queued or
+// in flight and nobody writing or reading, takes both roles and does its
+// round trip itself: no other goroutine needs to be scheduled, which is
+// most of a round trip's cost when client and sidecar are separate
+// processes. Calls that overlap are queued instead and the writer and
+// reader goroutines take the roles: the writer batches everything queued
+// into one write. The first error fails the connection and every call on
+// it.
 type conn struct {
 	cl *Client
 	nc net.Conn
 
-	wake     chan struct{} // a call was queued; capacity 1
+	wake     chan struct{} // the writer goroutine takes the writing role; capacity 1
+	readWake chan struct{} // the reader goroutine takes the reading role; capacity 1
 	done     chan struct{} // closed when the connection fails
 	failed   atomic.Bool   // set when the connection fails
 	answered atomic.Bool   // a valid response arrived
@@ -42,38 +51,201 @@ type conn struct {
 	spare    []*call // the writer's other queue, swapped with queued
 	inflight fifo    // written, waiting for their responses in this order
 	nextID   uint32
-	err      error // why the connection failed; set once
+	writing  bool   // someone holds the writing role
+	reading  bool   // someone holds the reading role
+	directs  uint64 // direct round trips begun: a stale cancellation checks it
+	err      error  // why the connection failed; set once
 
-	wbuf []byte // the writer's batch
+	wbuf []byte // the writing role's batch
+
+	// The reading role's buffer: rbuf[r:w] is read and not yet handled.
+	rbuf []byte
+	r, w int
+	res  proto.Result // scratch for frame-level errors
 }
 
 func newConn(cl *Client, nc net.Conn) *conn {
-	cn := &conn{cl: cl, nc: nc, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	cn := &conn{cl: cl, nc: nc, wake: make(chan struct{}, 1), readWake: make(chan struct{}, 1),
+		done: make(chan struct{}), rbuf: make([]byte, readBuffer)}
 	cn.wg.Add(2)
 	go cn.writeLoop()
 	go cn.readLoop()
 	return cn
 }
 
-// enqueue hands cl to the writer. It fails if the connection has failed.
-func (cn *conn) enqueue(cl *call) error {
+// enqueue queues calls (nil entries skipped) to be written together. It
+// fails, queueing none, if the connection has failed. If direct is set
+// and the conditions for a direct round trip hold (one call, nothing
+// queued or in flight, both roles free), it gives the caller both roles
+// and the call its id and returns true: the caller must then call
+// roundTripDirect.
+func (cn *conn) enqueue(direct bool, calls ...*call) (bool, error) {
 	cn.mu.Lock()
 	if cn.err != nil {
 		err := cn.err
 		cn.mu.Unlock()
-		return err
+		return false, err
 	}
-	cn.queued = append(cn.queued, cl)
+	for _, cl := range calls {
+		if cl != nil {
+			cn.queued = append(cn.queued, cl)
+		}
+	}
+	switch {
+	case cn.writing:
+		cn.mu.Unlock() // the writer takes it
+		return false, nil
+	case direct && !cn.reading && len(cn.queued) == 1 && cn.inflight.empty():
+		cn.writing, cn.reading = true, true
+		cn.directs++
+		cn.wbuf = cn.takeLocked(cn.wbuf[:0])
+		cn.mu.Unlock()
+		return true, nil
+	}
+	cn.writing = true
 	cn.mu.Unlock()
-	select {
-	case cn.wake <- struct{}{}:
-	default: // the writer is already awake
-	}
-	return nil
+	cn.wake <- struct{}{} // never blocks: only the role's taker sends
+	return false, nil
 }
 
-// writeLoop writes queued calls, everything queued at once, until the
-// connection fails.
+// takeLocked gives every queued call an id, moves it in flight and appends
+// their frames to b. The caller holds mu and the writing role.
+func (cn *conn) takeLocked(b []byte) []byte {
+	batch := cn.queued
+	cn.queued = cn.spare[:0]
+	for i, cl := range batch {
+		batch[i] = nil
+		if cl.state.Load() == abandoned {
+			putCall(cl) // its caller left before it was sent
+			continue
+		}
+		cn.nextID++
+		cl.id = cn.nextID
+		binary.LittleEndian.PutUint32(cl.req[8:12], cl.id) // the header's id field
+		cn.inflight.push(cl)
+		// Copied under the lock: once the call is in flight, a failing
+		// connection may hand it back to the pool.
+		b = append(b, cl.req...)
+	}
+	cn.spare = batch[:0]
+	return b
+}
+
+// write writes b; on failure it fails the connection and returns false.
+// The caller holds the writing role.
+func (cn *conn) write(b []byte) bool {
+	cn.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	if _, err := cn.nc.Write(b); err != nil {
+		cn.fail(fmt.Errorf("%w: write: %w", ErrUnavailable, err))
+		return false
+	}
+	return true
+}
+
+// releaseWriting gives up the writing role, to the writer goroutine if
+// calls queued meanwhile.
+func (cn *conn) releaseWriting() {
+	cn.mu.Lock()
+	more := len(cn.queued) > 0 && cn.err == nil
+	cn.writing = more
+	cn.mu.Unlock()
+	if more {
+		cn.wake <- struct{}{}
+	}
+}
+
+// releaseReading gives up the reading role, to the reader goroutine if
+// answers are still due.
+func (cn *conn) releaseReading() {
+	cn.mu.Lock()
+	more := (!cn.inflight.empty() || cn.r < cn.w) && cn.err == nil
+	cn.reading = more
+	cn.mu.Unlock()
+	if more {
+		cn.readWake <- struct{}{}
+	}
+}
+
+// roundTripDirect writes cl, which enqueue gave an id, and reads until its
+// answer arrives, the context ends or timeout passes (0: no limit). The
+// caller holds both roles; it gives them up before returning. The result
+// is wait's.
+func (cn *conn) roundTripDirect(ctx context.Context, cl *call, timeout time.Duration) error {
+	b := cn.wbuf
+	ok := cn.write(b)
+	if cap(b) > keepBuffer {
+		b = nil
+	}
+	cn.wbuf = b[:0] // still the writing role's: safe without the lock
+	if !ok {
+		return cl.wait(ctx, 0) // the connection failed, and cl with it
+	}
+	cn.releaseWriting()
+
+	deadline, hasDeadline := ctx.Deadline()
+	ctxDeadline := hasDeadline
+	if !hasDeadline && timeout > 0 {
+		deadline, hasDeadline = time.Now().Add(timeout), true
+	}
+	if hasDeadline {
+		cn.nc.SetReadDeadline(deadline)
+	} else {
+		cn.nc.SetReadDeadline(time.Time{})
+	}
+	if ctx.Done() != nil {
+		// Cancellation interrupts the read, unless this round trip is
+		// already over when it comes.
+		cn.mu.Lock()
+		gen := cn.directs
+		cn.mu.Unlock()
+		stop := context.AfterFunc(ctx, func() {
+			cn.mu.Lock()
+			if cn.directs == gen && cn.reading {
+				cn.nc.SetReadDeadline(time.Now())
+			}
+			cn.mu.Unlock()
+		})
+		defer stop()
+	}
+	for cl.state.Load() == waiting {
+		err := cn.readSome()
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			cn.fail(err)
+			return cl.wait(ctx, 0)
+		}
+		// Out of time: the answer will come on a connection that is still
+		// good; the reader goroutine takes it and discards it.
+		cn.mu.Lock()
+		cn.directs++ // a cancellation still to run must not touch the reader's reads
+		cn.mu.Unlock()
+		cn.releaseReading()
+		switch {
+		case ctx.Err() != nil:
+			err = ctx.Err()
+		case ctxDeadline: // the read's deadline was the context's, whose own timer may lag
+			err = context.DeadlineExceeded
+		default:
+			err = fmt.Errorf("%w: no answer to %v within %v: %w", ErrUnavailable, cl.op, timeout, context.DeadlineExceeded)
+		}
+		if cl.state.CompareAndSwap(waiting, abandoned) {
+			return err // whoever completes it puts it back
+		}
+		<-cl.done // the answer came as we gave up: take it after all
+		return cl.finish()
+	}
+	cn.mu.Lock()
+	cn.directs++
+	cn.mu.Unlock()
+	cn.releaseReading()
+	<-cl.done
+	return cl.finish()
+}
+
+// writeLoop takes the writing role when a caller hands it over and writes
+// until nothing is queued, until the connection fails.
 func (cn *conn) writeLoop() {
 	defer cn.wg.Done()
 	for {
@@ -82,98 +254,132 @@ func (cn *conn) writeLoop() {
 		case <-cn.done:
 			return
 		}
-		// Let the callers that are ready to run queue their requests first:
-		// the goroutine that woke the writer made it the next to run on its
-		// P, ahead of the callers the reader has just woken, which would
-		// otherwise be written one frame per write.
-		runtime.Gosched()
-		cn.mu.Lock()
-		if cn.err != nil {
-			cn.mu.Unlock()
-			return
-		}
-		batch := cn.queued
-		cn.queued = cn.spare[:0]
-		b := cn.wbuf[:0]
-		for i, cl := range batch {
-			batch[i] = nil
-			if cl.state.Load() == abandoned {
-				putCall(cl) // its caller left before it was sent
-				continue
+		for {
+			// Let the callers that are ready to run queue their requests
+			// first: the reader has just woken them, and they would
+			// otherwise be written one frame per write.
+			runtime.Gosched()
+			cn.mu.Lock()
+			if cn.err != nil {
+				cn.mu.Unlock()
+				return
 			}
-			cn.nextID++
-			cl.id = cn.nextID
-			binary.LittleEndian.PutUint32(cl.req[8:12], cl.id) // the header's id field
-			cn.inflight.push(cl)
-			// Copied under the lock: once the call is in flight, a failing
-			// connection may hand it back to the pool.
-			b = append(b, cl.req...)
+			if len(cn.queued) == 0 {
+				cn.writing = false
+				cn.mu.Unlock()
+				break
+			}
+			b := cn.takeLocked(cn.wbuf[:0])
+			startReader := !cn.reading && !cn.inflight.empty()
+			if startReader {
+				cn.reading = true
+			}
+			cn.mu.Unlock()
+			if startReader {
+				cn.readWake <- struct{}{} // never blocks: only the role's taker sends
+			}
+			if len(b) > 0 && !cn.write(b) {
+				return
+			}
+			if cap(b) > keepBuffer {
+				b = nil
+			}
+			cn.wbuf = b[:0]
 		}
-		cn.spare = batch[:0]
-		cn.mu.Unlock()
-		if len(b) == 0 {
-			continue
-		}
-		cn.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
-		if _, err := cn.nc.Write(b); err != nil {
-			cn.fail(fmt.Errorf("%w: write: %w", ErrUnavailable, err))
-			return
-		}
-		if cap(b) > keepBuffer {
-			b = nil
-		}
-		cn.wbuf = b
 	}
 }
 
-// readLoop reads responses and completes their calls until the connection
-// fails.
+// readLoop takes the reading role when it is handed over and reads until
+// no answer is due, until the connection fails.
 func (cn *conn) readLoop() {
 	defer cn.wg.Done()
-	buf := make([]byte, readBuffer)
-	r, w := 0, 0         // buf[r:w] is read and not yet handled
-	var res proto.Result // scratch for frame-level errors
 	for {
-		frame, _, h, err := proto.SplitFrame(buf[r:w])
-		if err != nil {
-			cn.fail(fmt.Errorf("%w: bad response frame: %w", ErrUnavailable, err))
+		select {
+		case <-cn.readWake:
+		case <-cn.done:
 			return
 		}
-		if frame != nil {
-			r += len(frame)
-			if err := cn.response(frame, h, &res); err != nil {
+		cn.nc.SetReadDeadline(time.Time{}) // a direct round trip's is not ours
+		for {
+			cn.mu.Lock()
+			if cn.err != nil {
+				cn.mu.Unlock()
+				return
+			}
+			if cn.inflight.empty() && cn.r == cn.w {
+				cn.reading = false
+				cn.mu.Unlock()
+				break
+			}
+			cn.mu.Unlock()
+			if err := cn.readSome(); err != nil {
+				if errors.Is(err, os.ErrDeadlineExceeded) {
+					// A direct round trip's cancellation that ran late.
+					cn.nc.SetReadDeadline(time.Time{})
+					continue
+				}
 				cn.fail(err)
 				return
 			}
-			continue
-		}
-		// Need more bytes: move the partial frame to the front, make room
-		// for all of it (its length is checked against MaxFrameLen), and
-		// read.
-		w = copy(buf, buf[r:w])
-		r = 0
-		need := proto.HeaderLen
-		if w >= proto.HeaderLen {
-			need = 4 + int(h.Length)
-		}
-		switch {
-		case need > len(buf):
-			grown := make([]byte, need)
-			copy(grown, buf[:w])
-			buf = grown
-		case w == 0 && len(buf) > keepBuffer: // a large frame is done
-			buf = make([]byte, readBuffer)
-		}
-		n, err := cn.nc.Read(buf[w:])
-		w += n
-		if err != nil && n == 0 {
-			if errors.Is(err, io.EOF) {
-				err = errors.New("connection closed by the sidecar")
-			}
-			cn.fail(fmt.Errorf("%w: %w", ErrUnavailable, err))
-			return
 		}
 	}
+}
+
+// readSome handles every complete frame in the buffer or, if there is
+// none, reads once. An error it returns (other than a read deadline's)
+// must fail the connection. The caller holds the reading role.
+func (cn *conn) readSome() error {
+	handled := false
+	for {
+		frame, _, h, err := proto.SplitFrame(cn.rbuf[cn.r:cn.w])
+		if err != nil {
+			return fmt.Errorf("%w: bad response frame: %w", ErrUnavailable, err)
+		}
+		if frame == nil {
+			break
+		}
+		cn.r += len(frame)
+		if err := cn.response(frame, h, &cn.res); err != nil {
+			return err
+		}
+		handled = true
+	}
+	if cn.r == cn.w {
+		cn.r, cn.w = 0, 0
+	}
+	if handled {
+		return nil // let the caller look at what completed
+	}
+	// Need more bytes: move the partial frame to the front, make room for
+	// all of it (its length is checked against MaxFrameLen), and read.
+	cn.w = copy(cn.rbuf, cn.rbuf[cn.r:cn.w])
+	cn.r = 0
+	need := proto.HeaderLen
+	if cn.w >= proto.HeaderLen {
+		if h, err := proto.ParseHeader(cn.rbuf[:cn.w]); err == nil {
+			need = 4 + int(h.Length)
+		}
+	}
+	switch {
+	case need > len(cn.rbuf):
+		grown := make([]byte, need)
+		copy(grown, cn.rbuf[:cn.w])
+		cn.rbuf = grown
+	case cn.w == 0 && len(cn.rbuf) > keepBuffer: // a large frame is done
+		cn.rbuf = make([]byte, readBuffer)
+	}
+	n, err := cn.nc.Read(cn.rbuf[cn.w:])
+	cn.w += n
+	if err != nil && n == 0 {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return err
+		}
+		if errors.Is(err, io.EOF) {
+			err = errors.New("connection closed by the sidecar")
+		}
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return nil
 }
 
 // response handles one response frame: it completes the oldest call in
@@ -272,6 +478,8 @@ func (f *fifo) push(cl *call) {
 	}
 	f.q = append(f.q, cl)
 }
+
+func (f *fifo) empty() bool { return f.head == len(f.q) }
 
 // pop returns the oldest call, or nil if there is none.
 func (f *fifo) pop() *call {
@@ -379,6 +587,15 @@ func (cl *call) wait(ctx context.Context, timeout time.Duration) error {
 	}
 	<-cl.done // the answer came as we gave up: take it after all
 	return cl.finish()
+}
+
+// abandon gives up on cl without waiting: whoever completes it puts it
+// back, or the caller does if it already completed.
+func (cl *call) abandon() {
+	if !cl.state.CompareAndSwap(waiting, abandoned) {
+		<-cl.done
+		putCall(cl)
+	}
 }
 
 // finish returns the error of a completed call, putting the call back in

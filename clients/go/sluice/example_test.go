@@ -138,3 +138,29 @@ func ExampleWithFailurePolicy() {
 	// true true <nil>
 	// true
 }
+
+func ExampleClient_Pipeline() {
+	c, err := sluice.Dial(exampleSocket)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	// Three requests in one write and one wait; each is decided on its own.
+	perIP := sluice.TokenBucket(2, time.Hour, 1)
+	p := c.Pipeline()
+	for range 3 {
+		p.Acquire(perIP, "ip:192.0.2.7", 1)
+	}
+	results, err := p.Exec(context.Background())
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, r := range results {
+		fmt.Println(r.Decision.Allowed, r.Decision.Remaining)
+	}
+	// Output:
+	// true 1
+	// true 0
+	// false 0
+}

@@ -89,9 +89,9 @@ func checkLimit(op proto.Opcode, l Limit) error {
 	return nil
 }
 
-// item sends an ACQUIRE, PEEK, REFUND or RESET and returns its call, or an
-// error (then the call is not the caller's).
-func (c *Client) item(ctx context.Context, op proto.Opcode, l Limit, key string, n int64, opts []RequestOption) (*call, error) {
+// encode checks an ACQUIRE, PEEK, REFUND or RESET and returns a call
+// holding its request frame.
+func (c *Client) encode(op proto.Opcode, l Limit, key string, n int64, opts []RequestOption) (*call, error) {
 	if err := checkKey(op, key); err != nil {
 		return nil, err
 	}
@@ -104,6 +104,16 @@ func (c *Client) item(ctx context.Context, op proto.Opcode, l Limit, key string,
 	b, start := proto.BeginFrame(cl.req[:0], proto.KindRequest, 0)
 	b = proto.AppendItem(b, op, f, l, n, at, cl.key)
 	cl.req = proto.EndFrame(b, start, 1)
+	return cl, nil
+}
+
+// item sends an ACQUIRE, PEEK, REFUND or RESET and returns its call, or an
+// error (then the call is not the caller's).
+func (c *Client) item(ctx context.Context, op proto.Opcode, l Limit, key string, n int64, opts []RequestOption) (*call, error) {
+	cl, err := c.encode(op, l, key, n, opts)
+	if err != nil {
+		return nil, err
+	}
 	if err := c.roundTrip(ctx, cl); err != nil {
 		return nil, err
 	}

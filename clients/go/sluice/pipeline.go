@@ -1,0 +1,140 @@
+package sluice
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/sluicehq/sluice/proto"
+)
+
+// A Pipeline queues acquires, peeks and refunds and sends them together:
+// one write, one wait, for the whole batch, the way a Redis pipeline does.
+// Each request is still decided on its own (unlike Multi, which is all or
+// nothing). A Pipeline is not safe for concurrent use; it is reusable
+// after Exec, and reusing it spares allocations.
+//
+//	p := c.Pipeline()
+//	for _, ip := range ips {
+//		p.Acquire(perIP, ip, 1)
+//	}
+//	results, err := p.Exec(ctx)
+type Pipeline struct {
+	c     *Client
+	items []pipelineItem
+	calls []*call
+	res   []Result
+}
+
+type pipelineItem struct {
+	op   proto.Opcode
+	l    Limit
+	key  string
+	n    int64
+	opts []RequestOption
+}
+
+// Result is one request's outcome in a Pipeline.
+type Result struct {
+	Decision Decision
+	Err      error // as Acquire, Peek or Refund would have returned it
+}
+
+// Pipeline returns an empty pipeline on c.
+func (c *Client) Pipeline() *Pipeline { return &Pipeline{c: c} }
+
+// Acquire queues an Acquire (see Client.Acquire).
+func (p *Pipeline) Acquire(l Limit, key string, cost int64, opts ...RequestOption) {
+	p.items = append(p.items, pipelineItem{proto.OpAcquire, l, key, cost, opts})
+}
+
+// Peek queues a Peek (see Client.Peek).
+func (p *Pipeline) Peek(l Limit, key string, opts ...RequestOption) {
+	p.items = append(p.items, pipelineItem{proto.OpPeek, l, key, 1, opts})
+}
+
+// Refund queues a Refund (see Client.Refund).
+func (p *Pipeline) Refund(l Limit, key string, amount int64, opts ...RequestOption) {
+	p.items = append(p.items, pipelineItem{proto.OpRefund, l, key, amount, opts})
+}
+
+// Len is the number of queued requests.
+func (p *Pipeline) Len() int { return len(p.items) }
+
+// Exec sends the queued requests in one write, waits for every answer and
+// empties the pipeline. The results are in queue order, each what the
+// single call would have returned, failure policy included; the slice is
+// the pipeline's and valid until its next Exec. The error is the first
+// result's error, for callers that only need to know whether all went
+// well.
+//
+// A request the client itself refuses (an empty key, an invalid limit)
+// gets its error without being sent. If the context ends or the client's
+// timeout passes before an answer arrives, that request and the ones after
+// it get the error; the sidecar may still have decided them.
+func (p *Pipeline) Exec(ctx context.Context) ([]Result, error) {
+	c := p.c
+	p.res = append(p.res[:0], make([]Result, len(p.items))...)
+	p.calls = p.calls[:0]
+	for i := range p.items {
+		it := &p.items[i]
+		cl, err := c.encode(it.op, it.l, it.key, it.n, it.opts)
+		if err != nil {
+			p.res[i].Err = err
+		}
+		p.calls = append(p.calls, cl) // nil for a refused request
+	}
+	if err := c.roundTripAll(ctx, p.calls); err != nil {
+		for i, cl := range p.calls {
+			if cl != nil {
+				p.res[i].Decision, p.res[i].Err = c.degraded(err)
+				p.calls[i] = nil
+			}
+		}
+	}
+	// One deadline for the batch: the context's, else the client's timeout.
+	var deadline time.Time
+	if _, ok := ctx.Deadline(); !ok && c.opt.timeout > 0 {
+		deadline = time.Now().Add(c.opt.timeout)
+	}
+	var failed error
+	for i, cl := range p.calls {
+		if cl == nil {
+			continue
+		}
+		p.calls[i] = nil
+		if failed != nil {
+			cl.abandon()
+			p.res[i].Decision, p.res[i].Err = c.degraded(failed)
+			continue
+		}
+		timeout := c.opt.timeout
+		if !deadline.IsZero() {
+			if timeout = time.Until(deadline); timeout <= 0 {
+				timeout = time.Nanosecond
+			}
+		}
+		if err := cl.wait(ctx, timeout); err != nil {
+			if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
+				failed = err // the later answers are not worth waiting for
+			}
+			p.res[i].Decision, p.res[i].Err = c.degraded(err)
+			continue
+		}
+		op := p.items[i].op
+		if err := statusError(op, cl.res.Status, cl.res.Message); err != nil {
+			p.res[i].Err = err
+		} else {
+			p.res[i].Decision = decisionOf(&cl.res.Decision)
+		}
+		putCall(cl)
+	}
+	clear(p.items) // drop the keys and options
+	p.items = p.items[:0]
+	for _, r := range p.res {
+		if r.Err != nil {
+			return p.res, r.Err
+		}
+	}
+	return p.res, nil
+}
