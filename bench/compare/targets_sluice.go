@@ -11,8 +11,8 @@ import (
 )
 
 // sluiceNative is Sluice over its native protocol with the Go client: one
-// Client (one connection) per benchmark client, shared by Depth
-// goroutines that each keep one request in flight, as Go programs use it.
+// Client (one connection) per benchmark client; a batch is a Pipeline,
+// one write and one wait, as a Redis pipeline is.
 type sluiceNative struct {
 	srv    *sluiced
 	limits Limits
@@ -21,7 +21,7 @@ type sluiceNative struct {
 func (t *sluiceNative) Name() string                    { return "sluice native" }
 func (t *sluiceNative) Family() string                  { return "sluice" }
 func (t *sluiceNative) Supports(LimitKind) bool         { return true }
-func (t *sluiceNative) Multiplexed() bool               { return true }
+func (t *sluiceNative) Multiplexed() bool               { return false }
 func (t *sluiceNative) Reset(ctx context.Context) error { return t.srv.restart(ctx) }
 func (t *sluiceNative) Close() error                    { return nil } // the sidecar is shared
 
@@ -53,18 +53,27 @@ func (t *sluiceNative) Dial(ctx context.Context, k LimitKind) (Conn, error) {
 type nativeConn struct {
 	c *sluice.Client
 	l sluice.Limit
+	p *sluice.Pipeline
 }
 
 func (c *nativeConn) Do(ctx context.Context, keys []string) (int, error) {
-	allowed := 0
+	if len(keys) == 1 {
+		d, err := c.c.Acquire(ctx, c.l, keys[0], 1)
+		return b2i(d.Allowed), err
+	}
+	if c.p == nil {
+		c.p = c.c.Pipeline()
+	}
 	for _, k := range keys {
-		d, err := c.c.Acquire(ctx, c.l, k, 1)
-		if err != nil {
-			return allowed, err
-		}
-		if d.Allowed {
-			allowed++
-		}
+		c.p.Acquire(c.l, k, 1)
+	}
+	res, err := c.p.Exec(ctx)
+	if err != nil {
+		return 0, err
+	}
+	allowed := 0
+	for _, r := range res {
+		allowed += b2i(r.Decision.Allowed)
 	}
 	return allowed, nil
 }
