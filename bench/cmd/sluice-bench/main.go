@@ -20,6 +20,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -77,6 +78,7 @@ func runCompare(ctx context.Context, args []string) error {
 	memKeys := fs.Int("memory-keys", -1, "keys of the memory comparison (default: -keys; 0 skips it)")
 	out := fs.String("out", "bench/results", `directory for compare.md, compare.svg and compare.json ("-": Markdown to stdout)`)
 	scratch := fs.String("dir", "", "scratch directory for sockets and state files (default: a new temporary directory)")
+	cpuProfile := fs.String("cpuprofile", "", "write the load generator's CPU profile (the clients' side) to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -84,6 +86,17 @@ func runCompare(ctx context.Context, args []string) error {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	w.Dist = compare.Dist(*dist)
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 
 	dir := *scratch
 	if dir == "" {
