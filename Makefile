@@ -83,7 +83,7 @@ ci: lint deps build
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
 	SLUICED=$(BIN)/sluiced $(PYTHON) clients/python/bench/bench.py --seconds 0.3 --rounds 1 >/dev/null
 	@d=$$(mktemp -d) && trap 'rm -rf "$$d"' EXIT && \
-	  $(BIN)/sluice-bench compare -sluiced $(BIN)/sluiced -keys 2000 -memory-keys 2000 -duration 50ms -warmup 10ms -out "$$d" 2>/dev/null && \
+	  $(BIN)/sluice-bench compare -sluiced $(BIN)/sluiced -keys 2000 -memory-keys 2000 -duration 50ms -warmup 10ms -rounds 2 -out "$$d" 2>/dev/null && \
 	  $(BIN)/sluice-bench soak -dir "$$d" -buckets 20000 -duration 1s -interval 250ms -out "$$d" 2>/dev/null && \
 	  grep -q '| sluice native |' "$$d/compare.md" && grep -q '20,000 buckets' "$$d/soak.md" && echo "sluice-bench: compare and soak ran"
 

@@ -1,11 +1,13 @@
 package compare
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"time"
 )
@@ -16,6 +18,7 @@ type Config struct {
 	Scenarios []Scenario
 	Warmup    time.Duration // per cell, unmeasured
 	Duration  time.Duration // per cell, measured
+	Rounds    int           // times the Go matrix runs; each cell reports its median round
 	Only      []string      // if set, only targets whose name contains one of these
 
 	Dir         string // scratch directory for sockets and state files (short: socket paths are limited)
@@ -42,6 +45,7 @@ type Report struct {
 	Scenarios []Scenario `json:"scenarios"`
 	Warmup    string     `json:"warmup"`
 	Duration  string     `json:"duration"`
+	Rounds    int        `json:"rounds"`
 	Cells     []Cell     `json:"cells"`
 	Memory    *Memory    `json:"memory,omitempty"`
 	Notes     []string   `json:"notes,omitempty"` // what could not run, and why
@@ -67,15 +71,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.Workload.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Duration <= 0 || cfg.Warmup < 0 {
-		return nil, fmt.Errorf("duration %v, warmup %v: want a positive duration", cfg.Duration, cfg.Warmup)
+	if cfg.Duration <= 0 || cfg.Warmup < 0 || cfg.Rounds < 1 {
+		return nil, fmt.Errorf("duration %v, warmup %v, rounds %d: want a positive duration and at least one round", cfg.Duration, cfg.Warmup, cfg.Rounds)
 	}
 	for _, sc := range cfg.Scenarios {
 		if sc.Clients < 1 || sc.Depth < 1 {
 			return nil, fmt.Errorf("scenario %s: clients %d, depth %d: want at least 1 of each", sc.Name, sc.Clients, sc.Depth)
 		}
 	}
-	r := &Report{Machine: readMachine(), Workload: cfg.Workload, Scenarios: cfg.Scenarios, Warmup: cfg.Warmup.String(), Duration: cfg.Duration.String()}
+	r := &Report{Machine: readMachine(), Workload: cfg.Workload, Scenarios: cfg.Scenarios, Warmup: cfg.Warmup.String(), Duration: cfg.Duration.String(), Rounds: cfg.Rounds}
 	w := &cfg.Workload
 	keys := w.KeySet()
 	slots := slotsFor(max(w.Keys, cfg.MemoryKeys))
@@ -142,22 +146,33 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if py {
 		pyJobs = len(cfg.Scenarios) * 2 * 2
 	}
-	total := len(jobs) + pyJobs
+	total := len(jobs)*cfg.Rounds + pyJobs
 	prog := &progress{w: cfg.Progress, terminal: cfg.Terminal, total: total}
-	for _, j := range jobs {
-		if err := ctx.Err(); err != nil {
-			return nil, err
+	// Rounds run the whole matrix again and again, so that a slow spell of
+	// a shared machine hits every target alike; each cell reports its
+	// median round.
+	rounds := make([][]Cell, len(jobs))
+	for round := range cfg.Rounds {
+		for i, j := range jobs {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			limit := string(j.k)
+			if j.t == Target(echo) {
+				limit = "-"
+			}
+			label := fmt.Sprintf("%-16s %-13s %-10s", j.t.Name(), limit, j.sc.Name)
+			if cfg.Rounds > 1 {
+				label = fmt.Sprintf("round %d/%d  %s", round+1, cfg.Rounds, label)
+			}
+			c := measure(ctx, j.t, j.k, j.sc, w, keys, cfg.Warmup, cfg.Duration, prog.live(label, cfg.Duration))
+			c.Limit = limit
+			prog.done(label, &c)
+			rounds[i] = append(rounds[i], c)
 		}
-		label := fmt.Sprintf("%-16s %-13s %-10s", j.t.Name(), j.k, j.sc.Name)
-		if j.t == Target(echo) {
-			label = fmt.Sprintf("%-16s %-13s %-10s", j.t.Name(), "-", j.sc.Name)
-		}
-		c := measure(ctx, j.t, j.k, j.sc, w, keys, cfg.Warmup, cfg.Duration, prog.live(label, cfg.Duration))
-		if j.t == Target(echo) {
-			c.Limit = "-"
-		}
-		prog.done(label, &c)
-		r.Cells = append(r.Cells, c)
+	}
+	for _, rs := range rounds {
+		r.Cells = append(r.Cells, median(rs))
 	}
 	if py {
 		for _, sc := range cfg.Scenarios {
@@ -310,3 +325,22 @@ func (p *progress) note(s string) {
 // IsTerminal reports whether f is a terminal: the progress display then
 // redraws one live line.
 func IsTerminal(f *os.File) bool { return terminal(int(f.Fd())) }
+
+// median returns the round with the median decisions/s (the lower middle
+// one of an even count), its range over the rounds recorded. Skipped
+// rounds count only if every round was skipped.
+func median(rounds []Cell) Cell {
+	var ran []Cell
+	for _, c := range rounds {
+		if c.Skipped == "" {
+			ran = append(ran, c)
+		}
+	}
+	if len(ran) == 0 {
+		return rounds[0]
+	}
+	slices.SortFunc(ran, func(a, b Cell) int { return cmp.Compare(a.OpsPerSec, b.OpsPerSec) })
+	m := ran[(len(ran)-1)/2]
+	m.Rounds, m.OpsPerSecMin, m.OpsPerSecMax = len(ran), ran[0].OpsPerSec, ran[len(ran)-1].OpsPerSec
+	return m
+}

@@ -169,7 +169,7 @@ func TestRunSmall(t *testing.T) {
 	cfg := Config{
 		Workload:  Workload{Keys: 500, Dist: Zipf, ZipfS: 1.1, Seed: 1, Prefix: "t:", Limits: DefaultLimits},
 		Scenarios: StandardScenarios(3, 4),
-		Warmup:    10 * time.Millisecond, Duration: 60 * time.Millisecond,
+		Warmup:    10 * time.Millisecond, Duration: 60 * time.Millisecond, Rounds: 2,
 		Dir: dir, Sluiced: sluicedBin, EchoServer: inProcessEcho(dir),
 		MemoryKeys: 300,
 	}
@@ -189,6 +189,9 @@ func TestRunSmall(t *testing.T) {
 		}
 		if c.Ops == 0 || c.Errors != 0 || c.Allowed > c.Ops {
 			t.Errorf("%s %s %s: ops %d, allowed %d, errors %d (%s)", c.Target, c.Limit, c.Scenario, c.Ops, c.Allowed, c.Errors, c.FirstError)
+		}
+		if c.Rounds != 2 && c.Lang == "go" || !(c.OpsPerSecMin <= c.OpsPerSec && c.OpsPerSec <= c.OpsPerSecMax) && c.Lang == "go" {
+			t.Errorf("%s %s %s: %d rounds, median %v outside its range %v-%v", c.Target, c.Limit, c.Scenario, c.Rounds, c.OpsPerSec, c.OpsPerSecMin, c.OpsPerSecMax)
 		}
 		if !(c.P50 <= c.P99 && c.P99 <= c.Max) {
 			t.Errorf("%s %s %s: p50 %d, p99 %d, max %d out of order", c.Target, c.Limit, c.Scenario, c.P50, c.P99, c.Max)
@@ -337,5 +340,20 @@ func TestChooser(t *testing.T) {
 	keys := w.KeySet()
 	if keys[0] != "0" || keys[999] != "999" {
 		t.Fatalf("keys %q ... %q", keys[0], keys[999])
+	}
+}
+
+func TestMedian(t *testing.T) {
+	c := func(ops float64, skipped string) Cell { return Cell{OpsPerSec: ops, Skipped: skipped} }
+	m := median([]Cell{c(30, ""), c(10, ""), c(0, "reset failed"), c(20, "")})
+	if m.OpsPerSec != 20 || m.Rounds != 3 || m.OpsPerSecMin != 10 || m.OpsPerSecMax != 30 {
+		t.Errorf("median of 30, 10, skipped, 20: %+v", m)
+	}
+	m = median([]Cell{c(10, ""), c(40, "")})
+	if m.OpsPerSec != 10 || m.OpsPerSecMax != 40 {
+		t.Errorf("median of two: %+v, want the lower", m)
+	}
+	if m = median([]Cell{c(0, "a"), c(0, "b")}); m.Skipped != "a" {
+		t.Errorf("all skipped: %+v", m)
 	}
 }

@@ -33,6 +33,11 @@ type Cell struct {
 	P999       int64   `json:"p999_ns"`
 	Max        int64   `json:"max_ns"`
 	Skipped    string  `json:"skipped,omitempty"` // why the cell did not run
+	// Rounds is how many rounds ran; the cell is the median one, and
+	// OpsPerSecMin and OpsPerSecMax are the range over all of them.
+	Rounds       int     `json:"rounds,omitempty"`
+	OpsPerSecMin float64 `json:"ops_per_sec_min,omitempty"`
+	OpsPerSecMax float64 `json:"ops_per_sec_max,omitempty"`
 }
 
 // lane is one goroutine issuing requests: a client, or one of the

@@ -67,8 +67,9 @@ func runCompare(ctx context.Context, args []string) error {
 	fs.StringVar(&w.Prefix, "prefix", "bench:", "key prefix")
 	clients := fs.Int("clients", 16, "clients of the concurrent scenario")
 	depth := fs.Int("depth", 16, "requests in flight per client in the pipelined scenario")
-	duration := fs.Duration("duration", 2e9, "measured time per cell")
-	warmup := fs.Duration("warmup", 5e8, "unmeasured warm-up per cell")
+	duration := fs.Duration("duration", 1e9, "measured time per cell and round")
+	warmup := fs.Duration("warmup", 3e8, "unmeasured warm-up per cell and round")
+	rounds := fs.Int("rounds", 3, "times the Go matrix runs, targets interleaved; each cell reports its median round")
 	only := fs.String("only", "", "comma-separated target names (substrings) to run; skips Python and memory")
 	sluiced := fs.String("sluiced", "", "sluiced binary (default bin/sluiced, else built from ./cmd/sluiced)")
 	redis := fs.String("redis-server", "", `redis-server binary (default: from PATH; "-" skips Redis)`)
@@ -117,7 +118,7 @@ func runCompare(ctx context.Context, args []string) error {
 	}
 	cfg := compare.Config{
 		Workload: w, Scenarios: compare.StandardScenarios(*clients, *depth),
-		Warmup: *warmup, Duration: *duration,
+		Warmup: *warmup, Duration: *duration, Rounds: *rounds,
 		Dir: dir, Sluiced: bin, EchoServer: compare.EchoProcess(dir, self, "echo-server"),
 		MemoryKeys: *memKeys, Progress: os.Stderr, Terminal: compare.IsTerminal(os.Stderr),
 		LuaDir: *luaDir,
