@@ -80,14 +80,23 @@ func TestClient_allocs(t *testing.T) {
 	deadline, cancel := context.WithTimeout(cx, time.Minute)
 	defer cancel()
 	key := "a key longer than thirty-two bytes, so converting it would allocate"
+	p := c.Pipeline()
 	for range 100 {
 		c.Acquire(cx, benchLimit, key, 1)
+		p.Acquire(benchLimit, key, 1)
 	}
+	p.Exec(cx)
 	for name, f := range map[string]func(){
 		"acquire":                 func() { c.Acquire(cx, benchLimit, key, 1) },
 		"acquire with a deadline": func() { c.Acquire(deadline, benchLimit, key, 1, sluice.Strict()) },
 		"peek at":                 func() { c.Peek(cx, benchLimit, key, sluice.At(time.Unix(0, t0))) },
 		"ping":                    func() { c.Ping(cx) },
+		"pipeline of 16": func() {
+			for range 16 {
+				p.Acquire(benchLimit, key, 1)
+			}
+			p.Exec(cx)
+		},
 	} {
 		if n := testing.AllocsPerRun(1000, f); n > 0 {
 			t.Errorf("%s: %v allocations per call, want 0", name, n)

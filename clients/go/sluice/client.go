@@ -234,8 +234,9 @@ func (c *Client) retryIn() time.Duration {
 
 // roundTripAll queues the calls (nil entries skipped) on one connection,
 // written together. On error none was queued and none is the caller's any
-// more; on success the caller waits for each.
-func (c *Client) roundTripAll(ctx context.Context, calls []*call) error {
+// more. On success the caller waits for each; if direct, it first calls
+// cn.roundTripDirect with the last call.
+func (c *Client) roundTripAll(ctx context.Context, calls []*call) (cn *conn, direct bool, err error) {
 	put := func() {
 		for _, cl := range calls {
 			if cl != nil {
@@ -245,21 +246,22 @@ func (c *Client) roundTripAll(ctx context.Context, calls []*call) error {
 	}
 	if err := ctx.Err(); err != nil {
 		put()
-		return err
+		return nil, false, err
 	}
 	for attempt := 0; ; attempt++ {
 		cn, err := c.conn()
 		if err != nil {
 			put()
-			return err
+			return nil, false, err
 		}
-		if _, err = cn.enqueue(false, calls...); err == nil {
-			return nil
+		direct, err := cn.enqueue(true, calls...)
+		if err == nil {
+			return cn, direct, nil
 		}
 		// Nothing was queued: one more try on a new connection is safe.
 		if attempt > 0 || errors.Is(err, ErrClosed) {
 			put()
-			return err
+			return nil, false, err
 		}
 	}
 }

@@ -75,10 +75,10 @@ func newConn(cl *Client, nc net.Conn) *conn {
 
 // enqueue queues calls (nil entries skipped) to be written together. It
 // fails, queueing none, if the connection has failed. If direct is set
-// and the conditions for a direct round trip hold (one call, nothing
-// queued or in flight, both roles free), it gives the caller both roles
-// and the call its id and returns true: the caller must then call
-// roundTripDirect.
+// and the conditions for a direct round trip hold (nothing else queued or
+// in flight, both roles free), it gives the caller both roles and the
+// calls their ids and returns true: the caller must then call
+// roundTripDirect with the last of them.
 func (cn *conn) enqueue(direct bool, calls ...*call) (bool, error) {
 	cn.mu.Lock()
 	if cn.err != nil {
@@ -86,16 +86,21 @@ func (cn *conn) enqueue(direct bool, calls ...*call) (bool, error) {
 		cn.mu.Unlock()
 		return false, err
 	}
+	added := 0
 	for _, cl := range calls {
 		if cl != nil {
 			cn.queued = append(cn.queued, cl)
+			added++
 		}
 	}
 	switch {
+	case added == 0:
+		cn.mu.Unlock()
+		return false, nil
 	case cn.writing:
 		cn.mu.Unlock() // the writer takes it
 		return false, nil
-	case direct && !cn.reading && len(cn.queued) == 1 && cn.inflight.empty():
+	case direct && !cn.reading && len(cn.queued) == added && cn.inflight.empty():
 		cn.writing, cn.reading = true, true
 		cn.directs++
 		cn.wbuf = cn.takeLocked(cn.wbuf[:0])
@@ -166,10 +171,10 @@ func (cn *conn) releaseReading() {
 	}
 }
 
-// roundTripDirect writes cl, which enqueue gave an id, and reads until its
-// answer arrives, the context ends or timeout passes (0: no limit). The
-// caller holds both roles; it gives them up before returning. The result
-// is wait's.
+// roundTripDirect writes what enqueue took, cl last, and reads until cl's
+// answer arrives (the answers before it arrive first), the context ends
+// or timeout passes (0: no limit). The caller holds both roles; it gives
+// them up before returning. The result is cl's wait's.
 func (cn *conn) roundTripDirect(ctx context.Context, cl *call, timeout time.Duration) error {
 	b := cn.wbuf
 	ok := cn.write(b)
@@ -596,6 +601,21 @@ func (cl *call) abandon() {
 		<-cl.done
 		putCall(cl)
 	}
+}
+
+// poll returns cl's outcome if it has completed, and otherwise abandons
+// it and returns false.
+func (cl *call) poll() (err error, done bool) {
+	select {
+	case <-cl.done:
+		return cl.finish(), true
+	default:
+	}
+	if cl.state.CompareAndSwap(waiting, abandoned) {
+		return nil, false // whoever completes it puts it back
+	}
+	<-cl.done
+	return cl.finish(), true
 }
 
 // finish returns the error of a completed call, putting the call back in

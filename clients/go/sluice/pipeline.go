@@ -2,8 +2,7 @@ package sluice
 
 import (
 	"context"
-	"errors"
-	"time"
+	"slices"
 
 	"github.com/sluicehq/sluice/proto"
 )
@@ -70,11 +69,12 @@ func (p *Pipeline) Len() int { return len(p.items) }
 //
 // A request the client itself refuses (an empty key, an invalid limit)
 // gets its error without being sent. If the context ends or the client's
-// timeout passes before an answer arrives, that request and the ones after
-// it get the error; the sidecar may still have decided them.
+// timeout passes first, the requests whose answers have not arrived get
+// the error; the sidecar may still have decided them.
 func (p *Pipeline) Exec(ctx context.Context) ([]Result, error) {
 	c := p.c
-	p.res = append(p.res[:0], make([]Result, len(p.items))...)
+	p.res = slices.Grow(p.res[:0], len(p.items))[:len(p.items)]
+	clear(p.res)
 	p.calls = p.calls[:0]
 	for i := range p.items {
 		it := &p.items[i]
@@ -84,7 +84,8 @@ func (p *Pipeline) Exec(ctx context.Context) ([]Result, error) {
 		}
 		p.calls = append(p.calls, cl) // nil for a refused request
 	}
-	if err := c.roundTripAll(ctx, p.calls); err != nil {
+	cn, direct, err := c.roundTripAll(ctx, p.calls)
+	if err != nil {
 		for i, cl := range p.calls {
 			if cl != nil {
 				p.res[i].Decision, p.res[i].Err = c.degraded(err)
@@ -92,43 +93,60 @@ func (p *Pipeline) Exec(ctx context.Context) ([]Result, error) {
 			}
 		}
 	}
-	// One deadline for the batch: the context's, else the client's timeout.
-	var deadline time.Time
-	if _, ok := ctx.Deadline(); !ok && c.opt.timeout > 0 {
-		deadline = time.Now().Add(c.opt.timeout)
-	}
-	var failed error
+	last := -1
 	for i, cl := range p.calls {
+		if cl != nil {
+			last = i
+		}
+	}
+	if last < 0 {
+		return p.finish()
+	}
+	// Answers come in request order: wait for the last, and the others
+	// are there when it is, without a wake-up each.
+	var lastErr error
+	if direct {
+		lastErr = cn.roundTripDirect(ctx, p.calls[last], c.opt.timeout)
+	} else {
+		lastErr = p.calls[last].wait(ctx, c.opt.timeout)
+	}
+	p.settle(last, lastErr)
+	for i, cl := range p.calls[:last] {
 		if cl == nil {
 			continue
 		}
-		p.calls[i] = nil
-		if failed != nil {
-			cl.abandon()
-			p.res[i].Decision, p.res[i].Err = c.degraded(failed)
-			continue
-		}
-		timeout := c.opt.timeout
-		if !deadline.IsZero() {
-			if timeout = time.Until(deadline); timeout <= 0 {
-				timeout = time.Nanosecond
-			}
-		}
-		if err := cl.wait(ctx, timeout); err != nil {
-			if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
-				failed = err // the later answers are not worth waiting for
-			}
-			p.res[i].Decision, p.res[i].Err = c.degraded(err)
-			continue
-		}
-		op := p.items[i].op
-		if err := statusError(op, cl.res.Status, cl.res.Message); err != nil {
-			p.res[i].Err = err
+		var err error
+		if lastErr == nil {
+			err = cl.wait(ctx, c.opt.timeout) // answered already, but a failure may still be on its way
+		} else if e, done := cl.poll(); done {
+			err = e
 		} else {
-			p.res[i].Decision = decisionOf(&cl.res.Decision)
+			err = lastErr // given up with the last
 		}
-		putCall(cl)
+		p.settle(i, err)
 	}
+	return p.finish()
+}
+
+// settle records item i's outcome: err, or the decision its call holds
+// (then the call goes back to the pool).
+func (p *Pipeline) settle(i int, err error) {
+	cl := p.calls[i]
+	p.calls[i] = nil
+	if err != nil {
+		p.res[i].Decision, p.res[i].Err = p.c.degraded(err)
+		return
+	}
+	if err := statusError(p.items[i].op, cl.res.Status, cl.res.Message); err != nil {
+		p.res[i].Err = err
+	} else {
+		p.res[i].Decision = decisionOf(&cl.res.Decision)
+	}
+	putCall(cl)
+}
+
+// finish empties the pipeline and returns the results and the first error.
+func (p *Pipeline) finish() ([]Result, error) {
 	clear(p.items) // drop the keys and options
 	p.items = p.items[:0]
 	for _, r := range p.res {

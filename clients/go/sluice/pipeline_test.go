@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -165,4 +166,46 @@ func BenchmarkPipeline(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*depth), "ns/decision")
+}
+
+// Pipelines from many goroutines share one connection: every batch is
+// decided in one piece (its allowed requests are a prefix of it), and
+// together they admit exactly the limit.
+func TestPipeline_concurrent(t *testing.T) {
+	sc := startSidecar(t)
+	c := dial(t, sc.cfg.SocketPath)
+	cx := ctx(t)
+	l := sluice.TokenBucket(500, time.Hour, 1)
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			p := c.Pipeline()
+			for range 10 {
+				for range 16 {
+					p.Acquire(l, "shared", 1)
+				}
+				res, err := p.Exec(cx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				denied := false
+				for i, r := range res {
+					if r.Decision.Allowed {
+						if denied {
+							t.Errorf("request %d of a batch allowed after a denial", i)
+						}
+						admitted.Add(1)
+					} else {
+						denied = true
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if admitted.Load() != 500 {
+		t.Errorf("%d of 1280 admitted, want 500", admitted.Load())
+	}
 }
