@@ -107,7 +107,7 @@ func (r *Report) WriteSVG(w io.Writer) error {
 	for d := tLo; d <= tHi; d++ {
 		x := float64(x1) + scale(math.Pow(10, d), tLo, tHi)
 		fmt.Fprintf(b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#d0d7de"/>`+"\n", x, plotTop, x, plotBottom)
-		fmt.Fprintf(b, `<text x="%.1f" y="%d" text-anchor="middle" fill="#57606a">%s</text>`+"\n", x, plotBottom+14, rate(math.Pow(10, d)))
+		fmt.Fprintf(b, `<text x="%.1f" y="%d" text-anchor="middle" fill="#57606a">%s</text>`+"\n", x, plotBottom+14, decade(d))
 	}
 	for d := pLo; d <= pHi; d++ {
 		x := float64(x2) + scale(math.Pow(10, d), pLo, pHi)
@@ -140,4 +140,16 @@ func (r *Report) WriteSVG(w io.Writer) error {
 	b.WriteString("</svg>\n")
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// decade labels a power of ten on the throughput axis: 1, 10, ... 1k, 1M.
+func decade(exp float64) string {
+	e := int(exp)
+	switch {
+	case e >= 6:
+		return fmt.Sprintf("%.0fM", math.Pow(10, float64(e-6)))
+	case e >= 3:
+		return fmt.Sprintf("%.0fk", math.Pow(10, float64(e-3)))
+	}
+	return fmt.Sprintf("%.0f", math.Pow(10, exp))
 }

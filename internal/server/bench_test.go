@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/bench/compare"
 	"github.com/sluicehq/sluice/clients/go/sluice"
 	"github.com/sluicehq/sluice/proto"
 )
@@ -31,8 +32,9 @@ func decisionFrame(id uint32) []byte {
 	return proto.EndFrame(proto.AppendDecision(b, proto.OpAcquire, &proto.Decision{Allowed: true}), start, 1)
 }
 
-// echoServer answers every complete frame it reads with a decision-sized
-// frame, one write per read: what the sidecar does minus the decision.
+// echoServer is the comparison's echo (bench/compare.ServeEcho): it
+// answers every complete frame with a decision-sized frame, one write per
+// read, what the sidecar does minus the decision.
 func echoServer(b *testing.B) string {
 	path := filepath.Join(shortDir(b), "echo")
 	ln, err := net.Listen("unix", path)
@@ -40,40 +42,7 @@ func echoServer(b *testing.B) string {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { ln.Close() })
-	answer := decisionFrame(0)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				in, out := make([]byte, 0, 64<<10), make([]byte, 0, 64<<10)
-				for {
-					n, err := c.Read(in[len(in):cap(in)])
-					if err != nil {
-						return
-					}
-					in = in[:len(in)+n]
-					rest := in
-					for {
-						frame, r, _, err := proto.SplitFrame(rest)
-						if err != nil || frame == nil {
-							break
-						}
-						out = append(out, answer...)
-						rest = r
-					}
-					in = in[:copy(in, rest)]
-					if _, err := c.Write(out); err != nil {
-						return
-					}
-					out = out[:0]
-				}
-			}()
-		}
-	}()
+	go compare.ServeEcho(ln)
 	return path
 }
 

@@ -4,6 +4,7 @@
 //
 //	sluice-bench [compare] [flags]   the comparison (make bench-compare)
 //	sluice-bench soak [flags]        the sustained-load soak (make bench-soak)
+//	sluice-bench render [flags]      compare.md and compare.svg again from compare.json
 //
 // The comparison starts its own sluiced, redis-server and echo server on
 // private sockets in a scratch directory, runs every target through the
@@ -12,15 +13,18 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -43,10 +47,12 @@ func main() {
 		err = runCompare(ctx, args)
 	case "soak":
 		err = runSoak(ctx, args)
+	case "render":
+		err = runRender(args)
 	case "echo-server":
 		err = runEcho(args)
 	default:
-		err = fmt.Errorf("unknown command %q: want compare, soak or echo-server", cmd)
+		err = fmt.Errorf("unknown command %q: want compare, soak, render or echo-server", cmd)
 	}
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -71,6 +77,7 @@ func runCompare(ctx context.Context, args []string) error {
 	warmup := fs.Duration("warmup", 3e8, "unmeasured warm-up per cell and round")
 	rounds := fs.Int("rounds", 3, "times the Go matrix runs, targets interleaved; each cell reports its median round")
 	only := fs.String("only", "", "comma-separated target names (substrings) to run; skips Python and memory")
+	scenarios := fs.String("scenarios", "serial,concurrent,pipelined", "comma-separated scenarios to run")
 	sluiced := fs.String("sluiced", "", "sluiced binary (default bin/sluiced, else built from ./cmd/sluiced)")
 	redis := fs.String("redis-server", "", `redis-server binary (default: from PATH; "-" skips Redis)`)
 	python := fs.String("python", "python3", `Python interpreter for the Python side ("-" skips it)`)
@@ -116,8 +123,17 @@ func runCompare(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	var scs []compare.Scenario
+	for _, sc := range compare.StandardScenarios(*clients, *depth) {
+		if slices.Contains(strings.Split(*scenarios, ","), sc.Name) {
+			scs = append(scs, sc)
+		}
+	}
+	if len(scs) == 0 {
+		return fmt.Errorf("-scenarios %q: want some of serial, concurrent, pipelined", *scenarios)
+	}
 	cfg := compare.Config{
-		Workload: w, Scenarios: compare.StandardScenarios(*clients, *depth),
+		Workload: w, Scenarios: scs,
 		Warmup: *warmup, Duration: *duration, Rounds: *rounds,
 		Dir: dir, Sluiced: bin, EchoServer: compare.EchoProcess(dir, self, "echo-server"),
 		MemoryKeys: *memKeys, Progress: os.Stderr, Terminal: compare.IsTerminal(os.Stderr),
@@ -151,31 +167,39 @@ func runCompare(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if *out == "-" {
-		return rep.WriteMarkdown(os.Stdout)
+	return writeReports(*out, rep.WriteMarkdown,
+		reportFile{"compare.md", rep.WriteMarkdown}, reportFile{"compare.svg", rep.WriteSVG}, reportFile{"compare.json", rep.WriteJSON})
+}
+
+// A reportFile is one file of a report and how to write it.
+type reportFile struct {
+	name  string
+	write func(io.Writer) error
+}
+
+// writeReports writes files into dir, or, when dir is "-", only the
+// Markdown to standard output.
+func writeReports(dir string, markdown func(io.Writer) error, files ...reportFile) error {
+	if dir == "-" {
+		return markdown(os.Stdout)
 	}
-	if err := os.MkdirAll(*out, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	for _, f := range []struct {
-		name  string
-		write func(*os.File) error
-	}{
-		{"compare.md", func(f *os.File) error { return rep.WriteMarkdown(f) }},
-		{"compare.svg", func(f *os.File) error { return rep.WriteSVG(f) }},
-		{"compare.json", func(f *os.File) error { return rep.WriteJSON(f) }},
-	} {
-		if err := writeFile(filepath.Join(*out, f.name), f.write); err != nil {
+	var names []string
+	for _, f := range files {
+		if err := writeFile(filepath.Join(dir, f.name), f.write); err != nil {
 			return err
 		}
+		names = append(names, filepath.Join(dir, f.name))
 	}
-	fmt.Fprintf(os.Stderr, "wrote %s/compare.md, compare.svg, compare.json\n", *out)
+	fmt.Fprintln(os.Stderr, "wrote", strings.Join(names, ", "))
 	return nil
 }
 
 // writeFile writes path through a temporary file and a rename: a failed
 // run never leaves half a report.
-func writeFile(path string, write func(*os.File) error) error {
+func writeFile(path string, write func(io.Writer) error) error {
 	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path))
 	if err != nil {
 		return err
@@ -272,18 +296,24 @@ func runSoak(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if *out == "-" {
-		return rep.WriteMarkdown(os.Stdout)
-	}
-	if err := os.MkdirAll(*out, 0o755); err != nil {
+	return writeReports(*out, rep.WriteMarkdown, reportFile{"soak.md", rep.WriteMarkdown}, reportFile{"soak.json", rep.WriteJSON})
+}
+
+// runRender writes a comparison's Markdown and chart again from its JSON.
+func runRender(args []string) error {
+	fs := flag.NewFlagSet("sluice-bench render", flag.ContinueOnError)
+	in := fs.String("in", "bench/results/compare.json", "the comparison's JSON")
+	out := fs.String("out", "bench/results", `directory for compare.md and compare.svg ("-": Markdown to stdout)`)
+	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if err := writeFile(filepath.Join(*out, "soak.md"), func(f *os.File) error { return rep.WriteMarkdown(f) }); err != nil {
+	b, err := os.ReadFile(*in)
+	if err != nil {
 		return err
 	}
-	if err := writeFile(filepath.Join(*out, "soak.json"), func(f *os.File) error { return rep.WriteJSON(f) }); err != nil {
-		return err
+	var rep compare.Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return fmt.Errorf("%s: %w", *in, err)
 	}
-	fmt.Fprintf(os.Stderr, "wrote %s/soak.md, soak.json\n", *out)
-	return nil
+	return writeReports(*out, rep.WriteMarkdown, reportFile{"compare.md", rep.WriteMarkdown}, reportFile{"compare.svg", rep.WriteSVG})
 }
