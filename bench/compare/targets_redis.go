@@ -154,15 +154,19 @@ func (c *redisConn) Close() error { return c.rc.Close() }
 
 // luaAllowed reads a script's reply, {allowed, remaining}.
 func luaAllowed(v any) (bool, error) {
-	a, ok := v.([]any)
-	if !ok || len(a) != 2 {
-		return false, fmt.Errorf("lua: unexpected reply %v", v)
+	n, err := firstOf(v, 2, "lua")
+	return n == 1, err
+}
+
+// firstOf returns the first element of a reply that must be an array of
+// n elements starting with an integer.
+func firstOf(v any, n int, what string) (int64, error) {
+	if a, ok := v.([]any); ok && len(a) == n {
+		if x, ok := a[0].(int64); ok {
+			return x, nil
+		}
 	}
-	n, ok := a[0].(int64)
-	if !ok {
-		return false, fmt.Errorf("lua: unexpected reply %v", v)
-	}
-	return n == 1, nil
+	return 0, fmt.Errorf("%s: unexpected reply %v", what, v)
 }
 
 // usedMemory reads INFO memory's used_memory.

@@ -126,15 +126,8 @@ func (t *sluiceRESP) Dial(ctx context.Context, k LimitKind) (Conn, error) {
 func respAllowed(k LimitKind) func(v any) (bool, error) {
 	if k == GCRA {
 		return func(v any) (bool, error) {
-			a, ok := v.([]any)
-			if !ok || len(a) != 5 {
-				return false, fmt.Errorf("CL.THROTTLE: unexpected reply %v", v)
-			}
-			limited, ok := a[0].(int64)
-			if !ok {
-				return false, fmt.Errorf("CL.THROTTLE: unexpected reply %v", v)
-			}
-			return limited == 0, nil
+			limited, err := firstOf(v, 5, "CL.THROTTLE")
+			return err == nil && limited == 0, err
 		}
 	}
 	return func(v any) (bool, error) {

@@ -594,28 +594,19 @@ func (cl *call) wait(ctx context.Context, timeout time.Duration) error {
 	return cl.finish()
 }
 
-// abandon gives up on cl without waiting: whoever completes it puts it
-// back, or the caller does if it already completed.
-func (cl *call) abandon() {
-	if !cl.state.CompareAndSwap(waiting, abandoned) {
-		<-cl.done
-		putCall(cl)
-	}
-}
-
 // poll returns cl's outcome if it has completed, and otherwise abandons
 // it and returns false.
-func (cl *call) poll() (err error, done bool) {
+func (cl *call) poll() (done bool, err error) {
 	select {
 	case <-cl.done:
-		return cl.finish(), true
+		return true, cl.finish()
 	default:
 	}
 	if cl.state.CompareAndSwap(waiting, abandoned) {
-		return nil, false // whoever completes it puts it back
+		return false, nil // whoever completes it puts it back
 	}
 	<-cl.done
-	return cl.finish(), true
+	return true, cl.finish()
 }
 
 // finish returns the error of a completed call, putting the call back in

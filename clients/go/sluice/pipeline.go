@@ -118,7 +118,7 @@ func (p *Pipeline) Exec(ctx context.Context) ([]Result, error) {
 		var err error
 		if lastErr == nil {
 			err = cl.wait(ctx, c.opt.timeout) // answered already, but a failure may still be on its way
-		} else if e, done := cl.poll(); done {
+		} else if done, e := cl.poll(); done {
 			err = e
 		} else {
 			err = lastErr // given up with the last
