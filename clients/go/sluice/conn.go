@@ -259,11 +259,11 @@ func (cn *conn) writeLoop() {
 		case <-cn.done:
 			return
 		}
+		// Let the callers that are ready to run queue their requests first:
+		// the reader has just woken them, and they would otherwise be
+		// written one frame per write.
+		runtime.Gosched()
 		for {
-			// Let the callers that are ready to run queue their requests
-			// first: the reader has just woken them, and they would
-			// otherwise be written one frame per write.
-			runtime.Gosched()
 			cn.mu.Lock()
 			if cn.err != nil {
 				cn.mu.Unlock()
