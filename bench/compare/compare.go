@@ -161,13 +161,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			if j.t == Target(echo) {
 				limit = "-"
 			}
-			label := fmt.Sprintf("%-16s %-13s %-10s", j.t.Name(), limit, j.sc.Name)
+			name := label(j.t.Name(), limit, j.sc.Name)
 			if cfg.Rounds > 1 {
-				label = fmt.Sprintf("round %d/%d  %s", round+1, cfg.Rounds, label)
+				name = fmt.Sprintf("round %d/%d  %s", round+1, cfg.Rounds, name)
 			}
-			c := measure(ctx, j.t, j.k, j.sc, w, keys, cfg.Warmup, cfg.Duration, prog.live(label, cfg.Duration))
+			c := measure(ctx, j.t, j.k, j.sc, w, keys, cfg.Warmup, cfg.Duration, prog.live(name, cfg.Duration))
 			c.Limit = limit
-			prog.done(label, &c)
+			prog.done(name, &c)
 			rounds[i] = append(rounds[i], c)
 		}
 	}
@@ -182,27 +182,30 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 						return nil, err
 					}
 					var c Cell
-					label := fmt.Sprintf("%-16s %-13s %-10s", "python "+target, k, sc.Name)
-					stop := prog.ticking(label, cfg.Warmup+cfg.Duration)
+					name := label("python "+target, string(k), sc.Name)
+					stop := prog.ticking(name, cfg.Warmup+cfg.Duration)
 					switch {
 					case target == "sluice":
 						if err := srv.restart(ctx); err != nil {
-							c = Cell{Lang: "python", Target: "sluice (python client)", Skipped: err.Error()}
+							c = pythonRow(target, k, sc)
+							c.Skipped = err.Error()
 							break
 						}
 						c = pythonCell(ctx, &cfg, target, srv.socketPath(), k, sc)
 					case rs == nil:
-						c = Cell{Lang: "python", Target: "redis (unix, redis-py)", Family: "redis", Limit: string(k), Scenario: sc.Name, Clients: sc.Clients, Depth: sc.Depth, Skipped: "no redis-server"}
+						c = pythonRow(target, k, sc)
+						c.Skipped = "no redis-server"
 					default:
 						rt := newRedisTarget(rs, "unix", w.Limits)
 						if err := rt.Reset(ctx); err != nil {
-							c = Cell{Lang: "python", Target: "redis (unix, redis-py)", Skipped: err.Error()}
+							c = pythonRow(target, k, sc)
+							c.Skipped = err.Error()
 							break
 						}
 						c = pythonCell(ctx, &cfg, target, rs.socketPath(), k, sc)
 					}
 					stop()
-					prog.done(label, &c)
+					prog.done(name, &c)
 					r.Cells = append(r.Cells, c)
 				}
 			}

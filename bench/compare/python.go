@@ -18,11 +18,7 @@ import (
 
 // pythonCell runs one cell of the Python side.
 func pythonCell(ctx context.Context, cfg *Config, target, socket string, k LimitKind, sc Scenario) Cell {
-	c := Cell{Lang: "python", Limit: string(k), Scenario: sc.Name, Clients: sc.Clients, Depth: sc.Depth, Family: "sluice"}
-	c.Target = "sluice (python client)"
-	if target == "redis-lua" {
-		c.Target, c.Family = "redis (unix, redis-py)", "redis"
-	}
+	c := pythonRow(target, k, sc)
 	w, l := &cfg.Workload, cfg.Workload.Limits
 	args := []string{cfg.PythonScript,
 		"--target", target, "--socket", socket, "--limit", string(k),
@@ -58,6 +54,16 @@ func pythonCell(ctx context.Context, cfg *Config, target, socket string, k Limit
 	c.Ops, c.Allowed, c.Errors, c.FirstError = out.Ops, out.Allowed, out.Errors, out.FirstError
 	c.Seconds, c.OpsPerSec = out.Seconds, out.OpsPerSec
 	c.P50, c.P90, c.P99, c.P999, c.Max = out.P50, out.P90, out.P99, out.P999, out.Max
+	return c
+}
+
+// pythonRow is the Python side's cell of target ("sluice" or
+// "redis-lua"), limit k and scenario sc, before it runs.
+func pythonRow(target string, k LimitKind, sc Scenario) Cell {
+	c := Cell{Lang: "python", Target: "sluice (python client)", Family: "sluice", Limit: string(k), Scenario: sc.Name, Clients: sc.Clients, Depth: sc.Depth}
+	if target == "redis-lua" {
+		c.Target, c.Family = "redis (unix, redis-py)", "redis"
+	}
 	return c
 }
 

@@ -185,7 +185,7 @@ func (ln *lane) run(ctx context.Context, cn Conn, ch *Chooser, keys []string, ba
 	}
 }
 
-// describe is a cell's label in progress lines.
-func describe(c *Cell) string {
-	return fmt.Sprintf("%-16s %-13s %-10s", c.Target, c.Limit, c.Scenario)
+// label names a cell in progress lines.
+func label(target, limit, scenario string) string {
+	return fmt.Sprintf("%-16s %-13s %-10s", target, limit, scenario)
 }

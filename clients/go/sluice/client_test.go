@@ -432,3 +432,32 @@ func TestClient_close(t *testing.T) {
 		t.Errorf("second Close: %v", err)
 	}
 }
+
+// A lone caller reads its own answer; cancelling its context interrupts
+// that read, and the answer that comes later is dropped by the reader
+// goroutine without disturbing the calls after it.
+func TestClient_cancelDirectRead(t *testing.T) {
+	release := make(chan struct{})
+	path := fakeSidecar(t, func(fc *fakeConn) {
+		fc.next() // the cancelled ping: answered only once released
+		<-release
+		fc.pong(1)
+		fc.echo()
+	})
+	c := dial(t, path)
+	cx, cancel := context.WithCancel(context.Background()) // no deadline: only the cancellation can end the read
+	time.AfterFunc(20*time.Millisecond, cancel)
+	start := time.Now()
+	if err := c.Ping(cx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled ping: %v", err)
+	}
+	if took := time.Since(start); took > 500*time.Millisecond {
+		t.Errorf("the cancellation took %v to end the read (the client's timeout is 1s)", took)
+	}
+	close(release)
+	for i := range 3 {
+		if err := c.Ping(ctx(t)); err != nil {
+			t.Fatalf("ping %d after the late answer: %v", i, err)
+		}
+	}
+}

@@ -53,7 +53,7 @@ type conn struct {
 	nextID   uint32
 	writing  bool   // someone holds the writing role
 	reading  bool   // someone holds the reading role
-	directs  uint64 // direct round trips begun: a stale cancellation checks it
+	directs  uint64 // direct round trips ended: a late cancellation checks it
 	err      error  // why the connection failed; set once
 
 	wbuf []byte // the writing role's batch
@@ -102,7 +102,6 @@ func (cn *conn) enqueue(direct bool, calls ...*call) (bool, error) {
 		return false, nil
 	case direct && !cn.reading && len(cn.queued) == added && cn.inflight.empty():
 		cn.writing, cn.reading = true, true
-		cn.directs++
 		cn.wbuf = cn.takeLocked(cn.wbuf[:0])
 		cn.mu.Unlock()
 		return true, nil
@@ -147,6 +146,15 @@ func (cn *conn) write(b []byte) bool {
 	return true
 }
 
+// keepWbuf keeps the written batch's buffer for the next one, unless it
+// grew too large to keep. The caller holds the writing role.
+func (cn *conn) keepWbuf(b []byte) {
+	if cap(b) > keepBuffer {
+		b = nil
+	}
+	cn.wbuf = b[:0]
+}
+
 // releaseWriting gives up the writing role, to the writer goroutine if
 // calls queued meanwhile.
 func (cn *conn) releaseWriting() {
@@ -159,10 +167,13 @@ func (cn *conn) releaseWriting() {
 	}
 }
 
-// releaseReading gives up the reading role, to the reader goroutine if
-// answers are still due.
+// releaseReading ends a direct round trip's reading: it gives up the
+// reading role, to the reader goroutine if answers are still due, and
+// counts the round trip ended, so that its cancellation, should it run
+// late, leaves the reads that follow alone.
 func (cn *conn) releaseReading() {
 	cn.mu.Lock()
+	cn.directs++
 	more := (!cn.inflight.empty() || cn.r < cn.w) && cn.err == nil
 	cn.reading = more
 	cn.mu.Unlock()
@@ -176,12 +187,8 @@ func (cn *conn) releaseReading() {
 // or timeout passes (0: no limit). The caller holds both roles; it gives
 // them up before returning. The result is cl's wait's.
 func (cn *conn) roundTripDirect(ctx context.Context, cl *call, timeout time.Duration) error {
-	b := cn.wbuf
-	ok := cn.write(b)
-	if cap(b) > keepBuffer {
-		b = nil
-	}
-	cn.wbuf = b[:0] // still the writing role's: safe without the lock
+	ok := cn.write(cn.wbuf)
+	cn.keepWbuf(cn.wbuf) // still the writing role's: safe without the lock
 	if !ok {
 		return cl.wait(ctx, 0) // the connection failed, and cl with it
 	}
@@ -223,9 +230,6 @@ func (cn *conn) roundTripDirect(ctx context.Context, cl *call, timeout time.Dura
 		}
 		// Out of time: the answer will come on a connection that is still
 		// good; the reader goroutine takes it and discards it.
-		cn.mu.Lock()
-		cn.directs++ // a cancellation still to run must not touch the reader's reads
-		cn.mu.Unlock()
 		cn.releaseReading()
 		switch {
 		case ctx.Err() != nil:
@@ -241,9 +245,6 @@ func (cn *conn) roundTripDirect(ctx context.Context, cl *call, timeout time.Dura
 		<-cl.done // the answer came as we gave up: take it after all
 		return cl.finish()
 	}
-	cn.mu.Lock()
-	cn.directs++
-	cn.mu.Unlock()
 	cn.releaseReading()
 	<-cl.done
 	return cl.finish()
@@ -286,10 +287,7 @@ func (cn *conn) writeLoop() {
 			if len(b) > 0 && !cn.write(b) {
 				return
 			}
-			if cap(b) > keepBuffer {
-				b = nil
-			}
-			cn.wbuf = b[:0]
+			cn.keepWbuf(b)
 		}
 	}
 }
