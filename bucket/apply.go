@@ -23,11 +23,14 @@ func (l *Limit) Init(now int64, s *State) {
 	}
 }
 
-// Drained sets s to a conservative state at now that grants no burst, for a
-// slot found torn or corrupt: token_bucket empty with its refill clock at
-// now; gcra tat = now + (Burst+1)*T; fixed_window the current window full;
+// Drained sets s to a conservative state at now, for a slot found torn or
+// corrupt: the bucket as the most demanding traffic of cost-1 requests up to
+// now leaves it, so it admits nothing that a drained bucket would deny and
+// grants no burst: token_bucket empty with its refill clock at now; gcra
+// tat = now + (Burst+1)*T; fixed_window the current window full;
 // sliding_window the current window's count = Max; pacer next =
-// now + MaxDelay (one request is admitted, with the longest delay).
+// now + MaxDelay + I (a request admitted at the longest delay has just
+// taken its slot: the next is admitted one interval from now).
 func (l *Limit) Drained(now int64, s *State) {
 	switch l.Algorithm {
 	case TokenBucket:
@@ -39,7 +42,7 @@ func (l *Limit) Drained(now int64, s *State) {
 	case SlidingWindow:
 		*s = State{windowStart(now, l.Window), 0, l.Max}
 	case Pacer:
-		*s = State{satAdd(now, l.MaxDelay), 0, 0}
+		*s = State{satAdd(satAdd(now, l.MaxDelay), l.pacerInterval()), 0, 0}
 	default:
 		badAlgorithm(l.Algorithm)
 	}
@@ -84,14 +87,18 @@ func (l *Limit) Decide(now int64, s *State, cost int64, f Flags, d *Decision) (c
 // past its fresh state (token_bucket: Max tokens; gcra and pacer: tat or next
 // not earlier than now; windows: counts not below 0). amount <= 0 refunds
 // nothing. d describes the bucket afterwards, as a cost-0 Apply; changed
-// reports whether s was modified.
-func (l *Limit) Refund(now int64, s *State, amount int64) (d Decision, changed bool) {
-	changed = l.DecideRefund(now, s, amount, &d)
+// reports whether s was modified. With Cell, a gcra refund is redis-cell's
+// negative quantity instead (see Cell and refundGCRACell).
+func (l *Limit) Refund(now int64, s *State, amount int64, f Flags) (d Decision, changed bool) {
+	changed = l.DecideRefund(now, s, amount, f, &d)
 	return d, changed
 }
 
 // DecideRefund is Refund writing its Decision to *d.
-func (l *Limit) DecideRefund(now int64, s *State, amount int64, d *Decision) (changed bool) {
+func (l *Limit) DecideRefund(now int64, s *State, amount int64, f Flags, d *Decision) (changed bool) {
+	if l.Algorithm == GCRA && f&Cell != 0 {
+		return l.refundGCRACell(now, s, max(amount, 0), d)
+	}
 	old := *s
 	if amount > 0 {
 		switch l.Algorithm {

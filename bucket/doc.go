@@ -72,9 +72,17 @@
 // tokens. A token bucket keeps its refill clock (native Strict restarts it
 // at the later of the two times); a fixed window keeps the later stored
 // window; a sliding window keeps it too, with its previous count at full
-// weight; gcra and pacer keep their later tat. The one exception is smyte
-// compatibility: Strict|Smyte restarts the refill clock at a backwards now,
-// as smyte/ratelimit does (anchor-semantics.md 1.7).
+// weight; gcra and pacer keep their later tat. This holds in smyte
+// compatibility too: smyte/ratelimit's STRICT restarts the refill clock at a
+// backwards client time, moving it back (anchor-semantics.md 1.7), which
+// refills the bucket early; Strict|Smyte keeps the later clock instead.
+//
+// Decisions are exact for times in [0, MaxTime] (1970 to 2190) and
+// limits whose durations, and derived durations, are at most MaxDuration
+// (2^31 s, 68 years): MaxTime+MaxDuration fits in an int64, so within those
+// ranges nothing a decision computes can overflow, a bucket that reports
+// Remaining > 0 admits a cost of 1, and a denied cost that fits the limit
+// always has a finite RetryAfter at which it passes.
 //
 // # Caveats
 //
@@ -92,13 +100,14 @@
 // 0). SPEC's peek operation, the decision for cost 1 without consuming, is
 // Apply with cost 1 on a copy of the State.
 //
-// Values near the ends of the int64 range never wrap around. Durations,
-// refill times and window ends saturate at math.MaxInt64 (a window below
-// math.MinInt64 starts there). A gcra or pacer request whose tat or slots
-// would pass math.MaxInt64 is denied with RetryAfter -1 rather than stored
-// saturated, which would forget its debt. Validate rejects a gcra whose
-// (Burst+1)*T does not fit. Comparisons of the sliding window's weighted
-// counts use 128-bit products.
+// Outside the exact ranges, values near the ends of the int64 range never
+// wrap around. Durations, refill times and window ends saturate at
+// math.MaxInt64 (a window below math.MinInt64 starts there). A gcra or
+// pacer request whose tat or slots would pass math.MaxInt64 (possible only
+// at a time past MaxTime, or for a cost larger than the limit's capacity)
+// is denied with RetryAfter -1 rather than stored saturated, which would
+// forget its debt. Comparisons of the sliding window's weighted counts use
+// 128-bit products.
 //
 // Methods on Limit assume it passed Validate; an Invalid or unknown
 // algorithm panics. They are safe for simultaneous use on distinct States;

@@ -25,9 +25,10 @@ var (
 	// ErrUnusedParameter: a parameter the algorithm does not use is not 0.
 	ErrUnusedParameter = errors.New("bucket: parameter not used by the algorithm must be 0")
 
-	// ErrOverflow: a product of parameters does not fit in an int64
-	// nanosecond count (gcra: (Burst+1) * Period/Count).
-	ErrOverflow = errors.New("bucket: parameters overflow int64")
+	// ErrOverflow: a quantity derived from the parameters is longer than
+	// MaxDuration (gcra: (Burst+1) * Period/Count; pacer: MaxDelay plus one
+	// interval), so a decision could overflow at an accepted time.
+	ErrOverflow = errors.New("bucket: parameters out of the supported range")
 )
 
 // Validate's checks. They build an error (and allocate) only when a Limit is
@@ -39,6 +40,19 @@ func (l *Limit) atLeast(name string, v, lo int64, unit string) error {
 		return fmt.Errorf("%w: %v %s = %d, want >= %d%s", ErrOutOfRange, l.Algorithm, name, v, lo, unit)
 	}
 	return nil
+}
+
+// atMost checks v <= hi: ErrOutOfRange naming the field otherwise.
+func (l *Limit) atMost(name string, v, hi int64) error {
+	if v > hi {
+		return fmt.Errorf("%w: %v %s = %d ns, want <= %d ns (%d s)", ErrOutOfRange, l.Algorithm, name, v, hi, hi/1e9)
+	}
+	return nil
+}
+
+// duration checks a duration parameter: at least lo, at most MaxDuration.
+func (l *Limit) duration(name string, v, lo int64, unit string) error {
+	return firstErr(l.atLeast(name, v, lo, unit), l.atMost(name, v, MaxDuration))
 }
 
 // rate checks a parameter that sets a rate: 0 is ErrZeroRate, negative is

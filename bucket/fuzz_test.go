@@ -82,7 +82,7 @@ func FuzzApply(f *testing.F) {
 		peekState := s
 		peek, _ := l.Apply(now, &peekState, 0, 0)
 		refunded := s
-		rd, rchanged := l.Refund(now, &refunded, cost)
+		rd, rchanged := l.Refund(now, &refunded, cost, fl)
 		if rd.Remaining < peek.Remaining || rchanged != (refunded != s) || (cost <= 0 && rchanged) {
 			t.Fatalf("Refund(%d) of %v: %+v, %v, state %v; the peek before: %+v", cost, s, rd, rchanged, refunded, peek)
 		}

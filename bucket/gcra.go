@@ -48,8 +48,9 @@ func (l *Limit) validateGCRA() error {
 	if l.Burst == math.MaxInt64 {
 		return fmt.Errorf("%w: gcra Burst+1 with Burst = %d", ErrOverflow, l.Burst)
 	}
-	if hi, lo := bits.Mul64(uint64(l.Burst+1), uint64(t)); hi != 0 || lo > math.MaxInt64 {
-		return fmt.Errorf("%w: gcra (Burst+1)*Period/Count = %d*%d ns", ErrOverflow, l.Burst+1, t)
+	if hi, lo := bits.Mul64(uint64(l.Burst+1), uint64(t)); hi != 0 || lo > uint64(MaxDuration) {
+		return fmt.Errorf("%w: gcra tolerance (Burst+1)*Period/Count = %d*%d ns, want <= %d ns (%d s)",
+			ErrOverflow, l.Burst+1, t, MaxDuration, MaxDuration/1e9)
 	}
 	return nil
 }
@@ -89,5 +90,34 @@ func (l *Limit) applyGCRA(now int64, s *State, cost int64, d *Decision) bool {
 	// microseconds here and can report remaining > limit, issue #50).
 	d.Remaining = l.divStep(max(tau-ttl, 0), t)
 	d.ResetAfter = resetAfter(s[gcraTAT], now)
+	return changed
+}
+
+// refundGCRACell is redis-cell's CL.THROTTLE with a negative quantity
+// -amount, decided like any request (anchor-semantics.md 2.3): the new tat
+// is max(tat, now) - amount*T, and the request is limited iff that is still
+// more than tau ahead of now, and then nothing is written. Allowed, the tat
+// moves back, but not before now: redis-cell writes a tat in the past and
+// then fails to set the key's expiry; a refund here never makes a bucket
+// more than fresh.
+func (l *Limit) refundGCRACell(now int64, s *State, amount int64, d *Decision) bool {
+	t := l.interval()
+	tau := l.tau()
+	tat := s[gcraTAT]
+	newTAT := satSub(max(tat, now), satMul(amount, t))
+	d.reset(l.Burst + 1)
+	ttl := max(satSub(tat, now), 0)
+	changed := false
+	if ahead := satSub(newTAT, now); ahead > tau {
+		d.RetryAfter = ahead - tau
+	} else {
+		d.Allowed = true
+		if newTAT = max(newTAT, now); newTAT < tat {
+			s[gcraTAT], changed = newTAT, true
+		}
+		ttl = max(satSub(s[gcraTAT], now), 0)
+	}
+	d.Remaining = l.divStep(max(tau-ttl, 0), t)
+	d.ResetAfter = ttl
 	return changed
 }

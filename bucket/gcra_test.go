@@ -192,30 +192,38 @@ func TestGCRAParametersChange(t *testing.T) {
 // TestGCRAExtremes: values near math.MaxInt64 saturate, and Validate rejects
 // a tolerance that does not fit in an int64.
 func TestGCRAExtremes(t *testing.T) {
-	l := Limit{Algorithm: GCRA, Burst: maxI64 - 1, Count: 1, Period: 1} // T 1 ns, tau MaxInt64
-	s := newBucket(l, maxI64-10)
+	// T 1 ns, a tolerance of exactly MaxDuration.
+	l := Limit{Algorithm: GCRA, Burst: MaxDuration - 1, Count: 1, Period: 1}
+	s := newBucket(l, MaxTime)
+	end := MaxTime + MaxDuration
 	run(t, l, s, []step{
-		{maxI64 - 10, maxI64, 0, deny(maxI64, -1, 0), false}, // tat would pass MaxInt64: never
-		{maxI64 - 10, 10, 0, allow(maxI64-10, 10), true},     // tat = MaxInt64 exactly
-		{maxI64 - 10, 1, 0, deny(maxI64-10, -1, 10), false},
-		{maxI64, 1, 0, deny(maxI64, -1, 0), false},
-		{maxI64, 0, 0, allow(maxI64, 0), false},
+		{MaxTime, MaxDuration + 1, 0, deny(MaxDuration, -1, 0), false}, // more than the limit: never
+		{MaxTime, MaxDuration, 0, allow(0, MaxDuration), true},         // tat = MaxTime+MaxDuration
+		{MaxTime, 1, 0, deny(0, 1, MaxDuration), false},
+		{end, 1, 0, allow(MaxDuration-1, 1), true},
+		// Past MaxTime: a tat past MaxInt64 is denied, never stored saturated.
+		{maxI64, 1, 0, deny(MaxDuration, -1, 0), false},
 		// tat-now does not fit an int64: saturated at MaxInt64, still denied.
-		{minI64, 1, 0, deny(0, 1, maxI64), false},
+		{minI64, 1, 0, deny(0, maxI64-MaxDuration+1, maxI64), false},
 	})
 
-	big := Limit{Algorithm: GCRA, Burst: 0, Count: 1, Period: maxI64}
+	big := Limit{Algorithm: GCRA, Burst: 0, Count: 1, Period: MaxDuration}
 	s = newBucket(big, 0)
 	run(t, big, s, []step{
-		{0, 1, 0, allow(0, maxI64), true},
-		{1, 1, 0, deny(0, maxI64-1, maxI64-1), false},
-		{0, maxI64, 0, deny(0, -1, maxI64), false},
+		{0, 1, 0, allow(0, MaxDuration), true},
+		{1, 1, 0, deny(0, MaxDuration-1, MaxDuration-1), false},
+		{0, maxI64, 0, deny(0, -1, MaxDuration), false},
 	})
 
 	for _, l := range []Limit{
 		{Algorithm: GCRA, Burst: maxI64, Count: 1, Period: 1},
+		{Algorithm: GCRA, Burst: MaxDuration, Count: 1, Period: 1},
 		{Algorithm: GCRA, Burst: 1 << 62, Count: 1, Period: 2},
-		{Algorithm: GCRA, Burst: 1, Count: 1, Period: maxI64},
+		{Algorithm: GCRA, Burst: 1, Count: 1, Period: MaxDuration},
+		// Limits that admitted until their tat reached the int64 range and
+		// then denied forever, with Remaining > 0 and RetryAfter -1:
+		{Algorithm: GCRA, Burst: 900, Count: 1, Period: 10_000_000_000_000_000},
+		{Algorithm: GCRA, Burst: 9_223_372_035, Count: 1, Period: sec},
 	} {
 		if err := l.Validate(); !errors.Is(err, ErrOverflow) {
 			t.Errorf("Validate(%+v) = %v, want ErrOverflow", l, err)
@@ -232,17 +240,59 @@ func TestGCRARefundAndDrained(t *testing.T) {
 	}
 	run(t, l, &s, []step{{t0, 1, 0, deny(0, sec, 3*sec), false}})
 
-	d, changed := l.Refund(t0, &s, 1)
+	d, changed := l.Refund(t0, &s, 1, 0)
 	want := allow(1, 2*sec)
 	want.Limit = 3
 	if d != want || !changed {
 		t.Errorf("Refund 1 = %+v, %v", d, changed)
 	}
-	d, changed = l.Refund(t0, &s, maxI64) // capped at fresh: tat = now
+	d, changed = l.Refund(t0, &s, maxI64, 0) // capped at fresh: tat = now
 	if d.Remaining != 3 || d.ResetAfter != 0 || !changed || s[gcraTAT] != t0 {
 		t.Errorf("Refund MaxInt64 = %+v, %v, state %v", d, changed, s)
 	}
-	if _, changed = l.Refund(t0, &s, 1); changed {
+	if _, changed = l.Refund(t0, &s, 1, 0); changed {
 		t.Errorf("Refund on a fresh bucket changed it to %v", s)
+	}
+}
+
+// TestGCRACellRefund is redis-cell's negative quantity, decided like a
+// request: "CL.THROTTLE rk 10 1 60 10" leaves 1; "CL.THROTTLE rk 0 1 60 -1"
+// (tolerance 60 s, the tat 600 s ahead) would still leave the bucket 540 s
+// past its tolerance, so it is limited and changes nothing, twice; a
+// "CL.THROTTLE rk 10 1 60 0" then still finds 1 left, as redis-cell does.
+func TestGCRACellRefund(t *testing.T) {
+	wide := Limit{Algorithm: GCRA, Burst: 10, Count: 1, Period: minute}
+	narrow := Limit{Algorithm: GCRA, Burst: 0, Count: 1, Period: minute}
+	for _, l := range []*Limit{&wide, &narrow} {
+		if err := l.Validate(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := newBucket(wide, t0)
+	if d, _ := wide.Apply(t0, s, 10, 0); !d.Allowed || d.Remaining != 1 {
+		t.Fatalf("take 10: %+v", d)
+	}
+	for i := range 2 {
+		d, changed := narrow.Refund(t0, s, 1, Cell)
+		want := Decision{Remaining: 0, Limit: 1, RetryAfter: 480 * sec, ResetAfter: 600 * sec}
+		if d != want || changed || s[gcraTAT] != t0+600*sec {
+			t.Fatalf("refund %d under the narrow limit: %+v, changed %v, tat t0%+d; want %+v, unchanged", i, d, changed, s[gcraTAT]-t0, want)
+		}
+	}
+	if d, _ := wide.Apply(t0, s, 0, 0); d.Remaining != 1 {
+		t.Errorf("after two limited refunds: %+v, want remaining 1", d)
+	}
+	// Allowed, the tat moves back by amount*T, but never before now.
+	want := allow(4, 420*sec)
+	want.Limit = 11
+	d, changed := wide.Refund(t0, s, 3, Cell)
+	if d != want || !changed || s[gcraTAT] != t0+420*sec {
+		t.Errorf("refund 3: %+v, changed %v, tat t0%+d; want %+v", d, changed, s[gcraTAT]-t0, want)
+	}
+	want = allow(11, 0)
+	want.Limit = 11
+	d, changed = wide.Refund(t0, s, maxI64, Cell)
+	if d != want || !changed || s[gcraTAT] != t0 {
+		t.Errorf("refund MaxInt64: %+v, changed %v, tat t0%+d; want %+v at now", d, changed, s[gcraTAT]-t0, want)
 	}
 }

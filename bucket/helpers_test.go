@@ -112,7 +112,7 @@ func flagNames(f Flags) string {
 	for _, n := range []struct {
 		f    Flags
 		name string
-	}{{Strict, "Strict"}, {Smyte, "Smyte"}} {
+	}{{Strict, "Strict"}, {Smyte, "Smyte"}, {Cell, "Cell"}} {
 		if f&n.f != 0 {
 			out += "|" + n.name
 			f &^= n.f

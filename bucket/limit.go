@@ -66,8 +66,8 @@ const StateWords = 3
 // out-of-range counts are clamped when read.
 type State [StateWords]int64
 
-// Flags modify a request. Only token_bucket reads them; the other algorithms
-// ignore them.
+// Flags modify a request. Strict and Smyte are read by token_bucket
+// requests, Cell by gcra refunds; everything else ignores them.
 type Flags uint8
 
 const (
@@ -78,6 +78,11 @@ const (
 	// writes, a denial drains the bucket to 0, and Decision.Remaining is the
 	// count before the deduction. token_bucket only.
 	Smyte
+	// Cell: redis-cell compatibility for a refund (CL.THROTTLE with a
+	// negative quantity): it is decided like a request, and limited, changing
+	// nothing, when the bucket would still be past its tolerance after it.
+	// gcra refunds only.
+	Cell
 )
 
 // Limit is an algorithm and its parameters. Durations are nanoseconds. The
@@ -105,6 +110,28 @@ type Limit struct {
 // Millisecond is one millisecond in the package's unit, nanoseconds: the
 // minimum RefillTime and Window.
 const Millisecond int64 = 1e6
+
+// The ranges of time and duration in which decisions are exact. Every
+// quantity a decision derives (a refill step, a gcra tat, a pacer slot, a
+// window's end) is a time at most MaxTime plus a duration at most
+// MaxDuration, and MaxTime+MaxDuration fits in an int64: so no accepted
+// limit can overflow at an accepted time, and none can wedge a bucket.
+const (
+	// MaxTime is the latest time a decision may be made at:
+	// 2190-01-01T00:00:00Z, in Unix ns. Times are >= 0 (1970) as well.
+	MaxTime int64 = 6_942_585_600 * 1e9
+	// MaxDuration is the longest duration a Limit may hold or derive: 2^31
+	// seconds (68 years, the longest refill time smyte/ratelimit accepts).
+	// It bounds RefillTime, Period, Window and MaxDelay, the gcra tolerance
+	// (Burst+1)*Period/Count and the pacer's MaxDelay plus one interval.
+	MaxDuration int64 = 1 << 31 * 1e9
+)
+
+// ValidTime reports whether now is in the range decisions are exact for:
+// [0, MaxTime]. The methods of Limit accept any int64 and never panic or
+// wrap around, but outside this range they only promise to be
+// conservative; servers refuse explicit request times outside it.
+func ValidTime(now int64) bool { return now >= 0 && now <= MaxTime }
 
 // Parameter bits, in Limit field order, for the table of which algorithm
 // uses which parameter.
@@ -145,13 +172,14 @@ func (l *Limit) params() [8]param {
 // Validate reports whether l can be used and, if it can, records the
 // quantities its decisions derive from the parameters (so l must not be
 // modified afterwards without validating it again). It checks, in this order: the
-// algorithm; each parameter the algorithm uses, in field order (negative or
-// below its minimum: ErrOutOfRange; a zero RefillAmount, Count or Period:
-// ErrZeroRate); the derived quantities (gcra: Period/Count truncating to
-// 0 ns is ErrZeroRate, (Burst+1)*Period/Count above math.MaxInt64 is
-// ErrOverflow); then that every parameter it does not use is 0
-// (ErrUnusedParameter). The error names the algorithm, the field and the
-// value.
+// algorithm; each parameter the algorithm uses, in field order (negative,
+// below its minimum or, for a duration, above MaxDuration: ErrOutOfRange; a
+// zero RefillAmount, Count or Period: ErrZeroRate); the derived quantities
+// (gcra: Period/Count truncating to 0 ns is ErrZeroRate, a tolerance
+// (Burst+1)*Period/Count above MaxDuration is ErrOverflow; pacer: MaxDelay
+// plus one interval above MaxDuration is ErrOverflow); then that every
+// parameter it does not use is 0 (ErrUnusedParameter). The error names the
+// algorithm, the field and the value.
 func (l *Limit) Validate() error {
 	a := l.Algorithm
 	if a == Invalid || a >= numAlgorithms {
@@ -162,7 +190,7 @@ func (l *Limit) Validate() error {
 	case TokenBucket:
 		err = firstErr(
 			l.atLeast("Max", l.Max, 1, ""),
-			l.atLeast("RefillTime", l.RefillTime, Millisecond, " ns (1 ms)"),
+			l.duration("RefillTime", l.RefillTime, Millisecond, " ns (1 ms)"),
 			l.rate("RefillAmount", l.RefillAmount),
 		)
 	case GCRA:
@@ -170,6 +198,7 @@ func (l *Limit) Validate() error {
 			l.atLeast("Burst", l.Burst, 0, ""),
 			l.rate("Count", l.Count),
 			l.rate("Period", l.Period),
+			l.atMost("Period", l.Period, MaxDuration),
 		)
 		if err == nil {
 			err = l.validateGCRA()
@@ -177,14 +206,18 @@ func (l *Limit) Validate() error {
 	case FixedWindow, SlidingWindow:
 		err = firstErr(
 			l.atLeast("Max", l.Max, 1, ""),
-			l.atLeast("Window", l.Window, Millisecond, " ns (1 ms)"),
+			l.duration("Window", l.Window, Millisecond, " ns (1 ms)"),
 		)
 	case Pacer:
 		err = firstErr(
 			l.rate("Count", l.Count),
 			l.rate("Period", l.Period),
-			l.atLeast("MaxDelay", l.MaxDelay, 0, ""),
+			l.atMost("Period", l.Period, MaxDuration),
+			l.duration("MaxDelay", l.MaxDelay, 0, ""),
 		)
+		if err == nil {
+			err = l.validatePacer()
+		}
 	}
 	if err != nil {
 		return err

@@ -60,12 +60,15 @@ func TestValidate(t *testing.T) {
 		{tb(10, 0, 1), ErrOutOfRange, "RefillTime = 0"},
 		{tb(10, ms-1, 1), ErrOutOfRange, "RefillTime = 999999, want >= 1000000 ns (1 ms)"},
 		{tb(10, 60*sec, 0), ErrZeroRate, "RefillAmount = 0"},
+		{tb(10, MaxDuration, 1), nil, ""},
+		{tb(10, MaxDuration+1, 1), ErrOutOfRange, "RefillTime = 2147483648000000001 ns, want <= 2147483648000000000 ns (2147483648 s)"},
 		{tb(10, 60*sec, -1), ErrOutOfRange, "RefillAmount = -1"},
 		{tb(0, 0, 0), ErrOutOfRange, "Max"}, // the first field wins
 		{Limit{Algorithm: TokenBucket, Max: 1, RefillTime: ms, RefillAmount: 1, Window: sec}, ErrUnusedParameter, "token_bucket does not use Window, got 1000000000"},
 
 		{Limit{Algorithm: GCRA, Burst: 0, Count: 1, Period: 1}, nil, ""},
-		{Limit{Algorithm: GCRA, Burst: maxI64 - 1, Count: 1, Period: 1}, nil, ""},
+		{Limit{Algorithm: GCRA, Burst: MaxDuration - 1, Count: 1, Period: 1}, nil, ""},
+		{Limit{Algorithm: GCRA, Burst: MaxDuration, Count: 1, Period: 1}, ErrOverflow, "gcra tolerance (Burst+1)*Period/Count = 2147483648000000001*1 ns, want <= 2147483648000000000 ns (2147483648 s)"},
 		{Limit{Algorithm: GCRA, Burst: -1, Count: 1, Period: sec}, ErrOutOfRange, "gcra Burst = -1, want >= 0"},
 		{Limit{Algorithm: GCRA, Count: 0, Period: sec}, ErrZeroRate, "gcra Count = 0"},
 		{Limit{Algorithm: GCRA, Count: -1, Period: sec}, ErrOutOfRange, "Count = -1"},
@@ -74,16 +77,22 @@ func TestValidate(t *testing.T) {
 		{Limit{Algorithm: GCRA, Count: 10, Period: 9}, ErrZeroRate, "Period/Count = 9/10 truncates to 0 ns"},
 		{Limit{Algorithm: GCRA, Burst: maxI64, Count: 1, Period: 1}, ErrOverflow, "Burst+1"},
 		{Limit{Algorithm: GCRA, Burst: 9, Count: 1, Period: maxI64 / 9}, ErrOverflow, "(Burst+1)*Period/Count"},
+		{Limit{Algorithm: GCRA, Burst: 1, Count: 1, Period: MaxDuration + 1}, ErrOutOfRange, "gcra Period = 2147483648000000001 ns"},
 		{Limit{Algorithm: GCRA, Count: 1, Period: 1, Max: 5}, ErrUnusedParameter, "gcra does not use Max"},
 
 		{Limit{Algorithm: FixedWindow, Max: 1, Window: ms}, nil, ""},
 		{Limit{Algorithm: FixedWindow, Max: 0, Window: sec}, ErrOutOfRange, "fixed_window Max = 0"},
 		{Limit{Algorithm: FixedWindow, Max: 1, Window: 0}, ErrOutOfRange, "Window = 0"},
 		{Limit{Algorithm: SlidingWindow, Max: 1, Window: ms - 1}, ErrOutOfRange, "sliding_window Window = 999999"},
+		{Limit{Algorithm: SlidingWindow, Max: 1, Window: MaxDuration}, nil, ""},
+		{Limit{Algorithm: FixedWindow, Max: 1, Window: MaxDuration + 1}, ErrOutOfRange, "fixed_window Window = 2147483648000000001 ns"},
 		{Limit{Algorithm: SlidingWindow, Max: 1, Window: sec, RefillAmount: 1}, ErrUnusedParameter, "RefillAmount"},
 
 		{Limit{Algorithm: Pacer, Count: 1, Period: 1, MaxDelay: 0}, nil, ""},
-		{Limit{Algorithm: Pacer, Count: maxI64, Period: 1, MaxDelay: maxI64}, nil, ""},
+		{Limit{Algorithm: Pacer, Count: maxI64, Period: 1, MaxDelay: MaxDuration - 1}, nil, ""},
+		{Limit{Algorithm: Pacer, Count: maxI64, Period: 1, MaxDelay: maxI64}, ErrOutOfRange, "pacer MaxDelay = 9223372036854775807 ns"},
+		{Limit{Algorithm: Pacer, Count: 1, Period: MaxDuration + 1}, ErrOutOfRange, "pacer Period"},
+		{Limit{Algorithm: Pacer, Count: 1, Period: sec, MaxDelay: MaxDuration}, ErrOverflow, "pacer MaxDelay + Period/Count = 2147483648000000000 + 1000000000 ns"},
 		{Limit{Algorithm: Pacer, Count: 0, Period: 1}, ErrZeroRate, "pacer Count = 0"},
 		{Limit{Algorithm: Pacer, Count: 1, Period: 0}, ErrZeroRate, "pacer Period = 0"},
 		{Limit{Algorithm: Pacer, Count: 1, Period: 1, MaxDelay: -1}, ErrOutOfRange, "pacer MaxDelay = -1"},
@@ -135,7 +144,7 @@ func TestInvalidAlgorithmPanics(t *testing.T) {
 		"Init":    func(l *Limit, s *State) { l.Init(0, s) },
 		"Drained": func(l *Limit, s *State) { l.Drained(0, s) },
 		"Apply":   func(l *Limit, s *State) { l.Apply(0, s, 1, 0) },
-		"Refund":  func(l *Limit, s *State) { l.Refund(0, s, 1) },
+		"Refund":  func(l *Limit, s *State) { l.Refund(0, s, 1, 0) },
 		"FreshAt": func(l *Limit, s *State) { l.FreshAt(s) },
 	} {
 		func() {
@@ -160,7 +169,7 @@ func TestAllocs(t *testing.T) {
 			l.Apply(now, &s, 3, Strict)
 			l.Apply(now, &s, 100, Smyte) // denied
 			l.Apply(now, &s, 0, 0)
-			l.Refund(now, &s, 1)
+			l.Refund(now, &s, 1, 0)
 			l.FreshAt(&s)
 			l.Drained(now, &s)
 			l.Apply(now, &s, 1, 0)

@@ -1,5 +1,7 @@
 package bucket
 
+import "fmt"
+
 // pacer: the leaky bucket as a queue (CALLR, "Rate limiting for distributed
 // systems with Redis and Lua", 2018). Each request is given the next free
 // slot at 1/rate spacing and told how long to wait for it.
@@ -14,6 +16,17 @@ func (l *Limit) pacerInterval() int64 {
 		return l.step
 	}
 	return ceilDiv(l.Period, l.Count)
+}
+
+// validatePacer checks the derived quantity of a pacer whose fields are in
+// range: a request admitted with the longest delay ends its slot MaxDelay
+// plus one interval after now.
+func (l *Limit) validatePacer() error {
+	if i := ceilDiv(l.Period, l.Count); l.MaxDelay > MaxDuration-i {
+		return fmt.Errorf("%w: pacer MaxDelay + Period/Count = %d + %d ns, want <= %d ns (%d s)",
+			ErrOverflow, l.MaxDelay, i, MaxDuration, MaxDuration/1e9)
+	}
+	return nil
 }
 
 // pacerRemaining returns how many cost-1 requests would be admitted at a

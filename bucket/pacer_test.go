@@ -40,7 +40,7 @@ func TestPacerInterval(t *testing.T) {
 	for _, tt := range []struct{ count, period, want int64 }{
 		{4, sec, 250 * ms},
 		{3, sec, 333_333_334},
-		{1, maxI64, maxI64},
+		{1, MaxDuration, MaxDuration},
 		{2_000_000_000, sec, 1}, // faster than 1 per ns: 1 ns
 	} {
 		l := Limit{Algorithm: Pacer, Count: tt.count, Period: tt.period}
@@ -73,23 +73,33 @@ func TestPacerNoDelay(t *testing.T) {
 }
 
 func TestPacerExtremes(t *testing.T) {
-	l := Limit{Algorithm: Pacer, Count: 1, Period: maxI64, MaxDelay: maxI64} // I = MaxInt64
-	s := newBucket(l, 0)
+	l := Limit{Algorithm: Pacer, Count: 1, Period: MaxDuration, MaxDelay: 0} // I = MaxDuration
+	s := newBucket(l, MaxTime)
 	run(t, l, s, []step{
-		{0, 1, 0, paced(0, 1, maxI64), true}, // next = MaxInt64 exactly
-		{1, 1, 0, deny(1, -1, maxI64-1), false},
-		{minI64, 0, 0, paced(maxI64, 1, maxI64), false}, // next-now saturates; within MaxDelay
-		{maxI64, maxI64, 0, deny(2, -1, 0), false},      // slots past MaxInt64: never
+		{MaxTime, 1, 0, paced(0, 0, MaxDuration), true}, // next = MaxTime+MaxDuration exactly
+		{MaxTime + 1, 1, 0, deny(0, MaxDuration-1, MaxDuration-1), false},
+		// Past MaxTime: a slot that would end past MaxInt64 is never given.
+		{MaxTime + MaxDuration, 1, 0, deny(1, -1, 0), false},
+		{maxI64, 0, 0, paced(0, 1, 0), false},
+		{maxI64, 1, 0, deny(1, -1, 0), false},
 	})
 
-	l = Limit{Algorithm: Pacer, Count: 1, Period: 1, MaxDelay: maxI64} // Limit MaxInt64/1+1 saturates
+	l = Limit{Algorithm: Pacer, Count: 1, Period: 1, MaxDelay: MaxDuration - 1} // Limit MaxDuration
 	s = newBucket(l, 0)
 	run(t, l, s, []step{
-		{0, 0, 0, paced(0, maxI64, 0), false},
-		{0, maxI64 - 1, 0, paced(0, 2, maxI64-1), true},
-		{0, 2, 0, deny(2, -1, maxI64-1), false}, // slots past MaxInt64: never
-		{maxI64, 0, 0, paced(0, maxI64, 0), false},
+		{0, 0, 0, paced(0, MaxDuration, 0), false},
+		{0, MaxDuration, 0, paced(0, 0, MaxDuration), true},
+		{0, 1, 0, deny(0, 1, MaxDuration), false},
+		{1, 1, 0, paced(MaxDuration-1, 0, MaxDuration), true},
 	})
+	for _, l := range []Limit{
+		{Algorithm: Pacer, Count: 1, Period: 1, MaxDelay: MaxDuration},
+		{Algorithm: Pacer, Count: 2, Period: MaxDuration, MaxDelay: MaxDuration/2 + 1},
+	} {
+		if err := l.Validate(); !errors.Is(err, ErrOverflow) {
+			t.Errorf("Validate(%+v) = %v, want ErrOverflow", l, err)
+		}
+	}
 }
 
 func TestPacerRefundAndDrained(t *testing.T) {
@@ -97,14 +107,15 @@ func TestPacerRefundAndDrained(t *testing.T) {
 	var s State
 	l.Drained(t0, &s)
 	run(t, l, &s, []step{
-		{t0, 1, 0, paced(500*ms, 0, 750*ms), true}, // one request, with the longest delay
+		// As if a request had just taken the slot at the longest delay.
 		{t0, 1, 0, deny(0, 250*ms, 750*ms), false},
+		{t0 + 250*ms, 1, 0, paced(500*ms, 0, 750*ms), true},
 	})
-	d, changed := l.Refund(t0, &s, 2)
+	d, changed := l.Refund(t0+250*ms, &s, 2, 0)
 	if want := paced(250*ms, 2, 250*ms); !changed || d.Remaining != want.Remaining || d.Delay != want.Delay {
 		t.Errorf("Refund 2 = %+v, %v; want %+v", d, changed, want)
 	}
-	if _, changed = l.Refund(t0, &s, maxI64); !changed || s[pacerNext] != t0 {
+	if _, changed = l.Refund(t0+250*ms, &s, maxI64, 0); !changed || s[pacerNext] != t0+250*ms {
 		t.Errorf("Refund MaxInt64: state %v, want next = now", s)
 	}
 }

@@ -43,10 +43,13 @@ func (l *Limit) applyTokenBucket(now int64, s *State, cost int64, f Flags, d *De
 		// A peek never writes, strict or not (smyte: GET never writes).
 	case f&Smyte != 0:
 		// smyte writes max(adjusted-cost, 0) whatever the outcome; STRICT
-		// restarts the clock at the client's time, even a backwards one.
+		// restarts the clock. smyte/ratelimit restarts it at the client's
+		// time even when that is earlier than the stored clock, which
+		// moves the clock back and refills the bucket early: time travel
+		// would mint tokens, so the clock never moves back here.
 		amount, write = max(adjusted-cost, 0), true
 		if strict && amount == 0 {
-			at = now
+			at = max(at, now)
 		}
 	case allowed:
 		amount, write = adjusted-cost, true

@@ -144,17 +144,23 @@ func TestTokenBucketStrict(t *testing.T) {
 	}
 }
 
-// TestTokenBucketSmyteStrictBackwards reproduces smyte/ratelimit 1.7: a
-// STRICT request with an earlier AT moves the refill clock backwards and
-// shortens the lockout. Only Smyte does this.
+// TestTokenBucketSmyteStrictBackwards: smyte/ratelimit (anchor-semantics.md
+// 1.7) restarts the refill clock of a STRICT request at its AT even when
+// that is earlier than the stored clock: the clock moves back and the
+// bucket refills early, so a client timestamp in the past mints tokens for
+// later requests. Sluice keeps the later clock: the reply is smyte's (the
+// count before the deduction), the refill comes no earlier than it would
+// have.
 func TestTokenBucketSmyteStrictBackwards(t *testing.T) {
 	l := Limit{Algorithm: TokenBucket, Max: 2, RefillTime: 10 * sec, RefillAmount: 1}
 	s := &State{0, t0 + 24*sec, 0}
 	run(t, l, s, []step{
-		{t0 + 10*sec, 1, Smyte | Strict, deny(0, 10*sec, 20*sec), true},
-		{t0 + 20*sec, 0, Smyte, allow(1, 10*sec), false},
+		{t0 + 10*sec, 1, Smyte | Strict, deny(0, 24*sec, 34*sec), false},
+		// smyte: the clock went back to t0+10s, so 1 token at t0+20s.
+		{t0 + 20*sec, 0, Smyte, allow(0, 24*sec), false},
+		{t0 + 34*sec, 1, Smyte | Strict, allow(1, 20*sec), true},
 	})
-	if *s != (State{0, t0 + 10*sec, 0}) {
+	if *s != (State{0, t0 + 34*sec, 0}) {
 		t.Errorf("state = %v", *s)
 	}
 }
@@ -191,14 +197,17 @@ func TestTokenBucketBackwards(t *testing.T) {
 	}
 }
 
-// TestTokenBucketExtremes: values near math.MaxInt64 saturate instead of
+// TestTokenBucketExtremes: at the ends of the exact ranges (MaxTime,
+// MaxDuration) nothing saturates; past MaxTime values saturate instead of
 // wrapping, and nothing panics.
 func TestTokenBucketExtremes(t *testing.T) {
-	huge := Limit{Algorithm: TokenBucket, Max: maxI64, RefillTime: maxI64, RefillAmount: maxI64}
-	s := newBucket(huge, maxI64-1)
+	huge := Limit{Algorithm: TokenBucket, Max: maxI64, RefillTime: MaxDuration, RefillAmount: maxI64}
+	s := newBucket(huge, MaxTime)
+	end := MaxTime + MaxDuration
 	run(t, huge, s, []step{
-		{maxI64 - 1, maxI64, 0, allow(0, 1), true}, // full again at MaxInt64 (saturated)
-		{maxI64, 1, 0, deny(0, 1, 0), false},       // the next refill is past the int64 range
+		{MaxTime, maxI64, 0, allow(0, MaxDuration), true}, // full again one step later, exactly
+		{end - 1, 1, 0, deny(0, 1, 1), false},
+		{end, 1, 0, allow(maxI64-1, maxI64-end), true}, // past MaxTime: the next step saturates
 	})
 
 	l := Limit{Algorithm: TokenBucket, Max: 5, RefillTime: ms, RefillAmount: maxI64}
@@ -235,7 +244,7 @@ func TestTokenBucketRefund(t *testing.T) {
 		{t0 + 1500*ms, 5, allow(3, 0), true, State{3, t0 + sec, 0}}, // capped at Max
 		{t0 + 2*sec, 1, allow(3, 0), false, State{3, t0 + sec, 0}},  // already full
 	} {
-		d, changed := l.Refund(tt.at, s, tt.amount)
+		d, changed := l.Refund(tt.at, s, tt.amount, 0)
 		tt.want.Limit = 3
 		if d != tt.want || changed != tt.changed || *s != tt.state {
 			t.Errorf("Refund(t0%+d, %d) = %+v, %v, state %v; want %+v, %v, %v",

@@ -56,13 +56,15 @@ func TestFixedWindowNegativeTime(t *testing.T) {
 }
 
 func TestFixedWindowExtremes(t *testing.T) {
-	l := Limit{Algorithm: FixedWindow, Max: maxI64, Window: maxI64}
-	s := newBucket(l, maxI64-1) // window [0, MaxInt64)
+	l := Limit{Algorithm: FixedWindow, Max: maxI64, Window: MaxDuration}
+	start := MaxTime / MaxDuration * MaxDuration
+	end := start + MaxDuration // the window holding MaxTime ends within the int64 range
+	s := newBucket(l, MaxTime)
 	run(t, l, s, []step{
-		{maxI64 - 1, maxI64, 0, allow(0, 1), true},
-		{maxI64 - 1, 1, 0, deny(0, 1, 1), false},
-		{maxI64, 1, 0, allow(maxI64-1, 0), true}, // window [MaxInt64, ...) ends past the range
-		{maxI64, maxI64, 0, deny(maxI64-1, 1, 0), false},
+		{MaxTime, maxI64, 0, allow(0, end-MaxTime), true},
+		{MaxTime, 1, 0, deny(0, end-MaxTime, end-MaxTime), false},
+		{end, 1, 0, allow(maxI64-1, maxI64-end), true}, // past MaxTime the window's end saturates
+		{end, maxI64, 0, deny(maxI64-1, maxI64-end, maxI64-end), false},
 	})
 
 	// The window holding MinInt64 starts below the int64 range: it is
@@ -99,7 +101,7 @@ func TestFixedWindowRefundAndDrained(t *testing.T) {
 		{t0 + 200*ms, 1, 3, false, State{t0, 0, 0}},
 		{t0 + 2*sec, 1, 3, false, State{t0, 0, 0}},
 	} {
-		d, changed := l.Refund(tt.at, &s, tt.amount)
+		d, changed := l.Refund(tt.at, &s, tt.amount, 0)
 		if d.Remaining != tt.remaining || changed != tt.changed || s != tt.state || !d.Allowed {
 			t.Errorf("Refund(t0%+d, %d) = %+v, %v, state %v; want remaining %d, %v, %v",
 				tt.at-t0, tt.amount, d, changed, s, tt.remaining, tt.changed, tt.state)
@@ -147,21 +149,23 @@ func TestSlidingWindowExact(t *testing.T) {
 }
 
 func TestSlidingWindowExtremes(t *testing.T) {
-	l := Limit{Algorithm: SlidingWindow, Max: maxI64, Window: maxI64}
+	w := MaxDuration
+	l := Limit{Algorithm: SlidingWindow, Max: maxI64, Window: w}
 	s := newBucket(l, 0)
 	run(t, l, s, []step{
-		{0, maxI64, 0, allow(0, maxI64), true},
-		{maxI64 - 1, 1, 0, deny(0, 1, 1), false},
-		// In window [MaxInt64, ...): prev = MaxInt64 at full weight; the
-		// products need 126 bits. The next window is past the range.
-		{maxI64, 0, 0, allow(0, 0), false},
-		{maxI64, 1, 0, deny(0, 1, 0), false},
-		{maxI64, maxI64, 0, deny(0, 1, 0), false},
+		{0, maxI64, 0, allow(0, 2*w), true},
+		{w - 1, 1, 0, deny(0, 2, w+1), false},
+		// In window [w, 2w): prev = MaxInt64 at full weight; the products
+		// need 126 bits.
+		{w, 0, 0, allow(0, w), false},
+		{w, 1, 0, deny(0, 1, w), false},
+		{w + 1, 1, 0, allow(3, 2*w-1), true}, // prev weighs MaxInt64*(w-1)/w: 4 left
+		{w + 1, maxI64, 0, deny(3, 2*w-1, 2*w-1), false},
 	})
 
 	// Two windows apart by more than MaxInt64: start-stored overflows int64
 	// but the roll is still exact (both counts age out).
-	l = Limit{Algorithm: SlidingWindow, Max: 5, Window: maxI64}
+	l = Limit{Algorithm: SlidingWindow, Max: 5, Window: w}
 	s = &State{-maxI64, 5, 5}
 	run(t, l, s, []step{{maxI64, 5, 0, allow(0, 0), true}})
 
@@ -190,7 +194,7 @@ func TestSlidingWindowRefundAndDrained(t *testing.T) {
 		{t0 + sec, 1, false, State{t0, 1, 0}},   // rolled: nothing left to refund
 		{t0 + 500*ms, 9, true, State{t0, 0, 0}},
 	} {
-		_, changed := l.Refund(tt.at, &s, tt.amount)
+		_, changed := l.Refund(tt.at, &s, tt.amount, 0)
 		if changed != tt.changed || s != tt.state {
 			t.Errorf("Refund(t0%+d, %d) = %v, state %v; want %v, %v", tt.at-t0, tt.amount, changed, s, tt.changed, tt.state)
 		}

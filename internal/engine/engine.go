@@ -208,7 +208,7 @@ func (e *Engine) Refund(d *bucket.Decision, key []byte, l *Limit, amount int64, 
 	}
 	var s bucket.State
 	replaced := load(now, l, sl, &s)
-	if (l.b.DecideRefund(now, &s, amount, d) && sl.Live()) || replaced {
+	if (l.b.DecideRefund(now, &s, amount, 0, d) && sl.Live()) || replaced {
 		store(sl, &s, d, now)
 	} else {
 		sl.Release()
