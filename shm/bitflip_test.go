@@ -25,16 +25,20 @@ func flipDir(t *testing.T) string {
 	return t.TempDir()
 }
 
+// flipHighTime is the high time of TestBitFlips' file.
+const flipHighTime = 1_700_000_000_000_000_000
+
 // Ensure that a bit flipped anywhere in the header's fields or in any slot
 // of a cleanly closed file never crashes, hangs or reads out of bounds:
 // Open fails with one of its sentinel errors, or the table opens and the
-// damage is detected and reset when the slot is used. The flips that go
-// undetected are in fields that carry no meaning: counters, reserved bytes,
-// the generation bits of a free lock.
+// damage is detected and reset when the slot is used, and the high time is
+// never raised (a flipped mark is ignored). The flips that go undetected
+// are in fields that carry no meaning: counters, reserved bytes, the
+// generation bits of a free lock.
 func TestBitFlips(t *testing.T) {
 	dir := flipDir(t)
 	orig := filepath.Join(dir, "orig")
-	tb, err := Create(orig, Options{SlotCount: 8, ProbeCap: 8})
+	tb, err := Create(orig, Options{SlotCount: 8, ProbeCap: 8}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,6 +46,8 @@ func TestBitFlips(t *testing.T) {
 	for i, k := range keys {
 		put(t, tb, k, int64(i), math.MaxInt64, 0)
 	}
+	tb.RecordTime(flipHighTime - 1)
+	tb.RecordTime(flipHighTime)
 	if err := tb.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +56,7 @@ func TestBitFlips(t *testing.T) {
 		t.Fatal(err)
 	}
 	sentinels := []error{ErrNotStateFile, ErrVersion, ErrByteOrder, ErrChecksum, ErrGeometry, ErrTruncated}
-	headerBits := (offCounters + numCounters*8) * 8
+	headerBits := (offHighMarks + numHighMarks*highMarkSize) * 8
 	if *flipAll {
 		headerBits = HeaderSize * 8
 	}
@@ -104,6 +110,9 @@ func useFlipped(path string, keys []string, bit int, undetected *int, sentinels 
 		return fmt.Sprintf("untyped error %v", err)
 	}
 	defer tb.Close()
+	if v, ok := tb.HighTime(); !ok || v > flipHighTime || v < flipHighTime-1 {
+		return fmt.Sprintf("high time %d, %v after a flip; it was %d", v, ok, flipHighTime)
+	}
 	for i := range tb.n {
 		tb.LockIndex(i).Release()
 	}

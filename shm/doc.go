@@ -17,7 +17,8 @@
 //
 // Open validates the header in a fixed order and refuses a foreign,
 // truncated, incompatible or corrupt file with a sentinel error (see
-// errors.go), never modifying it.
+// errors.go), never modifying it. A file of an earlier format version is
+// upgraded in place (format.go lists the versions and their upgrades).
 //
 // # Hashing and probing
 //
@@ -31,6 +32,9 @@
 //
 // A slot whose bucket is back to its new state (FreshAt <= now) carries no
 // information and is reclaimed in place by the next insert that passes it.
+// now is the server's clock, handed in by the caller: a time a client sent
+// decides its own request, never whether another bucket may be forgotten.
+// The package reads no clock.
 // Slots are never emptied, so probe sequences stay intact. When no free or
 // reclaimable slot lies within the probe cap, inserting fails with
 // ErrTableFull and is counted; nothing is evicted and nothing blocks.
@@ -62,15 +66,22 @@
 // (synchronously) and Close marks it clean after a final Sync. Opening a
 // dirty file scans every slot: a slot whose lock word is held or whose
 // checksum does not match is reset to a conservative state that its owner
-// turns into one that grants no burst, and counted; buckets a power loss
-// left unreachable (written without the pages before them in their probe
-// sequence, hence created after the last sync) are dropped, and every reach
-// is recomputed. A clean file is served at once, without a scan: its slots
-// are checked on first use until Scrub, run in the background, has checked
-// them all.
+// turns into one that grants no burst, and counted (it is not reclaimed
+// before its owner has done so); buckets a power loss left unreachable
+// (written without the pages before them in their probe sequence, hence
+// created after the last sync) are dropped, and every reach is recomputed.
+// The scan can itself be killed and redone with the same outcome (see
+// recover). A clean file is served at once, without a scan: its slots are
+// checked on first use until Scrub, run in the background, has checked them
+// all.
 //
-// Create allocates the file's blocks up front (fallocate), so a full disk
-// fails at creation instead of raising SIGBUS on a later write.
+// The header's high time (the highest server time recorded, below which a
+// server's clock never starts) is kept in two checksummed copies: damage
+// can only lower it, never move the clock forward and refill buckets.
+//
+// Create allocates the file's blocks up front (fallocate), and Open
+// allocates any hole in an existing file, so a full disk fails there
+// instead of raising SIGBUS on a later write.
 //
 // # Caveats
 //

@@ -28,9 +28,16 @@ package shm
 //	-------------------------------------------------------------- mutable below
 //	0x048  cleanFlag   uint32   cleanMagic after a graceful close, else dirty
 //	0x04c  reserved    uint32   0
-//	0x050  highTime    int64    the highest server time recorded (Unix ns); the
-//	                            server's clock never starts below it
+//	0x050  reserved    int64    0 (version 1: the high time, unchecksummed)
 //	0x058  counters    [16]uint64  see counter* (statistics, best effort)
+//	0x0d8  highMarks   [2]{time int64, sum uint64}
+//	                            the highest server time recorded (Unix ns), in
+//	                            two copies written alternately, each with
+//	                            sum = xxhash64 (seed 0) of its time (8 bytes,
+//	                            little-endian); the server's clock never
+//	                            starts below the higher valid copy. A copy
+//	                            whose sum does not match is ignored, so a torn
+//	                            or flipped time can only lower the floor.
 //	...    reserved    zero
 //	0x800  insertLocks [512]uint32  spinlocks serialising inserts per fingerprint stripe
 //
@@ -62,11 +69,25 @@ package shm
 // The home slot of a fingerprint is
 // floor(fp0 * slotCount / 2^64).
 //
-// Format versions: 1 is the first and only one.
+// Format versions, and how Open upgrades a file of an earlier one in place
+// (the owner lock held, the header rewritten and synced before anything
+// else; an upgrade interrupted by a crash is redone by the next Open):
+//
+//	1  the first.
+//	2  the high time moves from 0x050 to the checksummed highMarks. A
+//	   version-1 high time has no checksum to trust it by: the upgrade drops
+//	   it (0x050 is zeroed, both marks hold 0), so the clock starts at the
+//	   wall clock. A clock below a bucket's times only delays its refills;
+//	   a flipped bit that moved it years ahead would have refilled every
+//	   bucket.
+//
+// An interrupted upgrade leaves the new version number under the old
+// header checksum (the two are written in that order); Open recognises it
+// by the checksum of the header with the old version, and upgrades again.
 
 const (
 	magic         = "SLUICE\x1a\n" // identifies a Sluice state file
-	FormatVersion = 1              // the file format this package reads and writes
+	FormatVersion = 2              // the file format this package writes; it reads 1 to FormatVersion
 	byteOrderMark = 0x01020304     // written little-endian; reads differently on a foreign order
 	HeaderSize    = 4096           // bytes before slot 0; one page, so slots are page-aligned
 	cleanMagic    = 0xC1EA7C1E     // cleanFlag value after a graceful close
@@ -89,9 +110,12 @@ const (
 	checksummed   = offChecksum // bytes [0, checksummed) are covered by the header checksum
 
 	offCleanFlag   = 0x048
-	offHighTime    = 0x050
+	offV1HighTime  = 0x050 // version 1 only; zero from version 2
 	offCounters    = 0x058
 	numCounters    = 16
+	offHighMarks   = 0x0d8
+	numHighMarks   = 2
+	highMarkSize   = 16 // time int64, sum uint64
 	offInsertLocks = 0x800
 	numInsertLocks = 512
 )

@@ -22,13 +22,14 @@ func TestFormat_layout(t *testing.T) {
 		{"headerSize", offHeaderSize, 4}, {"slotSize", offSlotSize, 4}, {"slotCount", offSlotCount, 8},
 		{"seed0", offSeed0, 8}, {"seed1", offSeed1, 8}, {"probeCap", offProbeCap, 4}, {"reserved", offProbeCap + 4, 4},
 		{"created", offCreated, 8}, {"checksum", offChecksum, 8}, {"cleanFlag", offCleanFlag, 4},
-		{"reserved2", offCleanFlag + 4, 4}, {"highTime", offHighTime, 8}, {"counters", offCounters, numCounters * 8},
+		{"reserved2", offCleanFlag + 4, 4}, {"v1HighTime", offV1HighTime, 8}, {"counters", offCounters, numCounters * 8},
+		{"highMarks", offHighMarks, numHighMarks * highMarkSize},
 	}
 	for _, c := range []struct {
 		name   string
 		fields []field
 		end    uintptr
-	}{{"slot", slot, MinSlotSize}, {"header", header, offCounters + numCounters*8}} {
+	}{{"slot", slot, MinSlotSize}, {"header", header, offHighMarks + numHighMarks*highMarkSize}} {
 		var next uintptr
 		for _, f := range c.fields {
 			if f.off != next {
@@ -43,7 +44,7 @@ func TestFormat_layout(t *testing.T) {
 			t.Errorf("%s fields end at %#x, want %#x", c.name, next, c.end)
 		}
 	}
-	if offCounters+numCounters*8 > offInsertLocks || offInsertLocks+numInsertLocks*4 > HeaderSize {
+	if offHighMarks+numHighMarks*highMarkSize > offInsertLocks || offInsertLocks+numInsertLocks*4 > HeaderSize {
 		t.Errorf("header regions overflow the header page")
 	}
 	if checksummed != offChecksum || summedFrom != slotFP0 || summedTo != MinSlotSize {

@@ -79,7 +79,7 @@ func FuzzTable(f *testing.F) {
 // checked against.
 func FuzzValidateHeader(f *testing.F) {
 	good := make([]byte, HeaderSize)
-	if err := writeHeader(good, Options{SlotCount: 8, SlotSize: 64, ProbeCap: 8}); err != nil {
+	if err := writeHeader(good, Options{SlotCount: 8, SlotSize: 64, ProbeCap: 8}, 0); err != nil {
 		f.Fatal(err)
 	}
 	f.Add(good[:checksummed+8], int64(HeaderSize+8*64))
@@ -87,7 +87,7 @@ func FuzzValidateHeader(f *testing.F) {
 	f.Fuzz(func(t *testing.T, prefix []byte, size int64) {
 		hdr := make([]byte, HeaderSize)
 		copy(hdr, prefix)
-		if err := validateHeader(hdr, size); err != nil {
+		if v, err := validateHeader(hdr, size); err != nil || v < 1 || v > FormatVersion {
 			return
 		}
 		var tb Table

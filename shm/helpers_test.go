@@ -27,7 +27,7 @@ func newHeap(t testing.TB, o Options) *Table {
 func newFile(t testing.TB, o Options) (*Table, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "state")
-	tb, err := Create(path, o)
+	tb, err := Create(path, o, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

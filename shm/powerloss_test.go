@@ -33,7 +33,7 @@ func TestPowerLoss(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	dir := flipDir(t)
 	path := filepath.Join(dir, "state")
-	tb, err := Create(path, Options{SlotCount: 1024, SlotSize: 128})
+	tb, err := Create(path, Options{SlotCount: 1024, SlotSize: 128}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

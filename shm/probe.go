@@ -6,7 +6,6 @@ import (
 	"math/bits"
 	"runtime"
 	"sync/atomic"
-	"time"
 	"unsafe"
 
 	"github.com/cespare/xxhash/v2"
@@ -286,7 +285,9 @@ func (t *Table) Lookup(fp Fingerprint) (s Slot, ok bool) {
 // claims one for fp (found is false), storing kind and, when the slot size
 // has room, key. A claimed slot is not live: its holder initialises the state
 // and calls Commit, or calls Release to leave it reclaimable. now decides
-// which slots are reclaimable (their FreshAt <= now).
+// which slots are reclaimable (their FreshAt <= now): it must be the
+// server's clock, never a time a client sent, because it decides whether
+// other buckets may be forgotten.
 //
 // Creation is serialised per fingerprint stripe, so a bucket never occupies
 // two slots however many goroutines insert it at once. It returns
@@ -382,11 +383,22 @@ func (t *Table) LockIndex(i uint64) Slot {
 }
 
 // checksumOf is the checksum of the slot at p: a multiply-xor mix of the words
-// in [summedFrom, summedTo) and of the reach in the lock word. Independent products keep it a few cycles long;
-// it detects torn writes and bit flips, not adversaries.
+// in [summedFrom, summedTo) and of the reach in the lock word. Independent
+// products keep it a few cycles long; it detects torn writes and bit flips,
+// not adversaries.
 func checksumOf(p unsafe.Pointer) uint32 {
-	w := summedWords(p)
-	r := uint64(atomic.LoadUint32(u32at(p, slotLock)) >> reachShift)
+	return checksumWords(summedWords(p), uint64(atomic.LoadUint32(u32at(p, slotLock))>>reachShift))
+}
+
+// checksumAs is the checksum the slot at p would have with reach r and
+// FreshAt freshAt.
+func checksumAs(p unsafe.Pointer, r uint64, freshAt int64) uint32 {
+	w := *summedWords(p)
+	w[(slotFreshAt-summedFrom)/8] = uint64(freshAt)
+	return checksumWords(&w, r)
+}
+
+func checksumWords(w *[(summedTo - summedFrom) / 8]uint64, r uint64) uint32 {
 	a := w[0]*0x9E3779B97F4A7C15 + w[1]*0xC2B2AE3D27D4EB4F + w[2]*0x165667B19E3779F9 + w[3]*0xD6E8FEB86659FD93 + r*0x2545F4914F6CDD1D
 	b := w[4]*0xFF51AFD7ED558CCD + w[5]*0xC4CEB9FE1A85EC53 + w[6]*0x94D049BB133111EB
 	h := a ^ bits.RotateLeft64(b, 29)
@@ -395,8 +407,6 @@ func checksumOf(p unsafe.Pointer) uint32 {
 	h ^= h >> 29
 	return uint32(h >> 32)
 }
-
-func nowNanos() int64 { return time.Now().UnixNano() }
 
 // Scan visits the slots from index cursor on, at most span of them, and
 // calls fn for each one that holds a live bucket, with that slot locked (fn

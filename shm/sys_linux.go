@@ -52,6 +52,45 @@ func allocate(f *os.File, size int64) error {
 	return nil
 }
 
+// allocateHoles makes sure every block of f's first size bytes is allocated
+// on disk, so that no write through the mapping can fail for lack of space
+// (SIGBUS): a state file copied sparse, or left sparse by other tools. It
+// never changes the file's contents: fallocate (mode 0) allocates holes and
+// leaves data alone; where the file system cannot fallocate, it writes zeros
+// into the holes that SEEK_HOLE finds (holes read as zeros).
+func allocateHoles(f *os.File, size int64) error {
+	fd := int(f.Fd())
+	err := unix.Fallocate(fd, 0, 0, size)
+	if err == nil || !errors.Is(err, unix.EOPNOTSUPP) {
+		return err
+	}
+	var zeros []byte
+	for off := int64(0); off < size; {
+		hole, err := unix.Seek(fd, off, unix.SEEK_HOLE)
+		if err != nil || hole >= size {
+			return err // no holes left (or SEEK_HOLE unsupported: no holes known)
+		}
+		data, err := unix.Seek(fd, hole, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) {
+			data, err = size, nil // a hole to the end
+		}
+		if err != nil {
+			return err
+		}
+		if zeros == nil {
+			zeros = make([]byte, 1<<20)
+		}
+		for off = hole; off < min(data, size); {
+			n, err := f.WriteAt(zeros[:min(int64(len(zeros)), min(data, size)-off)], off)
+			if err != nil {
+				return err
+			}
+			off += int64(n)
+		}
+	}
+	return nil
+}
+
 // mapFile maps the whole of f shared, for reading and writing.
 func mapFile(f *os.File) (mmap.MMap, error) {
 	m, err := mmap.Map(f, mmap.RDWR, 0)

@@ -14,6 +14,7 @@ import (
 func openNoFollow(string) (*os.File, error) { return nil, ErrUnsupported }
 func lockFile(*os.File) error               { return ErrUnsupported }
 func allocate(*os.File, int64) error        { return ErrUnsupported }
+func allocateHoles(*os.File, int64) error   { return ErrUnsupported }
 func mapFile(*os.File) (mmap.MMap, error)   { return nil, ErrUnsupported }
 func syncRange([]byte) error                { return ErrUnsupported }
 func syncFile(*os.File) error               { return ErrUnsupported }

@@ -1,17 +1,16 @@
 package shm
 
 import (
-	"crypto/rand"
 	"encoding/binary"
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"unsafe"
 
-	"github.com/cespare/xxhash/v2"
 	"github.com/edsrzf/mmap-go"
 )
 
@@ -87,7 +86,22 @@ type Table struct {
 	// scanned) may hold slots nobody has checked: lockSlot verifies each
 	// slot's checksum until Scrub has checked them all.
 	checkOnUse atomic.Bool
+	marks      sync.Mutex // serialises RecordTime and HighTime
+	opened     OpenReport
 }
+
+// OpenReport says what Open found and did, for the owner's log.
+type OpenReport struct {
+	Created      bool   // the file was created, not opened
+	UpgradedFrom uint32 // the format version the file was upgraded from; 0 if none
+	Recovered    bool   // the file was not closed cleanly and was scanned
+	Torn         uint64 // slots the scan found torn and repaired
+	Dropped      uint64 // buckets the scan dropped: unreachable after a power loss
+	Released     uint64 // claims and reservations whose holder died, released
+}
+
+// Opened returns what Open (or Create) found and did.
+func (t *Table) Opened() OpenReport { return t.opened }
 
 // Geometry describes an open table.
 type Geometry struct {
@@ -120,18 +134,20 @@ func NewHeap(o Options) (*Table, error) {
 	buf, base := heapBuffer(uintptr(o.FileSize()))
 	t := &Table{base: base, heap: buf}
 	hdr := unsafe.Slice((*byte)(base), HeaderSize)
-	if err := writeHeader(hdr, o); err != nil {
+	if err := writeHeader(hdr, o, 0); err != nil {
 		return nil, err
 	}
 	t.load(hdr)
+	t.opened.Created = true
 	binary.LittleEndian.PutUint32(hdr[offCleanFlag:], dirtyMagic)
 	return t, nil
 }
 
 // Create makes a new state file at path with geometry o and opens it. It
 // fails if path exists. The file's space is allocated before it appears at
-// path, so a disk too small for it fails here, not later.
-func Create(path string, o Options) (*Table, error) {
+// path, so a disk too small for it fails here, not later. now is the
+// caller's clock, recorded as the creation time.
+func Create(path string, o Options, now int64) (*Table, error) {
 	o = o.withDefaults()
 	if err := o.validate(); err != nil {
 		return nil, err
@@ -159,7 +175,7 @@ func Create(path string, o Options) (*Table, error) {
 		return fail(err)
 	}
 	hdr := make([]byte, HeaderSize)
-	if err := writeHeader(hdr, o); err != nil {
+	if err := writeHeader(hdr, o, now); err != nil {
 		return fail(err)
 	}
 	if _, err := f.WriteAt(hdr, 0); err != nil {
@@ -171,17 +187,19 @@ func Create(path string, o Options) (*Table, error) {
 	if err := os.Link(tmp, path); err != nil {
 		return fail(err)
 	}
-	return mapTable(f, true)
+	return mapTable(f, FormatVersion, true)
 }
 
 // Open opens an existing state file. It validates the header in a fixed
 // order (regular file, owner lock, length, magic, version, byte order,
 // checksum, geometry) and returns the first failure's sentinel error, wrapped
-// with detail; the file is not modified unless every check passes.
-//
-// A file that was not closed cleanly is scanned: slots whose lock was held or
-// whose checksum is wrong are reset to a conservative state (see
-// Slot.Conservative) and counted.
+// with detail; the file is not modified unless every check passes. Then it
+// makes sure every block of the file is allocated (a sparse file on a full
+// disk fails here, instead of raising SIGBUS when a page is first written),
+// upgrades a file of an earlier format version in place, and scans a file
+// that was not closed cleanly: slots whose lock was held or whose checksum
+// is wrong are reset to a conservative state (see Slot.Conservative) and
+// counted. Opened reports what it did.
 func Open(path string) (*Table, error) {
 	if !littleEndian() {
 		return nil, ErrByteOrder
@@ -215,16 +233,21 @@ func Open(path string) (*Table, error) {
 		}
 		return fail(err)
 	}
-	if err := validateHeader(hdr, fi.Size()); err != nil {
+	version, err := validateHeader(hdr, fi.Size())
+	if err != nil {
 		return fail(err)
 	}
-	return mapTable(f, false)
+	if err := allocateHoles(f, fi.Size()); err != nil {
+		return fail(fmt.Errorf("allocating the file's blocks: %w", err))
+	}
+	return mapTable(f, version, false)
 }
 
-// mapTable maps a validated file, marks it dirty and recovers it if it was
-// not closed cleanly. A file that was closed cleanly (and not just created)
-// is checked on use until Scrub has checked it.
-func mapTable(f *os.File, created bool) (*Table, error) {
+// mapTable maps a validated file of format version, upgrades it, marks it
+// dirty and recovers it if it was not closed cleanly. A file that was closed
+// cleanly (and not just created) is checked on use until Scrub has checked
+// it.
+func mapTable(f *os.File, version uint32, created bool) (*Table, error) {
 	m, err := mapFile(f)
 	if err != nil {
 		f.Close()
@@ -232,6 +255,11 @@ func mapTable(f *os.File, created bool) (*Table, error) {
 	}
 	t := &Table{base: mappingBase(m), file: f, mm: m}
 	t.load(t.headerBytes())
+	t.opened.Created = created
+	if version < FormatVersion {
+		t.upgrade(version)
+		t.opened.UpgradedFrom = version
+	}
 	// Insert locks are held only for an instant, but a process killed in that
 	// instant leaves one held: the file's single owner starts with them free.
 	clear(t.headerBytes()[offInsertLocks : offInsertLocks+numInsertLocks*4])
@@ -263,73 +291,6 @@ func (t *Table) load(hdr []byte) {
 	t.room = inlineRoom(int(t.slotSize))
 	t.gen = uint32(mrand.IntN(genMask>>genShift)) + 1 // never 0: an unlocked word has no generation
 }
-
-// writeHeader fills a zeroed header page for a new table with geometry o and
-// fresh random seeds.
-func writeHeader(hdr []byte, o Options) error {
-	var seeds [16]byte
-	if _, err := rand.Read(seeds[:]); err != nil {
-		return err
-	}
-	le := binary.LittleEndian
-	copy(hdr[offMagic:], magic)
-	le.PutUint32(hdr[offVersion:], FormatVersion)
-	le.PutUint32(hdr[offByteOrder:], byteOrderMark)
-	le.PutUint32(hdr[offHeaderSize:], HeaderSize)
-	le.PutUint32(hdr[offSlotSize:], uint32(o.SlotSize))
-	le.PutUint64(hdr[offSlotCount:], o.SlotCount)
-	copy(hdr[offSeed0:offSeed1+8], seeds[:])
-	le.PutUint32(hdr[offProbeCap:], uint32(o.ProbeCap))
-	le.PutUint64(hdr[offCreated:], uint64(nowNanos()))
-	le.PutUint64(hdr[offChecksum:], xxhash.Sum64(hdr[:checksummed]))
-	le.PutUint32(hdr[offCleanFlag:], cleanMagic)
-	return nil
-}
-
-// validateHeader checks a header read from a file of size bytes, in the
-// order magic, version, byte order, checksum, geometry. The checksum comes
-// before the geometry so that a damaged size field is reported as damage,
-// not as a truncated file.
-func validateHeader(hdr []byte, size int64) error {
-	le := binary.LittleEndian
-	if string(hdr[offMagic:offMagic+len(magic)]) != magic {
-		return ErrNotStateFile
-	}
-	if v := le.Uint32(hdr[offVersion:]); v != FormatVersion {
-		return fmt.Errorf("%w: file has version %d, this build reads version %d", ErrVersion, v, FormatVersion)
-	}
-	if bo := le.Uint32(hdr[offByteOrder:]); bo != byteOrderMark {
-		return fmt.Errorf("%w: byte-order mark %#08x", ErrByteOrder, bo)
-	}
-	if got, want := le.Uint64(hdr[offChecksum:]), xxhash.Sum64(hdr[:checksummed]); got != want {
-		return fmt.Errorf("%w: stored %#016x, computed %#016x", ErrChecksum, got, want)
-	}
-	hs := le.Uint32(hdr[offHeaderSize:])
-	ss := le.Uint32(hdr[offSlotSize:])
-	n := le.Uint64(hdr[offSlotCount:])
-	pc := le.Uint32(hdr[offProbeCap:])
-	switch {
-	case hs != HeaderSize:
-		return fmt.Errorf("%w: header size %d, want %d", ErrGeometry, hs, HeaderSize)
-	case !ValidSlotSize(int(ss)):
-		return fmt.Errorf("%w: slot size %d", ErrGeometry, ss)
-	case n < 1 || n > MaxSlotCount:
-		return fmt.Errorf("%w: slot count %d", ErrGeometry, n)
-	case pc < 1 || pc > MaxProbeCap || uint64(pc) > n:
-		return fmt.Errorf("%w: probe cap %d for %d slots", ErrGeometry, pc, n)
-	}
-	want := HeaderSize + int64(n)*int64(ss)
-	if size < want {
-		return fmt.Errorf("%w: %d bytes, header declares %d slots of %d bytes (%d bytes)", ErrTruncated, size, n, ss, want)
-	}
-	if size > want {
-		return fmt.Errorf("%w: %d bytes, header declares %d bytes", ErrGeometry, size, want)
-	}
-	return nil
-}
-
-func (t *Table) cleanFlag() *uint32    { return u32at(t.base, offCleanFlag) }
-func (t *Table) counter(c int) *uint64 { return u64at(t.base, offCounters+uintptr(c)*8) }
 
 // Sync writes every modified page of the table to disk and waits for the
 // device (msync with MS_SYNC). The kernel tracks which pages are dirty, so the

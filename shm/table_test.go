@@ -75,7 +75,7 @@ func TestCreate_exists(t *testing.T) {
 	if err := os.WriteFile(path, []byte("precious"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Create(path, Options{SlotCount: 10}); !errors.Is(err, os.ErrExist) {
+	if _, err := Create(path, Options{SlotCount: 10}, 0); !errors.Is(err, os.ErrExist) {
 		t.Errorf("Create over a file: %v, want ErrExist", err)
 	}
 	if b, _ := os.ReadFile(path); string(b) != "precious" {
@@ -91,7 +91,7 @@ func TestCreate_badOptions(t *testing.T) {
 		if _, err := NewHeap(o); !errors.Is(err, ErrOptions) {
 			t.Errorf("NewHeap(%+v) = %v, want ErrOptions", o, err)
 		}
-		if _, err := Create(filepath.Join(t.TempDir(), "s"), o); !errors.Is(err, ErrOptions) {
+		if _, err := Create(filepath.Join(t.TempDir(), "s"), o, 0); !errors.Is(err, ErrOptions) {
 			t.Errorf("Create(%+v) = %v, want ErrOptions", o, err)
 		}
 	}
@@ -138,7 +138,8 @@ func TestOpen_refuses(t *testing.T) {
 		{"short header", func(b []byte) []byte { return b[:100] }, ErrTruncated},
 		{"truncated slots", func(b []byte) []byte { return b[:len(b)-64] }, ErrTruncated},
 		{"extended", func(b []byte) []byte { return append(b, make([]byte, 64)...) }, ErrGeometry},
-		{"version", func(b []byte) []byte { le.PutUint32(b[offVersion:], 2); reseal(b); return b }, ErrVersion},
+		{"version", func(b []byte) []byte { le.PutUint32(b[offVersion:], FormatVersion+1); reseal(b); return b }, ErrVersion},
+		{"version 0", func(b []byte) []byte { le.PutUint32(b[offVersion:], 0); reseal(b); return b }, ErrVersion},
 		{"byte order", func(b []byte) []byte { le.PutUint32(b[offByteOrder:], 0x04030201); reseal(b); return b }, ErrByteOrder},
 		{"checksum", func(b []byte) []byte { b[offSeed0] ^= 1; return b }, ErrChecksum},
 		{"slot size", func(b []byte) []byte { le.PutUint32(b[offSlotSize:], 96); reseal(b); return b }, ErrGeometry},
@@ -211,4 +212,36 @@ func TestSync_counts(t *testing.T) {
 	if st := tb.Stats(); st.Syncs != 3 || st.SyncErrors != 0 {
 		t.Errorf("stats %+v", st)
 	}
+}
+
+// Ensure the high time is kept in two checksummed marks: it only rises, a
+// damaged mark is ignored (the other one holds), and with both damaged it
+// is unknown rather than wrong.
+func TestHighTime(t *testing.T) {
+	tb, _ := newFile(t, Options{SlotCount: 8})
+	check := func(want int64, wantOK bool) {
+		t.Helper()
+		if v, ok := tb.HighTime(); v != want || ok != wantOK {
+			t.Fatalf("HighTime = %d, %v; want %d, %v", v, ok, want, wantOK)
+		}
+	}
+	check(0, true)
+	tb.RecordTime(10)
+	tb.RecordTime(20)
+	tb.RecordTime(15) // lower: ignored
+	check(20, true)
+	hdr := tb.headerBytes()
+	newer := 0
+	if v, _ := highMark(hdr, 1); v == 20 {
+		newer = 1
+	}
+	hdr[offHighMarks+newer*highMarkSize+7] ^= 0x40 // the newer mark's time jumps years ahead
+	check(10, true)
+	tb.RecordTime(30) // rewrites the damaged mark
+	check(30, true)
+	hdr[offHighMarks+8] ^= 1
+	hdr[offHighMarks+highMarkSize+8] ^= 1
+	check(0, false)
+	tb.RecordTime(40)
+	check(40, true)
 }

@@ -43,7 +43,7 @@ func (t *engineTarget) Reset(ctx context.Context) error {
 	if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
 		return err
 	}
-	tb, err := shm.Create(path, shm.Options{SlotCount: t.slots})
+	tb, err := shm.Create(path, shm.Options{SlotCount: t.slots}, 0)
 	if err != nil {
 		return err
 	}

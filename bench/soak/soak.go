@@ -209,7 +209,7 @@ func runTable(ctx context.Context, c *Config, b int, rep *Report) (res Table, er
 	if err := checkRoom(c.Dir, size, "the state file of "+group(uint64(b))+" buckets"); err != nil {
 		return res, err
 	}
-	tb, err := shm.Create(path, shm.Options{SlotCount: slots})
+	tb, err := shm.Create(path, shm.Options{SlotCount: slots}, 0)
 	if err != nil {
 		return res, fmt.Errorf("soak: %w", err)
 	}

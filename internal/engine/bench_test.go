@@ -36,7 +36,7 @@ func benchKey(buf []byte, i int) []byte {
 // benchTable creates a state file sized for n buckets at a load of 0.7.
 func benchTable(b *testing.B, n int) *Engine {
 	b.Helper()
-	tb, err := shm.Create(filepath.Join(b.TempDir(), "state"), shm.Options{SlotCount: uint64(n*10/7 + 1)})
+	tb, err := shm.Create(filepath.Join(b.TempDir(), "state"), shm.Options{SlotCount: uint64(n*10/7 + 1)}, 0)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -257,7 +257,7 @@ func TestAcquire_concurrentOneKey(t *testing.T) {
 // the bucket grants no burst, then refills normally.
 func TestAcquire_conservativeAfterCrash(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state")
-	tb, err := shm.Create(path, shm.Options{SlotCount: 64})
+	tb, err := shm.Create(path, shm.Options{SlotCount: 64}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

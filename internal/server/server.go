@@ -136,7 +136,7 @@ func openState(c Config, explicitGeometry bool) (*shm.Table, bool, error) {
 		if err := os.MkdirAll(filepath.Dir(c.StatePath), 0o750); err != nil {
 			return nil, false, err
 		}
-		t, err = shm.Create(c.StatePath, shm.Options{SlotCount: c.Slots, SlotSize: c.SlotSize})
+		t, err = shm.Create(c.StatePath, shm.Options{SlotCount: c.Slots, SlotSize: c.SlotSize}, time.Now().UnixNano())
 		return t, true, err
 	}
 	if err != nil {
@@ -188,8 +188,9 @@ func Run(ctx context.Context, cfg Config) error {
 		t.Close()
 		return err
 	}
+	floor, floorOK := t.HighTime()
 	if c.Now == nil {
-		c.Now = steadyClock(t.HighTime())
+		c.Now = steadyClock(floor)
 	}
 	g, st := t.Geometry(), t.Stats()
 	s := &server{
@@ -200,6 +201,13 @@ func Run(ctx context.Context, cfg Config) error {
 			MaxKey: proto.MaxKeyLen, MaxMulti: proto.MaxMulti,
 			SlotCount: g.SlotCount, SlotSize: uint16(g.SlotSize),
 		},
+	}
+	if !floorOK {
+		s.log.Warn("the state file's recorded high time failed its checksum: the clock starts at the wall clock")
+	}
+	if o := t.Opened(); o.UpgradedFrom != 0 || o.Recovered {
+		s.log.Info("state file recovered", "upgraded_from_version", o.UpgradedFrom, "scanned", o.Recovered,
+			"torn_slots", o.Torn, "dropped", o.Dropped, "released", o.Released)
 	}
 	s.log.Info("sluiced started", "state", c.StatePath, "created", created, "slots", g.SlotCount,
 		"slot_size", g.SlotSize, "file_bytes", g.FileSize, "used_slots", st.Used,

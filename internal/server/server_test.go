@@ -18,7 +18,7 @@ func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)
 
 // Ensure the table is synced once per interval until the context ends.
 func TestSyncLoop(t *testing.T) {
-	tb, err := shm.Create(filepath.Join(t.TempDir(), "state"), shm.Options{SlotCount: 100})
+	tb, err := shm.Create(filepath.Join(t.TempDir(), "state"), shm.Options{SlotCount: 100}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +34,7 @@ func TestSyncLoop(t *testing.T) {
 	if st := tb.Stats(); st.Syncs != 3 || st.SyncErrors != 0 {
 		t.Errorf("after 3.5 intervals: %d syncs, %d errors; want 3 and 0", st.Syncs, st.SyncErrors)
 	}
-	if h := tb.HighTime(); h != 42 {
+	if h, _ := tb.HighTime(); h != 42 {
 		t.Errorf("recorded time %d, want 42", h)
 	}
 }
@@ -65,7 +65,7 @@ func TestRun_lifecycle(t *testing.T) {
 func TestRun_geometryMismatch(t *testing.T) {
 	dir := shortDir(t)
 	path := filepath.Join(dir, "state")
-	tb, err := shm.Create(path, shm.Options{SlotCount: 100})
+	tb, err := shm.Create(path, shm.Options{SlotCount: 100}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func TestRun_geometryMismatch(t *testing.T) {
 func TestRun_secondInstance(t *testing.T) {
 	dir := shortDir(t)
 	path := filepath.Join(dir, "state")
-	tb, err := shm.Create(path, shm.Options{SlotCount: 100})
+	tb, err := shm.Create(path, shm.Options{SlotCount: 100}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +126,7 @@ func TestRun_clockNeverGoesBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := tb.HighTime()
+	h, _ := tb.HighTime()
 	tb.Close()
 	if h != sc.clock.Load() {
 		t.Errorf("recorded %d, want the server time %d", h, sc.clock.Load())
