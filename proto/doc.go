@@ -70,13 +70,16 @@
 //	1 HELLO     empty             the server's version and limits
 //	2 PING      empty             empty
 //	3 ACQUIRE   item              decision: decide for cost n and, if allowed, consume n
-//	4 PEEK      item              decision for cost 1, changing and creating nothing; n is ignored
-//	5 REFUND    item              decision after giving n tokens back (capped at the limit's maximum)
+//	4 PEEK      item              the bucket as it stands, changing and creating nothing; n is ignored
+//	5 REFUND    item              the bucket, as PEEK reports it, after giving n tokens back (capped at the limit's maximum)
 //	6 RESET     item              existed u8: forget the bucket; n is ignored
 //	7 MULTI     multi             up to MaxMulti acquires, all or nothing
 //	8 SCAN      scan              buckets whose key starts with a prefix
 //	9 STATS     empty             the server's counters
 //
+// PEEK's decision describes the bucket as it stands: remaining and
+// reset_after as they are now (remaining is what RL.GET reports), and
+// allowed, retry_after and delay as a request of cost 1 would get them.
 // Any other opcode is rejected (status UnknownOpcode). The item body (offsets from the
 // opcode byte; total 45 + keylen bytes):
 //
@@ -85,7 +88,9 @@
 //	1      1    flags    bit 0 STRICT, bit 1 SMYTE, bit 2 AT; bits 3-7 must be 0
 //	2      25   limit    see below
 //	27     8    n        i64: the cost (ACQUIRE, >= 0; 0 peeks), the amount (REFUND); 0 for PEEK and RESET
-//	35     8    at       i64: the request time, read only with AT (else the server's clock); else 0
+//	35     8    at       i64: the request time, read only with AT (else the server's clock); else 0.
+//	                     It decides this request only, and must lie in [0, 2190-01-01T00:00:00Z]
+//	                     (6942585600000000000): the server answers Malformed for a time outside
 //	43     2    keylen   u16: 1..MaxKeyLen
 //	45     k    key
 //
@@ -167,7 +172,7 @@
 //
 //	offset size field
 //	0      1    allowed      boolean: the request may proceed (pacer: after delay)
-//	1      8    remaining    i64: cost-1 requests still allowed now, 0..limit
+//	1      8    remaining    i64: cost-1 requests still allowed now (after this request, if it took any), 0..limit
 //	9      8    limit        i64: the largest remaining can be
 //	17     8    retry_after  i64 ns until this request would be allowed; -1 if allowed or never
 //	25     8    reset_after  i64 ns until the bucket is back to its fresh state; 0 if fresh

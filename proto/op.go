@@ -15,7 +15,7 @@ const (
 	OpHello   Opcode = 1 // protocol version and server limits
 	OpPing    Opcode = 2 // liveness
 	OpAcquire Opcode = 3 // decide and, if allowed, consume n
-	OpPeek    Opcode = 4 // the decision for cost 1, changing nothing
+	OpPeek    Opcode = 4 // the bucket as it stands, changing nothing
 	OpRefund  Opcode = 5 // give n tokens back
 	OpReset   Opcode = 6 // forget the bucket
 	OpMulti   Opcode = 7 // up to MaxMulti acquires, all or nothing

@@ -103,7 +103,7 @@ func (c *engineConn) Do(ctx context.Context, keys []string) (int, error) {
 	for _, k := range keys {
 		// The engine only reads the key: view the string's bytes.
 		key := unsafe.Slice(unsafe.StringData(k), len(k))
-		if err := c.e.Acquire(&c.d, key, &c.l, 1, time.Now().UnixNano(), 0); err != nil {
+		if err := c.e.Acquire(&c.d, key, &c.l, 1, engine.At(time.Now().UnixNano()), 0); err != nil {
 			return n, err
 		}
 		n += b2i(c.d.Allowed)

@@ -281,7 +281,7 @@ func prefill(ctx context.Context, e *engine.Engine, lim *engine.Limit, n, worker
 					return
 				}
 				buf = appendKey(buf, i)
-				if err := e.Acquire(&d, buf, lim, 1, time.Now().UnixNano(), 0); err != nil {
+				if err := e.Acquire(&d, buf, lim, 1, engine.At(time.Now().UnixNano()), 0); err != nil {
 					errs[w] = fmt.Errorf("bucket %d: %w", i, err)
 					return
 				}

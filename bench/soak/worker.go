@@ -57,7 +57,7 @@ func newWorker(e *engine.Engine, lim *engine.Limit, n, intervals int, seed, id u
 // which is the next decision's start. It allocates nothing.
 func (w *worker) decide(start time.Time, iv int) time.Time {
 	w.key = appendKey(w.key, w.rng.IntN(w.n))
-	err := w.e.Acquire(&w.d, w.key, w.lim, 1, start.UnixNano(), 0)
+	err := w.e.Acquire(&w.d, w.key, w.lim, 1, engine.At(start.UnixNano()), 0)
 	end := time.Now()
 	w.hists[iv].Record(end.Sub(start))
 	switch {

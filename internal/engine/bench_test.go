@@ -54,7 +54,7 @@ func BenchmarkAcquire(b *testing.B) {
 				b.ReportAllocs()
 				for b.Loop() {
 					now += 1000
-					if err := e.Acquire(&d, key, bl.l, 1, now, 0); err != nil {
+					if err := e.Acquire(&d, key, bl.l, 1, At(now), 0); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -65,7 +65,7 @@ func BenchmarkAcquire(b *testing.B) {
 				buf := make([]byte, 0, 32)
 				var d bucket.Decision
 				for i := range randomKeys {
-					if err := e.Acquire(&d, benchKey(buf, i), bl.l, 1, now, 0); err != nil {
+					if err := e.Acquire(&d, benchKey(buf, i), bl.l, 1, At(now), 0); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -74,7 +74,7 @@ func BenchmarkAcquire(b *testing.B) {
 				b.ResetTimer()
 				for b.Loop() {
 					now += 1000
-					if err := e.Acquire(&d, benchKey(buf, rng.IntN(randomKeys)), bl.l, 1, now, 0); err != nil {
+					if err := e.Acquire(&d, benchKey(buf, rng.IntN(randomKeys)), bl.l, 1, At(now), 0); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -92,7 +92,7 @@ func BenchmarkAcquireParallel(b *testing.B) {
 		buf := make([]byte, 0, 32)
 		var d bucket.Decision
 		for i := range randomKeys {
-			e.Acquire(&d, benchKey(buf, i), bl.l, 1, t0, 0)
+			e.Acquire(&d, benchKey(buf, i), bl.l, 1, At(t0), 0)
 		}
 		b.ReportAllocs()
 		b.ResetTimer()
@@ -107,7 +107,7 @@ func BenchmarkAcquireParallel(b *testing.B) {
 			var d bucket.Decision
 			for pb.Next() {
 				now += 1000
-				e.Acquire(&d, benchKey(buf, rng.IntN(randomKeys)), bl.l, 1, now, 0)
+				e.Acquire(&d, benchKey(buf, rng.IntN(randomKeys)), bl.l, 1, At(now), 0)
 			}
 		})
 	})

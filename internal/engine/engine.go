@@ -69,8 +69,24 @@ func (e *Engine) fingerprint(key []byte, l *Limit) shm.Fingerprint {
 	return e.t.Fingerprint(key, l.ident)
 }
 
-// check validates a request's key, limit and cost.
-func check(key []byte, l *Limit, cost int64) error {
+// Time is when a request is decided: two clocks, because a client may send
+// its own time (smyte/ratelimit's AT) and must not decide more with it than
+// its own request.
+type Time struct {
+	// Now is the server's clock, Unix ns. It alone decides which slots hold
+	// buckets that are fresh again and may be reclaimed by other buckets.
+	Now int64
+	// At is the request's time, Unix ns: the algorithm decides at it. It is
+	// Now unless the client sent a time, and must be within
+	// [0, bucket.MaxTime] (ErrTime).
+	At int64
+}
+
+// At returns the Time of a request decided at the server's clock now.
+func At(now int64) Time { return Time{Now: now, At: now} }
+
+// check validates a request's key, limit, cost and time.
+func check(key []byte, l *Limit, cost int64, t Time) error {
 	switch {
 	case l == nil || !l.valid:
 		return ErrInvalidLimit
@@ -80,21 +96,29 @@ func check(key []byte, l *Limit, cost int64) error {
 		return shm.ErrKeyTooLong
 	case cost < 0:
 		return fmt.Errorf("%w: %d", ErrNegativeCost, cost)
+	case !bucket.ValidTime(t.At):
+		return fmt.Errorf("%w: %d", ErrTime, t.At)
 	}
 	return nil
 }
 
 // load copies the state of a locked slot into s, as l's algorithm must see
-// it: a new bucket if the slot is not live, a drained one if it was found
-// torn or holds another algorithm. It reports whether s differs from the
-// slot, so the slot must be written even if the algorithm changes nothing.
-func load(now int64, l *Limit, sl shm.Slot, s *bucket.State) (replaced bool) {
+// it: a new bucket (at t.At) if the slot is not live, a drained one if it
+// was found torn or holds another algorithm. It reports whether s replaced
+// the slot's words, so the slot must be written even if the algorithm then
+// changes nothing: a repair is written by whatever request finds it.
+//
+// The drained state is anchored when the damage was found: at the server's
+// clock, or at the request's time if that is later, so that neither clock
+// sees a refill the bucket never had (a drained state anchored at the
+// server's clock would look refilled to a request from far ahead).
+func load(t Time, l *Limit, sl shm.Slot, s *bucket.State) (replaced bool) {
 	switch {
 	case !sl.Live():
-		l.b.Init(now, s)
+		l.b.Init(t.At, s)
 		return false // a claimed slot stays reclaimable unless the algorithm writes
 	case !inPlace(l, sl):
-		l.b.Drained(now, s)
+		l.b.Drained(max(t.Now, t.At), s)
 		return true
 	}
 	*s = bucket.State(*sl.State())
@@ -108,41 +132,47 @@ func inPlace(l *Limit, sl shm.Slot) bool {
 }
 
 // store writes s into the locked slot and commits it.
-func store(sl shm.Slot, s *bucket.State, d *bucket.Decision, now int64) {
+func store(sl shm.Slot, l *Limit, s *bucket.State, d *bucket.Decision, t Time) {
 	*sl.State() = [shm.StateWords]int64(*s)
-	commit(sl, d, now)
+	commit(sl, l, d, t)
 }
 
 // commit marks the locked slot live and unlocks it. d is a decision made at
-// now that left the bucket in the slot's state: its ResetAfter says when the
-// bucket is fresh again (bucket.Limit.FreshAt, without recomputing it), or,
-// if 0, that it is fresh now.
-func commit(sl shm.Slot, d *bucket.Decision, now int64) {
+// t.At that left the bucket in the slot's state. When t.At is the server's
+// clock, d's ResetAfter says when the bucket is fresh again (it is
+// bucket.Limit.FreshAt - At, or 0 if fresh now) without recomputing it; a
+// request at its own time asks the algorithm, so that the slot is
+// reclaimable exactly when the state says, whatever the client's clock.
+func commit(sl shm.Slot, l *Limit, d *bucket.Decision, t Time) {
+	if t.At != t.Now {
+		sl.Commit(l.b.FreshAt((*bucket.State)(sl.State())))
+		return
+	}
 	freshAt := int64(math.MaxInt64)
-	if d.ResetAfter <= math.MaxInt64-now {
-		freshAt = now + d.ResetAfter
+	if d.ResetAfter <= math.MaxInt64-t.At {
+		freshAt = t.At + d.ResetAfter
 	}
 	sl.Commit(freshAt)
 }
 
-// Acquire decides a request of cost against key's bucket under l at now,
-// writes the decision to *d and, if the request is allowed (or the semantics
-// of f say so), consumes it. A cost of 0 is a peek at cost 0: it neither
-// creates nor changes the bucket.
-func (e *Engine) Acquire(d *bucket.Decision, key []byte, l *Limit, cost int64, now int64, f bucket.Flags) error {
-	if err := check(key, l, cost); err != nil {
+// Acquire decides a request of cost against key's bucket under l at t.At
+// and, if the request is allowed (or the semantics of f say so), consumes
+// it. It writes the decision to *d. A cost of 0 is a peek at cost 0: it
+// neither creates nor changes the bucket.
+func (e *Engine) Acquire(d *bucket.Decision, key []byte, l *Limit, cost int64, t Time, f bucket.Flags) error {
+	if err := check(key, l, cost, t); err != nil {
 		return err
 	}
 	if cost == 0 {
-		e.peek(d, key, l, 0, now)
+		e.decideCopy(d, key, l, 0, t)
 		return nil
 	}
 	fp := e.fingerprint(key, l)
 	sl, ok := e.t.Lookup(fp)
 	if ok && inPlace(l, sl) {
 		// The common case: decide on the slot's own words.
-		if l.b.Decide(now, (*bucket.State)(sl.State()), cost, f, d) {
-			commit(sl, d, now)
+		if l.b.Decide(t.At, (*bucket.State)(sl.State()), cost, f, d) {
+			commit(sl, l, d, t)
 		} else {
 			sl.Release()
 		}
@@ -151,67 +181,105 @@ func (e *Engine) Acquire(d *bucket.Decision, key []byte, l *Limit, cost int64, n
 	if !ok {
 		// Create the bucket only if the request changes a new one.
 		var s bucket.State
-		l.b.Init(now, &s)
-		if !l.b.Decide(now, &s, cost, f, d) {
+		l.b.Init(t.At, &s)
+		if !l.b.Decide(t.At, &s, cost, f, d) {
 			return nil
 		}
 		var err error
-		if sl, _, err = e.t.LookupOrInsert(fp, uint8(l.b.Algorithm), key, now); err != nil {
+		if sl, _, err = e.t.LookupOrInsert(fp, uint8(l.b.Algorithm), key, t.Now); err != nil {
 			return err
 		}
 	}
 	var s bucket.State
-	replaced := load(now, l, sl, &s)
-	if l.b.Decide(now, &s, cost, f, d) || replaced {
-		store(sl, &s, d, now)
+	replaced := load(t, l, sl, &s)
+	if l.b.Decide(t.At, &s, cost, f, d) || replaced {
+		store(sl, l, &s, d, t)
 	} else {
 		sl.Release()
 	}
 	return nil
 }
 
-// Peek writes to *d the decision a request of cost 1 would get at now,
-// without consuming anything or creating the bucket.
-func (e *Engine) Peek(d *bucket.Decision, key []byte, l *Limit, now int64) error {
-	if err := check(key, l, 1); err != nil {
+// Peek writes to *d the bucket as it stands at t.At, without consuming
+// anything or creating the bucket: Remaining and ResetAfter as they are now
+// (what a cost-0 request reports, what RL.GET reports), and Allowed,
+// RetryAfter and Delay for a request of cost 1.
+func (e *Engine) Peek(d *bucket.Decision, key []byte, l *Limit, t Time) error {
+	if err := check(key, l, 1, t); err != nil {
 		return err
 	}
-	e.peek(d, key, l, 1, now)
+	s := e.stateCopy(key, l, t)
+	peekState(d, l, &s, t.At)
 	return nil
 }
 
-func (e *Engine) peek(d *bucket.Decision, key []byte, l *Limit, cost int64, now int64) {
+// peekState writes to *d what Peek reports of the bucket in s at at.
+func peekState(d *bucket.Decision, l *Limit, s *bucket.State, at int64) {
+	var one bucket.Decision
+	c := *s
+	l.b.Decide(at, &c, 1, 0, &one)
+	l.b.Decide(at, s, 0, 0, d)
+	d.Allowed, d.RetryAfter, d.Delay = one.Allowed, one.RetryAfter, one.Delay
+}
+
+// decideCopy writes to *d the decision for cost on a copy of key's bucket.
+func (e *Engine) decideCopy(d *bucket.Decision, key []byte, l *Limit, cost int64, t Time) {
+	s := e.stateCopy(key, l, t)
+	l.b.Decide(t.At, &s, cost, 0, d)
+}
+
+// stateCopy returns key's bucket as the algorithm must see it at t: a new
+// one if there is none. A slot found torn is repaired on the way.
+func (e *Engine) stateCopy(key []byte, l *Limit, t Time) bucket.State {
 	var s bucket.State
-	if sl, ok := e.t.Lookup(e.fingerprint(key, l)); ok {
-		load(now, l, sl, &s)
-		sl.Release()
-	} else {
-		l.b.Init(now, &s)
+	sl, ok := e.t.Lookup(e.fingerprint(key, l))
+	if !ok {
+		l.b.Init(t.At, &s)
+		return s
 	}
-	l.b.Decide(now, &s, cost, 0, d)
+	if load(t, l, sl, &s) {
+		var d bucket.Decision
+		l.b.Decide(t.At, &s, 0, 0, &d)
+		store(sl, l, &s, &d, t)
+	} else {
+		sl.Release()
+	}
+	return s
 }
 
-// Refund gives amount tokens back to key's bucket, capped at the limit's
-// maximum, and writes the bucket's state afterwards to *d as a cost-0 peek.
-// A bucket that does not exist is full: refunding it changes nothing.
-func (e *Engine) Refund(d *bucket.Decision, key []byte, l *Limit, amount int64, now int64) error {
-	if err := check(key, l, amount); err != nil {
+// Refund gives amount tokens back to key's bucket at t.At, capped at the
+// limit's maximum, and writes to *d the bucket afterwards, as Peek reports
+// it. A bucket that does not exist is full: refunding it changes nothing.
+// With bucket.Cell a gcra refund is redis-cell's negative quantity, and *d
+// its reply (see bucket.Cell).
+func (e *Engine) Refund(d *bucket.Decision, key []byte, l *Limit, amount int64, t Time, f bucket.Flags) error {
+	if err := check(key, l, amount, t); err != nil {
 		return err
 	}
+	cell := f&bucket.Cell != 0 && l.b.Algorithm == bucket.GCRA
 	sl, ok := e.t.Lookup(e.fingerprint(key, l))
-	if !ok || amount == 0 {
+	if !ok || amount == 0 && !cell {
 		if ok {
 			sl.Release()
 		}
-		e.peek(d, key, l, 0, now)
-		return nil
+		if cell {
+			var s bucket.State
+			l.b.Init(t.At, &s)
+			l.b.DecideRefund(t.At, &s, amount, f, d)
+			return nil
+		}
+		return e.Peek(d, key, l, t)
 	}
 	var s bucket.State
-	replaced := load(now, l, sl, &s)
-	if (l.b.DecideRefund(now, &s, amount, 0, d) && sl.Live()) || replaced {
-		store(sl, &s, d, now)
+	replaced := load(t, l, sl, &s)
+	changed := l.b.DecideRefund(t.At, &s, amount, f, d) && sl.Live()
+	if changed || replaced {
+		store(sl, l, &s, d, t)
 	} else {
 		sl.Release()
+	}
+	if !cell {
+		peekState(d, l, &s, t.At)
 	}
 	return nil
 }
@@ -219,7 +287,7 @@ func (e *Engine) Refund(d *bucket.Decision, key []byte, l *Limit, amount int64, 
 // Reset forgets key's bucket under l, which then behaves as new. It reports
 // whether the bucket existed.
 func (e *Engine) Reset(key []byte, l *Limit) (bool, error) {
-	if err := check(key, l, 0); err != nil {
+	if err := check(key, l, 0, Time{}); err != nil {
 		return false, err
 	}
 	sl, ok := e.t.Lookup(e.fingerprint(key, l))

@@ -128,7 +128,7 @@ func TestAcquire_noCreateWithoutChange(t *testing.T) {
 	if d, _ := acquire(e, []byte("k"), l, 0, t0, 0); !d.Allowed || d.Remaining != 5 {
 		t.Errorf("cost 0: %+v", d)
 	}
-	if d, _ := peek(e, []byte("k"), l, t0); !d.Allowed || d.Remaining != 4 {
+	if d, _ := peek(e, []byte("k"), l, t0); !d.Allowed || d.Remaining != 5 {
 		t.Errorf("peek: %+v", d)
 	}
 	if d, _ := refund(e, []byte("k"), l, 3, t0); d.Remaining != 5 {
@@ -150,12 +150,18 @@ func TestOperations(t *testing.T) {
 	for range 4 {
 		acquire(e, k, l, 1, t0, 0)
 	}
-	if d, _ := peek(e, k, l, t0); !d.Allowed || d.Remaining != 0 {
+	// Peek reports the bucket as it stands: 1 left, and a cost of 1 passes.
+	if d, _ := peek(e, k, l, t0); !d.Allowed || d.Remaining != 1 || d.RetryAfter != -1 {
 		t.Errorf("peek with 1 left: %+v", d)
 	}
-	if d, _ := peek(e, k, l, t0); d.Remaining != 0 {
+	if d, _ := peek(e, k, l, t0); d.Remaining != 1 {
 		t.Errorf("peek consumed: %+v", d)
 	}
+	acquire(e, k, l, 1, t0, 0)
+	if d, _ := peek(e, k, l, t0); d.Allowed || d.Remaining != 0 || d.RetryAfter != 3600*sec {
+		t.Errorf("peek of an empty bucket: %+v, want denied, retry in an hour", d)
+	}
+	refund(e, k, l, 1, t0)
 	if d, _ := refund(e, k, l, 2, t0); d.Remaining != 3 {
 		t.Errorf("refund 2 onto 1: %+v", d)
 	}
@@ -301,9 +307,9 @@ func TestAllocs(t *testing.T) {
 	now := t0
 	var d bucket.Decision
 	for name, fn := range map[string]func(){
-		"acquire": func() { now += 1e6; e.Acquire(&d, key, l, 1, now, 0) },
-		"peek":    func() { e.Peek(&d, key, l, now) },
-		"multi":   func() { now += 1e6; dst, _, _ = e.Multi(dst[:0], items, now) },
+		"acquire": func() { now += 1e6; e.Acquire(&d, key, l, 1, At(now), 0) },
+		"peek":    func() { e.Peek(&d, key, l, At(now)) },
+		"multi":   func() { now += 1e6; dst, _, _ = e.Multi(dst[:0], items, At(now)) },
 	} {
 		if n := testing.AllocsPerRun(100, fn); n != 0 {
 			t.Errorf("%s: %v allocs/op", name, n)
@@ -313,17 +319,17 @@ func TestAllocs(t *testing.T) {
 
 // acquire, peek and refund return the decision, for tests that read better so.
 func acquire(e *Engine, key []byte, l *Limit, cost, now int64, f bucket.Flags) (d bucket.Decision, err error) {
-	err = e.Acquire(&d, key, l, cost, now, f)
+	err = e.Acquire(&d, key, l, cost, At(now), f)
 	return d, err
 }
 
 func peek(e *Engine, key []byte, l *Limit, now int64) (d bucket.Decision, err error) {
-	err = e.Peek(&d, key, l, now)
+	err = e.Peek(&d, key, l, At(now))
 	return d, err
 }
 
 func refund(e *Engine, key []byte, l *Limit, amount, now int64) (d bucket.Decision, err error) {
-	err = e.Refund(&d, key, l, amount, now)
+	err = e.Refund(&d, key, l, amount, At(now), 0)
 	return d, err
 }
 

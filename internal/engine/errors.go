@@ -7,6 +7,9 @@ var (
 	ErrNegativeCost = errors.New("engine: negative cost")
 	// ErrTooManyItems is returned by Multi for more than MaxMultiItems items.
 	ErrTooManyItems = errors.New("engine: too many items in multi")
+	// ErrTime is returned for a request time outside [0, bucket.MaxTime]
+	// (1970 to 2190), where decisions are not exact.
+	ErrTime = errors.New("engine: request time out of range (1970 to 2190)")
 	// ErrContended is returned by Multi when its slots kept being reclaimed
 	// by other buckets between finding and locking them.
 	ErrContended = errors.New("engine: multi could not lock its slots")

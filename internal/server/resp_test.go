@@ -355,3 +355,59 @@ func TestRESP_loopbackOnly(t *testing.T) {
 		t.Errorf("Run on 0.0.0.0: %v", err)
 	}
 }
+
+// Ensure a CL.THROTTLE with a negative quantity is decided as redis-cell
+// decides it: limited, and nothing written, when the bucket would still be
+// past its tolerance (it used to refund anyway: remaining 3 where
+// redis-cell says 1).
+func TestRESP_cellNegativeQuantityLimited(t *testing.T) {
+	sc := start(t, Config{})
+	replay(t, sc, redisClient(t, sc), []rstep{
+		{"CL.THROTTLE rk 10 1 60 10", []int64{0, 11, 1, -1, 600}},
+		{"CL.THROTTLE rk 0 1 60 -1", []int64{1, 1, 0, 480, 600}},
+		{"CL.THROTTLE rk 0 1 60 -1", []int64{1, 1, 0, 480, 600}},
+		{"CL.THROTTLE rk 10 1 60 0", []int64{0, 11, 1, -1, 600}},
+		{"CL.THROTTLE rk 10 1 60 -2", []int64{0, 11, 3, -1, 480}}, // within the tolerance: refunded
+	})
+}
+
+// Ensure a STRICT request whose AT is earlier than the bucket's refill
+// clock does not move the clock back: smyte/ratelimit does, and the next
+// request at the later time finds the bucket refilled.
+func TestRESP_strictPastTimestamp(t *testing.T) {
+	sc := start(t, Config{})
+	replay(t, sc, redisClient(t, sc), []rstep{
+		{"RL.REDUCE k 1 60 AT 1000 STRICT", 1},       // takes the only token; the clock restarts at 1000 s
+		{"RL.REDUCE k 1 60 AT 100 STRICT", 0},        // a past time: denied, the clock stays at 1000 s
+		{"RL.REDUCE k 1 60 AT 1030", 0},              // smyte: refilled at 160 s, so 1
+		{"RL.REDUCE k 1 60 AT 1060", 1},              // one refill after 1000 s
+		{"RL.REDUCE k 1 60 AT 6942585601", errValue}, // past 2190-01-01: decisions are exact up to it
+		{"RL.PREDUCE k 1 60000 AT 6942585600001", errValue},
+		{"RL.REDUCE k 1 60 AT 6942585600", 1}, // 2190-01-01 itself
+	})
+}
+
+// Ensure requests with a client time far ahead of the server's clock never
+// decide that another bucket's slot may be reused: a 10-per-day bucket
+// drained at the server's time keeps its slot in a 64-slot table while 40
+// other keys are created "in 2100" (its slot was reclaimed, and it got 10
+// tokens back).
+func TestRESP_futureTimestampsReclaimNothing(t *testing.T) {
+	sc := start(t, Config{Slots: 64, SlotSize: 64})
+	rdb := redisClient(t, sc)
+	ctx := context.Background()
+	for range 10 {
+		if err := rdb.Do(ctx, "RL.REDUCE", "victim", 10, 86400).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 40 {
+		if err := rdb.Do(ctx, "RL.REDUCE", "other-"+strings.Repeat("x", i), 10, 86400, "AT", 4102444800).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sc.clock.Add(1e9)
+	if n, err := rdb.Do(ctx, "RL.REDUCE", "victim", 10, 86400).Int64(); err != nil || n != 0 {
+		t.Errorf("the drained bucket after 40 requests from 2100: %d, %v; want 0", n, err)
+	}
+}

@@ -49,9 +49,9 @@ func TestClient_decisions(t *testing.T) {
 			t.Errorf("limit %d, want 10", d.Limit)
 		}
 	}
-	// A peek answers as a cost-1 acquire would, changing nothing.
+	// A peek reports the bucket as it stands, changing nothing.
 	d, err := c.Peek(cx, tb10, "login:alice")
-	check(t, "peek", d, err, want{true, 6, -1, 4 * h, 0})
+	check(t, "peek", d, err, want{true, 7, -1, 3 * h, 0})
 	d, err = c.Refund(cx, tb10, "login:alice", 2)
 	check(t, "refund 2 onto 7", d, err, want{true, 9, -1, h, 0})
 	d, err = c.Acquire(cx, tb10, "login:alice", 11)
@@ -95,7 +95,7 @@ func TestClient_requestOptions(t *testing.T) {
 	d, err = c.Acquire(cx, tb10, "replay", 1, at(3*time.Hour))
 	check(t, "at +3h: one refill", d, err, want{true, 5, -1, 5 * time.Hour, 0})
 	d, err = c.Peek(cx, tb10, "replay", at(4*time.Hour))
-	check(t, "peek at +4h", d, err, want{true, 5, -1, 5 * time.Hour, 0})
+	check(t, "peek at +4h", d, err, want{true, 6, -1, 4 * time.Hour, 0})
 
 	// Strict: emptying the bucket restarts its refill clock, so the refill
 	// due at +1s comes at +1.5s.

@@ -60,7 +60,7 @@ def test_acquire_until_denied(client: Client) -> None:
 
 
 def test_peek_refund_reset(client: Client) -> None:
-    assert client.peek("k", HOUR).remaining == 2  # what a cost-1 acquire would leave
+    assert client.peek("k", HOUR).remaining == 3  # the bucket as it stands
     assert client.reset("k", HOUR) is False  # peek created nothing
     client.acquire("k", HOUR, 3)
     assert client.peek("k", HOUR).allowed is False
