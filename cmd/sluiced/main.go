@@ -5,8 +5,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	iofs "io/fs"
 	"log/slog"
 	"os"
@@ -18,48 +20,93 @@ import (
 	"github.com/sluicehq/sluice/internal/server"
 )
 
+// Exit statuses.
+const (
+	exitOK    = 0
+	exitFail  = 1 // the sidecar could not start, or its final sync failed
+	exitUsage = 2 // a flag or environment variable is invalid
+)
+
 func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.LookupEnv, os.Stderr))
+}
+
+// run parses args (and SLUICE_* variables read with env) into a Config,
+// checks it whole before creating anything, and runs the sidecar until ctx
+// is done. Every problem with the flags is one line on stderr and exit
+// status 2.
+func run(ctx context.Context, args []string, env func(string) (string, bool), stderr io.Writer) int {
 	var c server.Config
 	var level slog.Level
-	fs := flag.NewFlagSet("sluiced", flag.ExitOnError)
+	fs := flag.NewFlagSet("sluiced", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
 	fs.StringVar(&c.StatePath, "state", server.DefaultStatePath, "state file (created if missing)")
 	fs.StringVar(&c.SocketPath, "socket", server.DefaultSocketPath, "Unix socket of the native protocol")
 	fs.StringVar(&c.RESPSocket, "resp-socket", server.DefaultRESPSocket, `Unix socket of the Redis protocol ("-" for none)`)
 	fs.StringVar(&c.RESPAddr, "resp-addr", "", "also serve the Redis protocol on this TCP host:port (loopback only; smyte/ratelimit used 9049)")
 	fs.BoolVar(&c.RESPAllowRemote, "resp-allow-remote", false, "allow --resp-addr on a non-loopback address (no authentication!)")
-	fs.Uint64Var(&c.Slots, "slots", 0, fmt.Sprintf("slot count of a new state file (default %d)", server.DefaultSlots))
-	fs.IntVar(&c.SlotSize, "slot-size", 0, "slot size of a new state file: 64, 128 or 256 (default 64)")
+	fs.Uint64Var(&c.Slots, "slots", 0, fmt.Sprintf("slot count of a new state file (default %d); an existing file keeps its own", server.DefaultSlots))
+	fs.IntVar(&c.SlotSize, "slot-size", 0, "slot size of a new state file: 64, 128 or 256 (default 64); an existing file keeps its own")
 	fs.DurationVar(&c.SyncInterval, "sync-interval", server.DefaultSyncInterval, "how often the state file is synced to disk")
 	mode := fs.String("socket-mode", "0660", "permissions of the socket file, octal")
 	fs.IntVar(&c.MaxConns, "max-conns", server.DefaultMaxConns, "connections served at once; more are refused with Busy")
+	fs.IntVar(&c.MaxConnsPerUID, "max-conns-per-uid", 0, "connections one user (peer uid) may hold at once; 0 for no cap")
 	fs.DurationVar(&c.IdleTimeout, "idle-timeout", server.DefaultIdleTimeout, "close a connection idle this long")
 	fs.Func("allow-uid", "serve only peers with these uids (comma-separated), or with an --allow-gid", ids(&c.AllowUIDs))
 	fs.Func("allow-gid", "serve only peers with these gids (comma-separated), or with an --allow-uid", ids(&c.AllowGIDs))
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "debug, info, warn or error")
+	usage := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "sluiced: "+format+" (sluiced -h lists the flags)\n", a...)
+		return exitUsage
+	}
+	var envErr error
 	fs.VisitAll(func(f *flag.Flag) { // SLUICE_SYNC_INTERVAL=2s is --sync-interval 2s
-		env := "SLUICE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v, ok := os.LookupEnv(env); ok {
+		name := "SLUICE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := env(name); ok && envErr == nil {
 			if err := fs.Set(f.Name, v); err != nil {
-				fmt.Fprintf(os.Stderr, "sluiced: %s=%q: %v\n", env, v, err)
-				os.Exit(2)
+				envErr = fmt.Errorf("%s=%q: %v", name, v, err)
 			}
 		}
 	})
-	fs.Parse(os.Args[1:])
+	if envErr != nil {
+		return usage("%v", envErr)
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stderr)
+			fmt.Fprintln(stderr, "usage: sluiced [flags]   (each flag may also be set as SLUICE_FLAG_NAME)")
+			fs.PrintDefaults()
+			return exitOK
+		}
+		return usage("%v", err)
+	}
+	if fs.NArg() > 0 {
+		return usage("unexpected argument %q", fs.Arg(0))
+	}
 	m, err := strconv.ParseUint(*mode, 8, 32)
 	if err != nil || m > 0o777 {
-		fmt.Fprintf(os.Stderr, "sluiced: --socket-mode %q: want octal permissions such as 0660\n", *mode)
-		os.Exit(2)
+		return usage("--socket-mode %q: want octal permissions such as 0660", *mode)
 	}
 	c.SocketMode = iofs.FileMode(m)
-	c.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
+	switch {
+	case c.MaxConns < 1:
+		return usage("--max-conns %d: want a number of connections from 1 to 1000000", c.MaxConns)
+	case c.SyncInterval <= 0:
+		return usage("--sync-interval %v: want a duration from 1ms to 24h0m0s", c.SyncInterval)
+	case c.IdleTimeout <= 0:
+		return usage("--idle-timeout %v: want a duration from 1ms to 24h0m0s", c.IdleTimeout)
+	}
+	if err := c.Validate(); err != nil {
+		return usage("%v", err)
+	}
+	c.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	if err := server.Run(ctx, c); err != nil {
 		c.Logger.Error("sluiced failed", "err", err)
-		os.Exit(1)
+		return exitFail
 	}
+	return exitOK
 }
 
 // ids parses a comma-separated list of numeric uids or gids into *dst.

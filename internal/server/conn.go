@@ -14,6 +14,13 @@ import (
 const (
 	initialBuffer = 64 << 10 // read and write buffer of a new connection
 	keepBuffer    = 256 << 10
+	// maxPending bounds the answers a connection builds before writing
+	// them: once this many bytes wait, the rest of what was read is left
+	// unread until they are written. With the read buffer (at most one
+	// request of proto.MaxFrameLen, or a RESP command) and one request's
+	// answers past the bound, a connection holds at most about 3 MiB,
+	// whatever its client sends and however slowly it reads.
+	maxPending = 1 << 20
 )
 
 // stream is the loop every connection runs, whatever its protocol: read
@@ -32,6 +39,11 @@ type stream struct {
 	// there did)
 	started time.Time
 	n       connCounters // statistics of the batch being handled
+	// more is set by a handler that stopped at maxPending with complete
+	// requests left in in: they are handled after out is written, before
+	// anything more is read.
+	more      bool
+	accounted int // bytes of buffers counted in the server's buffered_bytes
 }
 
 // serve runs the connection until the client leaves, breaks the protocol,
@@ -42,7 +54,18 @@ func (st *stream) serve(handle func()) {
 	defer st.c.Close()
 	st.in = make([]byte, 0, initialBuffer)
 	st.out = make([]byte, 0, initialBuffer)
+	st.account()
+	defer st.s.stats.buffered.Add(-int64(st.accounted))
 	for !st.closed {
+		if st.more {
+			// Answers were written; handle the requests left behind.
+			st.more = false
+			st.handleBatch(handle)
+			if !st.flush() {
+				return
+			}
+			continue
+		}
 		if st.s.draining.Load() && len(st.in) == 0 {
 			return
 		}
@@ -63,17 +86,7 @@ func (st *stream) serve(handle func()) {
 		}
 		st.in = st.in[:len(st.in)+n]
 		if n > 0 {
-			// The requests of one read are handled at one instant: reading
-			// the clock costs about as much as a decision.
-			st.now = st.s.now()
-			before := len(st.in)
-			handle()
-			if len(st.in) > 0 && len(st.in) < before {
-				// Requests were answered and a new one has begun: its time
-				// runs from this read.
-				st.started = time.Now()
-			}
-			st.s.stats.add(&st.n)
+			st.handleBatch(handle)
 			if !st.flush() {
 				return
 			}
@@ -84,6 +97,32 @@ func (st *stream) serve(handle func()) {
 			}
 			return
 		}
+	}
+}
+
+// handleBatch answers the complete requests at the front of st.in, up to
+// maxPending bytes of answers.
+func (st *stream) handleBatch(handle func()) {
+	// The requests of one batch are handled at one instant: reading the
+	// clock costs about as much as a decision.
+	st.now = st.s.now()
+	before := len(st.in)
+	handle()
+	if len(st.in) > 0 && len(st.in) < before && !st.more {
+		// Requests were answered and a new one has begun: its time runs
+		// from this batch.
+		st.started = time.Now()
+	}
+	st.s.stats.add(&st.n)
+	st.account()
+}
+
+// account brings the server's count of buffered bytes up to date with this
+// connection's buffers.
+func (st *stream) account() {
+	if n := cap(st.in) + cap(st.out); n != st.accounted {
+		st.s.stats.buffered.Add(int64(n - st.accounted))
+		st.accounted = n
 	}
 }
 
@@ -113,6 +152,7 @@ func (st *stream) flush() bool {
 	_, err := st.c.Write(st.out)
 	if cap(st.out) > keepBuffer {
 		st.out = make([]byte, 0, initialBuffer)
+		st.account()
 	} else {
 		st.out = st.out[:0]
 	}
@@ -143,10 +183,15 @@ func (c *conn) room(b []byte) int {
 	return proto.MaxFrameLen + 4 - (len(b) - c.frameStart) - (c.opsLeft+1)*maxResult
 }
 
-// handle answers every complete frame in c.in.
+// handle answers the complete frames at the front of c.in, until
+// maxPending bytes of answers wait.
 func (c *conn) handle() {
 	rest := c.in
 	for !c.closed {
+		if len(c.out) >= maxPending {
+			c.more = true
+			break
+		}
 		frame, r, h, err := proto.SplitFrame(rest)
 		if err != nil {
 			c.frameError(h.ID, err)

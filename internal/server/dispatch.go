@@ -20,6 +20,7 @@ type counters struct {
 	peersDenied                         atomic.Int64
 	frames, ops, malformed, timeouts    atomic.Int64
 	denied, allowed, errors, tableFulls atomic.Int64
+	buffered                            atomic.Int64 // bytes of connection buffers
 }
 
 // connCounters are a connection's share of counters, kept without atomics
@@ -307,6 +308,7 @@ func (s *server) appendStats(b []byte) []byte {
 		{"peers_denied", &c.peersDenied},
 		{"frames", &c.frames}, {"ops", &c.ops}, {"allowed", &c.allowed}, {"denied", &c.denied},
 		{"errors", &c.errors}, {"malformed", &c.malformed}, {"timeouts", &c.timeouts},
+		{"buffered_bytes", &c.buffered},
 	} {
 		add(kv.name, uint64(kv.v.Load()))
 	}

@@ -451,3 +451,26 @@ func TestServer_noAllocs(t *testing.T) {
 		t.Errorf("RL.REDUCE: %v allocs per request", n)
 	}
 }
+
+// Ensure a stopping sidecar removes its socket file only if it is still the
+// one it bound: a socket another process has put at the path since stays.
+func TestServer_stopKeepsAReplacedSocket(t *testing.T) {
+	sc := start(t, Config{RESPSocket: "-"})
+	if err := os.Remove(sc.cfg.SocketPath); err != nil {
+		t.Fatal(err)
+	}
+	other, err := net.Listen("unix", sc.cfg.SocketPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	sc.stop(t)
+	if _, err := os.Lstat(sc.cfg.SocketPath); err != nil {
+		t.Fatalf("the replacement socket was removed: %v", err)
+	}
+	c, err := net.Dial("unix", sc.cfg.SocketPath)
+	if err != nil {
+		t.Fatalf("the replacement socket does not answer: %v", err)
+	}
+	c.Close()
+}

@@ -25,8 +25,9 @@ var (
 // Unix socket, the instance lock that guards its path.
 type listener struct {
 	ln      net.Listener
-	path    string   // Unix socket path, "" for TCP
-	lock    *os.File // instance lock of path
+	path    string      // Unix socket path, "" for TCP
+	bound   os.FileInfo // the socket file this listener bound at path
+	lock    *os.File    // instance lock of path
 	serve   func(s *server, c net.Conn)
 	refusal func(st proto.Status, msg string) []byte // the answer to a connection refused before serving
 }
@@ -159,14 +160,22 @@ func listenUnix(path string, perm fs.FileMode) (*listener, error) {
 			return fail(err)
 		}
 	}
-	return &listener{path: path, ln: ln, lock: lock}, nil
+	bound, err := os.Lstat(path)
+	if err != nil {
+		ln.Close()
+		return fail(err)
+	}
+	return &listener{path: path, ln: ln, lock: lock, bound: bound}, nil
 }
 
-// close removes a Unix socket's file and releases its lock; the listener
-// itself is closed first, by the caller.
+// close removes a Unix socket's file, if it is still the one this listener
+// bound (another sluiced may have replaced it since), and releases its
+// lock; the listener itself is closed first, by the caller.
 func (l *listener) close() {
 	if l.path != "" {
-		os.Remove(l.path)
+		if fi, err := os.Lstat(l.path); err == nil && os.SameFile(fi, l.bound) {
+			os.Remove(l.path)
+		}
 		l.lock.Close()
 	}
 }

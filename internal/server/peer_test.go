@@ -51,12 +51,51 @@ func TestAllowed(t *testing.T) {
 		{[]uint32{other}, []uint32{other}, false},
 	} {
 		s := &server{cfg: Config{AllowUIDs: tc.uids, AllowGIDs: tc.gids}, log: quiet()}
-		if got := s.allowed(c); got != tc.want {
+		if _, _, got := s.admit(c, &listener{path: "sock"}); got != tc.want {
 			t.Errorf("uids %v gids %v: allowed=%v, want %v", tc.uids, tc.gids, got, tc.want)
 		}
 	}
-	if (&server{cfg: Config{AllowUIDs: []uint32{uid}}, log: quiet()}).allowed(&net.TCPConn{}) {
+	if _, _, ok := (&server{cfg: Config{AllowUIDs: []uint32{uid}}, log: quiet()}).admit(&net.TCPConn{}, &listener{}); ok {
 		t.Errorf("a connection without credentials was allowed")
+	}
+	s := &server{cfg: Config{MaxConnsPerUID: 2}, log: quiet()}
+	if got, counted, ok := s.admit(c, &listener{path: "sock"}); !ok || !counted || got != uid {
+		t.Errorf("with a per-user cap: uid %d counted %v ok %v, want %d counted", got, counted, ok, uid)
+	}
+	if _, counted, ok := s.admit(&net.TCPConn{}, &listener{}); !ok || counted {
+		t.Errorf("a TCP connection under a per-user cap: counted %v ok %v, want served, not counted", counted, ok)
+	}
+}
+
+// Ensure MaxConnsPerUID refuses a user's connections beyond the cap with
+// Busy, and serves them again once one closes.
+func TestServer_perUserCap(t *testing.T) {
+	sc := start(t, Config{MaxConnsPerUID: 2})
+	a, b := dial(t, sc), dial(t, sc)
+	for _, c := range []*client{a, b} {
+		if r := c.acquire("k", tb10, 1, 0); r.Status != proto.StatusOK {
+			t.Fatalf("within the cap: %+v", r)
+		}
+	}
+	third := dial(t, sc)
+	if _, rs, err := third.tryRecv(); err != nil || len(rs) != 1 || rs[0].Status != proto.StatusBusy {
+		t.Fatalf("third connection: %v %+v, want Busy", err, rs)
+	}
+	a.c.Close()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		c := dial(t, sc)
+		b, start := proto.BeginFrame(nil, proto.KindRequest, 7)
+		c.c.Write(proto.EndFrame(proto.AppendItem(b, proto.OpAcquire, 0, tb10, 1, 0, []byte("k")), start, 1)) // refused: EPIPE
+		h, rs, err := c.tryRecv()
+		if err == nil && h.ID == 7 && len(rs) == 1 && rs[0].Status == proto.StatusOK {
+			break // the closed connection's place was given back
+		}
+		if err == nil && (len(rs) != 1 || rs[0].Status != proto.StatusBusy) {
+			t.Fatalf("while the closed connection is being let go: %+v", rs)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no connection served after one of the user's closed")
+		}
 	}
 }
 

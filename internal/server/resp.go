@@ -37,6 +37,10 @@ func refuseRESP(_ proto.Status, msg string) []byte {
 func (rc *respConn) handle() {
 	rest := rc.in
 	for !rc.closed {
+		if len(rc.out) >= maxPending {
+			rc.more = true
+			break
+		}
 		args, n, err := resp.Parse(rest, rc.args)
 		rc.args = args
 		if err != nil {
@@ -54,7 +58,7 @@ func (rc *respConn) handle() {
 			rc.command(args)
 		}
 	}
-	if len(rest) == cap(rc.in) && cap(rc.in) >= maxRESPBuffer {
+	if !rc.more && len(rest) == cap(rc.in) && cap(rc.in) >= maxRESPBuffer {
 		rc.n.malformed++
 		rc.out = resp.AppendError(rc.out, "ERR Protocol error: request too large")
 		rc.closed = true

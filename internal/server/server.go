@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -19,98 +18,6 @@ import (
 	"github.com/sluicehq/sluice/shm"
 )
 
-// Defaults for a Config's zero fields.
-const (
-	DefaultStatePath    = "var/sluice.state"
-	DefaultSocketPath   = "var/sluice.sock"
-	DefaultRESPSocket   = "var/sluice-resp.sock"
-	DefaultSlots        = 1 << 21 // 2,097,152 slots: about 1.5M buckets at a load of 0.7 (128 MiB at 64 bytes)
-	DefaultSlotSize     = shm.MinSlotSize
-	DefaultSyncInterval = time.Second
-	DefaultSocketMode   = 0o660
-	DefaultMaxConns     = 1024
-	DefaultIdleTimeout  = 5 * time.Minute
-	DefaultFrameTimeout = 10 * time.Second
-	DefaultWriteTimeout = 10 * time.Second
-	DefaultDrainTimeout = 5 * time.Second
-)
-
-// Config is what the sidecar needs to run. Zero fields take the defaults
-// above.
-type Config struct {
-	StatePath  string // the state file; created if missing
-	SocketPath string // the native protocol's Unix socket
-	RESPSocket string // the Redis-protocol Unix socket; "-" for none
-	RESPAddr   string // the Redis protocol on TCP, host:port; "" for none
-	// RESPAllowRemote lets RESPAddr be other than a loopback address. The
-	// listener has no authentication: anyone who reaches it can use it.
-	RESPAllowRemote bool
-	Slots           uint64        // slot count of a new state file
-	SlotSize        int           // slot size of a new state file: 64, 128 or 256
-	SyncInterval    time.Duration // how often the table is synced to disk
-	SocketMode      fs.FileMode   // permissions of the socket file
-	MaxConns        int           // connections served at once; more are answered Busy and closed
-	IdleTimeout     time.Duration // how long a connection may wait between frames
-	FrameTimeout    time.Duration // how long a started frame may take to arrive
-	WriteTimeout    time.Duration // how long a client may take to accept an answer
-	DrainTimeout    time.Duration // how long shutdown waits for connections to finish
-	Logger          *slog.Logger  // nil: slog.Default()
-
-	// AllowUIDs and AllowGIDs, if either is set, restrict who may use the
-	// Unix sockets: a peer whose uid is in AllowUIDs or whose gid is in
-	// AllowGIDs (checked with SO_PEERCRED) is served; any other is refused
-	// before it can send anything, and counted. They cannot be combined with
-	// RESPAddr: a TCP peer has no credentials to check.
-	AllowUIDs, AllowGIDs []uint32
-
-	// Now is the server clock, Unix nanoseconds; nil means the wall clock,
-	// made steady (see steadyClock). It exists for tests, which need a clock
-	// they control.
-	Now func() int64
-	// Ready, if set, is called once the socket accepts connections.
-	Ready func()
-}
-
-func (c *Config) withDefaults() Config {
-	d := *c
-	def := func(v *time.Duration, x time.Duration) {
-		if *v == 0 {
-			*v = x
-		}
-	}
-	if d.StatePath == "" {
-		d.StatePath = DefaultStatePath
-	}
-	if d.SocketPath == "" {
-		d.SocketPath = DefaultSocketPath
-	}
-	if d.RESPSocket == "" {
-		// Beside the native socket: var/sluice-resp.sock for the defaults.
-		d.RESPSocket = filepath.Join(filepath.Dir(d.SocketPath), filepath.Base(DefaultRESPSocket))
-	}
-	if d.Slots == 0 {
-		d.Slots = DefaultSlots
-	}
-	if d.SlotSize == 0 {
-		d.SlotSize = DefaultSlotSize
-	}
-	if d.SocketMode == 0 {
-		d.SocketMode = DefaultSocketMode
-	}
-	if d.MaxConns == 0 {
-		d.MaxConns = DefaultMaxConns
-	}
-	def(&d.SyncInterval, DefaultSyncInterval)
-	def(&d.IdleTimeout, DefaultIdleTimeout)
-	def(&d.FrameTimeout, DefaultFrameTimeout)
-	def(&d.WriteTimeout, DefaultWriteTimeout)
-	def(&d.DrainTimeout, DefaultDrainTimeout)
-	if d.Logger == nil {
-		d.Logger = slog.Default()
-	}
-	return d
-}
-
 // steadyClock returns the server clock: it starts at the later of the wall
 // clock and floor (the highest time the state file has recorded) and
 // advances with the monotonic clock. A step of the wall clock, back or
@@ -124,13 +31,14 @@ func steadyClock(floor int64) func() int64 {
 }
 
 // ErrGeometryMismatch is returned when an existing state file's geometry
-// differs from the one the Config asks for.
+// differs from the one the Config asks for explicitly.
 var ErrGeometryMismatch = errors.New("server: state file geometry differs from the configuration")
 
 // openState opens the state file, creating it (and its directory) if it
-// does not exist. An existing file keeps its geometry; if the configuration
-// asks for another, that is an error naming both, not a silent choice.
-func openState(c Config, explicitGeometry bool) (*shm.Table, bool, error) {
+// does not exist. An existing file keeps its geometry: asked (set in cfg,
+// the Config before defaults) for another, it is an error that says what
+// the file has, not a silent choice; the defaults never disagree with it.
+func openState(c, cfg Config) (*shm.Table, bool, error) {
 	t, err := shm.Open(c.StatePath)
 	if errors.Is(err, os.ErrNotExist) {
 		if err := os.MkdirAll(filepath.Dir(c.StatePath), 0o750); err != nil {
@@ -143,10 +51,10 @@ func openState(c Config, explicitGeometry bool) (*shm.Table, bool, error) {
 		return nil, false, err
 	}
 	g := t.Geometry()
-	if explicitGeometry && (g.SlotCount != c.Slots || g.SlotSize != c.SlotSize) {
+	if cfg.Slots != 0 && g.SlotCount != cfg.Slots || cfg.SlotSize != 0 && g.SlotSize != cfg.SlotSize {
 		t.Close()
-		return nil, false, fmt.Errorf("%w: %s has %d slots of %d bytes, configured %d slots of %d bytes",
-			ErrGeometryMismatch, c.StatePath, g.SlotCount, g.SlotSize, c.Slots, c.SlotSize)
+		return nil, false, fmt.Errorf("%w: %s has %d slots of %d bytes; leave --slots and --slot-size unset to use it, or move it away to create another",
+			ErrGeometryMismatch, c.StatePath, g.SlotCount, g.SlotSize)
 	}
 	return t, false, nil
 }
@@ -163,6 +71,7 @@ type server struct {
 	draining atomic.Bool
 	mu       sync.Mutex
 	conns    map[net.Conn]struct{}
+	perUID   map[uint32]int // connections held by each peer uid, with MaxConnsPerUID
 	wg       sync.WaitGroup
 }
 
@@ -173,15 +82,13 @@ type server struct {
 // error if the state file or the socket cannot be set up, or the final sync
 // fails.
 func Run(ctx context.Context, cfg Config) error {
-	explicit := cfg.Slots != 0 || cfg.SlotSize != 0
-	c := cfg.withDefaults()
-	t, created, err := openState(c, explicit)
-	if err != nil {
+	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	if (len(c.AllowUIDs) > 0 || len(c.AllowGIDs) > 0) && c.RESPAddr != "" {
-		t.Close()
-		return fmt.Errorf("%w: peer allow-lists cannot be checked on TCP (--resp-addr)", ErrSocketPath)
+	c := cfg.withDefaults()
+	t, created, err := openState(c, cfg)
+	if err != nil {
+		return err
 	}
 	lns, err := listenAll(c)
 	if err != nil {
@@ -195,7 +102,7 @@ func Run(ctx context.Context, cfg Config) error {
 	g, st := t.Geometry(), t.Stats()
 	s := &server{
 		cfg: c, log: c.Logger, engine: engine.New(t), now: c.Now,
-		conns: make(map[net.Conn]struct{}),
+		conns: make(map[net.Conn]struct{}), perUID: make(map[uint32]int),
 		hello: proto.Hello{
 			Version: proto.Version, MaxFrame: proto.MaxFrameLen, MaxBatch: proto.MaxBatch,
 			MaxKey: proto.MaxKeyLen, MaxMulti: proto.MaxMulti,
@@ -291,22 +198,34 @@ func (s *server) accept(l *listener) {
 			continue
 		}
 		s.stats.connsTotal.Add(1)
-		if !s.allowed(c) {
-			s.stats.peersDenied.Add(1)
+		refuse := func(st proto.Status, msg string) {
 			c.SetWriteDeadline(time.Now().Add(time.Second))
-			c.Write(l.refusal(proto.StatusDenied, "permission denied"))
+			c.Write(l.refusal(st, msg))
 			c.Close()
+		}
+		uid, counted, ok := s.admit(c, l)
+		if !ok {
+			s.stats.peersDenied.Add(1)
+			refuse(proto.StatusDenied, "permission denied")
 			continue
 		}
 		if int(s.stats.conns.Add(1)) > s.cfg.MaxConns {
 			s.stats.conns.Add(-1)
 			s.stats.connsRejected.Add(1)
-			c.SetWriteDeadline(time.Now().Add(time.Second))
-			c.Write(l.refusal(proto.StatusBusy, "too many connections"))
-			c.Close()
+			refuse(proto.StatusBusy, "too many connections")
 			continue
 		}
 		s.mu.Lock()
+		if counted && s.perUID[uid] >= s.cfg.MaxConnsPerUID {
+			s.mu.Unlock()
+			s.stats.conns.Add(-1)
+			s.stats.connsRejected.Add(1)
+			refuse(proto.StatusBusy, "too many connections from this user")
+			continue
+		}
+		if counted {
+			s.perUID[uid]++
+		}
 		s.conns[c] = struct{}{}
 		s.wg.Add(1)
 		s.mu.Unlock()
@@ -315,24 +234,35 @@ func (s *server) accept(l *listener) {
 			l.serve(s, c)
 			s.mu.Lock()
 			delete(s.conns, c)
+			if counted {
+				if s.perUID[uid]--; s.perUID[uid] == 0 {
+					delete(s.perUID, uid)
+				}
+			}
 			s.mu.Unlock()
 			s.stats.conns.Add(-1)
 		}()
 	}
 }
 
-// allowed reports whether the peer of c may be served: always, unless an
-// allow-list is configured.
-func (s *server) allowed(c net.Conn) bool {
-	if len(s.cfg.AllowUIDs) == 0 && len(s.cfg.AllowGIDs) == 0 {
-		return true
+// admit reads the credentials of c's peer when the configuration needs
+// them, and reports whether it may be served (always, unless an allow-list
+// is configured) and, with MaxConnsPerUID, its uid, which counts against
+// the cap. A TCP connection has no credentials: it is never counted.
+func (s *server) admit(c net.Conn, l *listener) (uid uint32, counted, ok bool) {
+	lists := len(s.cfg.AllowUIDs) > 0 || len(s.cfg.AllowGIDs) > 0
+	if !lists && (s.cfg.MaxConnsPerUID == 0 || l.path == "") {
+		return 0, false, true
 	}
 	uid, gid, err := peerCred(c)
 	if err != nil {
 		s.log.Warn("cannot read a peer's credentials; refusing it", "err", err)
-		return false
+		return 0, false, false
 	}
-	return slices.Contains(s.cfg.AllowUIDs, uid) || slices.Contains(s.cfg.AllowGIDs, gid)
+	if lists && !slices.Contains(s.cfg.AllowUIDs, uid) && !slices.Contains(s.cfg.AllowGIDs, gid) {
+		return 0, false, false
+	}
+	return uid, s.cfg.MaxConnsPerUID > 0 && l.path != "", true
 }
 
 // drain lets every connection finish what it has read, then closes it:

@@ -1,0 +1,186 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"github.com/sluicehq/sluice/shm"
+)
+
+// Defaults for a Config's zero fields.
+const (
+	DefaultStatePath    = "var/sluice.state"
+	DefaultSocketPath   = "var/sluice.sock"
+	DefaultRESPSocket   = "var/sluice-resp.sock"
+	DefaultSlots        = 1 << 21 // 2,097,152 slots: about 1.5M buckets at a load of 0.7 (128 MiB at 64 bytes)
+	DefaultSlotSize     = shm.MinSlotSize
+	DefaultSyncInterval = time.Second
+	DefaultSocketMode   = 0o660
+	DefaultMaxConns     = 1024
+	DefaultIdleTimeout  = 5 * time.Minute
+	DefaultFrameTimeout = 10 * time.Second
+	DefaultWriteTimeout = 10 * time.Second
+	DefaultDrainTimeout = 5 * time.Second
+)
+
+// Config is what the sidecar needs to run. Zero fields take the defaults
+// above.
+type Config struct {
+	StatePath  string // the state file; created if missing
+	SocketPath string // the native protocol's Unix socket
+	RESPSocket string // the Redis-protocol Unix socket; "-" for none
+	RESPAddr   string // the Redis protocol on TCP, host:port; "" for none
+	// RESPAllowRemote lets RESPAddr be other than a loopback address. The
+	// listener has no authentication: anyone who reaches it can use it.
+	RESPAllowRemote bool
+	Slots           uint64        // slot count of a new state file
+	SlotSize        int           // slot size of a new state file: 64, 128 or 256
+	SyncInterval    time.Duration // how often the table is synced to disk
+	SocketMode      fs.FileMode   // permissions of the socket file
+	MaxConns        int           // connections served at once; more are answered Busy and closed
+	// MaxConnsPerUID, if set, bounds the connections one user (a peer uid,
+	// read with SO_PEERCRED on the Unix sockets) may hold at once; more are
+	// answered Busy and closed. TCP connections are not counted.
+	MaxConnsPerUID int
+	IdleTimeout    time.Duration // how long a connection may wait between frames
+	FrameTimeout   time.Duration // how long a started frame may take to arrive
+	WriteTimeout   time.Duration // how long a client may take to accept an answer
+	DrainTimeout   time.Duration // how long shutdown waits for connections to finish
+	Logger         *slog.Logger  // nil: slog.Default()
+
+	// AllowUIDs and AllowGIDs, if either is set, restrict who may use the
+	// Unix sockets: a peer whose uid is in AllowUIDs or whose gid is in
+	// AllowGIDs (checked with SO_PEERCRED) is served; any other is refused
+	// before it can send anything, and counted. They cannot be combined with
+	// RESPAddr: a TCP peer has no credentials to check.
+	AllowUIDs, AllowGIDs []uint32
+
+	// Now is the server clock, Unix nanoseconds; nil means the wall clock,
+	// made steady (see steadyClock). It exists for tests, which need a clock
+	// they control.
+	Now func() int64
+	// Ready, if set, is called once the socket accepts connections.
+	Ready func()
+}
+
+func (c *Config) withDefaults() Config {
+	d := *c
+	def := func(v *time.Duration, x time.Duration) {
+		if *v == 0 {
+			*v = x
+		}
+	}
+	if d.StatePath == "" {
+		d.StatePath = DefaultStatePath
+	}
+	if d.SocketPath == "" {
+		d.SocketPath = DefaultSocketPath
+	}
+	if d.RESPSocket == "" {
+		// Beside the native socket: var/sluice-resp.sock for the defaults.
+		d.RESPSocket = filepath.Join(filepath.Dir(d.SocketPath), filepath.Base(DefaultRESPSocket))
+	}
+	if d.Slots == 0 {
+		d.Slots = DefaultSlots
+	}
+	if d.SlotSize == 0 {
+		d.SlotSize = DefaultSlotSize
+	}
+	if d.SocketMode == 0 {
+		d.SocketMode = DefaultSocketMode
+	}
+	if d.MaxConns == 0 {
+		d.MaxConns = DefaultMaxConns
+	}
+	def(&d.SyncInterval, DefaultSyncInterval)
+	def(&d.IdleTimeout, DefaultIdleTimeout)
+	def(&d.FrameTimeout, DefaultFrameTimeout)
+	def(&d.WriteTimeout, DefaultWriteTimeout)
+	def(&d.DrainTimeout, DefaultDrainTimeout)
+	if d.Logger == nil {
+		d.Logger = slog.Default()
+	}
+	return d
+}
+
+// ConfigError is an invalid Config field: its value and what is accepted.
+// Flag names the sluiced flag that sets the field, so that the daemon can
+// say which of its flags is wrong.
+type ConfigError struct {
+	Field string // the Config field
+	Flag  string // the sluiced flag that sets it, without dashes
+	Value any
+	Want  string // what is accepted, for people
+	Err   error  // the cause, when there is one more precise than ErrConfig
+}
+
+func (e *ConfigError) Error() string { return fmt.Sprintf("--%s %v: %s", e.Flag, e.Value, e.Want) }
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// ErrConfig is what every ConfigError matches with errors.Is.
+var ErrConfig = errors.New("server: invalid configuration")
+
+func (e *ConfigError) Is(target error) bool { return target == ErrConfig }
+
+// maxTimeout bounds the durations of a Config.
+const maxTimeout = 24 * time.Hour
+
+// Validate checks every field of c without creating or opening anything,
+// and returns the first problem as a *ConfigError. Zero fields are valid:
+// they take the defaults.
+func (c *Config) Validate() error {
+	bad := func(field, flag string, v any, want string) *ConfigError {
+		return &ConfigError{Field: field, Flag: flag, Value: v, Want: want}
+	}
+	durations := []struct {
+		field, flag string
+		v           time.Duration
+		min         time.Duration
+	}{
+		{"SyncInterval", "sync-interval", c.SyncInterval, time.Millisecond},
+		{"IdleTimeout", "idle-timeout", c.IdleTimeout, time.Millisecond},
+		{"FrameTimeout", "frame-timeout", c.FrameTimeout, time.Millisecond},
+		{"WriteTimeout", "write-timeout", c.WriteTimeout, time.Millisecond},
+		{"DrainTimeout", "drain-timeout", c.DrainTimeout, time.Millisecond},
+	}
+	for _, d := range durations {
+		if d.v != 0 && (d.v < d.min || d.v > maxTimeout) {
+			return bad(d.field, d.flag, d.v, fmt.Sprintf("want a duration from %v to %v", d.min, maxTimeout))
+		}
+	}
+	switch {
+	case c.Slots > shm.MaxSlotCount:
+		return bad("Slots", "slots", c.Slots, fmt.Sprintf("want a slot count from 1 to %d", uint64(shm.MaxSlotCount)))
+	case c.SlotSize != 0 && !shm.ValidSlotSize(c.SlotSize):
+		return bad("SlotSize", "slot-size", c.SlotSize, "want 64, 128 or 256")
+	case c.SocketMode&^fs.ModePerm != 0:
+		return bad("SocketMode", "socket-mode", fmt.Sprintf("%#o", c.SocketMode), "want octal permissions such as 0660")
+	case c.MaxConns < 0 || c.MaxConns > 1_000_000:
+		return bad("MaxConns", "max-conns", c.MaxConns, "want a number of connections from 1 to 1000000")
+	case c.MaxConnsPerUID < 0 || c.MaxConnsPerUID > 1_000_000:
+		return bad("MaxConnsPerUID", "max-conns-per-uid", c.MaxConnsPerUID, "want 0 (no cap) or a number of connections up to 1000000")
+	}
+	for _, p := range []struct{ field, flag, path string }{
+		{"SocketPath", "socket", c.SocketPath}, {"RESPSocket", "resp-socket", c.RESPSocket},
+	} {
+		if len(p.path) > maxSocketPath {
+			return &ConfigError{Field: p.field, Flag: p.flag, Value: p.path, Err: ErrSocketPath,
+				Want: fmt.Sprintf("a Unix socket path is at most %d bytes; this one is %d", maxSocketPath, len(p.path))}
+		}
+	}
+	if c.RESPAddr != "" {
+		if err := checkLoopback(c.RESPAddr, c.RESPAllowRemote); err != nil {
+			e := bad("RESPAddr", "resp-addr", c.RESPAddr, "want a loopback host:port such as 127.0.0.1:9049 (or --resp-allow-remote)")
+			e.Err = err
+			return e
+		}
+		if len(c.AllowUIDs) > 0 || len(c.AllowGIDs) > 0 {
+			return bad("RESPAddr", "resp-addr", c.RESPAddr, "cannot be combined with --allow-uid or --allow-gid: a TCP peer has no credentials to check")
+		}
+	}
+	return nil
+}
