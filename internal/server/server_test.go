@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"testing"
 	"testing/synctest"
@@ -130,5 +131,59 @@ func TestRun_clockNeverGoesBack(t *testing.T) {
 	tb.Close()
 	if h != sc.clock.Load() {
 		t.Errorf("recorded %d, want the server time %d", h, sc.clock.Load())
+	}
+}
+
+// Ensure a bit flipped in the recorded high time cannot move the server's
+// clock forward and refill buckets: a 10-per-day bucket drained before a
+// restart stays drained after a restart on a file whose newer high mark
+// now reads years ahead (an unchecksummed high time did).
+func TestRun_flippedHighTimeMintsNothing(t *testing.T) {
+	dir := shortDir(t)
+	cfg := Config{StatePath: filepath.Join(dir, "state"), SocketPath: filepath.Join(dir, "sock"), RESPSocket: "-",
+		Slots: 64, SyncInterval: time.Millisecond, Logger: quiet()}
+	day := proto.TokenBucketLimit(10, 24*time.Hour, 10)
+	serve := func(fn func(c *client)) {
+		ctx, cancel := context.WithCancel(context.Background())
+		ready := make(chan struct{})
+		c := cfg
+		c.Ready = func() { close(ready) }
+		done := make(chan error, 1)
+		go func() { done <- Run(ctx, c) }()
+		select {
+		case <-ready:
+		case err := <-done:
+			t.Fatal(err)
+		}
+		fn(dialPath(t, cfg.SocketPath))
+		time.Sleep(5 * time.Millisecond) // a sync records the high time
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	admitted := 0
+	take := func(c *client) {
+		for range 20 {
+			if r := c.acquire("signup:1.2.3.4", day, 1, 0); r.Decision.Allowed {
+				admitted++
+			}
+		}
+	}
+	serve(take)
+	f, err := os.OpenFile(cfg.StatePath, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdr := make([]byte, shm.HeaderSize)
+	f.ReadAt(hdr, 0)
+	for _, off := range []int{0x0d8, 0x0d8 + 16} { // both high marks (shm/format.go): the newer one is among them
+		hdr[off+7] ^= 0x08 // 2^59 ns, about 18 years ahead
+	}
+	f.WriteAt(hdr, 0)
+	f.Close()
+	serve(take)
+	if admitted != 10 {
+		t.Errorf("admitted %d over two runs for a limit of 10 per day", admitted)
 	}
 }
