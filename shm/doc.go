@@ -42,20 +42,44 @@
 // # Concurrency
 //
 // Every slot begins with a spinlock word taken with compare-and-swap and
-// tagged with a random generation of the process that opened the table: a
-// lock held under another generation has no live holder and is taken over
-// (its slot repaired) instead of blocking forever. Lookups
-// probe without locks, then lock the slot they found and confirm its
-// fingerprint. Creating a bucket is serialised by one of 512 insert locks,
-// chosen by the fingerprint, so two goroutines creating the same bucket at
-// once always agree on one slot: a key never occupies two slots. Holders of a
-// slot lock never block, allocate or make syscalls. Operations on several
-// slots lock them in ascending index order and hold no insert lock, which
-// makes them deadlock-free.
+// tagged with its holder's tag. Lookups (Find) probe without locks, then
+// lock the slot they found and confirm its fingerprint. Creating a bucket
+// (Claim) is serialised by one of 512 insert stripes, chosen by the
+// fingerprint, so two callers creating the same bucket at once always agree
+// on one slot: a key never occupies two slots. A stripe's lock word also
+// counts the buckets created in it, so Claim looks for the bucket again
+// only if one was created in its stripe since Find looked: one probe per
+// decision. Holders of a slot lock never block, allocate or make syscalls.
+// Operations on several slots lock them in ascending index order and hold
+// no insert stripe, which makes them deadlock-free.
 //
-// The lock words live in the file, so the table can be shared by processes
-// that map it; today one process owns a file at a time (an exclusive flock
-// taken by Open and Create).
+// # Owner and attached tables
+//
+// The table lives in a file, so several processes can map it and share its
+// buckets and locks. One of them owns the file: Create or Open takes an
+// exclusive flock, and only the owner
+//
+//   - creates the file, upgrades an older format, and recovers a file that
+//     was not closed cleanly (recovery clears every lock word: it runs
+//     before anyone else may use the file);
+//   - syncs it (Sync), records the server's clock in it (RecordTime),
+//     scrubs a file opened clean (Scrub), and marks it clean on Close.
+//
+// Any table, the owner's or one attached with Attach (in the same process
+// or another), may find, claim, lock, decide, commit, clear and scan
+// buckets, under the same locks. Attach refuses a file whose owner is not
+// serving it (ErrNoOwner), so an attached table never sees a file that has
+// not been recovered.
+//
+// Every table registers in the file's holders registry (format.go): a tag,
+// its pid and its process's start time. A lock word carries its holder's
+// tag. A waiter spins on a held lock, and asks every few hundred rounds
+// whether the holder still lives: a registered process that exists, is not
+// a zombie and started when it registered. A lock whose holder is gone (a
+// process killed while holding it, or a tag no holder has, from damage) is
+// taken over, and the slot it guards, which may be half-written, is
+// repaired. A holder that is only slow (stopped, descheduled) keeps its
+// lock: its waiters wait.
 //
 // # Durability
 //

@@ -43,6 +43,15 @@ var (
 	ErrOptions = errors.New("shm: invalid options")
 	// ErrCorrupt is returned by Verify when an invariant does not hold.
 	ErrCorrupt = errors.New("shm: table is corrupt")
+	// ErrHolders is returned by Open and Attach when every entry of the
+	// file's holders registry is taken by a live process.
+	ErrHolders = errors.New("shm: too many processes have the state file open")
+	// ErrNoOwner is returned by Attach when the file's owner is not serving
+	// it (not running, or still opening and recovering it).
+	ErrNoOwner = errors.New("shm: the state file's owner is not running")
+	// ErrNotOwner is returned by Sync on an attached table: only the owner
+	// syncs the file.
+	ErrNotOwner = errors.New("shm: only the owner of the state file may do this")
 	// ErrUnsupported is returned on platforms without the needed syscalls.
 	ErrUnsupported = errors.New("shm: not supported on this platform")
 )

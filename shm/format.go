@@ -38,16 +38,30 @@ package shm
 //	                            starts below the higher valid copy. A copy
 //	                            whose sum does not match is ignored, so a torn
 //	                            or flipped time can only lower the floor.
+//	0x0f8  ownerTag    uint32   the tag of the owner's holder entry once it has
+//	                            opened (and recovered) the file, 0 before and
+//	                            after: attached tables require it
+//	0x0fc  reserved    uint32   0
+//	0x100  holders     [64]{tag uint32, pid uint32, started uint64}
+//	                            the processes that have the table open (the
+//	                            owner, and tables attached to it), one entry
+//	                            each: the 15-bit tag they put in the lock words
+//	                            they hold (0: a free entry), their pid, and the
+//	                            process's start time (Linux: field 22 of
+//	                            /proc/PID/stat), which tells a pid reused by
+//	                            another process from the one that registered
 //	...    reserved    zero
-//	0x800  insertLocks [512]uint32  spinlocks serialising inserts per fingerprint stripe
+//	0x800  insertLocks [512]uint32  insert stripes: bit 0 locked, bits 1-15 the
+//	                            holder's tag, bits 16-31 the count of buckets
+//	                            created in the stripe (modulo 2^16)
 //
 // A slot (S = SlotSize bytes; the first 64 bytes are the same for every size):
 //
 //	0x00  lock     uint32  bit 0: spinlock (1 held); bits 1-15: while held,
-//	                       the holder's generation (random per open, never 0),
-//	                       else 0; bits 16-31: reach, the largest displacement
-//	                       of any bucket whose home is this slot (lookups probe
-//	                       no further)
+//	                       the holder's tag (a holders entry, never 0), else 0;
+//	                       bits 16-31: reach, the largest displacement of any
+//	                       bucket whose home is this slot (lookups probe no
+//	                       further)
 //	0x04  sum      uint32  checksum of bytes [0x08, 0x40) (checksumOf)
 //	0x08  fp0      uint64  fingerprint, first half  } both zero: the slot was never used
 //	0x10  fp1      uint64  fingerprint, second half }
@@ -80,6 +94,8 @@ package shm
 //	   wall clock. A clock below a bucket's times only delays its refills;
 //	   a flipped bit that moved it years ahead would have refilled every
 //	   bucket.
+//	3  the owner's tag and the holders registry (0x0f8, 0x100), in bytes
+//	   that were zero: the upgrade changes only the version.
 //
 // An interrupted upgrade leaves the new version number under the old
 // header checksum (the two are written in that order); Open recognises it
@@ -87,7 +103,7 @@ package shm
 
 const (
 	magic         = "SLUICE\x1a\n" // identifies a Sluice state file
-	FormatVersion = 2              // the file format this package writes; it reads 1 to FormatVersion
+	FormatVersion = 3              // the file format this package writes; it reads 1 to FormatVersion
 	byteOrderMark = 0x01020304     // written little-endian; reads differently on a foreign order
 	HeaderSize    = 4096           // bytes before slot 0; one page, so slots are page-aligned
 	cleanMagic    = 0xC1EA7C1E     // cleanFlag value after a graceful close
@@ -116,6 +132,10 @@ const (
 	offHighMarks   = 0x0d8
 	numHighMarks   = 2
 	highMarkSize   = 16 // time int64, sum uint64
+	offOwnerTag    = 0x0f8
+	offHolders     = 0x100
+	numHolders     = 64
+	holderSize     = 16 // tag uint32, pid uint32, started uint64
 	offInsertLocks = 0x800
 	numInsertLocks = 512
 )
@@ -161,13 +181,14 @@ const (
 	counterLockedOnOpen        // slots whose lock word was held when the file was opened
 )
 
-// Lock word bits.
+// Lock word bits, for slots and insert stripes alike.
 const (
-	lockHeld   = 1      // bit 0: the slot is locked
-	genShift   = 1      // bits 1-15: the holder's generation
-	genMask    = 0xfffe // the generation bits in place
-	reachShift = 16     // bits 16-31: the home slot's reach
+	lockHeld   = 1      // bit 0: locked
+	genShift   = 1      // bits 1-15: while locked, the holder's tag; else 0
+	genMask    = 0xfffe // the tag bits in place
+	reachShift = 16     // slots, bits 16-31: the home slot's reach
 	maxReach   = 1<<16 - 1
+	seqShift   = 16 // insert stripes, bits 16-31: buckets created in the stripe, modulo 2^16
 )
 
 // DefaultProbeCap is the probe cap of new files: the largest displacement of

@@ -24,12 +24,13 @@ func TestFormat_layout(t *testing.T) {
 		{"created", offCreated, 8}, {"checksum", offChecksum, 8}, {"cleanFlag", offCleanFlag, 4},
 		{"reserved2", offCleanFlag + 4, 4}, {"v1HighTime", offV1HighTime, 8}, {"counters", offCounters, numCounters * 8},
 		{"highMarks", offHighMarks, numHighMarks * highMarkSize},
+		{"ownerTag", offOwnerTag, 4}, {"reserved3", offOwnerTag + 4, 4}, {"holders", offHolders, numHolders * holderSize},
 	}
 	for _, c := range []struct {
 		name   string
 		fields []field
 		end    uintptr
-	}{{"slot", slot, MinSlotSize}, {"header", header, offHighMarks + numHighMarks*highMarkSize}} {
+	}{{"slot", slot, MinSlotSize}, {"header", header, offHolders + numHolders*holderSize}} {
 		var next uintptr
 		for _, f := range c.fields {
 			if f.off != next {
@@ -44,7 +45,7 @@ func TestFormat_layout(t *testing.T) {
 			t.Errorf("%s fields end at %#x, want %#x", c.name, next, c.end)
 		}
 	}
-	if offHighMarks+numHighMarks*highMarkSize > offInsertLocks || offInsertLocks+numInsertLocks*4 > HeaderSize {
+	if offHolders+numHolders*holderSize > offInsertLocks || offInsertLocks+numInsertLocks*4 > HeaderSize {
 		t.Errorf("header regions overflow the header page")
 	}
 	if checksummed != offChecksum || summedFrom != slotFP0 || summedTo != MinSlotSize {

@@ -45,10 +45,9 @@ func headerSum(hdr []byte) uint64 { return xxhash.Sum64(hdr[:checksummed]) }
 // file's format version. The checksum comes before the geometry so that a
 // damaged size field is reported as damage, not as a truncated file.
 //
-// A header whose version is FormatVersion but whose checksum is that of the
-// same header with the previous version is an upgrade a crash interrupted
-// (see format.go): it is reported as the previous version, to be upgraded
-// again.
+// A header whose checksum is that of the same header with an earlier
+// version is an upgrade a crash interrupted (see format.go): it is reported
+// as that version, to be upgraded again.
 func validateHeader(hdr []byte, size int64) (uint32, error) {
 	le := binary.LittleEndian
 	if string(hdr[offMagic:offMagic+len(magic)]) != magic {
@@ -62,10 +61,16 @@ func validateHeader(hdr []byte, size int64) (uint32, error) {
 		return 0, fmt.Errorf("%w: byte-order mark %#08x", ErrByteOrder, bo)
 	}
 	if got, want := le.Uint64(hdr[offChecksum:]), headerSum(hdr); got != want {
-		if v < 2 || got != sumWithVersion(hdr, v-1) {
+		// An upgrade step interrupted between the version and the checksum
+		// leaves the checksum of an earlier version.
+		old := v - 1
+		for old >= 1 && got != sumWithVersion(hdr, old) {
+			old--
+		}
+		if old < 1 {
 			return 0, fmt.Errorf("%w: stored %#016x, computed %#016x", ErrChecksum, got, want)
 		}
-		v-- // an interrupted upgrade from v-1
+		v = old
 	}
 	hs := le.Uint32(hdr[offHeaderSize:])
 	ss := le.Uint32(hdr[offSlotSize:])
@@ -167,8 +172,11 @@ func (t *Table) HighTime() (int64, bool) {
 // higher, by rewriting the lower (or damaged) of the two high marks, so a
 // crash in the middle leaves the other intact. It is written with the
 // header, so it survives restarts once synced. now must be the server's
-// clock, never a client's timestamp.
+// clock, never a client's timestamp. An attached table records nothing.
 func (t *Table) RecordTime(now int64) {
+	if !t.owner {
+		return // only the owner keeps the file's clock
+	}
 	t.marks.Lock()
 	defer t.marks.Unlock()
 	hdr := t.headerBytes()

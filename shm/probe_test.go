@@ -1,6 +1,7 @@
 package shm
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -215,16 +216,19 @@ func TestInsert_concurrentChurn(t *testing.T) {
 	wg.Wait()
 }
 
-// Ensure that the stack-buffer and streaming fingerprint paths agree, that
-// the identity matters, and that fingerprints depend on the file's seeds.
+// Ensure that fingerprints are the xxhash64 values format.go specifies,
+// that the identity matters, and that fingerprints depend on the file's
+// seeds.
 func TestFingerprint(t *testing.T) {
 	a, b := newHeap(t, Options{SlotCount: 4}), newHeap(t, Options{SlotCount: 4})
-	for _, n := range []int{1, 7, shortKey - 1, shortKey, shortKey + 1, 500, MaxKeyLen} {
+	for _, n := range []int{1, 7, 23, 24, 25, 119, 120, 121, 500, MaxKeyLen} {
 		key := []byte(strings.Repeat("x", n))
 		const id = 0x1234
-		want := Fingerprint{streamHash(a.seed0^id, key), streamHash(a.seed1^id, key)}
-		if got := a.Fingerprint(key, id); got != want {
-			t.Errorf("key of %d bytes: %x, streamed %x", n, got, want)
+		sum := func(seed uint64) uint64 {
+			return xxhashSum(append(binary.LittleEndian.AppendUint64(nil, seed^id), key...))
+		}
+		if got, want := a.Fingerprint(key, id), (Fingerprint{sum(a.seed0), sum(a.seed1)}); got != want {
+			t.Errorf("key of %d bytes: %x, format.go says %x", n, got, want)
 		}
 		if a.Fingerprint(key, id) == a.Fingerprint(key, id+1) {
 			t.Errorf("key of %d bytes: identity ignored", n)
@@ -254,7 +258,7 @@ func TestScan(t *testing.T) {
 	got := map[string]int{}
 	pages := 0
 	for cursor := uint64(0); ; pages++ {
-		cursor = tb.Scan(cursor, 7, func(s Slot) bool { got[string(s.Key())]++; return true })
+		cursor = tb.Scan(cursor, 7, func(e *Entry) bool { got[string(e.Key)]++; return true })
 		if cursor == 0 {
 			break
 		}
@@ -271,7 +275,7 @@ func TestScan(t *testing.T) {
 		t.Errorf("saw %d buckets, want %d", len(got), len(want))
 	}
 	n := 0
-	next := tb.Scan(0, 100, func(Slot) bool { n++; return n < 3 })
+	next := tb.Scan(0, 100, func(*Entry) bool { n++; return n < 3 })
 	if n != 3 || next == 0 {
 		t.Errorf("early stop: %d visited, next %d", n, next)
 	}

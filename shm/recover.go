@@ -29,7 +29,7 @@ func (t *Table) Scrub(stop <-chan struct{}) bool {
 			}
 		}
 		t.lockSlot(t.slotPtr(i))
-		spinUnlock(u32at(t.slotPtr(i), slotLock))
+		unlockWord(u32at(t.slotPtr(i), slotLock))
 	}
 	t.checkOnUse.Store(false)
 	return true

@@ -3,8 +3,10 @@
 package shm
 
 import (
+	"bytes"
 	"errors"
 	"os"
+	"strconv"
 
 	"github.com/edsrzf/mmap-go"
 	"golang.org/x/sys/unix"
@@ -108,3 +110,43 @@ var syncRange = func(b []byte) error { return unix.Msync(b, unix.MS_SYNC) }
 
 // syncFile flushes f's data and metadata.
 func syncFile(f *os.File) error { return f.Sync() }
+
+// processStart returns the start time of process pid (field 22 of
+// /proc/PID/stat, in clock ticks since boot), or 0 if it cannot be read.
+func processStart(pid int) uint64 {
+	_, start, ok := procStat(pid)
+	if !ok {
+		return 0
+	}
+	return start
+}
+
+// processAlive reports whether process pid exists, is not a zombie, and,
+// if started is not 0, started at that time (so a reused pid does not count).
+func processAlive(pid int, started uint64) bool {
+	state, start, ok := procStat(pid)
+	if !ok {
+		return !errors.Is(unix.Kill(pid, 0), unix.ESRCH) // no /proc: ask the kernel
+	}
+	return state != 'Z' && state != 'X' && (started == 0 || start == started)
+}
+
+// procStat reads the state (field 3) and start time (field 22) of process
+// pid from /proc/PID/stat.
+func procStat(pid int) (state byte, start uint64, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	// The command name (field 2) is in parentheses and may hold spaces.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return 0, 0, false
+	}
+	f := bytes.Fields(b[i+2:]) // from field 3 on
+	if len(f) < 20 {
+		return 0, 0, false
+	}
+	start, err = strconv.ParseUint(string(f[19]), 10, 64)
+	return f[0][0], start, err == nil
+}

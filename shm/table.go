@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
-	mrand "math/rand/v2"
 	"os"
 	"path/filepath"
 	"sync"
@@ -63,13 +62,17 @@ func (o Options) validate() error {
 }
 
 // Table is an open-addressing hash table of fixed-size slots in a shared
-// mapping of a state file (or, for tests, in a heap buffer).
+// mapping of a state file (or, for tests, in a heap buffer). It is the
+// file's owner (Create, Open) or attached to an owner's file (Attach); see
+// the package documentation for what each may do.
 //
 // A Table is safe for concurrent use by many goroutines. Close must not run
 // concurrently with any other method.
 type Table struct {
-	base     unsafe.Pointer // first byte of the mapping or heap buffer
-	gen      uint32         // this open's generation, tagging the slot locks it holds
+	base      unsafe.Pointer // first byte of the mapping or heap buffer
+	gen       uint32         // this table's holder tag, in the lock words it holds
+	holderIdx int            // its entry in the holders registry
+	owner     bool           // the file's owner (or a heap table), not attached
 	slotSize uintptr
 	n        uint64 // slot count
 	probeCap uint64
@@ -138,8 +141,11 @@ func NewHeap(o Options) (*Table, error) {
 		return nil, err
 	}
 	t.load(hdr)
-	t.opened.Created = true
+	t.opened.Created, t.owner = true, true
 	binary.LittleEndian.PutUint32(hdr[offCleanFlag:], dirtyMagic)
+	if err := t.register(); err != nil {
+		return nil, err
+	}
 	return t, nil
 }
 
@@ -253,7 +259,7 @@ func mapTable(f *os.File, version uint32, created bool) (*Table, error) {
 		f.Close()
 		return nil, fmt.Errorf("shm: map %s: %w", f.Name(), err)
 	}
-	t := &Table{base: mappingBase(m), file: f, mm: m}
+	t := &Table{base: mappingBase(m), file: f, mm: m, owner: true}
 	t.load(t.headerBytes())
 	t.opened.Created = created
 	if version < FormatVersion {
@@ -277,8 +283,74 @@ func mapTable(f *os.File, version uint32, created bool) (*Table, error) {
 		f.Close()
 		return nil, fmt.Errorf("shm: sync header of %s: %w", f.Name(), err)
 	}
+	// Serve: register as a holder, then let tables attach.
+	t.pruneHolders()
+	if err := t.register(); err != nil {
+		m.Unmap()
+		f.Close()
+		return nil, fmt.Errorf("shm: open %s: %w", f.Name(), err)
+	}
+	atomic.StoreUint32(u32at(t.base, offOwnerTag), t.gen)
 	return t, nil
 }
+
+// Attach maps the state file at path, which its owner (a sidecar, through
+// Open) is serving, and registers as one of its holders. An attached table
+// finds, claims, locks and decides like the owner's, under the same locks;
+// it never syncs, upgrades, recovers, scrubs or closes the file for the
+// owner (see the package documentation). It refuses a file whose owner is
+// not serving it (ErrNoOwner: not running, or still recovering it) and a
+// file of another format version (ErrVersion: the owner upgrades files).
+func Attach(path string) (*Table, error) {
+	if !littleEndian() {
+		return nil, ErrByteOrder
+	}
+	f, err := openNoFollow(path)
+	if err != nil {
+		return nil, fmt.Errorf("shm: attach %s: %w", path, err)
+	}
+	fail := func(err error) (*Table, error) {
+		f.Close()
+		return nil, fmt.Errorf("shm: attach %s: %w", path, err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return fail(err)
+	}
+	if !fi.Mode().IsRegular() {
+		return fail(ErrNotRegular)
+	}
+	hdr := make([]byte, HeaderSize)
+	if _, err := f.ReadAt(hdr, 0); err != nil {
+		return fail(fmt.Errorf("%w: %v", ErrTruncated, err))
+	}
+	v, err := validateHeader(hdr, fi.Size())
+	if err != nil {
+		return fail(err)
+	}
+	if v != FormatVersion {
+		return fail(fmt.Errorf("%w: file has version %d, this build attaches to version %d (its owner upgrades it)", ErrVersion, v, FormatVersion))
+	}
+	m, err := mapFile(f)
+	if err != nil {
+		return fail(err)
+	}
+	t := &Table{base: mappingBase(m), file: f, mm: m}
+	t.load(t.headerBytes())
+	if !t.ownerLive() {
+		m.Unmap()
+		return fail(ErrNoOwner)
+	}
+	if err := t.register(); err != nil {
+		m.Unmap()
+		return fail(err)
+	}
+	return t, nil
+}
+
+// Owner reports whether t owns its file (or is a heap table), rather than
+// being attached to another's.
+func (t *Table) Owner() bool { return t.owner }
 
 // load reads the geometry from a validated header.
 func (t *Table) load(hdr []byte) {
@@ -289,16 +361,18 @@ func (t *Table) load(hdr []byte) {
 	t.seed1 = le.Uint64(hdr[offSeed1:])
 	t.probeCap = uint64(le.Uint32(hdr[offProbeCap:]))
 	t.room = inlineRoom(int(t.slotSize))
-	t.gen = uint32(mrand.IntN(genMask>>genShift)) + 1 // never 0: an unlocked word has no generation
 }
 
 // Sync writes every modified page of the table to disk and waits for the
 // device (msync with MS_SYNC). The kernel tracks which pages are dirty, so the
 // cost is proportional to the pages written since the last Sync. A heap
-// table's Sync does nothing.
+// table's Sync does nothing; an attached table's fails with ErrNotOwner.
 func (t *Table) Sync() error {
 	if t.closed.Load() {
 		return ErrClosed
+	}
+	if !t.owner {
+		return ErrNotOwner
 	}
 	if t.mm == nil {
 		return nil
@@ -311,17 +385,31 @@ func (t *Table) Sync() error {
 	return nil
 }
 
-// Close syncs the table, marks the file clean and releases it. No other
-// method may be running or be called afterwards. If the final sync fails the
-// file is left marked dirty (so the next Open scans it) and the error is
-// returned.
+// Close releases the table. The owner's Close first stops tables from
+// attaching, then syncs the table, marks the file clean and releases it; if
+// the final sync fails the file is left marked dirty (so the next Open
+// scans it) and the error is returned. An attached table's Close only
+// leaves the holders registry and unmaps the file. No other method may be
+// running or be called afterwards.
 func (t *Table) Close() error {
 	if t.closed.Swap(true) {
 		return ErrClosed
 	}
+	if t.owner {
+		atomic.CompareAndSwapUint32(u32at(t.base, offOwnerTag), t.gen, 0)
+	}
+	t.deregister()
 	if t.mm == nil {
 		t.heap = nil
 		return nil
+	}
+	if !t.owner {
+		err := t.mm.Unmap()
+		if cerr := t.file.Close(); err == nil {
+			err = cerr
+		}
+		t.base = nil
+		return err
 	}
 	err := syncRange(t.mm)
 	if err == nil {

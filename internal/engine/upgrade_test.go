@@ -106,7 +106,7 @@ func TestUpgrade_interrupted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	binary.LittleEndian.PutUint32(b[8:], shm.FormatVersion) // the version written, not yet the checksum
+	binary.LittleEndian.PutUint32(b[8:], 2) // the first step's version written, not yet its checksum
 	path := filepath.Join(t.TempDir(), "state")
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		t.Fatal(err)

@@ -153,16 +153,16 @@ func (s *server) scan(b []byte, op *proto.Op, room int) []byte {
 	b, start := proto.BeginScanResult(b, 0)
 	limit := len(b) + room
 	n, full, resume := 0, false, uint64(0)
-	next := t.Scan(op.Cursor, scanSpan, func(sl shm.Slot) bool {
-		k := sl.Key()
+	next := t.Scan(op.Cursor, scanSpan, func(e *shm.Entry) bool {
+		k := e.Key
 		if k == nil || !bytes.HasPrefix(k, op.Prefix) {
 			return true
 		}
 		if len(b)+scanEntryLen(k) > limit {
-			full, resume = true, sl.Index() // the next SCAN starts with this bucket
+			full, resume = true, e.Index // the next SCAN starts with this bucket
 			return false
 		}
-		b = proto.AppendScanEntry(b, proto.Algorithm(sl.Kind()), sl.FreshAt(), k)
+		b = proto.AppendScanEntry(b, proto.Algorithm(e.Kind), e.FreshAt, k)
 		n++
 		return n < int(op.Count)
 	})

@@ -1,0 +1,169 @@
+package shm
+
+import (
+	"errors"
+	"math"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Ensure a table attached to an owner's file shares its buckets and locks:
+// goroutines of both, taking turns on one bucket under its slot lock, lose
+// no update (neither takes the other's locks over), and buckets created by
+// either are one bucket.
+func TestAttach_sharesLocks(t *testing.T) {
+	owner, path := newFile(t, Options{SlotCount: 64})
+	att, err := Attach(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer att.Close()
+	if att.Owner() || !owner.Owner() {
+		t.Fatalf("Owner: attached %v, owner %v", att.Owner(), owner.Owner())
+	}
+	f := fp(owner, "shared")
+	if att.Fingerprint([]byte("shared"), 0) != f {
+		t.Fatal("an attached table computes another fingerprint")
+	}
+	const rounds = 20000
+	var wg sync.WaitGroup
+	for _, tb := range []*Table{owner, att, owner, att} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				s, _, err := tb.LookupOrInsert(f, 1, nil, 0)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				st := s.State()
+				st[0]++
+				st[1] = st[0] * 3 // a torn or lost update shows as st[1] != 3*st[0]
+				s.Commit(math.MaxInt64)
+			}
+		}()
+	}
+	wg.Wait()
+	s, ok := att.Lookup(f)
+	if !ok {
+		t.Fatal("bucket lost")
+	}
+	if st := *s.State(); st[0] != 4*rounds || st[1] != 3*st[0] {
+		t.Errorf("state %v after %d increments through two tables", st, 4*rounds)
+	}
+	s.Release()
+	if st := owner.Stats(); st.Inserts != 1 || st.Torn != 0 || st.LockedOnOpen != 0 {
+		t.Errorf("stats %+v: one bucket, nothing torn, no lock taken over", st)
+	}
+	if err := att.Sync(); !errors.Is(err, ErrNotOwner) {
+		t.Errorf("Sync of an attached table: %v", err)
+	}
+	if err := att.Verify(); err != nil {
+		t.Error(err)
+	}
+}
+
+// Ensure Attach refuses a file nobody serves, and one of another version.
+func TestAttach_refuses(t *testing.T) {
+	tb, path := newFile(t, Options{SlotCount: 16})
+	tb.Close() // closed cleanly: no owner
+	if _, err := Attach(path); !errors.Is(err, ErrNoOwner) {
+		t.Errorf("Attach to a file nobody serves: %v", err)
+	}
+	tb, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	att, err := Attach(path)
+	if err != nil {
+		t.Fatalf("Attach to a served file: %v", err)
+	}
+	att.Close()
+	tb.Close()
+	b, _ := os.ReadFile(path)
+	b[offVersion] = 2
+	copy(b[offChecksum:], binaryLE(headerSum(b)))
+	old := filepath.Join(t.TempDir(), "old")
+	os.WriteFile(old, b, 0o600)
+	if _, err := Attach(old); !errors.Is(err, ErrVersion) {
+		t.Errorf("Attach to a version-2 file: %v", err)
+	}
+}
+
+// Ensure Attach refuses a file whose owner died (kill -9), and that a lock
+// the dead owner held is taken over, not waited for for ever, by a new
+// owner that finds it on a file it did not recover... and by an attached
+// table, once the dead holder is recognised.
+func TestAttach_deadOwner(t *testing.T) {
+	if path := os.Getenv("SHM_TEST_OWNER"); path != "" {
+		signal.Ignore(syscall.SIGTERM)
+		tb, err := Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, _ := tb.Lookup(fp(tb, "held"))
+		_ = s // die holding its lock
+		os.WriteFile(path+".ready", nil, 0o600)
+		time.Sleep(time.Minute)
+		return
+	}
+	tb, path := newFile(t, Options{SlotCount: 16})
+	put(t, tb, "held", 5, math.MaxInt64, 0)
+	tb.Close()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestAttach_deadOwner$")
+	cmd.Env = append(os.Environ(), "SHM_TEST_OWNER="+path)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		if _, err := os.Stat(path + ".ready"); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatal("the owner did not start")
+		}
+	}
+	att, err := Attach(path)
+	if err != nil {
+		t.Fatalf("Attach while the owner lives: %v", err)
+	}
+	defer att.Close()
+	cmd.Process.Kill()
+	cmd.Wait()
+	if _, err := Attach(path); !errors.Is(err, ErrNoOwner) {
+		t.Errorf("Attach after the owner died: %v", err)
+	}
+	done := make(chan bool, 1)
+	go func() {
+		s, ok := att.Lookup(fp(att, "held"))
+		if ok {
+			done <- s.Conservative()
+			s.Release()
+		}
+		close(done)
+	}()
+	select {
+	case conservative := <-done:
+		if !conservative {
+			t.Errorf("a lock taken over from a dead holder did not repair its slot")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a lock held by a dead process was waited for")
+	}
+}
+
+func binaryLE(v uint64) []byte {
+	b := make([]byte, 8)
+	for i := range b {
+		b[i] = byte(v >> (8 * i))
+	}
+	return b
+}
