@@ -300,7 +300,7 @@ var errCrash = errors.New("crash")
 func TestRecover_restartable(t *testing.T) {
 	img := dirtyImage(t)
 	want, points := recoverImage(t, img, 0)
-	if points < 40 {
+	if points < 20 {
 		t.Fatalf("only %d crash points: the image needs little recovery", points)
 	}
 	slots := func(b []byte) []byte { return b[HeaderSize:] }

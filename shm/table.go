@@ -73,12 +73,12 @@ type Table struct {
 	gen       uint32         // this table's holder tag, in the lock words it holds
 	holderIdx int            // its entry in the holders registry
 	owner     bool           // the file's owner (or a heap table), not attached
-	slotSize uintptr
-	n        uint64 // slot count
-	probeCap uint64
-	seed0    uint64
-	seed1    uint64
-	room     int // inline key bytes per slot
+	slotSize  uintptr
+	n         uint64 // slot count
+	probeCap  uint64
+	seed0     uint64
+	seed1     uint64
+	room      int // inline key bytes per slot
 
 	file *os.File  // nil for heap tables
 	mm   mmap.MMap // nil for heap tables
