@@ -53,6 +53,8 @@ func (e *Engine) Multi(dst []bucket.Decision, items []Item, t Time) ([]bucket.De
 		}
 		fps[i] = e.fingerprint(it.Key, it.Limit)
 	}
+	// Room for the decisions now: nothing allocates while slots are locked.
+	dst = slices.Grow(dst, len(items))
 	var reserved [MaxMultiItems]bool // item i's slot is reserved by this call
 	for range multiAttempts {
 		// Find or create each bucket's slot. A slot that holds no bucket yet is
@@ -62,7 +64,7 @@ func (e *Engine) Multi(dst []bucket.Decision, items []Item, t Time) ([]bucket.De
 			sl, _, err := e.t.LookupOrInsert(fps[i], uint8(items[i].Limit.b.Algorithm), items[i].Key, t.Now)
 			if err != nil {
 				e.unreserve(fps[:i], idx[:i], reserved[:i])
-				return dst, false, err
+				return dst, false, tableErr(err)
 			}
 			idx[i] = sl.Index()
 			if reserved[i] = !sl.Live(); reserved[i] {

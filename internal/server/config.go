@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/sluicehq/sluice/shm"
+	"github.com/sluicehq/sluice/internal/engine"
 )
 
 // Defaults for a Config's zero fields.
@@ -16,8 +16,8 @@ const (
 	DefaultStatePath    = "var/sluice.state"
 	DefaultSocketPath   = "var/sluice.sock"
 	DefaultRESPSocket   = "var/sluice-resp.sock"
-	DefaultSlots        = 1 << 21 // 2,097,152 slots: about 1.5M buckets at a load of 0.7 (128 MiB at 64 bytes)
-	DefaultSlotSize     = shm.MinSlotSize
+	DefaultSlots        = engine.DefaultSlots
+	DefaultSlotSize     = engine.DefaultSlotSize
 	DefaultSyncInterval = time.Second
 	DefaultSocketMode   = 0o660
 	DefaultMaxConns     = 1024
@@ -153,9 +153,9 @@ func (c *Config) Validate() error {
 		}
 	}
 	switch {
-	case c.Slots > shm.MaxSlotCount:
-		return bad("Slots", "slots", c.Slots, fmt.Sprintf("want a slot count from 1 to %d", uint64(shm.MaxSlotCount)))
-	case c.SlotSize != 0 && !shm.ValidSlotSize(c.SlotSize):
+	case c.Slots > engine.MaxSlots:
+		return bad("Slots", "slots", c.Slots, fmt.Sprintf("want a slot count from 1 to %d", uint64(engine.MaxSlots)))
+	case c.SlotSize != 0 && !engine.ValidSlotSize(c.SlotSize):
 		return bad("SlotSize", "slot-size", c.SlotSize, "want 64, 128 or 256")
 	case c.SocketMode&^fs.ModePerm != 0:
 		return bad("SocketMode", "socket-mode", fmt.Sprintf("%#o", c.SocketMode), "want octal permissions such as 0660")

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/proto"
 	"github.com/sluicehq/sluice/proto/resp"
 )
@@ -19,7 +20,7 @@ const maxRESPBuffer = resp.MaxArgs*(resp.MaxBulkLen+16) + 32
 type respConn struct {
 	stream
 	args   [][]byte
-	limits limitCache
+	limits limitCache[bucket.Limit]
 }
 
 func serveRESP(s *server, c net.Conn) {
@@ -268,7 +269,7 @@ func (rc *respConn) commandInfo(args [][]byte) {
 
 // info is INFO's report, in Redis's "# Section" / "field:value" form.
 func (s *server) info() string {
-	st, g := s.engine.Table().Stats(), s.engine.Table().Geometry()
+	st, g := s.engine.Stats(), s.engine.Geometry()
 	c := &s.stats
 	var b strings.Builder
 	w := func(k string, v any) { fmt.Fprintf(&b, "%s:%v\r\n", k, v) }
@@ -283,7 +284,7 @@ func (s *server) info() string {
 	b.WriteString("\r\n# Memory\r\n")
 	w("used_memory", g.FileSize)
 	w("slot_size", g.SlotSize)
-	w("slot_count", g.SlotCount)
+	w("slot_count", g.Slots)
 	b.WriteString("\r\n# Stats\r\n")
 	w("total_connections_received", c.connsTotal.Load())
 	w("total_commands_processed", c.ops.Load())

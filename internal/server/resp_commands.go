@@ -9,7 +9,6 @@ import (
 	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/proto/resp"
-	"github.com/sluicehq/sluice/shm"
 )
 
 var pid = os.Getpid()
@@ -105,7 +104,7 @@ func (rc *respConn) rateLimit(args [][]byte, name string, millis, get bool) {
 	if atMs >= 0 {
 		when.At = atMs * 1_000_000
 	}
-	l, err := rc.limits.get(bucket.Limit{Algorithm: bucket.TokenBucket, Max: max, RefillTime: refillMs * 1_000_000, RefillAmount: amount})
+	l, err := rc.limits.get(bucket.Limit{Algorithm: bucket.TokenBucket, Max: max, RefillTime: refillMs * 1_000_000, RefillAmount: amount}, engine.NewLimit)
 	if err != nil {
 		rc.out = resp.AppendError(rc.out, errValue)
 		return
@@ -160,7 +159,7 @@ func (rc *respConn) throttle(args [][]byte) {
 		rc.out = resp.AppendError(rc.out, cellZero)
 		return
 	}
-	l, err := rc.limits.get(bucket.Limit{Algorithm: bucket.GCRA, Burst: burst, Count: count, Period: period * 1_000_000_000})
+	l, err := rc.limits.get(bucket.Limit{Algorithm: bucket.GCRA, Burst: burst, Count: count, Period: period * 1_000_000_000}, engine.NewLimit)
 	if err != nil {
 		rc.out = resp.AppendError(rc.out, cellPrefix+err.Error())
 		return
@@ -232,10 +231,9 @@ func (rc *respConn) count(d *bucket.Decision) {
 func (rc *respConn) fail(err error) {
 	rc.n.errors++
 	switch {
-	case errors.Is(err, shm.ErrTableFull):
-		rc.n.tableFulls++
+	case errors.Is(err, engine.ErrTableFull):
 		rc.out = resp.AppendError(rc.out, "ERR table full")
-	case errors.Is(err, shm.ErrEmptyKey), errors.Is(err, shm.ErrKeyTooLong):
+	case errors.Is(err, engine.ErrEmptyKey), errors.Is(err, engine.ErrKeyTooLong):
 		rc.out = resp.AppendError(rc.out, "ERR invalid key: "+err.Error())
 	default:
 		rc.out = resp.AppendError(rc.out, "ERR "+err.Error())

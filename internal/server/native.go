@@ -9,42 +9,117 @@ import (
 	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/proto"
-	"github.com/sluicehq/sluice/shm"
 )
 
 var errNotRequest = fmt.Errorf("%w: a client may only send request frames", proto.ErrMalformed)
 
-// counters are the server's statistics, reported by STATS.
-type counters struct {
-	conns, connsTotal, connsRejected    atomic.Int64
-	peersDenied                         atomic.Int64
-	frames, ops, malformed, timeouts    atomic.Int64
-	denied, allowed, errors, tableFulls atomic.Int64
-	buffered                            atomic.Int64 // bytes of connection buffers
+// conn is a connection speaking the native protocol.
+type conn struct {
+	stream
+
+	// scratch reused across operations, so serving allocates nothing
+	op    proto.Op
+	lim   limitCache[proto.Limit]
+	multi multiScratch
+
+	frameStart int // where the response frame being built starts in out
+	opsLeft    int // operations of the frame still to answer after this one
 }
 
-// connCounters are a connection's share of counters, kept without atomics
-// while it handles a batch and added to the server's once per batch.
-type connCounters struct {
-	frames, ops, malformed, denied, allowed, errors, tableFulls int64
+// maxResult bounds the size of any result but SCAN's: an error with the
+// longest message (MULTI's, STATS' and HELLO's are smaller).
+const maxResult = 4 + proto.MaxMessageLen
+
+// room is how many bytes a SCAN result may add to the response frame being
+// built in b: a response obeys proto.MaxFrameLen like a request, with room
+// kept for the results of the frame's later operations.
+func (c *conn) room(b []byte) int {
+	return proto.MaxFrameLen + 4 - (len(b) - c.frameStart) - (c.opsLeft+1)*maxResult
 }
 
-// add moves n into the server's counters and zeroes it.
-func (c *counters) add(n *connCounters) {
-	addNonZero(&c.frames, n.frames)
-	addNonZero(&c.ops, n.ops)
-	addNonZero(&c.malformed, n.malformed)
-	addNonZero(&c.denied, n.denied)
-	addNonZero(&c.allowed, n.allowed)
-	addNonZero(&c.errors, n.errors)
-	addNonZero(&c.tableFulls, n.tableFulls)
-	*n = connCounters{}
-}
-
-func addNonZero(dst *atomic.Int64, v int64) {
-	if v != 0 {
-		dst.Add(v)
+// handle answers the complete frames at the front of c.in, until
+// maxPending bytes of answers wait.
+func (c *conn) handle() {
+	rest := c.in
+	for !c.closed {
+		if len(c.out) >= maxPending {
+			c.more = true
+			break
+		}
+		frame, r, h, err := proto.SplitFrame(rest)
+		if err != nil {
+			c.frameError(h.ID, err)
+			return
+		}
+		if frame == nil {
+			break
+		}
+		c.frame(frame, h)
+		rest = r
 	}
+	need := 0
+	if len(rest) >= proto.HeaderLen {
+		if h, err := proto.ParseHeader(rest); err == nil {
+			need = int(h.Length) + 4 // checked against MaxFrameLen by SplitFrame
+		}
+	}
+	c.keep(rest, need)
+}
+
+// frameError answers a frame that cannot be split or parsed with one error
+// result and closes the connection: its byte stream cannot be trusted.
+func (c *conn) frameError(id uint32, err error) {
+	c.n.malformed++
+	b, start := proto.BeginFrame(c.out, proto.KindResponse, id)
+	b = proto.AppendError(b, 0, proto.StatusOf(err), err.Error())
+	c.out = proto.EndFrame(b, start, 1)
+	c.closed = true
+}
+
+// frame answers one request frame: one result per operation, in order. An
+// operation that cannot be decoded ends the frame (the rest cannot be
+// located): it and every later one are answered with its error, and the
+// connection closes after the answer is written.
+func (c *conn) frame(frame []byte, h proto.Header) {
+	c.n.frames++
+	if h.Kind != proto.KindRequest {
+		c.frameError(h.ID, errNotRequest)
+		return
+	}
+	b, start := proto.BeginFrame(c.out, proto.KindResponse, h.ID)
+	c.frameStart = start
+	body := frame[proto.HeaderLen:]
+	for i := 0; i < int(h.Count); i++ {
+		c.opsLeft = int(h.Count) - i - 1
+		rest, err := proto.DecodeOp(body, &c.op)
+		if err != nil {
+			c.n.malformed++
+			code := proto.Opcode(0)
+			if len(body) > 0 {
+				code = proto.Opcode(body[0])
+			}
+			for ; i < int(h.Count); i++ {
+				b = proto.AppendError(b, code, proto.StatusOf(err), err.Error())
+			}
+			c.closed = true
+			break
+		}
+		b = c.s.do(b, &c.op, c)
+		body = rest
+	}
+	if len(body) != 0 && !c.closed {
+		c.n.malformed++
+		c.closed = true // bytes after the last operation: the framing is off
+	}
+	c.out = proto.EndFrame(b, start, int(h.Count))
+}
+
+// multiScratch holds a MULTI's items and decisions between requests.
+type multiScratch struct {
+	items  [proto.MaxMulti]engine.Item
+	limits [proto.MaxMulti]engine.Limit
+	ds     []bucket.Decision
+	wire   [proto.MaxMulti]proto.Decision
 }
 
 // scanSpan bounds the slots one SCAN examines, so a scan that matches little
@@ -66,11 +141,7 @@ func (s *server) do(b []byte, op *proto.Op, c *conn) []byte {
 	case proto.OpMulti:
 		return s.multi(b, op, c)
 	}
-	bl, err := bucketLimit(op.Limit)
-	if err != nil {
-		return c.fail(b, op.Code, err)
-	}
-	l, err := c.lim.get(bl)
+	l, err := c.lim.get(op.Limit, engine.FromProto)
 	if err != nil {
 		return c.fail(b, op.Code, err)
 	}
@@ -104,22 +175,12 @@ func (s *server) do(b []byte, op *proto.Op, c *conn) []byte {
 	return proto.AppendDecision(b, op.Code, &w)
 }
 
-// when is the Time of a request with flags f: the batch's server clock,
-// and the request's own time if it carries one.
-func (st *stream) when(f proto.Flags, at int64) engine.Time {
-	t := engine.At(st.now)
-	if f&proto.FlagAt != 0 {
-		t.At = at
-	}
-	return t
-}
-
 // multi answers a MULTI: all of its items or none.
 func (s *server) multi(b []byte, op *proto.Op, c *conn) []byte {
 	m := &c.multi
 	for i := range op.NItems {
 		it := &op.Items[i]
-		l, err := limitOf(it.Limit)
+		l, err := engine.FromProto(it.Limit)
 		if err != nil {
 			return c.fail(b, op.Code, fmt.Errorf("item %d: %w", i, err))
 		}
@@ -145,32 +206,28 @@ func (s *server) multi(b []byte, op *proto.Op, c *conn) []byte {
 // scan lists live buckets whose inline key starts with the prefix, adding at
 // most room bytes to b; the cursor it returns resumes where it stopped.
 func (s *server) scan(b []byte, op *proto.Op, room int) []byte {
-	t := s.engine.Table()
-	if !t.InlineKeys() {
-		return proto.AppendError(b, op.Code, proto.StatusUnsupported,
-			"scan needs key bytes kept inline: create the state file with --slot-size 128 or 256")
-	}
 	b, start := proto.BeginScanResult(b, 0)
 	limit := len(b) + room
 	n, full, resume := 0, false, uint64(0)
-	next := t.Scan(op.Cursor, scanSpan, func(e *shm.Entry) bool {
-		k := e.Key
-		if k == nil || !bytes.HasPrefix(k, op.Prefix) {
+	next, err := s.engine.Scan(op.Cursor, scanSpan, func(e *engine.Entry) bool {
+		if !bytes.HasPrefix(e.Key, op.Prefix) {
 			return true
 		}
-		if len(b)+scanEntryLen(k) > limit {
+		if len(b)+scanEntryLen(e.Key) > limit {
 			full, resume = true, e.Index // the next SCAN starts with this bucket
 			return false
 		}
-		b = proto.AppendScanEntry(b, proto.Algorithm(e.Kind), e.FreshAt, k)
+		b = proto.AppendScanEntry(b, proto.Algorithm(e.Algorithm), e.FreshAt, e.Key)
 		n++
 		return n < int(op.Count)
 	})
-	if full {
-		if n == 0 {
-			return proto.AppendError(b[:start], op.Code, proto.StatusMalformed,
-				"no room for a SCAN result in this response frame: send SCAN in a smaller batch")
-		}
+	switch {
+	case errors.Is(err, engine.ErrNoInlineKeys):
+		return proto.AppendError(b[:start], op.Code, proto.StatusUnsupported, err.Error())
+	case full && n == 0:
+		return proto.AppendError(b[:start], op.Code, proto.StatusMalformed,
+			"no room for a SCAN result in this response frame: send SCAN in a smaller batch")
+	case full:
 		next = resume
 	}
 	return proto.EndScanResult(b, start, next, n)
@@ -183,19 +240,15 @@ func scanEntryLen(k []byte) int { return 1 + 8 + 2 + len(k) }
 func (c *conn) fail(b []byte, code proto.Opcode, err error) []byte {
 	st := statusFor(err)
 	c.n.errors++
-	if st == proto.StatusTableFull {
-		c.n.tableFulls++
-	}
 	return proto.AppendError(b, code, st, err.Error())
 }
 
 // statusFor maps the errors of the layers below to wire status codes.
 func statusFor(err error) proto.Status {
-	var be bucketError
 	switch {
-	case errors.Is(err, shm.ErrTableFull):
+	case errors.Is(err, engine.ErrTableFull):
 		return proto.StatusTableFull
-	case errors.Is(err, shm.ErrEmptyKey), errors.Is(err, shm.ErrKeyTooLong):
+	case errors.Is(err, engine.ErrEmptyKey), errors.Is(err, engine.ErrKeyTooLong):
 		return proto.StatusInvalidKey
 	case errors.Is(err, engine.ErrNegativeCost):
 		return proto.StatusInvalidCost
@@ -205,7 +258,7 @@ func statusFor(err error) proto.Status {
 		return proto.StatusContended
 	case errors.Is(err, engine.ErrTime):
 		return proto.StatusMalformed
-	case errors.Is(err, engine.ErrInvalidLimit), errors.As(err, &be):
+	case errors.Is(err, engine.ErrInvalidLimit):
 		return proto.StatusInvalidLimit
 	}
 	if st := proto.StatusOf(err); st != proto.StatusOK {
@@ -213,12 +266,6 @@ func statusFor(err error) proto.Status {
 	}
 	return proto.StatusInternal
 }
-
-// bucketError marks an error from validating a limit.
-type bucketError struct{ err error }
-
-func (e bucketError) Error() string { return e.err.Error() }
-func (e bucketError) Unwrap() error { return e.err }
 
 // bucketFlags converts request flags to algorithm flags.
 func bucketFlags(f proto.Flags) bucket.Flags {
@@ -232,64 +279,13 @@ func bucketFlags(f proto.Flags) bucket.Flags {
 	return b
 }
 
-// bucketLimit converts a wire limit to the algorithm's parameters. The wire
-// carries three parameters in each algorithm's order (see proto/doc.go).
-func bucketLimit(w proto.Limit) (bucket.Limit, error) {
-	p := w.P
-	switch w.Algorithm {
-	case proto.TokenBucket:
-		return bucket.Limit{Algorithm: bucket.TokenBucket, Max: p[0], RefillTime: p[1], RefillAmount: p[2]}, nil
-	case proto.GCRA:
-		return bucket.Limit{Algorithm: bucket.GCRA, Burst: p[0], Count: p[1], Period: p[2]}, nil
-	case proto.FixedWindow, proto.SlidingWindow:
-		if p[2] != 0 {
-			return bucket.Limit{}, bucketError{fmt.Errorf("%v takes two parameters, got a third: %d", w.Algorithm, p[2])}
-		}
-		alg := bucket.FixedWindow
-		if w.Algorithm == proto.SlidingWindow {
-			alg = bucket.SlidingWindow
-		}
-		return bucket.Limit{Algorithm: alg, Max: p[0], Window: p[1]}, nil
-	case proto.Pacer:
-		return bucket.Limit{Algorithm: bucket.Pacer, Count: p[0], Period: p[1], MaxDelay: p[2]}, nil
-	}
-	return bucket.Limit{}, bucketError{fmt.Errorf("unknown algorithm %d", w.Algorithm)}
-}
-
-// limitOf converts a wire limit to a validated engine limit.
-func limitOf(w proto.Limit) (engine.Limit, error) {
-	b, err := bucketLimit(w)
-	if err != nil {
-		return engine.Limit{}, err
-	}
-	l, err := engine.NewLimit(b)
-	if err != nil {
-		return engine.Limit{}, bucketError{err}
-	}
-	return l, nil
-}
-
-// get returns the validated engine limit for b, validating it only when it
-// differs from the connection's previous one.
-func (lc *limitCache) get(b bucket.Limit) (*engine.Limit, error) {
-	if !lc.ok || lc.key != b {
-		l, err := engine.NewLimit(b)
-		if err != nil {
-			return nil, bucketError{err}
-		}
-		lc.key, lc.l, lc.ok = b, l, true
-	}
-	return &lc.l, nil
-}
-
 // appendStats answers STATS: the table's counters and the server's.
 func (s *server) appendStats(b []byte) []byte {
-	st := s.engine.Table().Stats()
-	g := s.engine.Table().Geometry()
+	st, g := s.engine.Stats(), s.engine.Geometry()
 	b, start := proto.BeginStatsResult(b)
 	n := 0
 	add := func(name string, v uint64) { b = proto.AppendStat(b, name, v); n++ }
-	add("slot_count", st.SlotCount)
+	add("slot_count", st.Slots)
 	add("slot_size", uint64(g.SlotSize))
 	add("used_slots", st.Used)
 	add("inserts", st.Inserts)
