@@ -7,7 +7,7 @@ BENCH    ?= .
 COUNT    ?= 1
 PYTHON   ?= python3
 
-.PHONY: all build run test test-go test-python bench bench-python bench-compare bench-soak fuzz soak vet fmt lint deps ci clean
+.PHONY: all build run test test-go test-python bench bench-python bench-compare bench-soak fuzz soak vet fmt lint deps clean
 
 all: build
 
@@ -77,15 +77,6 @@ lint: vet fmt
 ## deps: check the import arrows between packages (STYLE: layout and dependencies)
 deps:
 	@./.ci/deps.sh
-
-## ci: what .ci/run runs after the tests
-ci: lint deps build
-	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
-	SLUICED=$(BIN)/sluiced $(PYTHON) clients/python/bench/bench.py --seconds 0.3 --rounds 1 >/dev/null
-	@d=$$(mktemp -d) && trap 'rm -rf "$$d"' EXIT && \
-	  $(BIN)/sluice-bench compare -sluiced $(BIN)/sluiced -keys 2000 -memory-keys 2000 -duration 50ms -warmup 10ms -rounds 2 -out "$$d" 2>/dev/null && \
-	  $(BIN)/sluice-bench soak -dir "$$d" -buckets 20000 -duration 1s -interval 250ms -out "$$d" 2>/dev/null && \
-	  grep -q '| sluice native |' "$$d/compare.md" && grep -q '20,000 buckets' "$$d/soak.md" && echo "sluice-bench: compare and soak ran"
 
 clean:
 	rm -rf $(BIN)
