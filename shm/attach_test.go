@@ -167,3 +167,60 @@ func binaryLE(v uint64) []byte {
 	}
 	return b
 }
+
+// Ensure an owner closing its file waits for the decisions attached tables
+// have in progress, and that no attached table starts one afterwards: a
+// decision in flight ends before the final sync, and the next one is told
+// the owner is gone. A new owner's open waits the same way for tables that
+// are still attached to the previous one.
+func TestAttach_ownerWaitsForDecisions(t *testing.T) {
+	owner, path := newFile(t, Options{SlotCount: 64})
+	att, err := Attach(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer att.Close()
+	if err := att.Enter(); err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan error)
+	go func() { closed <- owner.Close() }()
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) while an attached decision was in progress", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	att.Exit()
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	if err := att.Enter(); !errors.Is(err, ErrNoOwner) {
+		t.Fatalf("Enter after the owner closed = %v, want ErrNoOwner", err)
+	}
+	if att.OwnerAlive() {
+		t.Error("OwnerAlive after the owner closed")
+	}
+
+	// A second attached table, then a new owner: the first one's
+	// registration is stale (its owner is gone), the second's too.
+	next, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Close()
+	if err := att.Enter(); !errors.Is(err, ErrNoOwner) {
+		t.Fatalf("Enter of a table attached to the previous owner = %v, want ErrNoOwner", err)
+	}
+	again, err := Attach(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	if err := again.Enter(); err != nil {
+		t.Fatalf("Enter on a table attached to the new owner: %v", err)
+	}
+	again.Exit()
+	if !again.OwnerAlive() {
+		t.Error("OwnerAlive is false for a table attached to a serving owner")
+	}
+}

@@ -4,6 +4,7 @@ import (
 	mrand "math/rand/v2"
 	"os"
 	"sync/atomic"
+	"time"
 	"unsafe"
 )
 
@@ -29,6 +30,7 @@ func (t *Table) register() error {
 		e := t.holder(i)
 		tag := t.newTag()
 		if atomic.CompareAndSwapUint32(u32at(e, 0), 0, tag) {
+			atomic.StoreUint32(t.busy(i), 0) // a dead holder's count, if it left one
 			atomic.StoreUint32(u32at(e, 4), pid)
 			atomic.StoreUint64(u64at(e, 8), started)
 			t.gen, t.holderIdx = tag, i
@@ -122,4 +124,72 @@ func (t *Table) Holders() []int {
 		}
 	}
 	return pids
+}
+
+// busy returns the address of holders entry i's count of decisions in
+// progress.
+func (t *Table) busy(i int) *uint32 { return u32at(t.base, offBusy+uintptr(i)*4) }
+
+// Enter counts a decision of an attached table in, and checks that the
+// owner it attached to still serves the file: if not (the owner closed it,
+// or a new owner is recovering it), it returns ErrNoOwner and the caller
+// must not touch the table; Attach again. Every Enter that returns nil is
+// followed by one Exit. On the owner's table both do nothing.
+//
+// The count and the owner's tag form a handshake (both sequentially
+// consistent): an owner zeroes the tag, then waits for every count to be 0
+// (quiesce), while Enter raises the count, then reads the tag; one of the
+// two sees the other's write.
+func (t *Table) Enter() error {
+	if t.owner {
+		return nil
+	}
+	b := t.busy(t.holderIdx)
+	atomic.AddUint32(b, 1)
+	if atomic.LoadUint32(u32at(t.base, offOwnerTag)) != t.ownerSeen {
+		atomic.AddUint32(b, ^uint32(0))
+		return ErrNoOwner
+	}
+	return nil
+}
+
+// Exit ends a decision that Enter counted in.
+func (t *Table) Exit() {
+	if !t.owner {
+		atomic.AddUint32(t.busy(t.holderIdx), ^uint32(0))
+	}
+}
+
+// OwnerAlive reports whether the owner this table attached to still serves
+// the file: its tag is the file's owner tag and its process lives. It reads
+// /proc: callers ask now and then (the direct client, about once a second),
+// not per decision.
+func (t *Table) OwnerAlive() bool {
+	tag := atomic.LoadUint32(u32at(t.base, offOwnerTag))
+	return tag != 0 && tag == t.ownerSeen && t.holderLive(tag)
+}
+
+// quiesce waits until no attached holder is inside a decision. The owner
+// calls it with the owner tag zeroed, so no new decision starts. A holder
+// whose process is gone is not waited for: a lock it died holding is taken
+// over and its slot repaired, as always. A live holder stopped inside a
+// decision (SIGSTOP) is waited for until it goes on or dies: its decision
+// may still write.
+func (t *Table) quiesce() {
+	for i := range numHolders {
+		e := t.holder(i)
+		for n := 0; ; n++ {
+			tag := atomic.LoadUint32(u32at(e, 0))
+			if tag == 0 || tag == t.gen || atomic.LoadUint32(t.busy(i)) == 0 {
+				break
+			}
+			if n%checkEvery == checkEvery-1 && !t.holderLive(tag) {
+				break
+			}
+			if n < spinsBeforeYield {
+				continue
+			}
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
 }

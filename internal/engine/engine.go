@@ -120,6 +120,10 @@ func (e *Engine) Acquire(d *bucket.Decision, key []byte, l *Limit, cost int64, t
 	if err := check(key, l, cost, t); err != nil {
 		return err
 	}
+	if err := e.enter(); err != nil {
+		return err
+	}
+	defer e.t.Exit()
 	if cost == 0 {
 		e.decideCopy(d, key, l, 0, t)
 		return nil
@@ -170,6 +174,10 @@ func (e *Engine) Peek(d *bucket.Decision, key []byte, l *Limit, t Time) error {
 	if err := check(key, l, 1, t); err != nil {
 		return err
 	}
+	if err := e.enter(); err != nil {
+		return err
+	}
+	defer e.t.Exit()
 	s := e.stateCopy(key, l, t)
 	peekState(d, l, &s, t.At)
 	return nil
@@ -218,6 +226,10 @@ func (e *Engine) Refund(d *bucket.Decision, key []byte, l *Limit, amount int64, 
 	if err := check(key, l, amount, t); err != nil {
 		return err
 	}
+	if err := e.enter(); err != nil {
+		return err
+	}
+	defer e.t.Exit()
 	cell := f&bucket.Cell != 0 && l.b.Algorithm == bucket.GCRA
 	sl, ok := e.t.Lookup(e.fingerprint(key, l))
 	if !ok || amount == 0 && !cell {
@@ -252,6 +264,10 @@ func (e *Engine) Reset(key []byte, l *Limit) (bool, error) {
 	if err := check(key, l, 0, Time{}); err != nil {
 		return false, err
 	}
+	if err := e.enter(); err != nil {
+		return false, err
+	}
+	defer e.t.Exit()
 	sl, ok := e.t.Lookup(e.fingerprint(key, l))
 	if !ok {
 		return false, nil
@@ -259,4 +275,14 @@ func (e *Engine) Reset(key []byte, l *Limit) (bool, error) {
 	existed := sl.Live()
 	sl.Clear()
 	return existed, nil
+}
+
+// enter counts a decision in on an attached table (see shm.Table.Enter);
+// it fails with ErrNoOwner once the owner it attached to stopped serving
+// the file. On the owner's table it does nothing.
+func (e *Engine) enter() error {
+	if e.t.Enter() != nil {
+		return ErrNoOwner
+	}
+	return nil
 }

@@ -36,6 +36,10 @@ var (
 	// ErrGeometryMismatch is returned by Open when an existing state file's
 	// geometry differs from the one asked for explicitly.
 	ErrGeometryMismatch = errors.New("state file geometry differs from the configuration")
+	// ErrNoOwner is returned by an attached engine once the owner it
+	// attached to (the sidecar) no longer serves the file, and by Attach
+	// when no owner serves it: attach again when the sidecar is back.
+	ErrNoOwner = errors.New("the sidecar that owns the state file is not serving it")
 	// ErrReadOnly is returned by the owner's operations (Sync) on an
 	// engine attached to another process's table.
 	ErrReadOnly = errors.New("only the state file's owner may do this")

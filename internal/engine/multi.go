@@ -38,6 +38,10 @@ func (e *Engine) Multi(dst []bucket.Decision, items []Item, t Time) ([]bucket.De
 	if len(items) > MaxMultiItems {
 		return dst, false, ErrTooManyItems
 	}
+	if err := e.enter(); err != nil {
+		return dst, false, err
+	}
+	defer e.t.Exit()
 	var (
 		fps   [MaxMultiItems]shm.Fingerprint
 		idx   [MaxMultiItems]uint64 // slot of each item

@@ -97,11 +97,19 @@ func Open(path string, o Options, now int64) (*Engine, error) {
 // clean: those stay the owner's.
 func Attach(path string) (*Engine, error) {
 	t, err := shm.Attach(path)
+	if errors.Is(err, shm.ErrNoOwner) {
+		return nil, fmt.Errorf("%w: %w", ErrNoOwner, err)
+	}
 	if err != nil {
 		return nil, err
 	}
 	return New(t), nil
 }
+
+// OwnerAlive reports whether the owner an attached engine decides beside
+// still serves the file (always true for the owner's own engine). It reads
+// /proc: ask about once a second, not per decision.
+func (e *Engine) OwnerAlive() bool { return e.t.Owner() || e.t.OwnerAlive() }
 
 // Opened returns what Open found and did.
 func (e *Engine) Opened() Opened {
@@ -162,6 +170,10 @@ func (e *Engine) Scan(cursor, span uint64, fn func(*Entry) bool) (next uint64, e
 	if !e.t.InlineKeys() {
 		return 0, ErrNoInlineKeys
 	}
+	if err := e.enter(); err != nil {
+		return 0, err
+	}
+	defer e.t.Exit()
 	var out Entry
 	next = e.t.Scan(cursor, span, func(se *shm.Entry) bool {
 		if se.Key == nil {
