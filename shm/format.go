@@ -145,7 +145,7 @@ const (
 	offOwnerTag    = 0x0f8
 	offHolders     = 0x100
 	numHolders     = 64
-	holderSize     = 16 // tag uint32, pid uint32, started uint64
+	holderSize     = 16    // tag uint32, pid uint32, started uint64
 	offBusy        = 0x500 // [numHolders]uint32
 	offInsertLocks = 0x800
 	numInsertLocks = 512
