@@ -193,3 +193,14 @@ func (t *Table) quiesce() {
 		}
 	}
 }
+
+// Retire gives up an attached table's holders entry, keeping its mapping,
+// once its owner has been replaced (Enter fails): a caller that cannot
+// know whether other goroutines still hold the table retires it at once
+// and closes it later, when none can. Retire on the owner's table does
+// nothing.
+func (t *Table) Retire() {
+	if !t.owner && atomic.LoadUint32(u32at(t.base, offOwnerTag)) != t.ownerSeen {
+		t.deregister()
+	}
+}

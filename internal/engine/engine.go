@@ -98,11 +98,24 @@ func store(sl shm.Slot, l *Limit, s *bucket.State, d *bucket.Decision, t Time) {
 // t.At that left the bucket in the slot's state. When t.At is the server's
 // clock, d's ResetAfter says when the bucket is fresh again (it is
 // bucket.Limit.FreshAt - At, or 0 if fresh now) without recomputing it; a
-// request at its own time asks the algorithm, so that the slot is
-// reclaimable exactly when the state says, whatever the client's clock.
+// request at its own time asks the algorithm, so that a client's clock
+// ahead of the server's cannot make the slot reclaimable early.
+//
+// A bucket decided at a time behind the server's clock is kept, on the
+// server's clock, for as long as it needs to be fresh again from that time:
+// otherwise it would be reclaimable at once, and a client replaying past
+// times would find it gone and new, admitting its limit again.
 func commit(sl shm.Slot, l *Limit, d *bucket.Decision, t Time) {
 	if t.At != t.Now {
-		sl.Commit(l.b.FreshAt((*bucket.State)(sl.State())))
+		freshAt := l.b.FreshAt((*bucket.State)(sl.State()))
+		if t.At < t.Now && freshAt > t.At {
+			if wait := freshAt - t.At; wait <= math.MaxInt64-t.Now {
+				freshAt = max(freshAt, t.Now+wait)
+			} else {
+				freshAt = math.MaxInt64
+			}
+		}
+		sl.Commit(freshAt)
 		return
 	}
 	freshAt := int64(math.MaxInt64)

@@ -227,3 +227,7 @@ func (e *Engine) Verify() error { return e.t.Verify() }
 // Close syncs the table, marks the file clean if this engine owns it, and
 // unmaps it. No operation may run concurrently with or after Close.
 func (e *Engine) Close() error { return e.t.Close() }
+
+// Retire gives up an attached engine's registration once its owner has been
+// replaced, keeping the mapping until Close (see shm.Table.Retire).
+func (e *Engine) Retire() { e.t.Retire() }
