@@ -58,6 +58,8 @@ type Client struct {
 	eng      atomic.Pointer[engine.Engine] // nil while detached
 	clock    func() int64
 
+	limits    [limitCacheSize]atomic.Pointer[cachedLimit] // validated limits, by limitSlot
+
 	nextCheck atomic.Int64 // steady clock: when to ask about the owner again
 	mu        sync.Mutex   // serialises attaching
 	retired   []*engine.Engine
@@ -96,6 +98,34 @@ func steadyClock(floor int64) func() int64 {
 	start := time.Now()
 	base := max(start.UnixNano(), floor)
 	return func() int64 { return base + int64(time.Since(start)) }
+}
+
+// limitCacheSize is how many validated limits a Client remembers: a
+// process uses a handful, and validating one costs more than deciding.
+const limitCacheSize = 64
+
+// cachedLimit is a limit as the caller wrote it and as the engine runs it.
+// It is never modified once published.
+type cachedLimit struct {
+	w proto.Limit
+	l engine.Limit
+}
+
+// limit returns the engine's limit for l, validating it only the first
+// time (or when another limit has taken its cache entry since).
+func (c *Client) limit(l sluice.Limit) (*engine.Limit, error) {
+	h := uint64(l.Algorithm) ^ uint64(l.P[0])*0x9e3779b97f4a7c15 ^ uint64(l.P[1])*0xc2b2ae3d27d4eb4f ^ uint64(l.P[2])
+	e := &c.limits[(h^h>>29)%limitCacheSize]
+	if cl := e.Load(); cl != nil && cl.w == l {
+		return &cl.l, nil
+	}
+	v, err := engine.FromProto(l)
+	if err != nil {
+		return nil, err
+	}
+	cl := &cachedLimit{w: l, l: v}
+	e.Store(cl)
+	return &cl.l, nil
 }
 
 // Direct reports whether the Client decides in the file now, and if not,
@@ -209,7 +239,7 @@ func (c *Client) Refund(ctx context.Context, l sluice.Limit, key string, amount 
 
 // Reset forgets key's bucket under l and reports whether it existed.
 func (c *Client) Reset(ctx context.Context, l sluice.Limit, key string) (bool, error) {
-	lim, err := engine.FromProto(l)
+	lim, err := c.limit(l)
 	if err != nil {
 		return false, opError(err)
 	}
@@ -221,7 +251,7 @@ func (c *Client) Reset(ctx context.Context, l sluice.Limit, key string) (bool, e
 			}
 			return false, c.unavailable()
 		}
-		existed, err := e.Reset(keyBytes(key), &lim)
+		existed, err := e.Reset(keyBytes(key), lim)
 		if errors.Is(err, engine.ErrNoOwner) {
 			c.detached(e, err)
 			continue
@@ -231,7 +261,7 @@ func (c *Client) Reset(ctx context.Context, l sluice.Limit, key string) (bool, e
 }
 
 func (c *Client) decide(ctx context.Context, op proto.Opcode, l sluice.Limit, key string, n int64, opts []sluice.RequestOption) (sluice.Decision, error) {
-	lim, err := engine.FromProto(l)
+	lim, err := c.limit(l)
 	if err != nil {
 		return sluice.Decision{}, opError(err)
 	}
@@ -250,11 +280,11 @@ func (c *Client) decide(ctx context.Context, op proto.Opcode, l sluice.Limit, ke
 		k := keyBytes(key)
 		switch op {
 		case proto.OpAcquire:
-			err = e.Acquire(&d, k, &lim, n, t, bucketFlags(f))
+			err = e.Acquire(&d, k, lim, n, t, bucketFlags(f))
 		case proto.OpPeek:
-			err = e.Peek(&d, k, &lim, t)
+			err = e.Peek(&d, k, lim, t)
 		case proto.OpRefund:
-			err = e.Refund(&d, k, &lim, n, t, 0)
+			err = e.Refund(&d, k, lim, n, t, 0)
 		}
 		if errors.Is(err, engine.ErrNoOwner) {
 			c.detached(e, err)
@@ -304,11 +334,11 @@ func (c *Client) Multi(ctx context.Context, items []sluice.Item, opts ...sluice.
 	)
 	for i := range items {
 		it := &items[i]
-		l, err := engine.FromProto(it.Limit)
+		l, err := c.limit(it.Limit)
 		if err != nil {
 			return false, nil, opError(fmt.Errorf("item %d: %w", i, err))
 		}
-		limits[i] = l
+		limits[i] = *l
 		fl := f & (proto.FlagStrict | proto.FlagSmyte)
 		if it.Strict {
 			fl |= proto.FlagStrict
