@@ -58,7 +58,7 @@ type Client struct {
 	eng      atomic.Pointer[engine.Engine] // nil while detached
 	clock    func() int64
 
-	limits    [limitCacheSize]atomic.Pointer[cachedLimit] // validated limits, by limitSlot
+	limits [limitCacheSize]atomic.Pointer[cachedLimit] // validated limits, by limitSlot
 
 	nextCheck atomic.Int64 // steady clock: when to ask about the owner again
 	mu        sync.Mutex   // serialises attaching
