@@ -62,6 +62,7 @@ fuzz:
 soak:
 	$(GO) test -count=1 -run 'TestCrash' ./internal/server -args -crash.iterations=1000
 	$(GO) test -count=1 -run 'TestPowerLoss|TestBitFlips' ./shm -args -powerloss.trials=5000 -bitflip.all
+	$(GO) test -count=1 -run TestDirect_kill9 ./clients/go/sluice/direct -args -direct.kills=200
 
 ## vet: go vet
 vet:

@@ -224,3 +224,74 @@ func TestAttach_ownerWaitsForDecisions(t *testing.T) {
 		t.Error("OwnerAlive is false for a table attached to a serving owner")
 	}
 }
+
+// Ensure a holder that is only stopped (SIGSTOP) keeps its lock: a waiter
+// in another table waits for it, however long, and gets the slot as the
+// holder left it once it goes on, not a repaired one.
+func TestAttach_stoppedHolderKeepsItsLock(t *testing.T) {
+	if path := os.Getenv("SHM_TEST_HOLDER"); path != "" {
+		att, err := Attach(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, ok := att.Lookup(fp(att, "held"))
+		if !ok {
+			t.Fatal("no bucket")
+		}
+		os.WriteFile(path+".ready", nil, 0o600)
+		for { // stopped here by the parent, holding the lock
+			if _, err := os.Stat(path + ".release"); err == nil {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		s.State()[0] = 42
+		s.Commit(math.MaxInt64)
+		att.Close()
+		return
+	}
+	owner, path := newFile(t, Options{SlotCount: 16})
+	put(t, owner, "held", 5, math.MaxInt64, 0)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestAttach_stoppedHolderKeepsItsLock$")
+	cmd.Env = append(os.Environ(), "SHM_TEST_HOLDER="+path)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		if _, err := os.Stat(path + ".ready"); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the holder did not start")
+		}
+	}
+	cmd.Process.Signal(syscall.SIGSTOP)
+	got := make(chan [StateWords]int64, 1)
+	go func() {
+		s, ok := owner.Lookup(fp(owner, "held"))
+		if !ok || s.Conservative() {
+			t.Errorf("after the wait: found %v, conservative %v", ok, ok && s.Conservative())
+		}
+		got <- *s.State()
+		s.Release()
+	}()
+	select {
+	case st := <-got:
+		t.Fatalf("a stopped holder's lock was taken over (state %v)", st)
+	case <-time.After(time.Second): // thousands of liveness checks
+	}
+	os.WriteFile(path+".release", nil, 0o600)
+	cmd.Process.Signal(syscall.SIGCONT)
+	select {
+	case st := <-got:
+		if st[0] != 42 {
+			t.Errorf("state %v, want the holder's write (42)", st)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter did not get the lock after the holder went on")
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("holder: %v", err)
+	}
+}

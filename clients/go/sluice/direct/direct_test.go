@@ -307,15 +307,14 @@ func worker(spec string) int {
 	out := bufio.NewWriter(os.Stdout)
 	defer out.Flush()
 	if rounds < 0 {
-		l := sluice.TokenBucket(1_000_000, time.Hour, 1)
-		for {
-			ok, err := acquire(l, "hammered")
+		for i := 0; ; i = (i + 7) % hammered {
+			ok, err := acquire(hammerLimit, "hammered:"+strconv.Itoa(i))
 			if err != nil {
 				fmt.Fprintln(os.Stderr, err)
 				return 1
 			}
 			if ok {
-				os.Stdout.Write([]byte("+\n")) // unbuffered: what is printed was allowed
+				fmt.Fprintln(os.Stdout, i) // unbuffered: what is printed was allowed
 			}
 		}
 	}
@@ -369,7 +368,7 @@ func startWorker(t *testing.T, spec string) (*exec.Cmd, io.ReadCloser) {
 // is exactly what the limits allow.
 func TestDirect_exactAcrossProcesses(t *testing.T) {
 	sc := startSidecar(t, t.TempDir(), 0)
-	const procs, rounds, keys = 8, 60, 2000
+	const procs, rounds, keys = 16, 30, 10000
 	var mu sync.Mutex
 	total := map[string]int{}
 	var wg sync.WaitGroup
@@ -407,6 +406,11 @@ func TestDirect_exactAcrossProcesses(t *testing.T) {
 	}
 }
 
+// The kill loop's buckets.
+const hammered = 64
+
+var hammerLimit = sluice.TokenBucket(1_000_000, time.Hour, 1)
+
 // Direct clients killed with SIGKILL at random moments, some while they
 // hold a slot lock, while others go on: nobody waits on a dead process's
 // lock for long, nothing is admitted twice, and the file verifies.
@@ -414,62 +418,76 @@ func TestDirect_kill9(t *testing.T) {
 	sc := startSidecar(t, t.TempDir(), 0)
 	type proc struct {
 		cmd  *exec.Cmd
-		done chan int // the allowed requests it printed
+		done chan [hammered]int // the allowed requests it printed, by bucket
 	}
 	start := func() *proc {
 		cmd, out := startWorker(t, "direct "+sc.dir+" -1 0")
-		p := &proc{cmd, make(chan int, 1)}
+		p := &proc{cmd, make(chan [hammered]int, 1)}
 		go func() {
-			n := 0
-			r := bufio.NewReader(out)
-			for {
-				if _, err := r.ReadString('\n'); err != nil {
-					break
+			var n [hammered]int
+			r := bufio.NewScanner(out)
+			for r.Scan() {
+				if i, err := strconv.Atoi(r.Text()); err == nil && i >= 0 && i < hammered {
+					n[i]++
 				}
-				n++
 			}
 			p.done <- n
 		}()
 		return p
 	}
+	var reported [hammered]int
+	kills := 0
+	stop := func(p *proc) {
+		p.cmd.Process.Kill()
+		p.cmd.Wait()
+		n := <-p.done
+		for i := range n {
+			reported[i] += n[i]
+		}
+		kills++
+	}
 	procs := []*proc{start(), start(), start()}
-	reported, kills := 0, 0
 	rng := rand.New(rand.NewPCG(1, uint64(time.Now().UnixNano())))
 	for range *killRounds {
 		time.Sleep(time.Duration(5+rng.IntN(20)) * time.Millisecond)
 		i := rng.IntN(len(procs))
-		procs[i].cmd.Process.Kill()
-		procs[i].cmd.Wait()
-		reported += <-procs[i].done
-		kills++
+		stop(procs[i])
 		procs[i] = start()
 	}
 	time.Sleep(50 * time.Millisecond)
 	for _, p := range procs {
-		p.cmd.Process.Kill()
-		p.cmd.Wait()
-		reported += <-p.done
-		kills++
+		stop(p)
 	}
 	s, err := sluice.Dial(sc.sock())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	// The socket path is not held up by a lock a dead client left.
-	peekCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	// A lock a dead client left does not hold anyone up for long.
+	peekCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	dec, err := s.Peek(peekCtx, sluice.TokenBucket(1_000_000, time.Hour, 1), "hammered", sluice.At(fixedAt))
-	if err != nil {
-		t.Fatal(err)
+	drained, total := 0, 0
+	for i := range hammered {
+		dec, err := s.Peek(peekCtx, hammerLimit, "hammered:"+strconv.Itoa(i), sluice.At(fixedAt))
+		if err != nil {
+			t.Fatal(err)
+		}
+		consumed := int(1_000_000 - dec.Remaining)
+		total += reported[i]
+		switch {
+		case consumed < reported[i]:
+			t.Errorf("bucket %d consumed %d but clients printed %d allowed: admissions lost", i, consumed, reported[i])
+		case dec.Remaining == 0:
+			drained++ // caught mid-update by a kill: repaired to grant nothing
+		case consumed > reported[i]+kills:
+			// Each kill may have taken one admission it did not live to print.
+			t.Errorf("bucket %d consumed %d, clients printed %d with %d kills", i, consumed, reported[i], kills)
+		}
 	}
-	consumed := int(1_000_000 - dec.Remaining)
-	// Each killed process may have been allowed one request it did not
-	// live to print; a slot repaired after a kill admits nothing more.
-	if consumed < reported || reported == 0 {
-		t.Errorf("bucket consumed %d, clients printed %d allowed: admissions lost or none made", consumed, reported)
+	if total == 0 || drained == hammered {
+		t.Errorf("%d admissions printed, %d of %d buckets drained: the loop decided nothing", total, drained, hammered)
 	}
-	t.Logf("%d kills, %d admissions printed, %d consumed", kills, reported, consumed)
+	t.Logf("%d kills, %d admissions printed, %d of %d buckets repaired to drained", kills, total, drained, hammered)
 	sc.stop(t)
 	tb, err := shm.Open(sc.state())
 	if err != nil {
