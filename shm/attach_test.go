@@ -7,7 +7,9 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -293,5 +295,62 @@ func TestAttach_stoppedHolderKeepsItsLock(t *testing.T) {
 	}
 	if err := cmd.Wait(); err != nil {
 		t.Errorf("holder: %v", err)
+	}
+}
+
+// Ensure processes that exit without closing their table do not use the
+// holders registry up: once every entry is taken, the next table frees
+// those of processes that are gone. A lock one of them died holding is
+// never taken for the new holder's, whose tag is of a later generation.
+func TestAttach_registryOfTheDead(t *testing.T) {
+	owner, path := newFile(t, Options{SlotCount: 16})
+	put(t, owner, "held", 5, math.MaxInt64, 0)
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	deadPID := uint32(gone.Process.Pid)
+	var deadTags []uint32
+	for i := range numHolders {
+		e := owner.holder(i)
+		if entryLive(atomic.LoadUint32(u32at(e, 0))) {
+			continue // the owner's
+		}
+		tag := nextTag(i, atomic.LoadUint32(u32at(e, 0)))
+		atomic.StoreUint32(u32at(e, 0), tag)
+		atomic.StoreUint32(u32at(e, 4), deadPID)
+		deadTags = append(deadTags, tag)
+	}
+	// One of them died holding the bucket's lock.
+	s, _ := owner.Lookup(fp(owner, "held"))
+	l := u32at(s.p, slotLock)
+	atomic.StoreUint32(l, atomic.LoadUint32(l)&^genMask|deadTags[0]<<genShift|lockHeld)
+
+	att, err := Attach(path)
+	if err != nil {
+		t.Fatalf("Attach with the registry full of dead processes: %v", err)
+	}
+	defer att.Close()
+	if slices.Contains(deadTags, att.gen) {
+		t.Fatalf("the new holder took a dead holder's tag %#x", att.gen)
+	}
+	if n := len(owner.Holders()); n != 2 {
+		t.Errorf("%d holders after the prune, want 2 (the owner and the new one)", n)
+	}
+	done := make(chan bool, 1)
+	go func() {
+		s, ok := att.Lookup(fp(att, "held"))
+		done <- ok && s.Conservative()
+		if ok {
+			s.Release()
+		}
+	}()
+	select {
+	case repaired := <-done:
+		if !repaired {
+			t.Error("a lock left by a dead holder was not taken over and repaired")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a lock left by a dead holder is waited for")
 	}
 }

@@ -46,7 +46,10 @@ package shm
 //	                            the processes that have the table open (the
 //	                            owner, and tables attached to it), one entry
 //	                            each: the 15-bit tag they put in the lock words
-//	                            they hold (0: a free entry), their pid, and the
+//	                            they hold (0: never used; bit 31 set: free, with
+//	                            its last tag; entry i's tags are i | g<<6 for a
+//	                            generation g in 1..511 that advances each time
+//	                            the entry is taken), their pid, and the
 //	                            process's start time (Linux: field 22 of
 //	                            /proc/PID/stat), which tells a pid reused by
 //	                            another process from the one that registered

@@ -270,7 +270,7 @@ func mapTable(f *os.File, version uint32, created bool) (*Table, error) {
 	// Tables still attached to a previous owner (one that died) stop
 	// deciding before anything is repaired: they see the owner tag change.
 	atomic.StoreUint32(u32at(t.base, offOwnerTag), 0)
-	t.pruneHolders()
+	t.pruneHolders(true)
 	t.quiesce()
 	// Insert locks are held only for an instant, but a process killed in that
 	// instant leaves one held: the file's single owner starts with them free.

@@ -1,7 +1,12 @@
 package direct_test
 
 import (
+	"bufio"
+	"fmt"
+	"io"
 	"math/rand/v2"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -100,4 +105,52 @@ func BenchmarkDirect(b *testing.B) {
 			}
 		})
 	})
+}
+
+// BenchmarkDirectProcesses is 16 client processes deciding on their own
+// keys at once, in the file and through the socket, against one sidecar:
+// decisions per second for all of them (b.N decisions in total, shared out).
+func BenchmarkDirectProcesses(b *testing.B) {
+	sc := startSidecar(b, b.TempDir(), 1<<16)
+	for _, mode := range []string{"direct", "socket"} {
+		b.Run(mode+"/16", func(b *testing.B) {
+			const procs = 16
+			per := max(b.N/procs, 1)
+			type proc struct {
+				cmd   *exec.Cmd
+				stdin io.WriteCloser
+			}
+			var ps []proc
+			for i := range procs {
+				cmd := exec.Command(os.Args[0], "-test.run=^$")
+				cmd.Env = append(os.Environ(), fmt.Sprintf("SLUICE_DIRECT_WORKER=bench-%s %s %d %d", mode, sc.dir, per, i))
+				cmd.Stderr = os.Stderr
+				in, err := cmd.StdinPipe()
+				if err != nil {
+					b.Fatal(err)
+				}
+				out, err := cmd.StdoutPipe()
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := cmd.Start(); err != nil {
+					b.Fatal(err)
+				}
+				bufio.NewReader(out).ReadString('\n') // attached or connected
+				ps = append(ps, proc{cmd, in})
+			}
+			b.ResetTimer()
+			start := time.Now()
+			for _, p := range ps {
+				p.stdin.Close() // go
+			}
+			for _, p := range ps {
+				if err := p.cmd.Wait(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(per*procs)/time.Since(start).Seconds(), "decisions/s")
+		})
+	}
 }

@@ -279,6 +279,9 @@ func TestDirect_sidecarRestart(t *testing.T) {
 func worker(spec string) int {
 	f := strings.Fields(spec)
 	mode, dir := f[0], f[1]
+	if m, ok := strings.CutPrefix(mode, "bench-"); ok {
+		return benchWorker(m, dir, f[2], f[3])
+	}
 	rounds, _ := strconv.Atoi(f[2])
 	keys, _ := strconv.Atoi(f[3])
 	var acquire func(l sluice.Limit, key string) (bool, error)
@@ -497,4 +500,41 @@ func TestDirect_kill9(t *testing.T) {
 	if err := tb.Verify(); err != nil {
 		t.Error(err)
 	}
+}
+
+// benchWorker is a process of BenchmarkDirectProcesses: it attaches (or
+// connects), says so, waits for its stdin to close, then makes n acquires
+// on keys of its own.
+func benchWorker(mode, dir, count, id string) int {
+	n, _ := strconv.Atoi(count)
+	l := sluice.GCRA(1000, 1_000_000, time.Second)
+	var acquire func(key string) error
+	if mode == "direct" {
+		d, err := direct.Open(filepath.Join(dir, "state"), direct.Options{})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		acquire = func(key string) error { _, err := d.Acquire(ctx, l, key, 1); return err }
+	} else {
+		s, err := sluice.Dial(filepath.Join(dir, "sock"))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		acquire = func(key string) error { _, err := s.Acquire(ctx, l, key, 1); return err }
+	}
+	keys := make([]string, 1000)
+	for i := range keys {
+		keys[i] = "p" + id + ":" + strconv.Itoa(i)
+	}
+	fmt.Println("ready")
+	io.Copy(io.Discard, os.Stdin)
+	for i := range n {
+		if err := acquire(keys[i%len(keys)]); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	return 0
 }
