@@ -298,12 +298,9 @@ func (rc *respConn) clientList(opts [][]byte) {
 // describe is the connection's line of CLIENT INFO and CLIENT LIST, with
 // the fields of Redis 7 that mean something here.
 func (rc *respConn) describe() string {
-	addr, laddr := endpoint(rc.c.RemoteAddr()), endpoint(rc.c.LocalAddr())
-	if addr == "" {
-		addr = laddr + ":0" // a Unix socket's client, as Redis shows it
-	}
-	if strings.HasPrefix(laddr, "/") || laddr == "" {
-		laddr += ":0"
+	addr, laddr := rc.s.cfg.RESPSocket+":0", rc.s.cfg.RESPSocket+":0" // a Unix socket's client, as Redis shows it
+	if _, tcp := rc.c.LocalAddr().(*net.TCPAddr); tcp {
+		addr, laddr = rc.c.RemoteAddr().String(), rc.c.LocalAddr().String()
 	}
 	multi := -1
 	if rc.tx != nil {
@@ -319,14 +316,6 @@ func (rc *respConn) describe() string {
 	}
 	return fmt.Sprintf("id=%d addr=%s laddr=%s name=%s age=%d idle=0 flags=%s db=0 sub=0 psub=0 ssub=0 multi=%d cmd=%s user=default redir=-1 resp=%d lib-name=%s lib-ver=%s\n",
 		rc.id, addr, laddr, rc.name, int64(time.Since(rc.born)/time.Second), flags, multi, rc.last, proto, rc.lib[0], rc.lib[1])
-}
-
-// endpoint is an address as CLIENT LIST shows it: host:port, or a path.
-func endpoint(a net.Addr) string {
-	if a == nil {
-		return ""
-	}
-	return a.String()
 }
 
 // configParams are the parameters CONFIG GET reports: what redis-benchmark

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -134,6 +135,16 @@ func normalize(cmd, reply string) string {
 		reply = idField.ReplaceAllString(reply, "${1}:N\r\n")
 	case strings.EqualFold(cmd, "client id"):
 		reply = ":N\r\n"
+	case strings.HasPrefix(strings.ToLower(cmd), "config get "):
+		// Redis lists the parameters in its hash table's order.
+		header, rest, _ := strings.Cut(reply, "\r\n")
+		lines := strings.Split(strings.TrimSuffix(rest, "\r\n"), "\r\n")
+		var pairs []string
+		for i := 0; i+3 < len(lines); i += 4 {
+			pairs = append(pairs, strings.Join(lines[i:i+4], "\r\n")+"\r\n")
+		}
+		sort.Strings(pairs)
+		reply = header + "\r\n" + strings.Join(pairs, "")
 	}
 	return reply
 }
