@@ -71,7 +71,7 @@ func (rc *respConn) handle() {
 		rest = rest[n:]
 		if len(args) > 0 {
 			rc.n.ops++
-			if rc.tx != nil && !rc.tx.immediate(args[0]) {
+			if rc.tx != nil && !txImmediate(args[0]) {
 				rc.queue(args)
 				continue
 			}
@@ -121,7 +121,17 @@ func (rc *respConn) other(args [][]byte) {
 	}
 	rc.last = c.name
 	if !c.arityOK(len(args)) {
-		rc.arity(name)
+		switch {
+		case rc.tx != nil && c.name == "exec":
+			// Redis ends the transaction, saying why.
+			rc.out = resp.AppendError(rc.out, "EXECABORT Transaction discarded because of: wrong number of arguments for 'exec' command")
+			rc.tx = nil
+		case rc.tx != nil:
+			rc.arity(name)
+			rc.tx.abort = true // MULTI x, DISCARD x...: refused, as while queueing
+		default:
+			rc.arity(name)
+		}
 		return
 	}
 	switch c.name {

@@ -191,6 +191,8 @@ func TestRESP_sameAsRedis(t *testing.T) {
 			{"MULTI"}, {"ECHO"}, {"EXEC"},
 			{"MULTI"}, {"WATCH", "k"}, {"SELECT", "1"}, {"CLIENT", "GETNAME"}, {"UNWATCH"}, {"EXEC"},
 			{"MULTI"}, {"DISCARD", "x"}, {"DISCARD"},
+			{"MULTI"}, {"PING"}, {"EXEC", "x"}, {"EXEC"},
+			{"MULTI"}, {"PING"}, {"MULTI", "x"}, {"EXEC"},
 		},
 		{ // a transaction in RESP3
 			{"HELLO", "3"}, {"MULTI"}, {"CLIENT", "GETNAME"}, {"PING"}, {"CONFIG", "GET", "appendonly"}, {"EXEC"},

@@ -34,9 +34,9 @@ type respTx struct {
 // len is the number of queued commands.
 func (tx *respTx) len() int { return len(tx.nargs) }
 
-// immediate reports whether a command runs at once inside MULTI instead of
-// being queued, as in Redis.
-func (tx *respTx) immediate(name []byte) bool {
+// txImmediate reports whether a command runs at once inside MULTI instead
+// of being queued, as in Redis.
+func txImmediate(name []byte) bool {
 	return is(name, "exec") || is(name, "discard") || is(name, "multi") || is(name, "watch") || is(name, "quit")
 }
 

@@ -44,6 +44,16 @@ func TestRESP_execAnswersAsAlone(t *testing.T) {
 		if got := tx.do("EXEC"); normalize("hello", got) != normalize("hello", want) {
 			t.Errorf("script %d: EXEC\n got %q\nwant %q", i+1, got, want)
 		}
+		// The buckets were left alike too (tokens, refill clocks): 30 s on,
+		// the script answers the same again on both.
+		sc.clock.Add(30e9)
+		for _, cmd := range script {
+			a := alone.do(strings.Fields(strings.ReplaceAll(cmd, "%s", fmt.Sprint("alone", i)))...)
+			b := alone.do(strings.Fields(strings.ReplaceAll(cmd, "%s", fmt.Sprint("tx", i)))...)
+			if normalize("hello", a) != normalize("hello", b) {
+				t.Errorf("script %d, 30 s after: %s: %q after EXEC, %q alone", i+1, cmd, b, a)
+			}
+		}
 	}
 }
 
