@@ -166,7 +166,7 @@ func (rc *respConn) other(args [][]byte) {
 	case "command":
 		rc.commandInfo(args)
 	case "info":
-		rc.text(rc.s.info())
+		rc.text(rc.s.info(rc.now))
 	case "dbsize":
 		rc.out = resp.AppendInt(rc.out, rc.s.liveBuckets(rc.now))
 	case "multi":
@@ -243,7 +243,7 @@ func printable(b []byte) string {
 }
 
 // info is INFO's report, in Redis's "# Section" / "field:value" form.
-func (s *server) info() string {
+func (s *server) info(now int64) string {
 	st, g := s.engine.Table().Stats(), s.engine.Table().Geometry()
 	c := &s.stats
 	var b strings.Builder
@@ -271,7 +271,7 @@ func (s *server) info() string {
 	w("syncs", st.Syncs)
 	w("sync_errors", st.SyncErrors)
 	b.WriteString("\r\n# Keyspace\r\n")
-	w("db0", "keys="+strconv.FormatUint(st.Used, 10)+",expires=0,avg_ttl=0")
+	w("db0", "keys="+strconv.FormatInt(s.liveBuckets(now), 10)+",expires=0,avg_ttl=0") // as DBSIZE
 	return b.String()
 }
 

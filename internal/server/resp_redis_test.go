@@ -253,6 +253,9 @@ func TestRESP_clientInfoAndDBSize(t *testing.T) {
 	if v := c.do("DBSIZE"); v != ":2\r\n" {
 		t.Errorf("DBSIZE after two buckets: %q", v)
 	}
+	if v := c.do("INFO", "keyspace"); !strings.Contains(v, "\r\ndb0:keys=2,") {
+		t.Errorf("INFO's keyspace after two buckets: %q", v)
+	}
 	sc.clock.Add(61e9) // both are full again: fresh buckets hold nothing
 	if v := c.do("DBSIZE"); v != ":0\r\n" {
 		t.Errorf("DBSIZE once both refilled: %q", v)

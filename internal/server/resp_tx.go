@@ -81,6 +81,9 @@ func (rc *respConn) multi() {
 		return
 	}
 	tx := &rc.txs
+	if cap(tx.buf) > keepBuffer {
+		tx.buf = nil // a large transaction's buffer is not kept for the next
+	}
 	tx.buf, tx.ends, tx.nargs, tx.abort = tx.buf[:0], tx.ends[:0], tx.nargs[:0], false
 	rc.tx = tx
 	rc.out = resp.AppendSimple(rc.out, "OK")
