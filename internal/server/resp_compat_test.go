@@ -29,6 +29,9 @@ var (
 // returns. It is stopped with SIGTERM at the end of the test and must exit 0.
 func realSluiced(t *testing.T) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
 	sluicedOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "slbin")
 		if err != nil {

@@ -304,7 +304,7 @@ func TestRESP_malformed(t *testing.T) {
 func TestRESP_redisCLI(t *testing.T) {
 	cli, err := exec.LookPath("redis-cli")
 	if err != nil {
-		t.Skip("redis-cli not installed (apt-get install redis-tools)")
+		t.Fatal("redis-cli is needed (apt-get install redis-tools)")
 	}
 	sc := start(t, Config{})
 	run := func(stdin string, args ...string) string {
