@@ -139,3 +139,24 @@ func TestRESP_execBounds(t *testing.T) {
 		t.Errorf("after DISCARD: %q", v)
 	}
 }
+
+// Ensure the rate-limit commands answer the same bytes in RESP3 as in RESP2
+// (smyte/ratelimit's and redis-cell's integers and arrays), errors included.
+func TestRESP_rateLimitsSameInRESP3(t *testing.T) {
+	sc := start(t, Config{})
+	r2, r3 := dialRaw(t, sc.cfg.RESPSocket), dialRaw(t, sc.cfg.RESPSocket)
+	if v := r3.do("HELLO", "3"); !strings.HasPrefix(v, "%7\r\n") {
+		t.Fatalf("HELLO 3: %q", v)
+	}
+	for _, cmd := range []string{
+		"RL.REDUCE %s 3 60 TAKE 2", "RL.REDUCE %s 3 60 TAKE 2", "RL.GET %s 3 60", "RL.PREDUCE %s 3 60000 STRICT",
+		"CL.THROTTLE %s 1 1 60", "CL.THROTTLE %s 1 1 60 3", "CL.THROTTLE %s 1 1 60 -1", "CL.THROTTLE %s 1 1 60 0",
+		"RL.REDUCE %s x 60", "RL.REDUCE %s", "CL.THROTTLE %s 1 0 60",
+	} {
+		a := r2.do(strings.Fields(strings.ReplaceAll(cmd, "%s", "two"))...)
+		b := r3.do(strings.Fields(strings.ReplaceAll(cmd, "%s", "three"))...)
+		if a != b {
+			t.Errorf("%s: %q in RESP3, %q in RESP2", cmd, b, a)
+		}
+	}
+}
