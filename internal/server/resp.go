@@ -120,26 +120,29 @@ func (rc *respConn) other(args [][]byte) {
 		return
 	}
 	rc.last = c.name
-	if !c.arityOK(len(args)) {
+	if msg := c.refusal(args); msg != "" {
 		switch {
-		case rc.tx != nil && c.name == "exec":
-			// Redis ends the transaction, saying why.
-			rc.out = resp.AppendError(rc.out, "EXECABORT Transaction discarded because of: wrong number of arguments for 'exec' command")
+		case c.name == "exec":
+			// Redis ends the transaction if there is one, saying why.
+			rc.out = resp.AppendError(rc.out, "EXECABORT Transaction discarded because of: "+strings.TrimPrefix(msg, "ERR "))
 			rc.tx = nil
 		case rc.tx != nil:
-			rc.arity(name)
+			rc.out = resp.AppendError(rc.out, msg)
 			rc.tx.abort = true // MULTI x, DISCARD x...: refused, as while queueing
 		default:
-			rc.arity(name)
+			rc.out = resp.AppendError(rc.out, msg)
 		}
 		return
 	}
 	switch c.name {
 	case "ping":
-		if len(args) == 1 {
+		switch len(args) {
+		case 1:
 			rc.out = resp.AppendSimple(rc.out, "PONG")
-		} else {
+		case 2:
 			rc.out = resp.AppendBulk(rc.out, args[1])
+		default: // checked when it runs, as Redis does: PING a b is queued
+			rc.arity(name)
 		}
 	case "echo":
 		rc.out = resp.AppendBulk(rc.out, args[1])

@@ -20,13 +20,19 @@ const redisVersion = "7.0.0"
 type respCommand struct {
 	name  string
 	arity int // as COMMAND reports it: n exactly, -n at least n (the name included)
-	max   int // the most arguments, the name included; 0 for no bound
 	flags []string
 	key   int // position of the key, 0 for none
 	// module: a rate-limit command of smyte/ratelimit or redis-cell. Like a
 	// module's command in Redis, it checks its own arguments when it runs,
 	// with its own error texts, even in a transaction.
 	module bool
+	subs   []respSub // subcommands, which Redis 7 checks like commands
+}
+
+// respSub is a subcommand and its arity (the command's name included).
+type respSub struct {
+	name  string
+	arity int
 }
 
 var respCommands = []respCommand{
@@ -35,15 +41,16 @@ var respCommands = []respCommand{
 	{name: "rl.get", arity: -4, flags: []string{"readonly", "fast"}, key: 1, module: true},
 	{name: "rl.pget", arity: -4, flags: []string{"readonly", "fast"}, key: 1, module: true},
 	{name: "cl.throttle", arity: -5, flags: []string{"write", "fast"}, key: 1, module: true},
-	{name: "ping", arity: -1, max: 2, flags: []string{"fast"}},
+	{name: "ping", arity: -1, flags: []string{"fast"}},
 	{name: "echo", arity: 2, flags: []string{"fast"}},
 	{name: "quit", arity: -1, flags: []string{"fast"}},
 	{name: "select", arity: 2, flags: []string{"fast"}},
 	{name: "hello", arity: -1, flags: []string{"fast"}},
 	{name: "auth", arity: -2, flags: []string{"fast"}},
-	{name: "client", arity: -2, flags: []string{}},
-	{name: "config", arity: -2, flags: []string{}},
-	{name: "command", arity: -1, flags: []string{}},
+	{name: "client", arity: -2, flags: []string{}, subs: []respSub{{"id", 2}, {"info", 2}, {"list", -2},
+		{"setname", 3}, {"getname", 2}, {"setinfo", 4}}},
+	{name: "config", arity: -2, flags: []string{}, subs: []respSub{{"get", -3}, {"set", -4}}},
+	{name: "command", arity: -1, flags: []string{}, subs: []respSub{{"count", 2}, {"info", -2}, {"docs", -2}}},
 	{name: "info", arity: -1, flags: []string{}},
 	{name: "dbsize", arity: 1, flags: []string{"readonly", "fast"}},
 	{name: "multi", arity: 1, flags: []string{"fast"}},
@@ -63,26 +70,34 @@ func lookupCommand(name []byte) *respCommand {
 	return nil
 }
 
-// arityOK reports whether n arguments (the name included) fit the command.
-func (c *respCommand) arityOK(n int) bool {
-	if c.max > 0 && n > c.max {
-		return false
+// arityOK reports whether n arguments (the name included) fit an arity:
+// n exactly, or at least -n if negative.
+func arityOK(arity, n int) bool {
+	if arity < 0 {
+		return n >= -arity
 	}
-	if c.arity < 0 {
-		return n >= -c.arity
-	}
-	return n == c.arity
+	return n == arity
 }
 
-// subArity answers a subcommand given the wrong number of arguments, as
-// Redis 7 words it ("'client|id' command").
-func (rc *respConn) subArity(cmd string, sub []byte) {
-	rc.out = resp.AppendError(rc.out, fmt.Sprintf("ERR wrong number of arguments for '%s|%s' command", cmd, strings.ToLower(printable(sub))))
-}
-
-// unknownSub answers a subcommand Sluice does not have.
-func (rc *respConn) unknownSub(cmd string, sub []byte) {
-	rc.out = resp.AppendError(rc.out, fmt.Sprintf("ERR unknown subcommand '%s'. Try %s HELP.", printable(sub), strings.ToUpper(cmd)))
+// refusal is the error Redis answers, before running or queueing it, to a
+// command with the wrong number of arguments or an unknown subcommand, or
+// "" if the command may run.
+func (c *respCommand) refusal(args [][]byte) string {
+	if !arityOK(c.arity, len(args)) {
+		return fmt.Sprintf("ERR wrong number of arguments for '%s' command", c.name)
+	}
+	if c.subs == nil || len(args) < 2 {
+		return ""
+	}
+	for _, sub := range c.subs {
+		if is(args[1], sub.name) {
+			if !arityOK(sub.arity, len(args)) {
+				return fmt.Sprintf("ERR wrong number of arguments for '%s|%s' command", c.name, sub.name)
+			}
+			return ""
+		}
+	}
+	return fmt.Sprintf("ERR unknown subcommand '%s'. Try %s HELP.", printable(args[1]), strings.ToUpper(c.name))
 }
 
 // hello answers HELLO [protover [AUTH username password] [SETNAME name]]
@@ -197,17 +212,13 @@ func (rc *respConn) setName(name []byte) bool {
 	return true
 }
 
-// client answers CLIENT ID, INFO, LIST, SETNAME, GETNAME and SETINFO. LIST
-// reports this connection only: other clients are not a client's business.
+// client answers CLIENT ID, INFO, LIST, SETNAME, GETNAME and SETINFO (the
+// subcommand and its arity were checked: see refusal). LIST reports this
+// connection only: other clients are not a client's business.
 func (rc *respConn) client(args [][]byte) {
 	sub := args[1]
-	n := len(args)
 	switch {
 	case is(sub, "id"), is(sub, "getname"), is(sub, "info"):
-		if n != 2 {
-			rc.subArity("client", sub)
-			return
-		}
 		switch {
 		case is(sub, "id"):
 			rc.out = resp.AppendInt(rc.out, rc.id)
@@ -222,16 +233,10 @@ func (rc *respConn) client(args [][]byte) {
 			rc.text(rc.describe())
 		}
 	case is(sub, "setname"):
-		if n != 3 {
-			rc.subArity("client", sub)
-		} else if rc.setName(args[2]) {
+		if rc.setName(args[2]) {
 			rc.out = resp.AppendSimple(rc.out, "OK")
 		}
 	case is(sub, "setinfo"):
-		if n != 4 {
-			rc.subArity("client", sub)
-			return
-		}
 		i := 0
 		switch {
 		case is(args[2], "lib-name"):
@@ -247,11 +252,9 @@ func (rc *respConn) client(args [][]byte) {
 		}
 		rc.lib[i] = string(args[3])
 		rc.out = resp.AppendSimple(rc.out, "OK")
-	case is(sub, "list"):
+	default: // list
 		rc.last = "client|list"
 		rc.clientList(args[2:])
-	default:
-		rc.unknownSub("client", sub)
 	}
 }
 
@@ -355,10 +358,6 @@ func (rc *respConn) config(args [][]byte) {
 	sub := args[1]
 	switch {
 	case is(sub, "get"):
-		if len(args) < 3 {
-			rc.subArity("config", sub)
-			return
-		}
 		params := rc.configParams()
 		var found [16]bool
 		n := 0
@@ -378,14 +377,8 @@ func (rc *respConn) config(args [][]byte) {
 				rc.out = resp.AppendBulkString(rc.out, kv[1])
 			}
 		}
-	case is(sub, "set"):
-		if len(args) < 4 {
-			rc.subArity("config", sub)
-			return
-		}
+	default: // set
 		rc.out = resp.AppendError(rc.out, fmt.Sprintf("ERR Unknown option or number of arguments for CONFIG SET - '%s'", printable(args[2])))
-	default:
-		rc.unknownSub("config", sub)
 	}
 }
 
@@ -418,7 +411,7 @@ func (rc *respConn) commandInfo(args [][]byte) {
 		rc.out = resp.AppendInt(rc.out, int64(len(respCommands)))
 	case is(args[1], "docs"):
 		rc.mapLen(0) // no documentation: clients show none
-	case is(args[1], "info"):
+	default: // info
 		rc.out = resp.AppendArray(rc.out, len(args)-2)
 		for _, name := range args[2:] {
 			if c := lookupCommand(name); c != nil {
@@ -427,7 +420,5 @@ func (rc *respConn) commandInfo(args [][]byte) {
 				rc.null()
 			}
 		}
-	default:
-		rc.unknownSub("command", args[1])
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os/exec"
 	"path/filepath"
@@ -266,5 +267,43 @@ func TestRESP_clientInfoAndDBSize(t *testing.T) {
 	}
 	if v := c.do("CONFIG", "GET", "max*"); !strings.HasPrefix(v, "%3\r\n") {
 		t.Errorf("CONFIG GET max*: %q", v)
+	}
+}
+
+// Ensure random sequences of the connection and transaction commands get
+// the same replies from Sluice as from redis-server 7 (the seed is printed;
+// WATCH, which Sluice refuses, and QUIT, which ends the script, are left
+// out).
+func TestRESP_sameAsRedisRandom(t *testing.T) {
+	redisSock := startRedis(t)
+	sc := start(t, Config{})
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+	pool := [][]string{
+		{"MULTI"}, {"MULTI"}, {"EXEC"}, {"EXEC"}, {"DISCARD"}, {"MULTI", "x"}, {"EXEC", "x"}, {"DISCARD", "x"},
+		{"PING"}, {"PING", "hi"}, {"PING", "a", "b"}, {"ECHO", "e"}, {"ECHO"}, {"NOSUCH", "k"}, {"UNWATCH"},
+		{"SELECT", "0"}, {"SELECT", "1"}, {"SELECT", "x"}, {"CLIENT", "GETNAME"}, {"CLIENT", "SETNAME", "n1"},
+		{"CLIENT", "SETNAME", ""}, {"CLIENT", "SETNAME", "a b"}, {"CLIENT", "NOSUCH"}, {"HELLO", "2"},
+		{"HELLO", "3"}, {"HELLO", "4"}, {"HELLO", "3", "SETNAME", "n2"}, {"CONFIG", "GET", "appendonly"},
+		{"CONFIG", "GET", "save"}, {"CONFIG", "GET"}, {"DBSIZE", "x"}, {"AUTH", "default", "pw"}, {"AUTH", "pw"},
+		{"CLIENT", "GETNAME", "x"}, {"CLIENT"}, {"CONFIG", "SET", "a", "b"}, {"CONFIG", "SET", "a"}, {"CONFIG"},
+		{"HELLO", "3", "AUTH", "nobody", "pw"}, {"HELLO", "x"}, {"HELLO", "3", "FOO"}, {"AUTH", "a", "b", "c"},
+		{"SELECT", "0", "1"}, {"COMMAND", "INFO", "nosuch"}, {"COMMAND", "NOSUCH"}, {"COMMAND", "COUNT", "x"},
+	}
+	for i := range 20 {
+		r, s := dialRaw(t, redisSock), dialRaw(t, sc.cfg.RESPSocket)
+		var script []string
+		for range 30 {
+			words := pool[rng.IntN(len(pool))]
+			cmd := strings.Join(words, " ")
+			script = append(script, cmd)
+			// HELLO's fields are normalized wherever they are (EXEC's replies too).
+			want, got := normalize("hello", r.do(words...)), normalize("hello", s.do(words...))
+			want, got = normalize(cmd, want), normalize(cmd, got)
+			if got != want {
+				t.Fatalf("script %d, after %q:\n got %q\nwant %q", i+1, script, got, want)
+			}
+		}
 	}
 }

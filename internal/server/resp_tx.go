@@ -41,19 +41,19 @@ func txImmediate(name []byte) bool {
 }
 
 // queue adds a command to the transaction, or refuses it (and marks the
-// transaction aborted) if Redis would: an unknown command, or a known one
-// with the wrong number of arguments. The rate-limit commands check their
+// transaction aborted) if Redis would: an unknown command or subcommand, or
+// a wrong number of arguments. The rate-limit commands check their
 // arguments when EXEC runs them, as modules' commands do in Redis.
 func (rc *respConn) queue(args [][]byte) {
 	tx := rc.tx
 	c := lookupCommand(args[0])
-	switch {
-	case c == nil:
+	if c == nil {
 		rc.unknown(args)
 		tx.abort = true
 		return
-	case !c.module && !c.arityOK(len(args)):
-		rc.arity(args[0])
+	}
+	if msg := c.refusal(args); msg != "" && !c.module {
+		rc.out = resp.AppendError(rc.out, msg)
 		tx.abort = true
 		return
 	}
