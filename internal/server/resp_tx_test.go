@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
@@ -157,6 +158,51 @@ func TestRESP_rateLimitsSameInRESP3(t *testing.T) {
 		b := r3.do(strings.Fields(strings.ReplaceAll(cmd, "%s", "three"))...)
 		if a != b {
 			t.Errorf("%s: %q in RESP3, %q in RESP2", cmd, b, a)
+		}
+	}
+}
+
+// Ensure random transactions of rate-limit commands answer, and leave their
+// buckets, exactly as the same commands sent one by one on buckets of their
+// own (the seed is printed): decided together when all are allowed, one by
+// one otherwise.
+func TestRESP_execAnswersAsAloneRandom(t *testing.T) {
+	sc := start(t, Config{})
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 1))
+	pool := []string{
+		"RL.REDUCE %s:a 5 10", "RL.REDUCE %s:a 5 10 TAKE 2", "RL.REDUCE %s:a 5 10 TAKE 3 STRICT", "RL.GET %s:a 5 10",
+		"RL.PREDUCE %s:a 5 10000 REFILL 2", "RL.REDUCE %s:b 3 60 REFILL 1", "RL.REDUCE %s:b 3 60 TAKE 0",
+		"CL.THROTTLE %s:c 2 1 5", "CL.THROTTLE %s:c 2 1 5 2", "CL.THROTTLE %s:c 2 1 5 0", "CL.THROTTLE %s:c 4 2 5",
+		"CL.THROTTLE %s:d 0 1 1", "PING",
+	}
+	// Commands that take a transaction off the decided-together path.
+	special := []string{"CL.THROTTLE %s:c 2 1 5 -1", "RL.REDUCE %s:a 5 10 AT 1700000001", "RL.REDUCE %s:a 5 x", "CL.THROTTLE %s:d 1"}
+	alone, tx := dialRaw(t, sc.cfg.RESPSocket), dialRaw(t, sc.cfg.RESPSocket)
+	run := func(c *rawConn, cmd, prefix string) string {
+		return c.do(strings.Fields(strings.ReplaceAll(cmd, "%s", prefix))...)
+	}
+	for round := range 200 {
+		sc.clock.Add(rng.Int64N(8000) * 1e6)
+		var script []string
+		for range 1 + rng.IntN(8) {
+			if rng.IntN(20) == 0 {
+				script = append(script, special[rng.IntN(len(special))])
+			} else {
+				script = append(script, pool[rng.IntN(len(pool))])
+			}
+		}
+		want := fmt.Sprintf("*%d\r\n", len(script))
+		for _, cmd := range script {
+			want += run(alone, cmd, "alone")
+		}
+		tx.do("MULTI")
+		for _, cmd := range script {
+			run(tx, cmd, "tx")
+		}
+		if got := tx.do("EXEC"); got != want {
+			t.Fatalf("round %d, %q:\n got %q\nwant %q", round, script, got, want)
 		}
 	}
 }
