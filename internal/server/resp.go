@@ -169,7 +169,7 @@ func (rc *respConn) other(args [][]byte) {
 	case "command":
 		rc.commandInfo(args)
 	case "info":
-		rc.text(rc.s.info(rc.now))
+		rc.text(rc.s.info(args[1:], rc.now))
 	case "dbsize":
 		rc.out = resp.AppendInt(rc.out, rc.s.liveBuckets(rc.now))
 	case "multi":
@@ -245,36 +245,66 @@ func printable(b []byte) string {
 	}, string(b))
 }
 
-// info is INFO's report, in Redis's "# Section" / "field:value" form.
-func (s *server) info(now int64) string {
+// info is INFO's report, in Redis's "# Section" / "field:value" form: the
+// sections named in args (any case), or every one if none is named (or
+// "default", "all", "everything"). An unknown section adds nothing.
+func (s *server) info(args [][]byte, now int64) string {
+	want := func(section string) bool {
+		if len(args) == 0 {
+			return true
+		}
+		for _, a := range args {
+			if is(a, section) || is(a, "default") || is(a, "all") || is(a, "everything") {
+				return true
+			}
+		}
+		return false
+	}
 	st, g := s.engine.Table().Stats(), s.engine.Table().Geometry()
 	c := &s.stats
 	var b strings.Builder
 	w := func(k string, v any) { fmt.Fprintf(&b, "%s:%v\r\n", k, v) }
-	b.WriteString("# Server\r\n")
-	w("redis_version", redisVersion)
-	w("sluice_protocol_version", proto.Version)
-	w("redis_mode", "standalone")
-	w("process_id", pid)
-	b.WriteString("\r\n# Clients\r\n")
-	w("connected_clients", c.conns.Load())
-	w("rejected_connections", c.connsRejected.Load())
-	b.WriteString("\r\n# Memory\r\n")
-	w("used_memory", g.FileSize)
-	w("slot_size", g.SlotSize)
-	w("slot_count", g.SlotCount)
-	b.WriteString("\r\n# Stats\r\n")
-	w("total_connections_received", c.connsTotal.Load())
-	w("total_commands_processed", c.ops.Load())
-	w("allowed", c.allowed.Load())
-	w("denied", c.denied.Load())
-	w("errors", c.errors.Load())
-	w("table_full", st.TableFull)
-	w("torn_slots", st.Torn)
-	w("syncs", st.Syncs)
-	w("sync_errors", st.SyncErrors)
-	b.WriteString("\r\n# Keyspace\r\n")
-	w("db0", "keys="+strconv.FormatInt(s.liveBuckets(now), 10)+",expires=0,avg_ttl=0") // as DBSIZE
+	section := func(name string) bool {
+		if !want(name) {
+			return false
+		}
+		if b.Len() > 0 {
+			b.WriteString("\r\n")
+		}
+		b.WriteString("# " + strings.ToUpper(name[:1]) + name[1:] + "\r\n")
+		return true
+	}
+	if section("server") {
+		w("redis_version", redisVersion)
+		w("sluice_protocol_version", proto.Version)
+		w("redis_mode", "standalone")
+		w("process_id", pid)
+	}
+	if section("clients") {
+		w("connected_clients", c.conns.Load())
+		w("rejected_connections", c.connsRejected.Load())
+	}
+	if section("memory") {
+		w("used_memory", g.FileSize)
+		w("slot_size", g.SlotSize)
+		w("slot_count", g.SlotCount)
+	}
+	if section("stats") {
+		w("total_connections_received", c.connsTotal.Load())
+		w("total_commands_processed", c.ops.Load())
+		w("allowed", c.allowed.Load())
+		w("denied", c.denied.Load())
+		w("errors", c.errors.Load())
+		w("table_full", st.TableFull)
+		w("torn_slots", st.Torn)
+		w("syncs", st.Syncs)
+		w("sync_errors", st.SyncErrors)
+	}
+	if section("keyspace") {
+		if n := s.liveBuckets(now); n > 0 { // as DBSIZE; Redis lists no empty database
+			w("db0", "keys="+strconv.FormatInt(n, 10)+",expires=0,avg_ttl=0")
+		}
+	}
 	return b.String()
 }
 

@@ -411,6 +411,8 @@ func (rc *respConn) commandInfo(args [][]byte) {
 		rc.out = resp.AppendInt(rc.out, int64(len(respCommands)))
 	case is(args[1], "docs"):
 		rc.mapLen(0) // no documentation: clients show none
+	case len(args) == 2: // COMMAND INFO with no names: every command
+		rc.commandInfo(args[:1])
 	default: // info
 		rc.out = resp.AppendArray(rc.out, len(args)-2)
 		for _, name := range args[2:] {

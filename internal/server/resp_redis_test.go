@@ -182,7 +182,7 @@ func TestRESP_sameAsRedis(t *testing.T) {
 			{"CLIENT", "LIST", "TYPE", "foo"}, {"CLIENT", "LIST", "FOO"}, {"CLIENT", "LIST", "ID", "999999"},
 			{"DBSIZE", "x"}, {"SELECT", "0"}, {"SELECT", "1"}, {"SELECT", "x"}, {"SELECT", "-1"}, {"SELECT"},
 			{"AUTH", "pw"}, {"AUTH", "default", "pw"}, {"AUTH", "nobody", "pw"}, {"AUTH", "a", "b", "c"},
-			{"PING", "a", "b"}, {"ECHO"}, {"NOSUCH", "k", "x"}, {"UNWATCH"},
+			{"PING", "a", "b"}, {"ECHO"}, {"NOSUCH", "k", "x"}, {"UNWATCH"}, {"INFO", "keyspace"}, {"INFO", "nosuch"},
 		},
 		{ // transactions
 			{"EXEC"}, {"DISCARD"}, {"MULTI"}, {"MULTI"}, {"PING"}, {"ECHO", "x"}, {"EXEC"},
