@@ -23,7 +23,8 @@ run: build
 	@mkdir -p var
 	$(BIN)/sluiced
 
-## test: the whole suite: Go (race detector, shuffled order) and the Python client
+## test: the whole suite: Go (race detector, shuffled order), the Python client, and
+## redis-py (with and without hiredis) against sluiced's Redis protocol
 test: test-go test-python
 
 test-go:
@@ -31,6 +32,7 @@ test-go:
 
 test-python: build
 	SLUICED=$(BIN)/sluiced $(PYTHON) -m pytest clients/python bench/python -q
+	SLUICED=$(BIN)/sluiced $(PYTHON) -m pytest tests/compat -q
 
 ## bench: every benchmark (BENCH=regexp, COUNT=n to narrow or repeat)
 bench:

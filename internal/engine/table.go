@@ -231,3 +231,17 @@ func (e *Engine) Close() error { return e.t.Close() }
 // Retire gives up an attached engine's registration once its owner has been
 // replaced, keeping the mapping until Close (see shm.Table.Retire).
 func (e *Engine) Retire() { e.t.Retire() }
+
+// Live counts the buckets that hold information at now: live, and not yet
+// back to their fresh state. It visits every slot, locking each live one
+// only while it is read: milliseconds for millions of slots.
+func (e *Engine) Live(now int64) uint64 {
+	var n uint64
+	e.t.Scan(0, e.t.Geometry().SlotCount, func(se *shm.Entry) bool {
+		if se.FreshAt > now {
+			n++
+		}
+		return true
+	})
+	return n
+}
