@@ -35,6 +35,23 @@ type Item struct {
 // A slot found torn is repaired (its drained state written back) whatever
 // the outcome, like on every other path.
 func (e *Engine) Multi(dst []bucket.Decision, items []Item, t Time) ([]bucket.Decision, bool, error) {
+	return e.multi(dst, items, t, false)
+}
+
+// Each decides every item at t, each on its own, as if they were acquired
+// one after the other with no other request in between: a denied item
+// changes only what its flags say (Smyte drains), and later items see the
+// effect of earlier ones. It holds every slot the items need, locked as
+// Multi locks them, for the whole sequence. This is a Redis transaction's
+// MULTI/EXEC of rate-limit commands. It appends one decision per item to
+// dst.
+func (e *Engine) Each(dst []bucket.Decision, items []Item, t Time) ([]bucket.Decision, error) {
+	dst, _, err := e.multi(dst, items, t, true)
+	return dst, err
+}
+
+// multi is Multi (each false) and Each (each true).
+func (e *Engine) multi(dst []bucket.Decision, items []Item, t Time, each bool) ([]bucket.Decision, bool, error) {
 	if len(items) > MaxMultiItems {
 		return dst, false, ErrTooManyItems
 	}
@@ -91,6 +108,9 @@ func (e *Engine) Multi(dst []bucket.Decision, items []Item, t Time) ([]bucket.De
 				sl.Release()
 			}
 			continue
+		}
+		if each {
+			return e.decideEach(dst, items, t, distinct, held, state[:len(distinct)], idx[:len(items)])
 		}
 		return e.decide(dst, items, t, distinct, held, state[:len(distinct)], dirty[:len(distinct)], idx[:len(items)])
 	}
@@ -169,4 +189,39 @@ func (e *Engine) decide(dst []bucket.Decision, items []Item, t Time, distinct []
 		}
 	}
 	return dst, allowed, nil
+}
+
+// decideEach runs the items one after the other on the locked slots'
+// states, each with its own flags, and writes back every slot an item
+// changed (or that was found torn). It releases every slot.
+func (e *Engine) decideEach(dst []bucket.Decision, items []Item, t Time, distinct []uint64, held []shm.Slot,
+	state []bucket.State, idx []uint64) ([]bucket.Decision, bool, error) {
+	var (
+		loaded, dirty [MaxMultiItems]bool
+		limit         [MaxMultiItems]*Limit
+		last          [MaxMultiItems]bucket.Decision
+	)
+	for i := range items {
+		it := &items[i]
+		j, _ := slices.BinarySearch(distinct, idx[i])
+		if !loaded[j] {
+			loaded[j], limit[j] = true, it.Limit
+			dirty[j] = load(t, it.Limit, held[j], &state[j])
+		}
+		if it.Limit.b.Decide(t.At, &state[j], it.Cost, it.Flags, &last[j]) {
+			dirty[j] = true
+		}
+		dst = append(dst, last[j])
+	}
+	for j, sl := range held {
+		switch {
+		case dirty[j]:
+			store(sl, limit[j], &state[j], &last[j], t)
+		case !sl.Live():
+			sl.Clear() // end the reservation: reclaimable again
+		default:
+			sl.Release()
+		}
+	}
+	return dst, true, nil
 }

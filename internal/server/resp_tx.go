@@ -114,14 +114,13 @@ func (rc *respConn) watch() {
 // their replies, each what the command would answer on its own.
 //
 // The rate-limit commands among them (at most engine.MaxMultiItems, at the
-// server's clock, none a refund) are first decided together by
-// engine.Multi: every bucket they touch is locked, in the engine's
-// canonical order, for the whole decision, so no other client's decision
-// interleaves with the transaction's. If every one is allowed, that is the
-// outcome, and they consume together. If one is limited, Multi changes
-// nothing, and the commands run one by one instead, each atomic on its own
-// bucket, so that (as in Redis) a limited command does not undo the
-// allowed ones and a limited RL.REDUCE drains its bucket.
+// server's clock, none a refund) are decided together by engine.Each:
+// every bucket they touch is locked, in the engine's canonical order, for
+// the whole sequence, so no other client's decision interleaves with the
+// transaction's, and each is decided as it would be alone, in order (as in
+// Redis, a limited command does not undo the allowed ones, and a limited
+// RL.REDUCE drains its bucket). A transaction beyond those bounds runs its
+// commands one by one, each atomic on its own bucket.
 func (rc *respConn) exec() {
 	tx := rc.tx
 	if tx == nil {
@@ -147,10 +146,6 @@ func (rc *respConn) exec() {
 		args := tx.args[a : a+n]
 		if together && k < len(tx.at) && tx.at[k] == a {
 			req, d := &tx.reqs[k], &tx.ds[k]
-			if !req.cell && req.cost > 0 {
-				// smyte/ratelimit reports the count before the deduction.
-				d.Remaining += req.cost
-			}
 			rc.last = lookupCommand(args[0]).name
 			rc.reply(req, d)
 			k++
@@ -162,9 +157,9 @@ func (rc *respConn) exec() {
 }
 
 // decideTogether parses the transaction's rate-limit commands and decides
-// them with one engine.Multi. It reports whether it did and every one was
-// allowed: then tx.ds holds the decision of each of tx.reqs, which came
-// from the commands whose first arguments are at tx.at.
+// them with one engine.Each. It reports whether it did: then tx.ds holds
+// the decision of each of tx.reqs, which came from the commands whose
+// first arguments are at tx.at.
 func (rc *respConn) decideTogether(tx *respTx) bool {
 	tx.reqs, tx.at = tx.reqs[:0], tx.at[:0]
 	smyte := false
@@ -207,9 +202,9 @@ func (rc *respConn) decideTogether(tx *respTx) bool {
 	tx.items = tx.items[:0]
 	for i := range tx.reqs {
 		r := &tx.reqs[i]
-		tx.items = append(tx.items, engine.Item{Key: r.key, Limit: &r.limit, Cost: r.cost, Flags: r.flags &^ bucket.Smyte})
+		tx.items = append(tx.items, engine.Item{Key: r.key, Limit: &r.limit, Cost: r.cost, Flags: r.flags})
 	}
-	ds, allowed, err := rc.s.engine.Multi(tx.ds[:0], tx.items, t)
+	ds, err := rc.s.engine.Each(tx.ds[:0], tx.items, t)
 	tx.ds = ds
-	return err == nil && allowed
+	return err == nil
 }
