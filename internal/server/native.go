@@ -48,7 +48,7 @@ func (c *conn) handle() {
 		}
 		frame, r, h, err := proto.SplitFrame(rest)
 		if err != nil {
-			c.frameError(h.ID, err)
+			c.frameError(h, err)
 			return
 		}
 		if frame == nil {
@@ -67,10 +67,16 @@ func (c *conn) handle() {
 }
 
 // frameError answers a frame that cannot be split or parsed with one error
-// result and closes the connection: its byte stream cannot be trusted.
-func (c *conn) frameError(id uint32, err error) {
+// result, in the frame's version if it is one this side speaks (else the
+// oldest, which every client reads), and closes the connection: its byte
+// stream cannot be trusted.
+func (c *conn) frameError(h proto.Header, err error) {
 	c.n.malformed++
-	b, start := proto.BeginFrame(c.out, proto.KindResponse, id)
+	v := h.Version
+	if v < proto.MinVersion || v > proto.Version {
+		v = proto.MinVersion
+	}
+	b, start := proto.BeginFrameVersion(c.out, v, proto.KindResponse, h.ID)
 	b = proto.AppendError(b, 0, proto.StatusOf(err), err.Error())
 	c.out = proto.EndFrame(b, start, 1)
 	c.closed = true
@@ -83,15 +89,17 @@ func (c *conn) frameError(id uint32, err error) {
 func (c *conn) frame(frame []byte, h proto.Header) {
 	c.n.frames++
 	if h.Kind != proto.KindRequest {
-		c.frameError(h.ID, errNotRequest)
+		c.frameError(h, errNotRequest)
 		return
 	}
-	b, start := proto.BeginFrame(c.out, proto.KindResponse, h.ID)
+	// The answer is in the request's version: a client of an older one
+	// reads it.
+	b, start := proto.BeginFrameVersion(c.out, h.Version, proto.KindResponse, h.ID)
 	c.frameStart = start
 	body := frame[proto.HeaderLen:]
 	for i := 0; i < int(h.Count); i++ {
 		c.opsLeft = int(h.Count) - i - 1
-		rest, err := proto.DecodeOp(body, &c.op)
+		rest, err := proto.DecodeOpVersion(body, h.Version, &c.op)
 		if err != nil {
 			c.n.malformed++
 			code := proto.Opcode(0)
@@ -141,7 +149,7 @@ func (s *server) do(b []byte, op *proto.Op, c *conn) []byte {
 	case proto.OpMulti:
 		return s.multi(b, op, c)
 	}
-	l, err := c.lim.get(op.Limit, engine.FromProto)
+	l, err := c.limit(op.Limit, op.Name)
 	if err != nil {
 		return c.fail(b, op.Code, err)
 	}
@@ -180,7 +188,11 @@ func (s *server) multi(b []byte, op *proto.Op, c *conn) []byte {
 	m := &c.multi
 	for i := range op.NItems {
 		it := &op.Items[i]
-		l, err := engine.FromProto(it.Limit)
+		w, err := c.s.wireLimit(it.Limit, it.Name)
+		if err != nil {
+			return c.fail(b, op.Code, fmt.Errorf("item %d: %w", i, err))
+		}
+		l, err := engine.FromProto(w)
 		if err != nil {
 			return c.fail(b, op.Code, fmt.Errorf("item %d: %w", i, err))
 		}
@@ -258,7 +270,7 @@ func statusFor(err error) proto.Status {
 		return proto.StatusContended
 	case errors.Is(err, engine.ErrTime):
 		return proto.StatusMalformed
-	case errors.Is(err, engine.ErrInvalidLimit):
+	case errors.Is(err, engine.ErrInvalidLimit), errors.Is(err, errUnknownName):
 		return proto.StatusInvalidLimit
 	}
 	if st := proto.StatusOf(err); st != proto.StatusOK {
@@ -309,4 +321,28 @@ func (s *server) appendStats(b []byte) []byte {
 		add(kv.name, uint64(kv.v.Load()))
 	}
 	return proto.EndStatsResult(b, start, n)
+}
+
+// limit returns the engine limit of an operation: the one its wire limit
+// gives, or, for a named limit, the one the configuration names.
+func (c *conn) limit(w proto.Limit, name []byte) (*engine.Limit, error) {
+	if name != nil {
+		var err error
+		if w, err = c.s.wireLimit(w, name); err != nil {
+			return nil, err
+		}
+	}
+	return c.lim.get(w, engine.FromProto)
+}
+
+// errUnknownName is the error for a named limit the configuration does not
+// define.
+var errUnknownName = errors.New("no limit of that name")
+
+// wireLimit returns the limit an operation names (name != nil), or w.
+func (s *server) wireLimit(w proto.Limit, name []byte) (proto.Limit, error) {
+	if name == nil {
+		return w, nil
+	}
+	return proto.Limit{}, fmt.Errorf("%w: %q: this sidecar has no config file (--config) defining named limits", errUnknownName, name)
 }
