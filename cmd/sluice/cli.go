@@ -57,6 +57,8 @@ func init() {
 			"Show the sidecar's counters.", runStats},
 		{"ping", "",
 			"Check that the sidecar answers.", runPing},
+		{"config", "check PATH [--quiet]",
+			"Validate a config file offline and list its limits; exit 0 if it is valid, 1 if not.", runConfig},
 	}
 }
 
