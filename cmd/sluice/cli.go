@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/clients/go/sluice"
 	"github.com/sluicehq/sluice/clients/go/sluice/direct"
+	"github.com/sluicehq/sluice/internal/version"
 )
 
 // Exit statuses.
@@ -84,12 +85,17 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&x.socket, "socket", x.socket, "the sidecar's Unix socket (default $SLUICE_SOCKET, else "+defaultSocket+")")
 	x.directFlags(fs)
+	showVersion := fs.Bool("version", false, "print the version and the format versions")
 	switch err := fs.Parse(args); {
 	case errors.Is(err, flag.ErrHelp):
 		x.usage()
 		return exitOK
 	case err != nil:
 		return x.fail("%v (see sluice --help)", err)
+	}
+	if *showVersion {
+		fmt.Fprintln(x.stdout, version.String("sluice"))
+		return exitOK
 	}
 	args = fs.Args()
 	if len(args) == 0 {
@@ -123,7 +129,7 @@ func lookup(name string) *command {
 // usage prints the command's usage to stdout.
 func (x *cli) usage() {
 	w := x.stdout
-	fmt.Fprintln(w, "usage: sluice [--socket PATH] [--direct [--state PATH]] COMMAND [ARGS]")
+	fmt.Fprintln(w, "usage: sluice [--socket PATH] [--direct [--state PATH]] COMMAND [ARGS]\n       sluice --version")
 	fmt.Fprintln(w, "\nTalk to a running sluiced over its Unix socket, or with --direct decide")
 	fmt.Fprintln(w, "acquire, peek, refund and reset in its state file, beside it.")
 	fmt.Fprintln(w, "\ncommands:")
