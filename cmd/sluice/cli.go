@@ -58,6 +58,10 @@ func init() {
 			"Show the sidecar's counters.", runStats},
 		{"ping", "",
 			"Check that the sidecar answers.", runPing},
+		{"inspect", "STATEFILE [--json]",
+			"Describe a state file offline: header, geometry, load, live buckets by algorithm, probe lengths, clean or dirty. Read-only; safe beside a running sidecar.", runInspect},
+		{"verify", "STATEFILE",
+			"Check every slot checksum and probe invariant of a state file offline; exit 0 if sound, 1 with a report if damaged. Read-only; safe beside a running sidecar.", runVerify},
 		{"config", "check PATH [--quiet]",
 			"Validate a config file offline and list its limits; exit 0 if it is valid, 1 if not.", runConfig},
 	}
@@ -131,7 +135,8 @@ func (x *cli) usage() {
 	w := x.stdout
 	fmt.Fprintln(w, "usage: sluice [--socket PATH] [--direct [--state PATH]] COMMAND [ARGS]\n       sluice --version")
 	fmt.Fprintln(w, "\nTalk to a running sluiced over its Unix socket, or with --direct decide")
-	fmt.Fprintln(w, "acquire, peek, refund and reset in its state file, beside it.")
+	fmt.Fprintln(w, "acquire, peek, refund and reset in its state file, beside it. inspect,")
+	fmt.Fprintln(w, "verify and config check work offline.")
 	fmt.Fprintln(w, "\ncommands:")
 	for _, c := range commands {
 		fmt.Fprintln(w, strings.TrimRight(fmt.Sprintf("  %-8s %s", c.name, c.args), " "))
