@@ -58,6 +58,8 @@ func init() {
 			"Show the sidecar's counters.", runStats},
 		{"ping", "",
 			"Check that the sidecar answers.", runPing},
+		{"top", "[--interval D] [--once]",
+			"Show the sidecar's decisions/s, outcomes, connections and table load, refreshed until ctrl-c.", runTop},
 		{"inspect", "STATEFILE [--json]",
 			"Describe a state file offline: header, geometry, load, live buckets by algorithm, probe lengths, clean or dirty. Read-only; safe beside a running sidecar.", runInspect},
 		{"verify", "STATEFILE",
