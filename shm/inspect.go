@@ -216,3 +216,7 @@ func (im *Image) liveHolder(tag uint32) (int, bool) {
 // read again a moment later, was being written and is not damage. It
 // returns ErrCorrupt joined with up to maxProblems problems, or nil.
 func (im *Image) Verify() error { return im.t.verify(im) }
+
+// Stats returns the counters of the file's header, without scanning the
+// slots.
+func (im *Image) Stats() Stats { return im.t.Stats() }

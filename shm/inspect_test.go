@@ -163,7 +163,7 @@ func TestImage_live(t *testing.T) {
 	for g := range 2 {
 		wg.Go(func() {
 			for i := 0; !stop.Load(); i++ {
-				put(t, tb, fmt.Sprint("g", g, "k", i%2000), int64(i), int64(i), int64(i))
+				put(t, tb, fmt.Sprint("g", g, "k", i%1000), int64(i), int64(i), int64(i))
 			}
 		})
 	}

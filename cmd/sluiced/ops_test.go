@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/clients/go/sluice"
 )
 
 func TestRun_version(t *testing.T) {
@@ -94,6 +96,14 @@ func TestRun_systemd(t *testing.T) {
 	if got := recv(); !strings.HasPrefix(got, "READY=1\nSTATUS=serving ") {
 		t.Fatalf("first notification %q", got)
 	}
+	cl, err := sluice.Dial(filepath.Join(dir, "var", "s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Acquire(context.Background(), sluice.TokenBucket(10, time.Hour, 1), "alice", 1); err != nil {
+		t.Fatal(err)
+	}
+	cl.Close()
 	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
@@ -112,8 +122,10 @@ func TestRun_systemd(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if !strings.Contains(string(body), `sluice_config_reloads_total{result="ok"} 1`) {
-		t.Errorf("the reload is not counted:\n%s", body)
+	for _, want := range []string{`sluice_config_reloads_total{result="ok"} 1`, "\nsluice_table_slots 64\n", "\nsluice_table_used_slots 1\n", "\nsluice_table_live_buckets 1\n"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("no %q in the metrics:\n%s", want, body)
+		}
 	}
 	cancel()
 	if got := recv(); !strings.HasPrefix(got, "STOPPING=1") {
