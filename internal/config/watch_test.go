@@ -13,6 +13,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/shm"
 )
 
 // spec returns a valid file whose limit "login" has max n.
@@ -34,9 +38,11 @@ func write(t *testing.T, path, content string) {
 }
 
 // Ensure the file can be rewritten 100 times, valid and invalid
-// alternately, while readers look limits up without pause: no lookup fails,
-// every valid file is in force after its reload, every invalid one is
-// rejected, counted and logged, and the previous config stays.
+// alternately, while a client loop acquires under the named limits without
+// pause (on an engine over a heap table, as the server does): no request
+// fails, every valid file is in force after its reload (a new bucket
+// reports the new maximum), every invalid one is rejected, counted and
+// logged, and the previous config stays.
 func TestWatcher_reloadUnderLoad(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "sluice.yaml")
 	write(t, path, validFile(1))
@@ -56,17 +62,35 @@ func TestWatcher_reloadUnderLoad(t *testing.T) {
 			mu.Unlock()
 		}}
 
+	tb, err := shm.NewHeap(shm.Options{SlotCount: 1 << 14})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := engine.New(tb)
+	acquire := func(s *Set, name, key string, now int64) (bucket.Decision, error) {
+		var d bucket.Decision
+		l, ok := s.Lookup(name)
+		if !ok {
+			return d, fmt.Errorf("no limit %q", name)
+		}
+		el, err := engine.NewLimit(l.Bucket)
+		if err != nil {
+			return d, err
+		}
+		return d, e.Acquire(&d, []byte(key), &el, 1, engine.At(now), 0)
+	}
 	var stop atomic.Bool
 	var lookups, failures atomic.Int64
 	var wg sync.WaitGroup
-	for range 2 {
+	for g := range 2 {
 		wg.Go(func() {
-			for !stop.Load() {
-				s := h.Load()
-				l, ok := s.Lookup("login")
-				a, ok2 := s.Lookup("api")
+			for i := 0; !stop.Load(); i++ {
+				s := h.Load() // one request decides under one Set
+				now := int64(1e18) + int64(i)*1e6
+				dl, err1 := acquire(s, "login", fmt.Sprint("user", g, "-", i%100), now)
+				da, err2 := acquire(s, "api", fmt.Sprint("user", g, "-", i%100), now)
 				// Both limits come from one file: they always agree.
-				if !ok || !ok2 || l.Bucket.Max != a.Bucket.Burst {
+				if err1 != nil || err2 != nil || dl.Limit != da.Limit-1 {
 					failures.Add(1)
 				}
 				lookups.Add(1)
@@ -79,8 +103,8 @@ func TestWatcher_reloadUnderLoad(t *testing.T) {
 			if err := w.Reload(); err != nil {
 				t.Fatalf("reload %d: %v", i, err)
 			}
-			if l, _ := h.Load().Lookup("login"); l.Bucket.Max != int64(i) {
-				t.Fatalf("after reload %d: login max %d", i, l.Bucket.Max)
+			if d, err := acquire(h.Load(), "login", fmt.Sprint("probe", i), 2e18); err != nil || d.Limit != int64(i) || !d.Allowed {
+				t.Fatalf("after reload %d: a new bucket's decision %+v, %v", i, d, err)
 			}
 			continue
 		}
@@ -112,7 +136,7 @@ func TestWatcher_reloadUnderLoad(t *testing.T) {
 	if n := strings.Count(logs.String(), "config file rejected"); n != 50 {
 		t.Errorf("%d rejection lines, want 50", n)
 	}
-	t.Logf("%d lookups during 100 reloads", lookups.Load())
+	t.Logf("%d acquire pairs during 100 reloads", lookups.Load())
 }
 
 // Ensure Run reloads a file whose content changed, logs and counts a

@@ -13,9 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// ErrAddress is wrapped by Listen's errors about the address itself.
-var ErrAddress = errors.New("invalid metrics address")
-
 // Listen listens on addr: "unix:PATH" for a Unix socket (a stale socket
 // file at PATH is replaced; anything else there is an error), or a
 // loopback "host:port" ("127.0.0.1:9090", "[::1]:0", "localhost:9090").

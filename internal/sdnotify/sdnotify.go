@@ -1,7 +1,6 @@
 package sdnotify
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -11,9 +10,6 @@ import (
 
 	"golang.org/x/sys/unix"
 )
-
-// ErrAddress is returned by New for a socket address systemd never sets.
-var ErrAddress = errors.New("invalid NOTIFY_SOCKET")
 
 // Notifier sends state changes to systemd. The nil *Notifier and one made
 // from an empty address send nothing.

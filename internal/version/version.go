@@ -1,5 +1,3 @@
-// Package version says which build of Sluice is running and which formats
-// it speaks, for --version and the build-info metric.
 package version
 
 import (
