@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/clients/go/sluice"
 	"github.com/sluicehq/sluice/clients/go/sluice/direct"
+	"github.com/sluicehq/sluice/internal/version"
 )
 
 // Exit statuses.
@@ -57,6 +58,14 @@ func init() {
 			"Show the sidecar's counters.", runStats},
 		{"ping", "",
 			"Check that the sidecar answers.", runPing},
+		{"top", "[--interval D] [--once]",
+			"Show the sidecar's decisions/s, outcomes, connections and table load, refreshed until ctrl-c.", runTop},
+		{"inspect", "STATEFILE [--json]",
+			"Describe a state file offline: header, geometry, load, live buckets by algorithm, probe lengths, clean or dirty. Read-only; safe beside a running sidecar.", runInspect},
+		{"verify", "STATEFILE",
+			"Check every slot checksum and probe invariant of a state file offline; exit 0 if sound, 1 with a report if damaged. Read-only; safe beside a running sidecar.", runVerify},
+		{"config", "check PATH [--quiet]",
+			"Validate a config file offline and list its limits; exit 0 if it is valid, 1 if not.", runConfig},
 	}
 }
 
@@ -82,12 +91,17 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&x.socket, "socket", x.socket, "the sidecar's Unix socket (default $SLUICE_SOCKET, else "+defaultSocket+")")
 	x.directFlags(fs)
+	showVersion := fs.Bool("version", false, "print the version and the format versions")
 	switch err := fs.Parse(args); {
 	case errors.Is(err, flag.ErrHelp):
 		x.usage()
 		return exitOK
 	case err != nil:
 		return x.fail("%v (see sluice --help)", err)
+	}
+	if *showVersion {
+		fmt.Fprintln(x.stdout, version.String("sluice"))
+		return exitOK
 	}
 	args = fs.Args()
 	if len(args) == 0 {
@@ -121,9 +135,10 @@ func lookup(name string) *command {
 // usage prints the command's usage to stdout.
 func (x *cli) usage() {
 	w := x.stdout
-	fmt.Fprintln(w, "usage: sluice [--socket PATH] [--direct [--state PATH]] COMMAND [ARGS]")
+	fmt.Fprintln(w, "usage: sluice [--socket PATH] [--direct [--state PATH]] COMMAND [ARGS]\n       sluice --version")
 	fmt.Fprintln(w, "\nTalk to a running sluiced over its Unix socket, or with --direct decide")
-	fmt.Fprintln(w, "acquire, peek, refund and reset in its state file, beside it.")
+	fmt.Fprintln(w, "acquire, peek, refund and reset in its state file, beside it. inspect,")
+	fmt.Fprintln(w, "verify and config check work offline.")
 	fmt.Fprintln(w, "\ncommands:")
 	for _, c := range commands {
 		fmt.Fprintln(w, strings.TrimRight(fmt.Sprintf("  %-8s %s", c.name, c.args), " "))
