@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -100,7 +101,7 @@ func tear(t *testing.T, path string) int {
 func TestInspect_offline(t *testing.T) {
 	clean, dirty := cleanFile(t), dirtyFile(t)
 	runSteps(t, "", []step{
-		{"inspect " + clean, 0, "state file     " + clean + "\nformat         version 3\n...", ""},
+		{"inspect " + clean, 0, "state file     " + clean + "\nformat         version " + strconv.Itoa(shm.FormatVersion) + "\n...", ""},
 		{"inspect " + dirty, 0, "...", ""},
 		{"inspect " + filepath.Join(t.TempDir(), "none"), 2, "", "sluice: inspect: lstat "},
 		{"inspect", 2, "", "sluice: inspect: want STATEFILE [--json]"},

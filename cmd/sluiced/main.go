@@ -123,10 +123,8 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 	octx, stopOps := context.WithCancel(ctx)
 	wait := o.start(octx)
 	defer func() { stopOps(); wait() }()
-	c.Ready = func() {
-		o.watchTable(c.StatePath)
-		o.notify.Ready("serving " + c.SocketPath)
-	}
+	c.Limits, c.Metrics = o.limits, o.metrics
+	c.Ready = func() { o.notify.Ready("serving " + c.SocketPath) }
 	go func() { <-ctx.Done(); o.notify.Stopping("stopping") }()
 	if err := server.Run(ctx, c); err != nil {
 		log.Error("sluiced failed", "err", err)

@@ -8,19 +8,12 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"sync"
 	"syscall"
-	"time"
 
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/sdnotify"
-	"github.com/sluicehq/sluice/shm"
 )
-
-// liveScanEvery bounds how often the table metrics scan the slots to count
-// live buckets; the header's counters are read at every scrape.
-const liveScanEvery = 10 * time.Second
 
 // The operations side of sluiced: log format, config file and its reloads,
 // metrics, and systemd's notifications.
@@ -45,8 +38,6 @@ type ops struct {
 	watcher *config.Watcher // nil without --config
 	metrics *metrics.Recorder
 	mln     net.Listener // nil without --metrics
-	image   *shm.Image   // the state file, read-only, for the table metrics
-	imageMu sync.Mutex   // guards image against a scrape during Close
 }
 
 // setupOps loads the config file and binds the metrics address, before the
@@ -67,10 +58,6 @@ func setupOps(log *slog.Logger, configPath, metricsAddr, notifySocket string) (*
 		o.watcher = &config.Watcher{Path: configPath, Holder: o.limits, Logger: log,
 			OnReload: func(r config.Result, _ error) { o.metrics.ConfigReload(r == config.Reloaded) }}
 		log.Info("config loaded", "path", configPath, "limits", s.Len())
-		// The server takes named limits once its Config has a field for
-		// them (README, "Operating Sluice"): until then they are only
-		// checked and reloaded.
-		log.Warn("named limits are loaded and reloaded, but requests cannot use them yet", "path", configPath)
 	}
 	if metricsAddr != "" {
 		ln, err := metrics.Listen(metricsAddr)
@@ -118,45 +105,7 @@ func (o *ops) start(ctx context.Context) (wait func()) {
 		for range n {
 			<-done
 		}
-		o.imageMu.Lock()
-		if o.image != nil {
-			o.image.Close()
-			o.image = nil
-		}
-		o.imageMu.Unlock()
 	}
-}
-
-// watchTable feeds the table metrics from a read-only image of the state
-// file (the server opened and recovered it; an image never writes and the
-// server cannot tell it is there). It runs once the server is ready.
-func (o *ops) watchTable(path string) {
-	if o.mln == nil {
-		return
-	}
-	im, err := shm.OpenImage(path)
-	if err != nil {
-		o.log.Warn("table metrics unavailable", "err", err)
-		return
-	}
-	o.imageMu.Lock()
-	o.image = im
-	o.imageMu.Unlock()
-	var last time.Time
-	var report shm.Report
-	o.metrics.SetTable(func() metrics.TableStats {
-		o.imageMu.Lock()
-		defer o.imageMu.Unlock()
-		if o.image == nil {
-			return metrics.TableStats{}
-		}
-		if time.Since(last) >= liveScanEvery {
-			report, last = im.Inspect(time.Now().UnixNano()), time.Now()
-		}
-		st := im.Stats()
-		return metrics.TableStats{Slots: st.SlotCount, UsedSlots: st.Used, LiveBuckets: report.Live - report.Fresh,
-			TableFull: st.TableFull, Reclaimed: st.Reclaims, Torn: st.Torn}
-	})
 }
 
 // reload answers SIGHUP: reload the config file, telling systemd.

@@ -8,7 +8,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,14 +16,15 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/proto"
 )
 
 // MaxFileSize is the largest config file Load reads, in bytes.
 const MaxFileSize = 4 << 20
 
-// MaxNameLen is the longest limit name, in bytes.
-const MaxNameLen = 64
+// MaxNameLen is the longest limit name, in bytes: the wire's.
+const MaxNameLen = proto.MaxNameLen
 
 // SpecLabel is the name reserved for requests that bring an inline limit
 // spec rather than a name; metrics use it as their limit label.
@@ -65,6 +65,7 @@ type Limit struct {
 	Spec        string        // the spec as written
 	Wire        proto.Limit   // the spec parsed, as the wire carries it
 	Bucket      bucket.Limit  // the algorithm's parameters, validated
+	Engine      engine.Limit  // the limit as the engine runs it
 	Description string        // free text for people; "" if none
 	Shadow      bool          // decide and count, but always allow
 	Line        int           // the line of the limit's name in the file
@@ -75,9 +76,8 @@ type Limit struct {
 	FallbackShare float64 // in (0, 1]; 0 for the default
 }
 
-var nameRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_.-]*$`)
-
-// ValidName reports why name cannot name a limit, or nil if it can.
+// ValidName reports why name cannot name a limit, or nil if it can: the
+// wire's rule (proto.ValidName), and not SpecLabel.
 func ValidName(name string) error {
 	switch {
 	case name == "":
@@ -86,7 +86,7 @@ func ValidName(name string) error {
 		return fmt.Errorf("name of %d bytes, longer than %d", len(name), MaxNameLen)
 	case strings.Contains(name, ":"):
 		return fmt.Errorf("name %q contains ':', which marks a limit spec", name)
-	case !nameRE.MatchString(name):
+	case proto.ValidName(name) != nil:
 		return fmt.Errorf("name %q: want letters, digits, '_', '-' and '.', starting with a letter", name)
 	case name == SpecLabel:
 		return fmt.Errorf("name %q is reserved for requests that bring a spec", name)
@@ -305,14 +305,15 @@ func (p *parser) limit(k, v *yaml.Node, field string) (*Limit, error) {
 		}
 		return nil, &Error{File: p.file, Line: specNode.Line, Field: field + ".limit", Msg: fmt.Sprintf("%q: %s", l.Spec, msg), Err: err}
 	}
-	b, err := BucketLimit(w)
-	if err == nil {
-		err = b.Validate()
+	if w.Name != "" {
+		err := fmt.Errorf("%w: a limit is defined by a spec, not by another limit's name", proto.ErrInvalidLimit)
+		return nil, &Error{File: p.file, Line: specNode.Line, Field: field + ".limit", Msg: fmt.Sprintf("%q: want ALGORITHM:name=value,...", l.Spec), Err: err}
 	}
+	el, err := engine.FromProto(w)
 	if err != nil {
 		return nil, &Error{File: p.file, Line: specNode.Line, Field: field + ".limit", Msg: fmt.Sprintf("%q: %v", l.Spec, err), Err: err}
 	}
-	l.Wire, l.Bucket = w, b
+	l.Wire, l.Bucket, l.Engine = w, *el.Bucket(), el
 	if l.Scope == Local {
 		for _, name := range []string{"lease", "on_unavailable", "fallback_share"} {
 			if key := global[name]; key != nil {
@@ -368,24 +369,4 @@ func (p *parser) boolean(n *yaml.Node, field string, dst *bool) error {
 	}
 	*dst = n.Value == "true" || n.Value == "True" || n.Value == "TRUE"
 	return nil
-}
-
-// BucketLimit converts a wire limit to the algorithm's parameters (not yet
-// validated): the wire carries three parameters in each algorithm's order
-// (see proto/doc.go).
-func BucketLimit(w proto.Limit) (bucket.Limit, error) {
-	p := w.P
-	switch w.Algorithm {
-	case proto.TokenBucket:
-		return bucket.Limit{Algorithm: bucket.TokenBucket, Max: p[0], RefillTime: p[1], RefillAmount: p[2]}, nil
-	case proto.GCRA:
-		return bucket.Limit{Algorithm: bucket.GCRA, Burst: p[0], Count: p[1], Period: p[2]}, nil
-	case proto.FixedWindow:
-		return bucket.Limit{Algorithm: bucket.FixedWindow, Max: p[0], Window: p[1]}, nil
-	case proto.SlidingWindow:
-		return bucket.Limit{Algorithm: bucket.SlidingWindow, Max: p[0], Window: p[1]}, nil
-	case proto.Pacer:
-		return bucket.Limit{Algorithm: bucket.Pacer, Count: p[0], Period: p[1], MaxDelay: p[2]}, nil
-	}
-	return bucket.Limit{}, fmt.Errorf("unknown algorithm %v", w.Algorithm)
 }

@@ -192,7 +192,8 @@ func (e *Engine) Scan(cursor, span uint64, fn func(*Entry) bool) (next uint64, e
 // A file that was closed cleanly was not scanned when opened: Maintain
 // checks every slot in the background meanwhile. It returns when ctx is
 // done, after recording the time once more; Close then syncs a last time.
-func (e *Engine) Maintain(ctx context.Context, every time.Duration, now func() int64, log *slog.Logger) {
+// synced, if not nil, is told how long each sync took and how it ended.
+func (e *Engine) Maintain(ctx context.Context, every time.Duration, now func() int64, log *slog.Logger, synced func(time.Duration, error)) {
 	scrubbed := make(chan struct{})
 	go func() {
 		defer close(scrubbed)
@@ -210,7 +211,12 @@ func (e *Engine) Maintain(ctx context.Context, every time.Duration, now func() i
 			return
 		case <-tick.C:
 			e.t.RecordTime(now())
-			if err := e.Sync(); err != nil {
+			start := time.Now()
+			err := e.Sync()
+			if synced != nil {
+				synced(time.Since(start), err)
+			}
+			if err != nil {
 				log.Error("sync failed; the file stays marked dirty", "err", err)
 			}
 		}

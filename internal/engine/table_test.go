@@ -27,7 +27,7 @@ func TestMaintain(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		now := int64(41)
-		go func() { e.Maintain(ctx, time.Second, func() int64 { now++; return now }, quiet()); close(done) }()
+		go func() { e.Maintain(ctx, time.Second, func() int64 { now++; return now }, quiet(), nil); close(done) }()
 		time.Sleep(3500 * time.Millisecond)
 		cancel()
 		<-done

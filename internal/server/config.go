@@ -8,7 +8,9 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/metrics"
 )
 
 // Defaults for a Config's zero fields.
@@ -51,6 +53,13 @@ type Config struct {
 	WriteTimeout   time.Duration // how long a client may take to accept an answer
 	DrainTimeout   time.Duration // how long shutdown waits for connections to finish
 	Logger         *slog.Logger  // nil: slog.Default()
+
+	// Limits, if set, holds the named limits (the config file's) that
+	// requests may use instead of a spec; it may be swapped while the
+	// server runs (a reload): each request decides under the Set it loads.
+	Limits *config.Holder
+	// Metrics, if set, counts decisions, requests, connections and syncs.
+	Metrics *metrics.Recorder
 
 	// AllowUIDs and AllowGIDs, if either is set, restrict who may use the
 	// Unix sockets: a peer whose uid is in AllowUIDs or whose gid is in

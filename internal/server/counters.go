@@ -8,13 +8,14 @@ type counters struct {
 	peersDenied                      atomic.Int64
 	frames, ops, malformed, timeouts atomic.Int64
 	denied, allowed, errors          atomic.Int64
+	shadowDenied                     atomic.Int64 // denials of shadow limits, answered as allowed
 	buffered                         atomic.Int64 // bytes of connection buffers
 }
 
 // connCounters are a connection's share of counters, kept without atomics
 // while it handles a batch and added to the server's once per batch.
 type connCounters struct {
-	frames, ops, malformed, denied, allowed, errors int64
+	frames, ops, malformed, denied, allowed, errors, shadowDenied int64
 }
 
 // add moves n into the server's counters and zeroes it.
@@ -25,6 +26,7 @@ func (c *counters) add(n *connCounters) {
 	addNonZero(&c.denied, n.denied)
 	addNonZero(&c.allowed, n.allowed)
 	addNonZero(&c.errors, n.errors)
+	addNonZero(&c.shadowDenied, n.shadowDenied)
 	*n = connCounters{}
 }
 

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/proto"
 )
 
@@ -72,6 +74,7 @@ func (c *conn) handle() {
 // stream cannot be trusted.
 func (c *conn) frameError(h proto.Header, err error) {
 	c.n.malformed++
+	c.s.protocolError(metrics.Native)
 	v := h.Version
 	if v < proto.MinVersion || v > proto.Version {
 		v = proto.MinVersion
@@ -94,6 +97,10 @@ func (c *conn) frame(frame []byte, h proto.Header) {
 	}
 	// The answer is in the request's version: a client of an older one
 	// reads it.
+	var began time.Time
+	if c.s.rec != nil && c.n.frames&sampleMask == 0 {
+		began = time.Now()
+	}
 	b, start := proto.BeginFrameVersion(c.out, h.Version, proto.KindResponse, h.ID)
 	c.frameStart = start
 	body := frame[proto.HeaderLen:]
@@ -102,6 +109,7 @@ func (c *conn) frame(frame []byte, h proto.Header) {
 		rest, err := proto.DecodeOpVersion(body, h.Version, &c.op)
 		if err != nil {
 			c.n.malformed++
+			c.s.protocolError(metrics.Native)
 			code := proto.Opcode(0)
 			if len(body) > 0 {
 				code = proto.Opcode(body[0])
@@ -117,9 +125,13 @@ func (c *conn) frame(frame []byte, h proto.Header) {
 	}
 	if len(body) != 0 && !c.closed {
 		c.n.malformed++
+		c.s.protocolError(metrics.Native)
 		c.closed = true // bytes after the last operation: the framing is off
 	}
 	c.out = proto.EndFrame(b, start, int(h.Count))
+	if !began.IsZero() {
+		c.s.rec.Request(metrics.Native, time.Since(began))
+	}
 }
 
 // multiScratch holds a MULTI's items and decisions between requests.
@@ -149,12 +161,16 @@ func (s *server) do(b []byte, op *proto.Op, c *conn) []byte {
 	case proto.OpMulti:
 		return s.multi(b, op, c)
 	}
-	l, err := c.limit(op.Limit, op.Name)
+	l, nl, err := c.limit(op.Limit, op.Name)
 	if err != nil {
 		return c.fail(b, op.Code, err)
 	}
 	when := c.when(op.Flags, op.At)
 	var d bucket.Decision
+	var start time.Time
+	if s.rec != nil && c.n.ops&sampleMask == 0 {
+		start = time.Now() // durations are sampled: a clock read costs more than a decision's counters
+	}
 	switch op.Code {
 	case proto.OpAcquire:
 		err = s.engine.Acquire(&d, op.Key, l, op.N, when, bucketFlags(op.Flags))
@@ -172,13 +188,19 @@ func (s *server) do(b []byte, op *proto.Op, c *conn) []byte {
 		return c.fail(b, op.Code, fmt.Errorf("%w: %d", proto.ErrUnknownOpcode, op.Code))
 	}
 	if err != nil {
+		s.recordError(nl, l, err)
 		return c.fail(b, op.Code, err)
 	}
-	if d.Allowed {
+	shadowed := op.Code == proto.OpAcquire && shadow(nl, &d)
+	switch {
+	case shadowed:
+		c.n.shadowDenied++
+	case d.Allowed:
 		c.n.allowed++
-	} else {
+	default:
 		c.n.denied++
 	}
+	s.record(nl, l.Bucket().Algorithm, d.Allowed, shadowed, start)
 	w := proto.Decision(d)
 	return proto.AppendDecision(b, op.Code, &w)
 }
@@ -188,15 +210,19 @@ func (s *server) multi(b []byte, op *proto.Op, c *conn) []byte {
 	m := &c.multi
 	for i := range op.NItems {
 		it := &op.Items[i]
-		w, err := c.s.wireLimit(it.Limit, it.Name)
-		if err != nil {
-			return c.fail(b, op.Code, fmt.Errorf("item %d: %w", i, err))
+		if it.Name != nil {
+			nl, err := s.lookup(it.Name)
+			if err != nil {
+				return c.fail(b, op.Code, fmt.Errorf("item %d: %w", i, err))
+			}
+			m.limits[i] = nl.cfg.Engine
+		} else {
+			l, err := engine.FromProto(it.Limit)
+			if err != nil {
+				return c.fail(b, op.Code, fmt.Errorf("item %d: %w", i, err))
+			}
+			m.limits[i] = l
 		}
-		l, err := engine.FromProto(w)
-		if err != nil {
-			return c.fail(b, op.Code, fmt.Errorf("item %d: %w", i, err))
-		}
-		m.limits[i] = l
 		m.items[i] = engine.Item{Key: it.Key, Limit: &m.limits[i], Cost: it.Cost, Flags: bucketFlags(it.Flags)}
 	}
 	ds, allowed, err := s.engine.Multi(m.ds[:0], m.items[:op.NItems], c.when(op.Flags, op.At))
@@ -316,33 +342,10 @@ func (s *server) appendStats(b []byte) []byte {
 		{"peers_denied", &c.peersDenied},
 		{"frames", &c.frames}, {"ops", &c.ops}, {"allowed", &c.allowed}, {"denied", &c.denied},
 		{"errors", &c.errors}, {"malformed", &c.malformed}, {"timeouts", &c.timeouts},
+		{"shadow_denied", &c.shadowDenied},
 		{"buffered_bytes", &c.buffered},
 	} {
 		add(kv.name, uint64(kv.v.Load()))
 	}
 	return proto.EndStatsResult(b, start, n)
-}
-
-// limit returns the engine limit of an operation: the one its wire limit
-// gives, or, for a named limit, the one the configuration names.
-func (c *conn) limit(w proto.Limit, name []byte) (*engine.Limit, error) {
-	if name != nil {
-		var err error
-		if w, err = c.s.wireLimit(w, name); err != nil {
-			return nil, err
-		}
-	}
-	return c.lim.get(w, engine.FromProto)
-}
-
-// errUnknownName is the error for a named limit the configuration does not
-// define.
-var errUnknownName = errors.New("no limit of that name")
-
-// wireLimit returns the limit an operation names (name != nil), or w.
-func (s *server) wireLimit(w proto.Limit, name []byte) (proto.Limit, error) {
-	if name == nil {
-		return w, nil
-	}
-	return proto.Limit{}, fmt.Errorf("%w: %q: this sidecar has no config file (--config) defining named limits", errUnknownName, name)
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/proto"
 	"github.com/sluicehq/sluice/proto/resp"
 )
@@ -61,6 +62,7 @@ func (rc *respConn) handle() {
 		rc.args = args
 		if err != nil {
 			rc.n.malformed++
+			rc.s.protocolError(metrics.RESP)
 			rc.out = resp.AppendError(rc.out, err.Error())
 			rc.closed = true
 			return
@@ -80,6 +82,7 @@ func (rc *respConn) handle() {
 	}
 	if !rc.more && len(rest) == cap(rc.in) && cap(rc.in) >= maxRESPBuffer {
 		rc.n.malformed++
+		rc.s.protocolError(metrics.RESP)
 		rc.out = resp.AppendError(rc.out, "ERR Protocol error: request too large")
 		rc.closed = true
 		return
@@ -89,6 +92,9 @@ func (rc *respConn) handle() {
 
 // command runs one command.
 func (rc *respConn) command(args [][]byte) {
+	if rc.s.rec != nil && rc.n.ops&sampleMask == 0 {
+		defer rc.s.requestDone(time.Now())
+	}
 	name := args[0]
 	switch {
 	case is(name, "rl.reduce"):

@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"strconv"
+	"time"
 
 	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/internal/engine"
@@ -210,7 +211,7 @@ func (rc *respConn) parseThrottle(req *rlRequest, args [][]byte) string {
 // the durations in seconds rounded up at millisecond granularity, -1 where
 // not applicable. Both are the same in RESP2 and RESP3.
 func (rc *respConn) reply(req *rlRequest, d *bucket.Decision) {
-	rc.count(d)
+	rc.count(d, req.limit.Bucket().Algorithm)
 	if !req.cell {
 		rc.out = resp.AppendInt(rc.out, d.Remaining)
 		return
@@ -261,7 +262,8 @@ func parseInt(b []byte, bits int) (int64, bool) {
 	return v, err == nil
 }
 
-func (rc *respConn) count(d *bucket.Decision) {
+func (rc *respConn) count(d *bucket.Decision, alg bucket.Algorithm) {
+	rc.s.record(nil, alg, d.Allowed, false, time.Time{})
 	if d.Allowed {
 		rc.n.allowed++
 	} else {

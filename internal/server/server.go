@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/proto"
 )
 
@@ -39,6 +40,10 @@ type server struct {
 	now    func() int64
 	hello  proto.Hello
 	stats  counters
+
+	rec         *metrics.Recorder // nil without metrics
+	specMetrics *metrics.Limit    // the counters of requests that bring a spec
+	namedSet    atomic.Pointer[namedLimits]
 
 	draining atomic.Bool
 	mu       sync.Mutex
@@ -75,13 +80,17 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	g, st := e.Geometry(), e.Stats()
 	s := &server{
-		cfg: c, log: c.Logger, engine: e, now: c.Now,
+		cfg: c, log: c.Logger, engine: e, now: c.Now, rec: c.Metrics,
 		conns: make(map[net.Conn]struct{}), perUID: make(map[uint32]int),
 		hello: proto.Hello{
 			Version: proto.Version, MaxFrame: proto.MaxFrameLen, MaxBatch: proto.MaxBatch,
 			MaxKey: proto.MaxKeyLen, MaxMulti: proto.MaxMulti,
 			SlotCount: g.Slots, SlotSize: uint16(g.SlotSize),
 		},
+	}
+	if s.rec != nil {
+		s.specMetrics = s.rec.Limit(metrics.SpecLimit)
+		s.rec.SetTable(s.tableStats())
 	}
 	if !o.HighTimeOK {
 		s.log.Warn("the state file's recorded high time failed its checksum: the clock starts at the wall clock")
@@ -104,7 +113,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if c.Ready != nil {
 		c.Ready()
 	}
-	e.Maintain(ctx, c.SyncInterval, c.Now, s.log)
+	var synced func(time.Duration, error)
+	if s.rec != nil {
+		synced = s.rec.Sync
+	}
+	e.Maintain(ctx, c.SyncInterval, c.Now, s.log, synced)
 	for _, l := range lns {
 		l.ln.Close()
 	}
@@ -145,6 +158,9 @@ func (s *server) accept(l *listener) {
 		uid, counted, ok := s.admit(c, l)
 		if !ok {
 			s.stats.peersDenied.Add(1)
+			if s.rec != nil {
+				s.rec.PeerDenied()
+			}
 			refuse(proto.StatusDenied, "permission denied")
 			continue
 		}
@@ -170,6 +186,10 @@ func (s *server) accept(l *listener) {
 		s.mu.Unlock()
 		go func() {
 			defer s.wg.Done()
+			if s.rec != nil {
+				s.rec.ConnOpened()
+				defer s.rec.ConnClosed()
+			}
 			l.serve(s, c)
 			s.mu.Lock()
 			delete(s.conns, c)
@@ -225,5 +245,26 @@ func (s *server) drain() {
 		}
 		s.mu.Unlock()
 		<-done
+	}
+}
+
+// liveEvery bounds how often the table metrics count live buckets (a pass
+// over every slot); the counters are read at every scrape.
+const liveEvery = 10 * time.Second
+
+// tableStats returns what the metrics read of the table at a scrape.
+func (s *server) tableStats() func() metrics.TableStats {
+	var mu sync.Mutex
+	var live uint64
+	var counted time.Time
+	return func() metrics.TableStats {
+		mu.Lock()
+		defer mu.Unlock()
+		if time.Since(counted) >= liveEvery {
+			live, counted = s.engine.Live(s.now()), time.Now()
+		}
+		st := s.engine.Stats()
+		return metrics.TableStats{Slots: st.Slots, UsedSlots: st.Used, LiveBuckets: live,
+			TableFull: st.TableFull, Reclaimed: st.Reclaims, Torn: st.Torn}
 	}
 }
