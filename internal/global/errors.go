@@ -49,7 +49,8 @@ func classify(err error) error {
 		errors.Is(err, redis.ErrClosed), errors.Is(err, redis.ErrPoolTimeout):
 		return fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
-	for _, p := range []string{"CLUSTERDOWN", "LOADING", "MASTERDOWN", "READONLY", "TRYAGAIN", "MOVED", "ASK"} {
+	for _, p := range []string{"CLUSTERDOWN", "LOADING", "MASTERDOWN", "READONLY", "TRYAGAIN", "MOVED", "ASK",
+		"NOAUTH", "WRONGPASS", "NOPERM"} {
 		if redis.HasErrorPrefix(err, p) {
 			return fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}

@@ -179,6 +179,26 @@ func (c *Cluster) WaitFailover(t testing.TB, r *Node) time.Duration {
 	return time.Since(start)
 }
 
+// Rejoin restarts a killed node with its cluster configuration: it
+// rejoins the cluster as a replica of the master that replaced it. Rejoin
+// waits until the cluster is ok and its link to that master is up, and
+// rereads the topology.
+func (c *Cluster) Rejoin(t testing.TB, n *Node) {
+	t.Helper()
+	if err := n.startErr(); err != nil {
+		t.Fatalf("cannot restart node %s: %v", n.Addr, err)
+	}
+	if err := c.waitOK(nil); err != nil {
+		t.Fatalf("node %s did not rejoin: %v", n.Addr, err)
+	}
+	if err := c.readTopology(); err != nil {
+		t.Fatal(err)
+	}
+	if n.MasterID == "" {
+		t.Fatalf("node %s rejoined as a master", n.Addr)
+	}
+}
+
 // waitOK waits until every running node reports cluster_state:ok with all
 // 16384 slots served and, if promoted is not nil, that node is a master;
 // and until every running replica's link to its master is up.

@@ -17,6 +17,7 @@ package redistest
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -123,7 +124,8 @@ func (s *Server) waitReady() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		err := c.Ping(ctx).Err()
 		cancel()
-		if err == nil {
+		var re redis.Error
+		if err == nil || errors.As(err, &re) { // an error reply (NOAUTH) is an answer too
 			return nil
 		}
 		select {
