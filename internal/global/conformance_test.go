@@ -17,6 +17,9 @@ import (
 
 func TestMain(m *testing.M) {
 	redistest.QuietClientLogs()
+	if os.Getenv(workerEnv) != "" {
+		os.Exit(worker())
+	}
 	os.Exit(m.Run())
 }
 
