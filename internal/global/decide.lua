@@ -2,7 +2,8 @@
 -- package bucket transcribed to Lua (see docs/global.md and bucket/doc.go).
 --
 -- KEYS[1]  the bucket's key
--- ARGV[1]  op: "a" acquire (ARGV[6] = cost) or "r" refund (ARGV[6] = amount)
+-- ARGV[1]  op: "a" acquire (ARGV[6] = cost), "r" refund (ARGV[6] = amount),
+--          or "l" lease (ARGV[6] = tokens wanted; ARGV[9..12] below)
 -- ARGV[2]  algorithm: 1 token_bucket, 2 gcra, 3 fixed_window, 4 sliding_window, 5 pacer
 -- ARGV[3..5] parameters, integers:
 --            token_bucket   max, refill_time ns, refill_amount
@@ -14,8 +15,16 @@
 -- ARGV[7]  flags: 1 strict, 2 smyte (token_bucket only)
 -- ARGV[8]  "" to read the clock with TIME, or an explicit time, Unix ns
 --          (tests only: the key then gets no expiry)
+-- ARGV[9..12], lease only: the tokens needed (the request that wants the
+--          lease: none are taken unless this many can be), tokens returned
+--          from the previous lease, that lease's "until" (its tokens are
+--          returned only up to then), and the lease's longest life, ns.
 --
 -- Reply: {allowed 0|1, remaining, retry_after ns, reset_after ns, delay ns}
+-- Lease reply: {tokens granted, remaining, retry_after ns (for the tokens
+--          needed), reset_after ns, valid_for ns, until}: the lease is
+--          valid for valid_for ns from now (a window algorithm's lease ends
+--          with the window), that is until the Unix ns "until" (a string).
 --
 -- Numbers in Lua are doubles, exact for integers below 2^53. Unix ns are
 -- larger than that, so every time inside the script is an offset from now,
@@ -409,9 +418,28 @@ local before = {s[1], s[2], s[3]}
 local reply
 if op == "a" then
   reply = decide(s, cost)
-else
+elseif op == "r" then
   refund(s, cost)
   reply = decide(s, 0)
+else
+  local need, ret, untilTime, life = tonumber(ARGV[9]), tonumber(ARGV[10]), ARGV[11], tonumber(ARGV[12])
+  if ret > 0 and untilTime ~= "" and offset(untilTime) >= 0 then refund(s, ret) end
+  local peek = decide({s[1], s[2], s[3]}, 0)
+  local granted = 0
+  if peek[2] >= need then
+    granted = math.min(cost, peek[2])
+    reply = decide(s, granted)
+  else
+    reply = decide({s[1], s[2], s[3]}, need)
+  end
+  local valid = life
+  if alg == FW then
+    valid = math.min(life, fixedWindow(s) + p2)
+  elseif alg == SW then
+    valid = math.min(life, slidingWindow(s) + p2)
+  end
+  valid = math.max(valid, 0)
+  reply = {granted, reply[2], reply[3], reply[4], valid, absolute(valid)}
 end
 
 -- Write it back if it changed, with an expiry at the time it becomes fresh

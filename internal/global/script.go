@@ -31,6 +31,8 @@ const (
 	// Refund gives Cost tokens back and replies with the bucket as a
 	// cost-0 Acquire would (package bucket's Refund).
 	Refund
+	// lease_ takes tokens for a lease (Leases; not for Requests).
+	lease_
 )
 
 // Request is one decision on one global bucket.
@@ -58,8 +60,11 @@ func (r *Request) args(prefix string) ([]string, []any) {
 	key := string(AppendKey(make([]byte, 0, len(prefix)+len(r.Key)+48), prefix, &r.Limit, r.Key))
 	p := scriptParams(&r.Limit)
 	op := "a"
-	if r.Op == Refund {
+	switch r.Op {
+	case Refund:
 		op = "r"
+	case lease_:
+		op = "l"
 	}
 	at := ""
 	if r.At != 0 {

@@ -187,13 +187,12 @@ func (s *Store) Close() error {
 	return s.rdb.Close()
 }
 
-// call is one request waiting in a shard's queue.
+// call is one script call waiting in a shard's queue.
 type call struct {
 	ctx  context.Context
 	keys []string
 	args []any
-	l    *bucket.Limit
-	d    bucket.Decision
+	v    any // the reply
 	err  error
 	done chan struct{}
 }
@@ -214,20 +213,31 @@ type shard struct {
 // same shard. It returns within the Store's timeout (or ctx's deadline, if
 // earlier): ErrUnavailable if Redis did not answer in time.
 func (s *Store) Decide(ctx context.Context, r Request) (bucket.Decision, error) {
+	var d bucket.Decision
 	if err := Check(r.Limit); err != nil {
-		return bucket.Decision{}, err
+		return d, err
 	}
 	if err := r.check(); err != nil {
-		return bucket.Decision{}, err
+		return d, err
 	}
+	keys, args := r.args(s.prefix)
+	v, err := s.do(ctx, keys, args)
+	if err == nil {
+		err = parseReply(v, &r.Limit, &d)
+	}
+	return d, err
+}
+
+// do runs the script with keys and args in the next pipeline of the key's
+// shard and returns its reply, within the Store's timeout.
+func (s *Store) do(ctx context.Context, keys []string, args []any) (any, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	keys, args := r.args(s.prefix)
-	c := &call{ctx: ctx, keys: keys, args: args, l: &r.Limit, done: make(chan struct{})}
+	c := &call{ctx: ctx, keys: keys, args: args, done: make(chan struct{})}
 	sh, err := s.shardFor(ctx, keys[0])
 	if err != nil {
 		s.stats.errors.Add(1)
-		return bucket.Decision{}, err
+		return nil, err
 	}
 	s.stats.requests.Add(1)
 	sh.mu.Lock()
@@ -243,11 +253,11 @@ func (s *Store) Decide(ctx context.Context, r Request) (bucket.Decision, error) 
 		if c.err != nil {
 			s.stats.errors.Add(1)
 		}
-		return c.d, c.err
+		return c.v, c.err
 	case <-ctx.Done():
 		s.stats.errors.Add(1)
 		s.stats.timeouts.Add(1)
-		return bucket.Decision{}, fmt.Errorf("%w: no reply within %v", ErrUnavailable, s.timeout)
+		return nil, fmt.Errorf("%w: no reply within %v", ErrUnavailable, s.timeout)
 	}
 }
 
@@ -350,9 +360,8 @@ func (s *Store) send(sh *shard, batch []*call) {
 		if err != nil {
 			c.err = classify(err)
 			unavailable = unavailable || errors.Is(c.err, ErrUnavailable)
-		} else {
-			c.err = parseReply(v, c.l, &c.d)
 		}
+		c.v = v
 		close(c.done)
 	}
 	if unavailable {
