@@ -423,7 +423,9 @@ elseif op == "r" then
   reply = decide(s, 0)
 else
   local need, ret, untilTime, life = tonumber(ARGV[9]), tonumber(ARGV[10]), ARGV[11], tonumber(ARGV[12])
-  if ret > 0 and untilTime ~= "" and offset(untilTime) >= 0 then refund(s, ret) end
+  -- A window's tokens go back only within the lease's window; tokens
+  -- of a token bucket or gcra go back whenever they come (capped).
+  if ret > 0 and (untilTime == "" or offset(untilTime) >= 0 or (alg ~= FW and alg ~= SW)) then refund(s, ret) end
   local peek = decide({s[1], s[2], s[3]}, 0)
   local granted = 0
   if peek[2] >= need then

@@ -38,8 +38,8 @@ var (
 // timeout, a cluster or replica not ready) or ErrScript (Redis decided
 // nothing because the script or its data failed).
 func classify(err error) error {
-	if err == nil {
-		return nil
+	if err == nil || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrScript) {
+		return err
 	}
 	var ne net.Error
 	switch {

@@ -221,10 +221,13 @@ func (ls *Leases) giveBack(ctx context.Context, l *lease) error {
 	return nil
 }
 
-// sweep returns the tokens of expired leases every half TTL.
+// sweep returns the tokens of leases that expire before its next round,
+// every half TTL (at most every 10 ms): a lease of a window algorithm
+// must be back before its window ends.
 func (ls *Leases) sweep() {
 	defer ls.swept.Done()
-	t := time.NewTicker(ls.opt.TTL / 2)
+	every := max(ls.opt.TTL/2, 10*time.Millisecond)
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
@@ -233,11 +236,10 @@ func (ls *Leases) sweep() {
 		case now := <-t.C:
 			for _, l := range ls.snapshot() {
 				l.mu.Lock()
-				if !now.Before(l.expires) && l.tokens > 0 {
-					// Void on this host already; the return is honoured
-					// only up to the lease's end on Redis's clock.
+				if l.expires.Sub(now) <= every && l.tokens > 0 {
+					// Void on this host from now, returned or not.
 					ls.giveBack(context.Background(), l)
-					l.tokens = 0
+					l.tokens, l.expires = 0, now
 				}
 				l.mu.Unlock()
 			}
