@@ -6,8 +6,11 @@
 // bucket's algorithms with the same semantics: token_bucket (with Strict
 // and Smyte), gcra, fixed_window, sliding_window and pacer, acquire and
 // refund. A Store batches the concurrent requests for each shard into one
-// pipeline; Eval is one script call, as an application calling Redis + Lua
-// itself makes.
+// pipeline (exact mode); Eval is one script call, as an application calling
+// Redis + Lua itself makes. Leases take tokens from a global bucket in
+// leases and decide from them locally (leased mode). Fallback applies a
+// limit's outage policy (local share, open, closed) while Redis is
+// unavailable. docs/global.md is the full description.
 //
 // # Clock
 //
