@@ -2,6 +2,7 @@ package global
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -42,7 +43,11 @@ func classify(err error) error {
 		return err
 	}
 	var ne net.Error
+	var cve *tls.CertificateVerificationError
+	var rhe tls.RecordHeaderError
 	switch {
+	case errors.As(err, &cve), errors.As(err, &rhe):
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled),
 		errors.Is(err, os.ErrDeadlineExceeded), errors.As(err, &ne),
 		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),

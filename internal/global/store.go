@@ -112,7 +112,6 @@ func New(o Options) (*Store, error) {
 		DB:               o.DB,
 		TLSConfig:        o.TLS,
 		PoolSize:         o.PoolSize,
-		Dialer:           dial,
 		// A decision is never retried by the client: a retried script may
 		// have run once already. The Store's caller decides what to do.
 		MaxRetries:            -1,
@@ -123,6 +122,11 @@ func New(o Options) (*Store, error) {
 		ContextTimeoutEnabled: true,
 		DisableIdentity:       true,
 		Protocol:              2,
+	}
+	for _, a := range o.Addrs {
+		if strings.HasPrefix(a, "/") {
+			uo.Dialer = dialer(o.TLS)
+		}
 	}
 	s := &Store{
 		rdb:      redis.NewUniversalClient(uo),
@@ -142,14 +146,26 @@ func New(o Options) (*Store, error) {
 	return s, nil
 }
 
-// dial connects to a Unix socket for an address that is a path, and over
-// TCP otherwise.
-func dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	var d net.Dialer
-	if strings.HasPrefix(addr, "/") {
-		return d.DialContext(ctx, "unix", addr)
+// dialer returns a dial function that connects to a Unix socket for an
+// address that is a path, and over TCP otherwise, with TLS if cfg is not
+// nil (go-redis's own dialer, used when no address is a path, does the
+// same for TCP).
+func dialer(cfg *tls.Config) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if strings.HasPrefix(addr, "/") {
+			network = "unix"
+		}
+		if cfg == nil {
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		}
+		c := cfg.Clone()
+		if c.ServerName == "" && network != "unix" {
+			c.ServerName, _, _ = net.SplitHostPort(addr)
+		}
+		d := tls.Dialer{Config: c}
+		return d.DialContext(ctx, network, addr)
 	}
-	return d.DialContext(ctx, network, addr)
 }
 
 // Client returns the underlying go-redis client.

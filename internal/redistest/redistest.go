@@ -256,3 +256,10 @@ func QuietClientLogs() { redis.SetLogger(quiet{}) }
 type quiet struct{}
 
 func (quiet) Printf(context.Context, string, ...any) {}
+
+// FreePort returns a loopback TCP port that was free a moment ago, for an
+// extra listener such as --tls-port.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	return freePorts(t, 1)[0]
+}
