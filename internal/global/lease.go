@@ -23,7 +23,9 @@ import (
 // the fleet never admits more than the limit. It can admit less: tokens
 // idle in other hosts' leases. While the global bucket is empty, at most
 // (hosts-1) * lease size tokens are idle elsewhere; they come back within
-// TTL (docs/global.md).
+// TTL (docs/global.md). A host whose lease request was denied denies
+// requests as large for the global bucket's retry_after, at most TTL,
+// without asking Redis: tokens returned meanwhile wait for it.
 
 // LeaseOptions configure Leases.
 type LeaseOptions struct {
@@ -49,6 +51,10 @@ type LeaseStats struct {
 	Returns, Returned uint64
 	// Local is the decisions made from a lease, without Redis.
 	Local uint64
+	// Held is the requests denied without Redis after a denied lease:
+	// those of at least the denied request's cost, until the global
+	// bucket's retry_after (at most TTL).
+	Held uint64
 }
 
 // Leases decides requests on global limits from leases of their tokens.
@@ -69,7 +75,7 @@ type Leases struct {
 	stop  chan struct{}
 	swept sync.WaitGroup
 
-	grants, granted, denied, returns, returned, local atomic.Uint64
+	grants, granted, denied, returns, returned, local, held atomic.Uint64
 }
 
 // lease is one bucket's tokens on this host.
@@ -84,6 +90,13 @@ type lease struct {
 	used    int64     // tokens used since the lease was granted
 	reset   int64     // the global bucket's reset_after at the grant, ns
 	granted time.Time // when the lease was asked for
+
+	// After a denied lease, requests of at least heldNeed tokens are denied
+	// here until heldUntil (the global bucket's retry_after, at most TTL),
+	// without asking Redis again.
+	heldNeed  int64
+	heldUntil time.Time
+	retryAt   time.Time // when the denied request could pass; zero: never
 }
 
 // NewLeases returns Leases taking tokens through store. A goroutine returns
@@ -126,6 +139,14 @@ func (ls *Leases) Decide(ctx context.Context, limit bucket.Limit, key string, co
 	}
 	if cost == 0 { // a peek with no valid lease: the global bucket's view
 		return ls.store.Decide(ctx, Request{Limit: limit, Key: key})
+	}
+	if cost >= l.heldNeed && now.Before(l.heldUntil) {
+		ls.held.Add(1)
+		retry := int64(-1)
+		if !l.retryAt.IsZero() {
+			retry = max(int64(l.retryAt.Sub(now)), 1)
+		}
+		return l.decision(false, retry, now), nil
 	}
 	d, err := ls.renew(ctx, l, cost, now)
 	if err != nil || !d.Allowed {
@@ -198,8 +219,16 @@ func (ls *Leases) renew(ctx context.Context, l *lease, need int64, now time.Time
 	l.expires, l.until, l.reset = now.Add(time.Duration(reply.validFor)), reply.until, reply.resetAfter
 	if reply.granted == 0 {
 		ls.denied.Add(1)
+		hold := ls.opt.TTL
+		l.retryAt = time.Time{}
+		if reply.retryAfter > 0 {
+			hold = min(hold, time.Duration(reply.retryAfter))
+			l.retryAt = now.Add(time.Duration(reply.retryAfter))
+		}
+		l.heldNeed, l.heldUntil = need, now.Add(hold)
 		return l.decision(false, reply.retryAfter, now), nil
 	}
+	l.heldUntil = time.Time{}
 	ls.grants.Add(1)
 	ls.granted.Add(uint64(reply.granted))
 	return bucket.Decision{Allowed: true}, nil
@@ -286,7 +315,7 @@ func (ls *Leases) Close(ctx context.Context) error {
 func (ls *Leases) Stats() LeaseStats {
 	return LeaseStats{
 		Grants: ls.grants.Load(), Granted: ls.granted.Load(), Denied: ls.denied.Load(),
-		Returns: ls.returns.Load(), Returned: ls.returned.Load(), Local: ls.local.Load(),
+		Returns: ls.returns.Load(), Returned: ls.returned.Load(), Local: ls.local.Load(), Held: ls.held.Load(),
 	}
 }
 

@@ -166,3 +166,39 @@ func TestLeaseExpiry(t *testing.T) {
 		t.Fatalf("a leased pacer: %v, want ErrUnsupported", err)
 	}
 }
+
+// Ensure that after a denied lease, requests as large are denied without
+// asking Redis until the global bucket's retry_after, and smaller ones
+// still ask.
+func TestLeaseHold(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, Options{Addrs: []string{srv.Addr}})
+	ls := NewLeases(s, LeaseOptions{Size: 5, TTL: time.Hour})
+	defer ls.Close(context.Background())
+	l := tokenBucket(5, hour)
+	ctx := context.Background()
+	for range 5 {
+		if d, err := ls.Decide(ctx, l, "k", 1); err != nil || !d.Allowed {
+			t.Fatalf("%+v, %v", d, err)
+		}
+	}
+	d, err := ls.Decide(ctx, l, "k", 2)
+	if err != nil || d.Allowed || d.RetryAfter <= 0 {
+		t.Fatalf("an empty bucket: %+v, %v; want denied with a retry_after", d, err)
+	}
+	before := s.Stats().Requests
+	for range 10 {
+		if d, err := ls.Decide(ctx, l, "k", 3); err != nil || d.Allowed || d.RetryAfter <= 0 || d.RetryAfter > hour {
+			t.Fatalf("held: %+v, %v", d, err)
+		}
+	}
+	if got := s.Stats().Requests; got != before {
+		t.Fatalf("%d Redis requests for held denials, want 0", got-before)
+	}
+	if _, err := ls.Decide(ctx, l, "k", 1); err != nil || s.Stats().Requests != before+1 {
+		t.Fatalf("a smaller request did not ask Redis: %v", err)
+	}
+	if st := ls.Stats(); st.Held != 10 {
+		t.Fatalf("stats %+v, want 10 held denials", st)
+	}
+}
