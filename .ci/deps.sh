@@ -25,6 +25,9 @@ forbid shm "^$mod/(bucket|proto|internal)"
 forbid proto "^$mod/(shm|bucket|internal)"
 forbid internal/server "^$mod/clients" '^flag$'
 forbid clients/go/sluice "^$mod/(shm|bucket|internal)"
+# Global limits: bucket, go-redis and the standard library; the engine calls them, not the reverse.
+forbid internal/global "^$mod/(shm|clients|cmd|internal/(engine|server))"
+forbid internal/redistest "^$mod/"
 
 # Direct imports only: the standard library itself depends on unsafe.
 if compgen -G "proto/*.go" >/dev/null && go list -f '{{join .Imports "\n"}}' ./proto | grep -qx unsafe; then
