@@ -69,13 +69,22 @@ type Leases struct {
 	opt   LeaseOptions
 
 	mu     sync.Mutex
-	leases map[string]*lease // by bucket key
+	leases map[leaseKey]*lease
 	closed bool
 
 	stop  chan struct{}
 	swept sync.WaitGroup
 
 	grants, granted, denied, returns, returned, local, held atomic.Uint64
+}
+
+// leaseKey names a lease: a limit's parameters (all of them: a lease is
+// taken under one set) and the caller's key. A map lookup by it allocates
+// nothing.
+type leaseKey struct {
+	alg                                                                   bucket.Algorithm
+	max, refillTime, refillAmount, burst, count, period, window, maxDelay int64
+	key                                                                   string
 }
 
 // lease is one bucket's tokens on this host.
@@ -105,7 +114,7 @@ func NewLeases(store *Store, o LeaseOptions) *Leases {
 	if o.TTL <= 0 {
 		o.TTL = time.Second
 	}
-	ls := &Leases{store: store, opt: o, leases: make(map[string]*lease), stop: make(chan struct{})}
+	ls := &Leases{store: store, opt: o, leases: make(map[leaseKey]*lease), stop: make(chan struct{})}
 	ls.swept.Add(1)
 	go ls.sweep()
 	return ls
@@ -170,7 +179,8 @@ func (l *lease) decision(allowed bool, retry int64, now time.Time) bucket.Decisi
 
 // get returns the lease of a bucket, creating an empty one.
 func (ls *Leases) get(limit bucket.Limit, key string) (*lease, error) {
-	k := string(AppendKey(nil, "", &limit, key))
+	k := leaseKey{limit.Algorithm, limit.Max, limit.RefillTime, limit.RefillAmount, limit.Burst,
+		limit.Count, limit.Period, limit.Window, limit.MaxDelay, key}
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	if ls.closed {

@@ -202,3 +202,27 @@ func TestLeaseHold(t *testing.T) {
 		t.Fatalf("stats %+v, want 10 held denials", st)
 	}
 }
+
+// Ensure that a decision from a lease allocates nothing.
+func TestLeaseNoAllocs(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, Options{Addrs: []string{srv.Addr}})
+	ls := NewLeases(s, LeaseOptions{Size: 1 << 40, TTL: time.Hour})
+	defer ls.Close(context.Background())
+	l := tokenBucket(1<<50, hour)
+	ctx := context.Background()
+	if _, err := ls.Decide(ctx, l, "k", 1); err != nil { // takes the lease
+		t.Fatal(err)
+	}
+	allocs := testing.AllocsPerRun(1000, func() {
+		if d, err := ls.Decide(ctx, l, "k", 1); err != nil || !d.Allowed {
+			t.Fatal(d, err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per leased decision, want 0", allocs)
+	}
+	if st := ls.Stats(); st.Grants != 1 || st.Local < 1000 {
+		t.Fatalf("stats %+v: want every decision from the first lease", st)
+	}
+}
