@@ -2,7 +2,9 @@ package global
 
 import (
 	"context"
-	"errors"
+	"io"
+	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -79,19 +81,24 @@ func TestClusterExact(t *testing.T) {
 }
 
 // Ensure that killing a Cluster master under load crashes nothing, fails
-// requests only with ErrUnavailable while its slots have no master, resumes
-// decisions once its replica is promoted, and never admits beyond the limit
+// requests only with ErrUnavailable while its slots have no master (the
+// outage policy, closed, decides them at once), resumes decisions in Redis
+// once its replica is promoted, and never admits beyond the limit
 // (WaitReplicas 1: a decision the replica does not hold is not returned).
 func TestClusterFailover(t *testing.T) {
 	c := redistest.StartCluster(t)
 	const workers, n = 16, 400
 	l := tokenBucket(n, hour)
 	s := newStore(t, Options{Addrs: c.Addrs(), WaitReplicas: 1, Timeout: 200 * time.Millisecond})
+	var logs strings.Builder
+	var logMu sync.Mutex
+	f := NewFallback(s, slog.New(slog.NewTextHandler(lockedWriter{&logMu, &logs}, nil)), 50*time.Millisecond)
+	closed := Policy{OnUnavailable: Closed}
 	keys := spreadKeys(t, s, 6)
-	var admitted, failed [6]atomic.Int64
+	var admitted, failed [6]atomic.Int64 // failed: decided by the policy
 	var total atomic.Int64
-	var after atomic.Bool      // the replica has been promoted
-	var afterOK [6]atomic.Bool // a decision succeeded on the key after the promotion
+	var after atomic.Bool    // the replica has been promoted
+	var spent [6]atomic.Bool // Redis denied the key after the promotion: its budget is spent
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for w := range workers {
@@ -104,11 +111,14 @@ func TestClusterFailover(t *testing.T) {
 				}
 				ki := i % len(keys)
 				promoted := after.Load()
-				d, err := s.Decide(context.Background(), Request{Limit: l, Key: keys[ki], Cost: 1})
+				d, src, err := f.Decide(context.Background(), Request{Limit: l, Key: keys[ki], Cost: 1}, closed)
 				switch {
 				case err != nil:
-					if !errors.Is(err, ErrUnavailable) {
-						t.Errorf("key %s: %v, want ErrUnavailable", keys[ki], err)
+					t.Errorf("key %s: %v (unavailability is the policy's to decide)", keys[ki], err)
+					return
+				case src == FromPolicy:
+					if d.Allowed {
+						t.Errorf("key %s: the closed policy admitted a request", keys[ki])
 					}
 					failed[ki].Add(1)
 					time.Sleep(time.Millisecond)
@@ -116,12 +126,15 @@ func TestClusterFailover(t *testing.T) {
 					admitted[ki].Add(1)
 					total.Add(1)
 				}
-				if err == nil && promoted {
-					afterOK[ki].Store(true)
+				if src == FromRedis && promoted && !d.Allowed {
+					spent[ki].Store(true)
 				}
 			}
 		})
 	}
+	var stopOnce sync.Once
+	halt := func() { stopOnce.Do(func() { close(stop) }); wg.Wait() }
+	t.Cleanup(halt) // before the Store closes, even if the test fails early
 	// Kill the master of the first key once a fifth of the budget is spent.
 	for total.Load() < int64(len(keys))*n/5 {
 		time.Sleep(time.Millisecond)
@@ -153,28 +166,45 @@ func TestClusterFailover(t *testing.T) {
 	for time.Now().Before(deadline) {
 		done := true
 		for ki := range keys {
-			done = done && afterOK[ki].Load() && admitted[ki].Load()+failed[ki].Load() >= n
+			done = done && spent[ki].Load()
 		}
 		if done {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	close(stop)
-	wg.Wait()
-	st := s.Stats()
-	t.Logf("stats %+v", st)
+	halt()
+	// The dead master's address stays down, and stops counting once ten
+	// probe intervals pass without a request for it.
+	time.Sleep(10 * 50 * time.Millisecond)
+	st, fst := s.Stats(), f.Stats()
+	t.Logf("stats %+v\npolicy %+v", st, fst)
+	if fst.ToFallback == 0 || fst.ToGlobal == 0 || fst.Closed == 0 || fst.Down != 0 {
+		t.Errorf("outage policy %+v: want transitions both ways and closed decisions", fst)
+	}
+	logMu.Lock()
+	t.Logf("logs:\n%s", logs.String())
+	logMu.Unlock()
 	for ki, k := range keys {
 		a, f := admitted[ki].Load(), failed[ki].Load()
 		t.Logf("key %s: admitted %d, failed %d", k, a, f)
 		if a > n {
 			t.Errorf("key %s: admitted %d, above the limit %d", k, a, n)
 		}
-		if !afterOK[ki].Load() {
-			t.Errorf("key %s: no decision after the failover", k)
-		}
-		if a+f < n {
-			t.Errorf("key %s: admitted %d with %d failures: the budget of %d was not spent", k, a, f, n)
+		if !spent[ki].Load() {
+			t.Errorf("key %s: Redis did not decide the key until its budget was spent after the failover", k)
 		}
 	}
+}
+
+// lockedWriter serializes writes to w.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

@@ -65,12 +65,14 @@ const (
 
 // Fallback decides requests in Redis while it is available and by each
 // limit's Policy while it is not, without waiting for Redis on every
-// request: a state machine with two states. In "global" every request goes
-// to Redis; the first that fails with ErrUnavailable moves it to
-// "fallback", where requests are decided by their policy at once and one
-// request per probe interval still tries Redis; the first that succeeds
-// moves it back to "global", forgetting the local buckets. Each transition
-// is logged and counted.
+// request: a state machine per shard (the Redis, or each Cluster master)
+// with two states. In "global" every request goes to Redis; one that fails
+// with ErrUnavailable moves the shard to "fallback", where requests are
+// decided by their policy at once and one request per probe interval still
+// tries Redis; one that succeeds moves it back to "global", forgetting the
+// shard's local buckets. Only a request sent after the last transition
+// can cause the next one, so replies still in flight do not flap the
+// state. Each transition is logged and counted.
 //
 // # Concurrency
 //
@@ -80,21 +82,31 @@ type Fallback struct {
 	log   *slog.Logger
 	probe time.Duration
 
-	down      atomic.Bool
-	since     atomic.Int64 // Unix ns of the last transition
-	lastProbe atomic.Int64 // Unix ns of the last probe in fallback
-
-	mu    sync.Mutex
-	local map[string]*bucket.State // local buckets, by key, while in fallback
+	mu     sync.Mutex
+	shards map[string]*shardState
 
 	toFallback, toGlobal            atomic.Uint64
 	opened, closed, locally, probes atomic.Uint64
 }
 
+// shardState is one shard's state in a Fallback.
+type shardState struct {
+	addr      string
+	down      atomic.Bool
+	since     atomic.Int64 // Unix ns of the last transition
+	lastProbe atomic.Int64 // Unix ns of the last probe in fallback
+	lastUsed  atomic.Int64 // Unix ns of the last request for the shard
+
+	mu    sync.Mutex
+	local map[string]*bucket.State // local buckets, by key, while in fallback
+}
+
 // FallbackStats are a Fallback's counters since NewFallback.
 type FallbackStats struct {
-	// Down reports whether Redis is considered unavailable now.
-	Down bool
+	// Down is the number of shards in fallback now that requests used
+	// within the last ten probe intervals (a dead master's address, no
+	// longer used once its replica serves its slots, is not counted).
+	Down int
 	// ToFallback and ToGlobal count the transitions.
 	ToFallback, ToGlobal uint64
 	// Open, Closed and Local count the decisions made by each policy.
@@ -112,7 +124,7 @@ func NewFallback(store *Store, log *slog.Logger, probe time.Duration) *Fallback 
 	if probe <= 0 {
 		probe = time.Second
 	}
-	return &Fallback{store: store, log: log, probe: probe, local: make(map[string]*bucket.State)}
+	return &Fallback{store: store, log: log, probe: probe, shards: make(map[string]*shardState)}
 }
 
 // Decide decides r in Redis, or by p if Redis is unavailable. It returns
@@ -120,58 +132,85 @@ func NewFallback(store *Store, log *slog.Logger, probe time.Duration) *Fallback 
 // unavailability is what the policy is for. Local decisions use this
 // host's clock; r.At is ignored then.
 func (f *Fallback) Decide(ctx context.Context, r Request, p Policy) (bucket.Decision, Source, error) {
-	if f.down.Load() && !f.probeNow() {
-		d, err := f.decideLocally(r, p)
+	st := f.state(ctx, &r)
+	start := time.Now().UnixNano()
+	if st.down.Load() && !f.probeNow(st, start) {
+		d, err := f.decideLocally(st, r, p)
 		return d, FromPolicy, err
 	}
 	d, err := f.store.Decide(ctx, r)
 	switch {
 	case err == nil:
-		if f.down.Load() && f.down.CompareAndSwap(true, false) {
-			f.transition(false, nil)
+		if st.down.Load() && start > st.since.Load() && st.down.CompareAndSwap(true, false) {
+			f.transition(st, false, nil)
 		}
 		return d, FromRedis, nil
 	case errors.Is(err, ErrUnavailable):
-		if f.down.CompareAndSwap(false, true) {
-			f.transition(true, err)
+		if !st.down.Load() && start > st.since.Load() && st.down.CompareAndSwap(false, true) {
+			f.transition(st, true, err)
 		}
-		d, err := f.decideLocally(r, p)
+		d, err := f.decideLocally(st, r, p)
 		return d, FromPolicy, err
 	}
 	return d, FromRedis, err
 }
 
+// state returns the state of the shard that holds r's bucket ("" for a
+// single Redis, or when the Cluster's slot map cannot tell).
+func (f *Fallback) state(ctx context.Context, r *Request) *shardState {
+	addr := ""
+	if f.store.cluster != nil {
+		key := string(AppendKey(nil, f.store.prefix, &r.Limit, r.Key))
+		if m, err := f.store.cluster.MasterForKey(ctx, key); err == nil {
+			addr = m.Options().Addr
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st := f.shards[addr]
+	if st == nil {
+		st = &shardState{addr: addr, local: make(map[string]*bucket.State)}
+		f.shards[addr] = st
+	}
+	st.lastUsed.Store(time.Now().UnixNano())
+	return st
+}
+
 // probeNow reports whether this request should try Redis: one per probe
 // interval while down.
-func (f *Fallback) probeNow() bool {
-	now := time.Now().UnixNano()
-	last := f.lastProbe.Load()
-	if now-last < int64(f.probe) || !f.lastProbe.CompareAndSwap(last, now) {
+func (f *Fallback) probeNow(st *shardState, now int64) bool {
+	last := st.lastProbe.Load()
+	if now-last < int64(f.probe) || !st.lastProbe.CompareAndSwap(last, now) {
 		return false
 	}
 	f.probes.Add(1)
 	return true
 }
 
-// transition logs and counts a change of state.
-func (f *Fallback) transition(down bool, cause error) {
+// transition logs and counts a change of a shard's state.
+func (f *Fallback) transition(st *shardState, down bool, cause error) {
 	now := time.Now()
-	was := time.Duration(now.UnixNano() - f.since.Swap(now.UnixNano()))
+	prev := st.since.Swap(now.UnixNano())
+	shard := st.addr
+	if shard == "" {
+		shard = "redis"
+	}
 	if down {
 		f.toFallback.Add(1)
-		f.lastProbe.Store(now.UnixNano())
-		f.log.Warn("Redis is unavailable: global limits follow their outage policy", "error", cause.Error())
+		st.lastProbe.Store(now.UnixNano())
+		f.log.Warn("Redis is unavailable: global limits follow their outage policy", "shard", shard, "error", cause.Error())
 		return
 	}
 	f.toGlobal.Add(1)
-	f.mu.Lock()
-	clear(f.local)
-	f.mu.Unlock()
-	f.log.Info("Redis is available again: global limits are decided in Redis", "unavailable_for", was.String())
+	st.mu.Lock()
+	clear(st.local)
+	st.mu.Unlock()
+	f.log.Info("Redis is available again: global limits are decided in Redis", "shard", shard,
+		"unavailable_for", time.Duration(now.UnixNano()-prev).String())
 }
 
-// decideLocally applies p to r.
-func (f *Fallback) decideLocally(r Request, p Policy) (bucket.Decision, error) {
+// decideLocally applies p to r, with st's local buckets.
+func (f *Fallback) decideLocally(st *shardState, r Request, p Policy) (bucket.Decision, error) {
 	l := r.Limit
 	if err := l.Validate(); err != nil {
 		return bucket.Decision{}, err
@@ -191,13 +230,13 @@ func (f *Fallback) decideLocally(r Request, p Policy) (bucket.Decision, error) {
 	}
 	now := time.Now().UnixNano()
 	k := string(AppendKey(nil, "", &share, r.Key))
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	s := f.local[k]
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	s := st.local[k]
 	if s == nil {
 		s = new(bucket.State)
 		share.Init(now, s)
-		f.local[k] = s
+		st.local[k] = s
 	}
 	var d bucket.Decision
 	if r.Op == Refund {
@@ -246,8 +285,17 @@ func Share(l bucket.Limit, share float64) bucket.Limit {
 
 // Stats returns the counters.
 func (f *Fallback) Stats() FallbackStats {
+	down := 0
+	recent := time.Now().UnixNano() - 10*int64(f.probe)
+	f.mu.Lock()
+	for _, st := range f.shards {
+		if st.down.Load() && st.lastUsed.Load() >= recent {
+			down++
+		}
+	}
+	f.mu.Unlock()
 	return FallbackStats{
-		Down:       f.down.Load(),
+		Down:       down,
 		ToFallback: f.toFallback.Load(), ToGlobal: f.toGlobal.Load(),
 		Open: f.opened.Load(), Closed: f.closed.Load(), Local: f.locally.Load(),
 		Probes: f.probes.Load(),

@@ -72,7 +72,7 @@ func TestFallback(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	st := f.Stats()
-	if st.Down || st.ToFallback != 1 || st.ToGlobal != 1 || st.Open != 1 || st.Closed != 1 || st.Local < 40 || st.Probes == 0 {
+	if st.Down != 0 || st.ToFallback != 1 || st.ToGlobal != 1 || st.Open != 1 || st.Closed != 1 || st.Local < 40 || st.Probes == 0 {
 		t.Errorf("stats %+v", st)
 	}
 	out := logs.String()

@@ -188,6 +188,20 @@ func (c *Cluster) Rejoin(t testing.TB, n *Node) {
 	if err := n.startErr(); err != nil {
 		t.Fatalf("cannot restart node %s: %v", n.Addr, err)
 	}
+	// It starts as the master its nodes.conf remembers, then learns
+	// from the cluster that its replica took over and follows it.
+	ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
+	defer cancel()
+	for {
+		rep, err := n.info(ctx, "replication")
+		if err == nil && rep["role"] == "slave" && rep["master_link_status"] == "up" {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("node %s did not rejoin as a replica: %v %v", n.Addr, rep, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	if err := c.waitOK(nil); err != nil {
 		t.Fatalf("node %s did not rejoin: %v", n.Addr, err)
 	}
