@@ -95,7 +95,6 @@ type lease struct {
 	tokens  int64     // unused tokens
 	expires time.Time // on this host's monotonic clock: the lease is void from then
 	until   string    // the same moment on Redis's clock, Unix ns, for the return
-	size    int64     // tokens asked for last time
 	used    int64     // tokens used since the lease was granted
 	reset   int64     // the global bucket's reset_after at the grant, ns
 	granted time.Time // when the lease was asked for
@@ -106,6 +105,8 @@ type lease struct {
 	heldNeed  int64
 	heldUntil time.Time
 	retryAt   time.Time // when the denied request could pass; zero: never
+
+	dead bool // removed from Leases.leases: look the bucket up again
 }
 
 // NewLeases returns Leases taking tokens through store. A goroutine returns
@@ -133,11 +134,18 @@ func (ls *Leases) Decide(ctx context.Context, limit bucket.Limit, key string, co
 		return bucket.Decision{}, err
 	}
 	cost = clampCost(cost)
-	l, err := ls.get(limit, key)
-	if err != nil {
-		return bucket.Decision{}, err
+	var l *lease
+	for {
+		var err error
+		if l, err = ls.get(limit, key); err != nil {
+			return bucket.Decision{}, err
+		}
+		l.mu.Lock()
+		if !l.dead {
+			break
+		}
+		l.mu.Unlock() // swept away meanwhile
 	}
-	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := time.Now()
 	if now.Before(l.expires) && l.tokens >= cost {
@@ -225,7 +233,7 @@ func (ls *Leases) renew(ctx context.Context, l *lease, need int64, now time.Time
 		ls.returns.Add(1)
 		ls.returned.Add(uint64(ret))
 	}
-	l.tokens, l.used, l.size, l.granted = reply.granted, 0, want, now
+	l.tokens, l.used, l.granted = reply.granted, 0, now
 	l.expires, l.until, l.reset = now.Add(time.Duration(reply.validFor)), reply.until, reply.resetAfter
 	if reply.granted == 0 {
 		ls.denied.Add(1)
@@ -262,7 +270,9 @@ func (ls *Leases) giveBack(ctx context.Context, l *lease) error {
 
 // sweep returns the tokens of leases that expire before its next round,
 // every half TTL (at most every 10 ms): a lease of a window algorithm
-// must be back before its window ends.
+// must be back before its window ends. It forgets the leases that are
+// empty, expired and hold no denial, so a host's memory follows its live
+// buckets, not every key it ever saw.
 func (ls *Leases) sweep() {
 	defer ls.swept.Done()
 	every := max(ls.opt.TTL/2, 10*time.Millisecond)
@@ -279,11 +289,26 @@ func (ls *Leases) sweep() {
 					// Void on this host from now, returned or not.
 					ls.giveBack(context.Background(), l)
 					l.tokens, l.expires = 0, now
+				} else if l.tokens == 0 && !now.Before(l.expires) && !now.Before(l.heldUntil) {
+					ls.forget(l)
 				}
 				l.mu.Unlock()
 			}
 		}
 	}
+}
+
+// forget removes l from the map. l.mu is held (the lock order is l.mu,
+// then ls.mu).
+func (ls *Leases) forget(l *lease) {
+	l.dead = true
+	k := leaseKey{l.limit.Algorithm, l.limit.Max, l.limit.RefillTime, l.limit.RefillAmount, l.limit.Burst,
+		l.limit.Count, l.limit.Period, l.limit.Window, l.limit.MaxDelay, l.key}
+	ls.mu.Lock()
+	if ls.leases[k] == l {
+		delete(ls.leases, k)
+	}
+	ls.mu.Unlock()
 }
 
 // snapshot returns the current leases.

@@ -161,6 +161,16 @@ func TestLeaseExpiry(t *testing.T) {
 	if st := ls.Stats(); st.Returns != 1 || st.Returned != 9 {
 		t.Fatalf("stats %+v, want one return of 9 tokens", st)
 	}
+	// The empty, expired lease is forgotten on a later round.
+	for len(ls.snapshot()) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d leases kept after expiry", len(ls.snapshot()))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if d, err := ls.Decide(context.Background(), l, "k", 1); err != nil || !d.Allowed || d.Remaining != 9 {
+		t.Fatalf("a new lease after a forgotten one: %+v, %v", d, err)
+	}
 	_, err := ls.Decide(context.Background(), bucket.Limit{Algorithm: bucket.Pacer, Count: 1, Period: 1e9}, "k", 1)
 	if !errors.Is(err, ErrUnsupported) {
 		t.Fatalf("a leased pacer: %v, want ErrUnsupported", err)
