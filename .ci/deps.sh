@@ -26,6 +26,9 @@ forbid proto "^$mod/(shm|bucket|internal)"
 forbid internal/engine "^$mod/(internal/server|clients)"
 forbid internal/server "^$mod/clients" '^flag$'
 forbid clients/go/sluice "^$mod/(shm|bucket|internal)"
+# Global limits: bucket, go-redis and the standard library; the engine calls them, not the reverse.
+forbid internal/global "^$mod/(shm|clients|cmd|internal/(engine|server))"
+forbid internal/redistest "^$mod/"
 
 # Direct imports only: the server reaches the table through the engine.
 if go list -f '{{join .Imports "\n"}}' ./internal/server | grep -qx "$mod/shm"; then
