@@ -46,18 +46,17 @@ func (s Scope) String() string {
 	return "local"
 }
 
-
 // Limit is one named limit of a config file.
 type Limit struct {
 	Name        string
-	Spec        string        // the spec as written
-	Wire        proto.Limit   // the spec parsed, as the wire carries it
-	Bucket      bucket.Limit  // the algorithm's parameters, validated
-	Engine      engine.Limit  // the limit as the engine runs it
-	Description string        // free text for people; "" if none
-	Shadow      bool          // decide and count, but always allow
-	Line        int           // the line of the limit's name in the file
-	Scope       Scope         // Local unless the file says global
+	Spec        string       // the spec as written
+	Wire        proto.Limit  // the spec parsed, as the wire carries it
+	Bucket      bucket.Limit // the algorithm's parameters, validated
+	Engine      engine.Limit // the limit as the engine runs it
+	Description string       // free text for people; "" if none
+	Shadow      bool         // decide and count, but always allow
+	Line        int          // the line of the limit's name in the file
+	Scope       Scope        // Local unless the file says global
 	// The fields of a global limit (Scope Global) only.
 	//
 	// Lease is the leased mode: 0 decides every request in Redis (exact
