@@ -78,6 +78,46 @@ func TestClusterExact(t *testing.T) {
 	}
 	t.Logf("%d decisions in %v, %d round trips (%.1f per pipeline)", total, time.Since(start), st.RoundTrips,
 		float64(st.Requests)/float64(st.RoundTrips))
+
+	// Leased mode on the same hosts: never above the limit, every unused
+	// token back after Close.
+	leases := make([]*Leases, hosts)
+	for i := range leases {
+		leases[i] = NewLeases(stores[i], LeaseOptions{TTL: time.Hour})
+	}
+	l := tokenBucket(n, hour)
+	var leased [6]atomic.Int64
+	for h := range hosts {
+		for range workers {
+			wg.Go(func() {
+				for range rounds {
+					for ki, k := range keys {
+						d, err := leases[h].Decide(context.Background(), l, "leased-"+k, 1)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if d.Allowed {
+							leased[ki].Add(1)
+						}
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	for _, ls := range leases {
+		if err := ls.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for ki, k := range keys {
+		a := leased[ki].Load()
+		rem := globalRemaining(t, stores[0], l, "leased-"+k)
+		if a > n || a+rem != n {
+			t.Errorf("leased key %s: admitted %d, %d left in Redis after Close; want at most %d, and %d in all", k, a, rem, n, n)
+		}
+	}
 }
 
 // Ensure that killing a Cluster master under load crashes nothing, fails
