@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -247,4 +248,60 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// Ensure that a request for a slot that moved to another master (the Store
+// still maps it to the old one) is sent again through the Cluster client
+// and decided.
+func TestClusterRedirect(t *testing.T) {
+	c := redistest.StartCluster(t)
+	ctx := context.Background()
+	s := newStore(t, Options{Addrs: c.Addrs()})
+	l := tokenBucket(10, hour)
+	if _, err := s.Decide(ctx, Request{Limit: l, Key: "warm-up", Cost: 1}); err != nil {
+		t.Fatal(err)
+	}
+	key := string(AppendKey(nil, s.Prefix(), &l, "moving"))
+	masters := c.Masters()
+	slot, err := masters[0].Client(t).ClusterKeySlot(ctx, key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner, err := s.cluster.MasterForKey(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var target *redistest.Node
+	for _, m := range masters {
+		if m.Addr != owner.Options().Addr {
+			target = m
+			break
+		}
+	}
+	// The slot is empty: assign it to the target on every master, the
+	// target first.
+	slices.SortFunc(masters, func(a, b *redistest.Node) int {
+		if a == target {
+			return -1
+		}
+		if b == target {
+			return 1
+		}
+		return 0
+	})
+	for _, m := range masters {
+		if err := m.Client(t).Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", target.ID).Err(); err != nil {
+			t.Fatalf("CLUSTER SETSLOT %d NODE %s at %s: %v", slot, target.Addr, m.Addr, err)
+		}
+	}
+	d, err := s.Decide(ctx, Request{Limit: l, Key: "moving", Cost: 1})
+	if err != nil || !d.Allowed || d.Remaining != 9 {
+		t.Fatalf("a request for a moved slot: %+v, %v", d, err)
+	}
+	if st := s.Stats(); st.Redirects != 1 {
+		t.Fatalf("stats %+v, want one redirect", st)
+	}
+	if n, err := target.Client(t).Exists(ctx, key).Result(); err != nil || n != 1 {
+		t.Fatalf("the bucket is not on the slot's new master %s: %d, %v", target.Addr, n, err)
+	}
 }
