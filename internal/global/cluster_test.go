@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -78,6 +79,46 @@ func TestClusterExact(t *testing.T) {
 	}
 	t.Logf("%d decisions in %v, %d round trips (%.1f per pipeline)", total, time.Since(start), st.RoundTrips,
 		float64(st.Requests)/float64(st.RoundTrips))
+
+	// Leased mode on the same hosts: never above the limit, every unused
+	// token back after Close.
+	leases := make([]*Leases, hosts)
+	for i := range leases {
+		leases[i] = NewLeases(stores[i], LeaseOptions{TTL: time.Hour})
+	}
+	l := tokenBucket(n, hour)
+	var leased [6]atomic.Int64
+	for h := range hosts {
+		for range workers {
+			wg.Go(func() {
+				for range rounds {
+					for ki, k := range keys {
+						d, err := leases[h].Decide(context.Background(), l, "leased-"+k, 1)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if d.Allowed {
+							leased[ki].Add(1)
+						}
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	for _, ls := range leases {
+		if err := ls.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for ki, k := range keys {
+		a := leased[ki].Load()
+		rem := globalRemaining(t, stores[0], l, "leased-"+k)
+		if a > n || a+rem != n {
+			t.Errorf("leased key %s: admitted %d, %d left in Redis after Close; want at most %d, and %d in all", k, a, rem, n, n)
+		}
+	}
 }
 
 // Ensure that killing a Cluster master under load crashes nothing, fails
@@ -207,4 +248,60 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// Ensure that a request for a slot that moved to another master (the Store
+// still maps it to the old one) is sent again through the Cluster client
+// and decided.
+func TestClusterRedirect(t *testing.T) {
+	c := redistest.StartCluster(t)
+	ctx := context.Background()
+	s := newStore(t, Options{Addrs: c.Addrs()})
+	l := tokenBucket(10, hour)
+	if _, err := s.Decide(ctx, Request{Limit: l, Key: "warm-up", Cost: 1}); err != nil {
+		t.Fatal(err)
+	}
+	key := string(AppendKey(nil, s.Prefix(), &l, "moving"))
+	masters := c.Masters()
+	slot, err := masters[0].Client(t).ClusterKeySlot(ctx, key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner, err := s.cluster.MasterForKey(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var target *redistest.Node
+	for _, m := range masters {
+		if m.Addr != owner.Options().Addr {
+			target = m
+			break
+		}
+	}
+	// The slot is empty: assign it to the target on every master, the
+	// target first.
+	slices.SortFunc(masters, func(a, b *redistest.Node) int {
+		if a == target {
+			return -1
+		}
+		if b == target {
+			return 1
+		}
+		return 0
+	})
+	for _, m := range masters {
+		if err := m.Client(t).Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", target.ID).Err(); err != nil {
+			t.Fatalf("CLUSTER SETSLOT %d NODE %s at %s: %v", slot, target.Addr, m.Addr, err)
+		}
+	}
+	d, err := s.Decide(ctx, Request{Limit: l, Key: "moving", Cost: 1})
+	if err != nil || !d.Allowed || d.Remaining != 9 {
+		t.Fatalf("a request for a moved slot: %+v, %v", d, err)
+	}
+	if st := s.Stats(); st.Redirects != 1 {
+		t.Fatalf("stats %+v, want one redirect", st)
+	}
+	if n, err := target.Client(t).Exists(ctx, key).Result(); err != nil || n != 1 {
+		t.Fatalf("the bucket is not on the slot's new master %s: %d, %v", target.Addr, n, err)
+	}
 }

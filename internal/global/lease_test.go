@@ -236,3 +236,28 @@ func TestLeaseNoAllocs(t *testing.T) {
 		t.Fatalf("stats %+v: want every decision from the first lease", st)
 	}
 }
+
+// Ensure that a host keeps deciding from its lease while Redis is down,
+// and reports ErrUnavailable once the lease is spent.
+func TestLeaseOutage(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, Options{Addrs: []string{srv.Addr}})
+	ls := NewLeases(s, LeaseOptions{Size: 10, TTL: time.Hour})
+	l := tokenBucket(100, hour)
+	ctx := context.Background()
+	if d, err := ls.Decide(ctx, l, "k", 1); err != nil || !d.Allowed {
+		t.Fatalf("%+v, %v", d, err)
+	}
+	srv.Kill()
+	for i := range 9 {
+		if d, err := ls.Decide(ctx, l, "k", 1); err != nil || !d.Allowed || d.Remaining != int64(8-i) {
+			t.Fatalf("request %d from the lease with Redis down: %+v, %v", i, d, err)
+		}
+	}
+	if _, err := ls.Decide(ctx, l, "k", 1); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("the lease spent, Redis down: %v, want ErrUnavailable", err)
+	}
+	if err := ls.Close(ctx); err != nil {
+		t.Fatalf("Close with an empty lease and Redis down: %v", err)
+	}
+}

@@ -23,6 +23,9 @@ type Stats struct {
 	// ScriptLoads is the pipelines that had to load the script (NOSCRIPT:
 	// a restarted Redis, a promoted replica).
 	ScriptLoads uint64
+	// Redirects is the calls answered MOVED or ASK (a slot that moved)
+	// and sent again through the Cluster client.
+	Redirects uint64
 	// Unreplicated is the pipelines whose decisions fewer replicas than
 	// WaitReplicas acknowledged in time (their requests failed).
 	Unreplicated uint64
@@ -32,7 +35,7 @@ type counters struct {
 	requests, roundTrips, commands atomic.Uint64
 	batches                        [10]atomic.Uint64
 	errors, timeouts, scriptLoads  atomic.Uint64
-	unreplicated                   atomic.Uint64
+	unreplicated, redirects        atomic.Uint64
 }
 
 // batch counts a pipeline of n >= 1 calls.
@@ -52,6 +55,7 @@ func (s *Store) Stats() Stats {
 		Timeouts:     c.timeouts.Load(),
 		ScriptLoads:  c.scriptLoads.Load(),
 		Unreplicated: c.unreplicated.Load(),
+		Redirects:    c.redirects.Load(),
 	}
 	for i := range c.batches {
 		st.Batches[i] = c.batches[i].Load()

@@ -62,7 +62,9 @@ type Options struct {
 	// replicates asynchronously: without it, a master that dies can take
 	// its last milliseconds of decisions with it, and its promoted replica
 	// admits them again. With 1 on a Cluster of one replica per master, a
-	// failover never admits beyond the limit.
+	// failover never admits beyond the limit. A call answered MOVED or ASK
+	// then fails (ErrUnavailable) rather than being sent again without
+	// WAIT; the next calls go to the slot's new master.
 	WaitReplicas int
 }
 
@@ -217,8 +219,9 @@ type call struct {
 type shard struct {
 	addr string
 	// c sends the shard's pipelines: the master's own client in a Cluster
-	// (so WAIT reaches it; a MOVED reply fails the request and rereads the
-	// slot map), the Store's client otherwise.
+	// (so WAIT reaches it; a call answered MOVED or ASK is sent again
+	// through the Cluster client, which follows the redirect, and the slot
+	// map is reread), the Store's client otherwise.
 	c       interface{ Pipeline() redis.Pipeliner }
 	mu      sync.Mutex
 	pending []*call
@@ -373,6 +376,14 @@ func (s *Store) send(sh *shard, batch []*call) {
 		if err == nil && werr != nil {
 			err = werr
 		}
+		if isRedirect(err) && s.cluster != nil && s.wait == 0 {
+			// The slot moved (resharding, failover): Redis did not run
+			// the script. The Cluster client follows MOVED and ASK.
+			s.stats.redirects.Add(1)
+			s.stats.commands.Add(1)
+			unavailable = true // reread the slot map
+			v, err = decideScript.Run(ctx, s.cluster, c.keys, c.args...).Result()
+		}
 		if err != nil {
 			c.err = classify(err)
 			unavailable = unavailable || errors.Is(c.err, ErrUnavailable)
@@ -446,6 +457,11 @@ func (s *Store) reload() {
 		s.cluster.ReloadState(context.Background())
 		time.Sleep(50 * time.Millisecond) // one reload per 50 ms at most
 	}()
+}
+
+// isRedirect reports whether err is a Cluster's MOVED or ASK.
+func isRedirect(err error) bool {
+	return err != nil && (redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK"))
 }
 
 // isNoScript reports whether err is Redis's NOSCRIPT.

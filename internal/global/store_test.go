@@ -264,3 +264,34 @@ func spreadKeys(t *testing.T, s *Store, n int) []string {
 	}
 	return keys
 }
+
+// Ensure that an idle bucket's key vanishes once the bucket is full again,
+// for every algorithm.
+func TestStoreExpiry(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, Options{Addrs: []string{srv.Addr}})
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	const w = 100 * ms
+	limits := []bucket.Limit{
+		tokenBucket(2, w),
+		{Algorithm: bucket.GCRA, Burst: 1, Count: 1, Period: w},
+		{Algorithm: bucket.FixedWindow, Max: 2, Window: w},
+		{Algorithm: bucket.SlidingWindow, Max: 2, Window: w},
+		{Algorithm: bucket.Pacer, Count: 1, Period: w, MaxDelay: w},
+	}
+	var keys []string
+	for _, l := range limits {
+		if _, err := s.Decide(ctx, Request{Limit: l, Key: "idle", Cost: 1}); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, string(AppendKey(nil, s.Prefix(), &l, "idle")))
+	}
+	if n, err := rdb.Exists(ctx, keys...).Result(); err != nil || n != int64(len(keys)) {
+		t.Fatalf("%d of %d keys exist after a request, %v", n, len(keys), err)
+	}
+	time.Sleep(2*time.Duration(w) + 50*time.Millisecond) // a sliding window remembers two windows
+	if n, err := rdb.Exists(ctx, keys...).Result(); err != nil || n != 0 {
+		t.Fatalf("%d keys left after every bucket is full again, %v", n, err)
+	}
+}

@@ -173,10 +173,27 @@ func (c *Cluster) WaitFailover(t testing.TB, r *Node) time.Duration {
 	if err := c.waitOK(r); err != nil {
 		t.Fatalf("replica %s was not promoted: %v", r.Addr, err)
 	}
-	if err := c.readTopology(); err != nil {
-		t.Fatal(err)
-	}
+	c.waitTopology(t, func() bool { return r.MasterID == "" }, "replica "+r.Addr+" is still listed as a replica")
 	return time.Since(start)
+}
+
+// waitTopology rereads the topology until ok reports true: the nodes learn
+// a change of role by gossip, a moment after the node itself.
+func (c *Cluster) waitTopology(t testing.TB, ok func() bool, failure string) {
+	t.Helper()
+	deadline := time.Now().Add(clusterTimeout)
+	for {
+		if err := c.readTopology(); err != nil {
+			t.Fatal(err)
+		}
+		if ok() {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(failure)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // Rejoin restarts a killed node with its cluster configuration: it
@@ -205,12 +222,7 @@ func (c *Cluster) Rejoin(t testing.TB, n *Node) {
 	if err := c.waitOK(nil); err != nil {
 		t.Fatalf("node %s did not rejoin: %v", n.Addr, err)
 	}
-	if err := c.readTopology(); err != nil {
-		t.Fatal(err)
-	}
-	if n.MasterID == "" {
-		t.Fatalf("node %s rejoined as a master", n.Addr)
-	}
+	c.waitTopology(t, func() bool { return n.MasterID != "" }, "node "+n.Addr+" is still listed as a master")
 }
 
 // waitOK waits until every running node reports cluster_state:ok with all
