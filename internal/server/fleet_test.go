@@ -58,6 +58,13 @@ func fleetChild() (int, bool) {
 		}
 		return p.run(), true
 	}
+	if v := os.Getenv("SLUICE_FLEET_BENCH"); v != "" {
+		var p fleetBench
+		if err := json.Unmarshal([]byte(v), &p); err != nil {
+			panic(err)
+		}
+		return p.run(), true
+	}
 	if v := os.Getenv("SLUICE_FLEET_CLIENT"); v != "" {
 		var p fleetClient
 		if err := json.Unmarshal([]byte(v), &p); err != nil {
@@ -134,7 +141,7 @@ func (p *fleetClient) run() int {
 }
 
 // startPart starts the test binary in a part, its stdout piped.
-func startPart(t *testing.T, env string, part any) (*exec.Cmd, io.WriteCloser, *bufio.Scanner) {
+func startPart(t testing.TB, env string, part any) (*exec.Cmd, io.WriteCloser, *bufio.Scanner) {
 	t.Helper()
 	b, err := json.Marshal(part)
 	if err != nil {
@@ -160,7 +167,7 @@ func startPart(t *testing.T, env string, part any) (*exec.Cmd, io.WriteCloser, *
 
 // startFleet starts hosts sidecars on Redis at addrs with the config text,
 // and returns their sockets and processes.
-func startFleet(t *testing.T, hosts int, text string, p fleetSidecar) ([]string, []*exec.Cmd) {
+func startFleet(t testing.TB, hosts int, text string, p fleetSidecar) ([]string, []*exec.Cmd) {
 	t.Helper()
 	cfgPath := filepath.Join(t.TempDir(), "sluice.yaml")
 	if err := os.WriteFile(cfgPath, []byte(text), 0o600); err != nil {
@@ -188,7 +195,7 @@ func startFleet(t *testing.T, hosts int, text string, p fleetSidecar) ([]string,
 }
 
 // stopFleet stops the sidecars with SIGTERM and checks they exit cleanly.
-func stopFleet(t *testing.T, cmds []*exec.Cmd) {
+func stopFleet(t testing.TB, cmds []*exec.Cmd) {
 	t.Helper()
 	for _, cmd := range cmds {
 		cmd.Process.Signal(syscall.SIGTERM)

@@ -80,17 +80,18 @@ func (g *globalLimits) leasesFor(l *config.Limit) *global.Leases {
 // Requests with STRICT or SMYTE go to Redis even for a leased limit (a
 // lease spends tokens, it has no refill clock to restart).
 func (g *globalLimits) acquire(l *config.Limit, key string, cost int64, f bucket.Flags) (bucket.Decision, error) {
+	// The Store bounds every call to Redis by its timeout: no context
+	// deadline is needed (and a lease's decision, mostly local, pays for
+	// none).
 	r := global.Request{Limit: l.Bucket, Key: key, Cost: cost, Flags: f, Op: global.Acquire}
-	ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
-	defer cancel()
 	if l.Leased() && f == 0 {
-		d, err := g.leasesFor(l).Decide(ctx, l.Bucket, key, cost)
+		d, err := g.leasesFor(l).Decide(context.Background(), l.Bucket, key, cost)
 		if !errors.Is(err, global.ErrUnavailable) {
 			return d, err
 		}
-		// The outage policy decides, within what is left of the time.
+		// Redis did not answer the lease: the outage policy decides.
 	}
-	d, _, err := g.fallback.Decide(ctx, r, l.Policy())
+	d, _, err := g.fallback.Decide(context.Background(), r, l.Policy())
 	return d, err
 }
 
@@ -160,42 +161,134 @@ func (g *globalLimits) stats() metrics.GlobalStats {
 	return out
 }
 
-// globalOp answers an ACQUIRE, PEEK, REFUND or RESET on a global limit.
-func (s *server) globalOp(b []byte, op *proto.Op, nl *namedLimit, c *conn) []byte {
-	g := s.global
-	switch {
-	case g == nil:
-		return c.fail(b, op.Code, errNoGlobal)
-	case op.Flags&proto.FlagAt != 0:
-		return c.fail(b, op.Code, errGlobalAt)
-	case len(op.Key) == 0:
-		return c.fail(b, op.Code, engine.ErrEmptyKey)
-	case len(op.Key) > engine.MaxKeyLen:
-		return c.fail(b, op.Code, engine.ErrKeyTooLong)
-	case op.N < 0:
-		return c.fail(b, op.Code, fmt.Errorf("%w: %d", engine.ErrNegativeCost, op.N))
-	}
-	l, key := nl.cfg, string(op.Key)
-	var d bucket.Decision
-	var err error
-	switch op.Code {
-	case proto.OpAcquire:
-		d, err = g.acquire(l, key, op.N, bucketFlags(op.Flags))
-	case proto.OpPeek:
-		d, err = g.peek(l, key)
-	case proto.OpRefund:
-		d, err = g.refund(l, key, op.N)
-	case proto.OpReset:
-		existed, err := g.reset(l, key)
+// globalResult is what a global operation decided.
+type globalResult struct {
+	d       bucket.Decision
+	existed bool // RESET
+	err     error
+	done    bool
+}
+
+// globalArgs is a global operation, copied out of its frame.
+type globalArgs struct {
+	code  proto.Opcode
+	flags proto.Flags
+	n     int64
+	key   string
+	nl    *namedLimit
+}
+
+// frameGlobals holds the results of a frame's global operations, by the
+// operation's index in the frame.
+type frameGlobals struct {
+	res     [proto.MaxBatch]globalResult
+	buckets map[string][]int // operations by bucket, in frame order
+}
+
+// decideGlobals decides the global operations of the frame in body before
+// it is answered: those on one bucket one after the other, in the frame's
+// order, and those on different buckets at once, so that they travel to
+// Redis in shared pipelines instead of a round trip each. An operation
+// that does not decode ends the scan (the answer reports it).
+func (c *conn) decideGlobals(body []byte, h proto.Header) {
+	var op proto.Op
+	var args []globalArgs
+	fg := c.globals
+	for i := 0; i < int(h.Count); i++ {
+		rest, err := proto.DecodeOpVersion(body, h.Version, &op)
 		if err != nil {
-			return c.fail(b, op.Code, err)
+			break
 		}
-		return proto.AppendReset(b, existed)
+		body = rest
+		if op.Name == nil || op.Code < proto.OpAcquire || op.Code > proto.OpReset {
+			continue
+		}
+		nl, err := c.s.lookup(op.Name)
+		if err != nil || nl.cfg.Scope != config.Global {
+			continue
+		}
+		if op.Code == proto.OpAcquire && nl.cfg.Leased() && op.Flags&(proto.FlagStrict|proto.FlagSmyte) == 0 {
+			continue // decided from its lease, in place: Redis only now and then
+		}
+		if args == nil {
+			if fg == nil {
+				fg = &frameGlobals{buckets: make(map[string][]int)}
+				c.globals = fg
+			}
+			clear(fg.buckets)
+			args = make([]globalArgs, h.Count)
+		}
+		args[i] = globalArgs{code: op.Code, flags: op.Flags, n: op.N, key: string(op.Key), nl: nl}
+		fg.res[i] = globalResult{}
+		k := string(op.Name) + "\x00" + args[i].key
+		fg.buckets[k] = append(fg.buckets[k], i)
 	}
-	if err != nil {
-		s.recordError(nl, &l.Engine, err)
-		return c.fail(b, op.Code, err)
+	if args == nil {
+		if fg != nil {
+			clear(fg.buckets) // none in this frame
+		}
+		return
 	}
+	var wg sync.WaitGroup
+	for _, idx := range fg.buckets {
+		wg.Go(func() {
+			for _, i := range idx {
+				fg.res[i] = c.s.global.decide(&args[i])
+				fg.res[i].done = true
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// decide decides one global operation.
+func (g *globalLimits) decide(a *globalArgs) globalResult {
+	l := a.nl.cfg
+	switch {
+	case a.flags&proto.FlagAt != 0:
+		return globalResult{err: errGlobalAt}
+	case len(a.key) == 0:
+		return globalResult{err: engine.ErrEmptyKey}
+	case len(a.key) > engine.MaxKeyLen:
+		return globalResult{err: engine.ErrKeyTooLong}
+	case a.n < 0:
+		return globalResult{err: fmt.Errorf("%w: %d", engine.ErrNegativeCost, a.n)}
+	}
+	var r globalResult
+	switch a.code {
+	case proto.OpAcquire:
+		r.d, r.err = g.acquire(l, a.key, a.n, bucketFlags(a.flags))
+	case proto.OpPeek:
+		r.d, r.err = g.peek(l, a.key)
+	case proto.OpRefund:
+		r.d, r.err = g.refund(l, a.key, a.n)
+	case proto.OpReset:
+		r.existed, r.err = g.reset(l, a.key)
+	}
+	return r
+}
+
+// globalOp answers an ACQUIRE, PEEK, REFUND or RESET on a global limit,
+// decided by decideGlobals for this frame, or now.
+func (s *server) globalOp(b []byte, op *proto.Op, nl *namedLimit, c *conn) []byte {
+	if s.global == nil {
+		return c.fail(b, op.Code, errNoGlobal)
+	}
+	var r globalResult
+	if fg := c.globals; fg != nil && fg.res[c.opIndex].done {
+		r = fg.res[c.opIndex]
+		fg.res[c.opIndex].done = false
+	} else {
+		r = s.global.decide(&globalArgs{code: op.Code, flags: op.Flags, n: op.N, key: string(op.Key), nl: nl})
+	}
+	if r.err != nil {
+		s.recordError(nl, &nl.cfg.Engine, r.err)
+		return c.fail(b, op.Code, r.err)
+	}
+	if op.Code == proto.OpReset {
+		return proto.AppendReset(b, r.existed)
+	}
+	d := r.d
 	shadowed := op.Code == proto.OpAcquire && shadow(nl, &d)
 	switch {
 	case shadowed:
@@ -205,7 +298,7 @@ func (s *server) globalOp(b []byte, op *proto.Op, nl *namedLimit, c *conn) []byt
 	default:
 		c.n.denied++
 	}
-	s.record(nl, l.Bucket.Algorithm, d.Allowed, shadowed, time.Time{})
+	s.record(nl, nl.cfg.Bucket.Algorithm, d.Allowed, shadowed, time.Time{})
 	w := proto.Decision(d)
 	return proto.AppendDecision(b, op.Code, &w)
 }

@@ -25,8 +25,10 @@ type conn struct {
 	lim   limitCache[proto.Limit]
 	multi multiScratch
 
-	frameStart int // where the response frame being built starts in out
-	opsLeft    int // operations of the frame still to answer after this one
+	frameStart int           // where the response frame being built starts in out
+	opIndex    int           // the operation of the frame being answered
+	opsLeft    int           // operations of the frame still to answer after this one
+	globals    *frameGlobals // the frame's global operations, decided first (nil until one)
 }
 
 // maxResult bounds the size of any result but SCAN's: an error with the
@@ -105,7 +107,11 @@ func (c *conn) frame(frame []byte, h proto.Header) {
 	b, start := proto.BeginFrameVersion(c.out, h.Version, proto.KindResponse, h.ID)
 	c.frameStart = start
 	body := frame[proto.HeaderLen:]
+	if c.s.global != nil {
+		c.decideGlobals(body, h) // in Redis, all at once: they share pipelines
+	}
 	for i := 0; i < int(h.Count); i++ {
+		c.opIndex = i
 		c.opsLeft = int(h.Count) - i - 1
 		rest, err := proto.DecodeOpVersion(body, h.Version, &c.op)
 		if err != nil {
