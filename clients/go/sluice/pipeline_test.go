@@ -126,7 +126,7 @@ func TestPipeline_timeout(t *testing.T) {
 	path := fakeSidecar(t, func(fc *fakeConn) {
 		fc.wait() // reads everything, answers nothing
 	})
-	c, err := sluice.Dial(path, sluice.WithTimeout(50*time.Millisecond))
+	c, err := sluice.Dial(path, sluice.WithTimeout(50*time.Millisecond), sluice.WithFailurePolicy(sluice.FailError))
 	if err != nil {
 		t.Fatal(err)
 	}
