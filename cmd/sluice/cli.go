@@ -210,7 +210,7 @@ func (x *cli) commandUsage(name string, fs *flag.FlagSet) {
 
 // dial connects to the sidecar, reporting failure.
 func (x *cli) dial(cmd string) (*sluice.Client, int, bool) {
-	c, err := sluice.Dial(x.socket, sluice.WithTimeout(timeout), sluice.WithDialTimeout(timeout))
+	c, err := sluice.Dial(x.socket, sluice.WithTimeout(timeout), sluice.WithDialTimeout(timeout), sluice.WithFailurePolicy(sluice.FailError))
 	if err != nil {
 		return nil, x.failCmd(cmd, err), false
 	}
