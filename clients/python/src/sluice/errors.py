@@ -167,8 +167,12 @@ class Unavailable(SluiceError):
     """The sidecar could not be asked: no socket, a broken connection, or a timeout.
 
     The client's ``on_unavailable`` policy decides whether decisions raise
-    this or return a degraded :class:`~sluice.Decision`.
+    this or return a degraded :class:`~sluice.Decision`. ``timed_out`` is
+    set when no answer came in time (the failures the circuit breaker
+    counts).
     """
+
+    timed_out = False
 
 
 class ShuttingDown(StatusError, Unavailable):
@@ -202,7 +206,7 @@ class RateLimited(SluiceError):
         self.decision = decision
         self.retry_after: Optional[float] = decision.retry_after
         wait = "" if self.retry_after is None else f"; retry after {self.retry_after:.3f}s"
-        super().__init__(f"sluice: rate limited: {key!r}{wait}")
+        super().__init__(f"rate limited: {key!r}{wait}")
 
     def __reduce__(self) -> Any:
         return (type(self), (self.key, self.decision))
@@ -229,7 +233,30 @@ def error_class(status: int) -> Type[StatusError]:
         return Malformed
 
 
+#: What each status means, for people (the same words as the Go client's).
+STATUS_TEXT: Dict[Status, str] = {
+    Status.MALFORMED: "the sidecar could not decode the request",
+    Status.BAD_VERSION: "the sidecar speaks another protocol version",
+    Status.FRAME_TOO_LARGE: "the request is too large",
+    Status.BATCH_TOO_LARGE: "too many operations in one request",
+    Status.UNKNOWN_OPCODE: "the sidecar does not know this operation",
+    Status.INVALID_LIMIT: "invalid limit",
+    Status.INVALID_KEY: "invalid key",
+    Status.INVALID_COST: "invalid cost",
+    Status.TABLE_FULL: "the sidecar's table is full",
+    Status.TOO_MANY_ITEMS: "too many items in one multi",
+    Status.CONTENDED: "the multi could not lock its buckets, retry it",
+    Status.UNSUPPORTED: "not supported by this sidecar",
+    Status.SHUTTING_DOWN: "the sidecar is shutting down",
+    Status.INTERNAL: "the sidecar failed",
+    Status.BUSY: "the sidecar refused the connection, it is at its connection limit",
+    Status.DENIED: "the sidecar refused the connection, this user or group is not allowed",
+}
+
+
 def status_error(status: int, message: str = "", op: int = 0) -> StatusError:
-    """Return the exception for an error result: its status's class with the server's message."""
+    """Return the exception for an error result: its status's class, its
+    text what the status means followed by the server's message."""
     cls = error_class(status)
-    return cls(message or cls.__doc__ or cls.__name__, op=op)
+    text = STATUS_TEXT.get(cls.status, cls.__name__)
+    return cls(f"{text}: {message}" if message else text, op=op)
