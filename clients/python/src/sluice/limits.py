@@ -149,7 +149,7 @@ class Limit:
         """Parse a limit spec, "ALGORITHM:name=value,...", as proto's ParseLimit.
 
         Raises :class:`InvalidLimit` with the message ParseLimit gives, e.g.
-        ``proto: limit "gcra:burst=x,count=1,period=1s": burst: invalid integer "x"``.
+        ``invalid limit: limit "gcra:burst=x,count=1,period=1s": burst: invalid integer "x"``.
         """
         return parse_limit(spec)
 

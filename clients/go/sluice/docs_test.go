@@ -1,0 +1,74 @@
+package sluice_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/clients/go/sluice"
+)
+
+// The documentation's limit specs: every one the READMEs, the package
+// docs, the Python client's docstrings and the CLI's help show is valid
+// to the parser and to the sidecar, except the few shown as errors, which
+// are refused. Examples cannot drift from the syntax (a pacer written with
+// count= instead of rate=, say).
+func TestDocs_limitSpecs(t *testing.T) {
+	root := filepath.Join("..", "..", "..")
+	files := []string{
+		"README.md", "clients/python/README.md", "bench/python/README.md",
+		"proto/doc.go", "clients/go/sluice/doc.go",
+	}
+	for _, glob := range []string{"cmd/sluice/*.go", "clients/python/src/sluice/*.py"} {
+		m, err := filepath.Glob(filepath.Join(root, glob))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range m {
+			if !strings.HasSuffix(f, "_test.go") {
+				rel, _ := filepath.Rel(root, f)
+				files = append(files, rel)
+			}
+		}
+	}
+	// Shown as errors: they must be refused.
+	refused := map[string]bool{
+		"gcra:burst=x":                   true,
+		"gcra:burst=x,count=1,period=1s": true,
+	}
+	spec := regexp.MustCompile(`\b(token_bucket|gcra|fixed_window|sliding_window|pacer):[a-z_]+=[^\s` + "`" + `'"|)\\]*`)
+	sc := startSidecar(t)
+	c := dial(t, sc.cfg.SocketPath, sluice.WithFailurePolicy(sluice.FailError))
+	seen := 0
+	for _, f := range files {
+		b, err := os.ReadFile(filepath.Join(root, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A spec may be wrapped inside a code span: join the lines.
+		text := regexp.MustCompile(`,\n\s*(//\s*)?`).ReplaceAllString(string(b), ",")
+		for _, s := range spec.FindAllString(text, -1) {
+			s = strings.TrimRight(s, ".,;:")
+			if strings.ToLower(s) != s {
+				continue // a template: gcra:burst=BURST,...
+			}
+			seen++
+			l, err := sluice.ParseLimit(s)
+			if err == nil {
+				_, err = c.Acquire(context.Background(), l, "docs", 0)
+			}
+			switch {
+			case refused[s] && err == nil:
+				t.Errorf("%s: %q is shown as an error but is accepted", f, s)
+			case !refused[s] && err != nil:
+				t.Errorf("%s: %q: %v", f, s, err)
+			}
+		}
+	}
+	if seen < 10 {
+		t.Errorf("found %d limit specs in the documentation, want at least 10", seen)
+	}
+}
