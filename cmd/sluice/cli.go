@@ -42,7 +42,7 @@ func init() {
 		{"acquire", "KEY LIMIT [--cost N] [--at UNIX_NANOS] [--strict] [--json]",
 			"Decide a request of cost N (default 1) against KEY's bucket under LIMIT and, if allowed, consume N.", runAcquire},
 		{"peek", "KEY LIMIT [--at UNIX_NANOS] [--json]",
-			"Show the decision a cost-1 acquire would get, changing nothing.", runPeek},
+			"Show the bucket as it stands (remaining now, and whether a cost-1 acquire would pass), changing nothing.", runPeek},
 		{"refund", "KEY LIMIT AMOUNT [--json]",
 			"Give AMOUNT tokens back to KEY's bucket (capped at the limit's maximum) and show its state.", runRefund},
 		{"reset", "KEY LIMIT",
