@@ -179,9 +179,11 @@ func TestBreaker_stoppedSidecar(t *testing.T) {
 // policy's decision at once. FailClosed denies, its RetryAfter the time
 // until the next probe.
 func TestBreaker_oneProbe(t *testing.T) {
+	// Calls that waited for their answer would take the 100ms timeout
+	// each; the bounds below are far under it and far over a fast failure.
 	path := fakeSidecar(t, func(fc *fakeConn) { fc.wait() }) // reads everything, answers nothing
-	c := dial(t, path, sluice.WithFailurePolicy(sluice.FailClosed), sluice.WithTimeout(20*time.Millisecond),
-		sluice.WithBreaker(2, 30*time.Millisecond, 60*time.Millisecond))
+	c := dial(t, path, sluice.WithFailurePolicy(sluice.FailClosed), sluice.WithTimeout(100*time.Millisecond),
+		sluice.WithBreaker(2, 150*time.Millisecond, 300*time.Millisecond))
 	cx := context.Background()
 	for range 2 {
 		if d, err := c.Acquire(cx, tb10, "k", 1); err != nil || d.Allowed || !d.Degraded {
@@ -190,22 +192,22 @@ func TestBreaker_oneProbe(t *testing.T) {
 	}
 	start := time.Now()
 	d, err := c.Acquire(cx, tb10, "k", 1)
-	if err != nil || d.Allowed || !d.Degraded || d.RetryAfter <= 0 || d.RetryAfter > 30*time.Millisecond {
-		t.Errorf("open breaker: %+v, %v, want a denial with RetryAfter in (0, 30ms]", d, err)
+	if err != nil || d.Allowed || !d.Degraded || d.RetryAfter <= 0 || d.RetryAfter > 150*time.Millisecond {
+		t.Errorf("open breaker: %+v, %v, want a denial with RetryAfter in (0, 150ms]", d, err)
 	}
-	if took := time.Since(start); took > 10*time.Millisecond {
+	if took := time.Since(start); took > 50*time.Millisecond {
 		t.Errorf("a call with the breaker open took %v", took)
 	}
-	time.Sleep(35 * time.Millisecond)
+	time.Sleep(160 * time.Millisecond) // the open period has passed
 	// The probe waits its timeout; meanwhile the others fail at once.
 	var wg sync.WaitGroup
 	wg.Go(func() { c.Acquire(cx, tb10, "probe", 1) })
-	time.Sleep(5 * time.Millisecond)
+	time.Sleep(10 * time.Millisecond)
 	start = time.Now()
 	for range 10 {
 		c.Acquire(cx, tb10, "k", 1)
 	}
-	if took := time.Since(start); took > 10*time.Millisecond {
+	if took := time.Since(start); took > 50*time.Millisecond {
 		t.Errorf("10 calls during the probe took %v", took)
 	}
 	wg.Wait()
