@@ -45,10 +45,9 @@ type conn struct {
 	spare    []*call // the writer's other queue, swapped with queued
 	inflight fifo    // written, waiting for their responses in this order
 	nextID   uint32
-	writing  bool   // someone holds the writing role
-	reading  bool   // someone holds the reading role
-	directs  uint64 // direct round trips ended: a late cancellation checks it
-	err      error  // why the connection failed; set once
+	writing  bool  // someone holds the writing role
+	reading  bool  // someone holds the reading role
+	err      error // why the connection failed; set once
 
 	wbuf []byte // the writing role's batch
 
@@ -142,12 +141,9 @@ func (cn *conn) releaseWriting() {
 }
 
 // releaseReading ends a direct round trip's reading: it gives up the
-// reading role, to the reader goroutine if answers are still due, and
-// counts the round trip ended, so that its cancellation, should it run
-// late, leaves the reads that follow alone.
+// reading role, to the reader goroutine if answers are still due.
 func (cn *conn) releaseReading() {
 	cn.mu.Lock()
-	cn.directs++
 	more := (!cn.inflight.empty() || cn.r < cn.w) && cn.err == nil
 	cn.reading = more
 	cn.mu.Unlock()

@@ -35,7 +35,7 @@ func (cn *conn) readLoop() {
 			cn.mu.Unlock()
 			if err := cn.readSome(); err != nil {
 				if errors.Is(err, os.ErrDeadlineExceeded) {
-					// A direct round trip's cancellation that ran late.
+					// A deadline a direct round trip left behind.
 					cn.nc.SetReadDeadline(time.Time{})
 					continue
 				}
