@@ -22,7 +22,7 @@ var benchLimit = sluice.TokenBucket(1<<50, time.Second, 1)
 // no client: one write and one read per request.
 func BenchmarkClient(b *testing.B) {
 	sc := startSidecar(b)
-	c := dial(b, sc.cfg.SocketPath)
+	c := dial(b, sc.cfg.SocketPath, sluice.WithFailurePolicy(sluice.FailError)) // an outage must fail the benchmark, not allow
 	cx := context.Background()
 	b.Run("acquire/serial", func(b *testing.B) {
 		b.ReportAllocs()

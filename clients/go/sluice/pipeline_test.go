@@ -152,7 +152,7 @@ func TestPipeline_timeout(t *testing.T) {
 
 func BenchmarkPipeline(b *testing.B) {
 	sc := startSidecar(b)
-	c := dial(b, sc.cfg.SocketPath)
+	c := dial(b, sc.cfg.SocketPath, sluice.WithFailurePolicy(sluice.FailError)) // an outage must fail the benchmark, not allow
 	cx := context.Background()
 	p := c.Pipeline()
 	const depth = 16
