@@ -8,8 +8,8 @@ Every exception the package raises derives from :class:`SluiceError`.
   (:mod:`sluice.proto`) raises the same classes for bytes that break the
   format, as the Go codec returns the same sentinels.
 - :class:`Unavailable` means the sidecar could not be asked: no socket, the
-  connection broke, or no answer within the timeout. :class:`ShuttingDown`
-  and :class:`Busy` derive from it, so one ``except Unavailable`` and the
+  connection broke, or no answer within the timeout. :class:`ShuttingDown`,
+  :class:`Busy` and :class:`Denied` derive from it, so one ``except Unavailable`` and the
   client's ``on_unavailable`` policy cover every case where the sidecar is
   not there to decide.
 - :class:`ProtocolError` means the sidecar's reply could not be decoded (a
@@ -157,12 +157,6 @@ class Internal(StatusError):
     status = Status.INTERNAL
 
 
-class Denied(StatusError):
-    """The peer's uid or gid is not allowed on the socket (status 16)."""
-
-    status = Status.DENIED
-
-
 class Unavailable(SluiceError):
     """The sidecar could not be asked: no socket, a broken connection, or a timeout.
 
@@ -185,6 +179,17 @@ class Busy(StatusError, Unavailable):
     """The sidecar's connection limit is reached (status 15)."""
 
     status = Status.BUSY
+
+
+class Denied(StatusError, Unavailable):
+    """The peer's uid or gid is not allowed on the socket (status 16).
+
+    An :class:`Unavailable`, as in the Go client (whose ErrDenied comes
+    wrapped in ErrUnavailable): the sidecar cannot decide for this process,
+    so the ``on_unavailable`` policy answers, and counts and logs it.
+    """
+
+    status = Status.DENIED
 
 
 class ProtocolError(SluiceError):
