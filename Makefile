@@ -7,7 +7,7 @@ BENCH    ?= .
 COUNT    ?= 1
 PYTHON   ?= python3
 
-.PHONY: all build run test check-tools test-go test-python bench bench-python bench-compare bench-soak fuzz soak vet fmt lint deps ci clean
+.PHONY: all build run test check-tools test-go test-python bench bench-python bench-compare bench-soak fuzz soak vet fmt lint deps clean
 
 all: build
 
@@ -23,7 +23,8 @@ run: build
 	@mkdir -p var
 	$(BIN)/sluiced
 
-## test: the whole suite: Go (race detector, shuffled order) and the Python client
+## test: the whole suite: Go (race detector, shuffled order), the Python client, and
+## redis-py (with and without hiredis) against sluiced's Redis protocol
 test: check-tools test-go test-python
 
 ## check-tools: say what the test suite needs and is missing (README, "Prerequisites")
@@ -35,8 +36,12 @@ check-tools:
 	$(PYTHON) -c 'import pytest' 2>/dev/null || missing="$$missing\n  pytest ($(PYTHON) -m pip install pytest)"; \
 	$(PYTHON) -c 'import venv, ensurepip' 2>/dev/null || \
 	  missing="$$missing\n  Python's venv and ensurepip (apt-get install python3-venv)"; \
+	$(PYTHON) -c 'import redis, hiredis' 2>/dev/null || \
+	  missing="$$missing\n  redis-py and hiredis ($(PYTHON) -m pip install redis hiredis)"; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing\n  redis-server (apt-get install redis-server)"; \
 	command -v redis-cli >/dev/null 2>&1 || missing="$$missing\n  redis-cli (apt-get install redis-tools)"; \
+	command -v promtool >/dev/null 2>&1 || missing="$$missing\n  promtool (apt-get install prometheus)"; \
+	command -v systemd-analyze >/dev/null 2>&1 || missing="$$missing\n  systemd-analyze (apt-get install systemd)"; \
 	if [ -n "$$missing" ]; then printf "make test needs what is missing here:$$missing\n" >&2; exit 1; fi
 
 test-go:
@@ -47,6 +52,7 @@ test-go:
 
 test-python: build
 	SLUICED=$(BIN)/sluiced $(PYTHON) -m pytest clients/python bench/python -q
+	SLUICED=$(BIN)/sluiced $(PYTHON) -m pytest tests/compat -q
 
 ## bench: every benchmark (BENCH=regexp, COUNT=n to narrow or repeat)
 bench:
@@ -78,6 +84,7 @@ fuzz:
 soak:
 	$(GO) test -count=1 -run 'TestCrash' ./internal/server -args -crash.iterations=1000
 	$(GO) test -count=1 -run 'TestPowerLoss|TestBitFlips' ./shm -args -powerloss.trials=5000 -bitflip.all
+	$(GO) test -count=1 -run TestDirect_kill9 ./clients/go/sluice/direct -args -direct.kills=200
 
 ## vet: go vet
 vet:
@@ -93,15 +100,6 @@ lint: vet fmt
 ## deps: check the import arrows between packages (STYLE: layout and dependencies)
 deps:
 	@./.ci/deps.sh
-
-## ci: what .ci/run runs after the tests
-ci: lint deps build
-	$(GO) test -run '^$$' -bench . -benchtime 1x ./... ./bench/...
-	SLUICED=$(BIN)/sluiced $(PYTHON) clients/python/bench/bench.py --seconds 0.3 --rounds 1 >/dev/null
-	@d=$$(mktemp -d) && trap 'rm -rf "$$d"' EXIT && \
-	  $(BIN)/sluice-bench compare -sluiced $(BIN)/sluiced -keys 2000 -memory-keys 2000 -duration 50ms -warmup 10ms -rounds 2 -out "$$d" 2>/dev/null && \
-	  $(BIN)/sluice-bench soak -dir "$$d" -buckets 20000 -duration 1s -interval 250ms -out "$$d" 2>/dev/null && \
-	  grep -q '| sluice native |' "$$d/compare.md" && grep -q '20,000 buckets' "$$d/soak.md" && echo "sluice-bench: compare and soak ran"
 
 clean:
 	rm -rf $(BIN)

@@ -23,8 +23,17 @@ forbid() {
 forbid bucket "^$mod/" '\.' # standard library only (no module path has a dot in stdlib)
 forbid shm "^$mod/(bucket|proto|internal)"
 forbid proto "^$mod/(shm|bucket|internal)"
+forbid internal/engine "^$mod/(internal/server|clients)"
 forbid internal/server "^$mod/clients" '^flag$'
 forbid clients/go/sluice "^$mod/(shm|bucket|internal)"
+# Global limits: bucket, go-redis and the standard library; the engine calls them, not the reverse.
+forbid internal/global "^$mod/(shm|clients|cmd|internal/(engine|server))"
+forbid internal/redistest "^$mod/"
+
+# Direct imports only: the server reaches the table through the engine.
+if go list -f '{{join .Imports "\n"}}' ./internal/server | grep -qx "$mod/shm"; then
+  echo "deps: internal/server must not import shm (the engine owns the table)"; fail=1
+fi
 
 # Direct imports only: the standard library itself depends on unsafe.
 if compgen -G "proto/*.go" >/dev/null && go list -f '{{join .Imports "\n"}}' ./proto | grep -qx unsafe; then

@@ -14,8 +14,11 @@
 //
 // # Format
 //
-// This section is the protocol's specification, version 1: an
-// implementation in another language needs nothing else. The files in
+// This section is the protocol's specification, version 2: an
+// implementation in another language needs nothing else. Version 1 is
+// version 2 without named limits (flag bit 3, NAMED, is reserved in it); a
+// server speaks both and answers each request frame in its version, so
+// clients of version 1 keep working unchanged. The files in
 // testdata/golden are byte-exact examples, each with a field-by-field
 // description.
 //
@@ -37,13 +40,13 @@
 //
 //	offset size field
 //	0      4    length   bytes after this field: 8 + body length; 8 <= length <= MaxFrameLen
-//	4      1    version  Version = 1
+//	4      1    version  1 or 2 (Version); a response has its request's version
 //	5      1    kind     1 request (client to server), 2 response (server to client)
 //	6      2    count    operations (request) or results (response) in the body: 1..MaxBatch
 //	8      4    id       chosen by the client; a response carries its request's id
 //	12     ...  body     count operations, or count results, back to back, no padding
 //
-// The limits, fixed for version 1 (HELLO reports them too):
+// The limits, the same in versions 1 and 2 (HELLO reports them too):
 //
 //	HeaderLen     12        bytes of the header, length field included
 //	MaxFrameLen   1048576   largest length field (1 MiB); a whole frame is at most 4+MaxFrameLen bytes
@@ -61,8 +64,8 @@
 // the operations, one each. Ids need not be unique; a client that matches
 // responses by order can send 0. Example, a PING and its answer (id 1):
 //
-//	request:  09000000 01 01 0100 01000000 | 02
-//	response: 0a000000 01 02 0100 01000000 | 02 00
+//	request:  09000000 02 01 0100 01000000 | 02
+//	response: 0a000000 02 02 0100 01000000 | 02 00
 //
 // Operations. An operation is an opcode u8 and its body:
 //
@@ -85,8 +88,9 @@
 //
 //	offset size field
 //	0      1    opcode   3, 4, 5 or 6
-//	1      1    flags    bit 0 STRICT, bit 1 SMYTE, bit 2 AT; bits 3-7 must be 0
-//	2      25   limit    see below
+//	1      1    flags    bit 0 STRICT, bit 1 SMYTE, bit 2 AT, bit 3 NAMED (version 2); bits 4-7 must be 0
+//	2      25   limit    see below (with NAMED: the limit's name instead, 1 + namelen bytes,
+//	                     and every later offset moves by namelen - 24)
 //	27     8    n        i64: the cost (ACQUIRE, >= 0; 0 peeks), the amount (REFUND); 0 for PEEK and RESET
 //	35     8    at       i64: the request time, read only with AT (else the server's clock); else 0.
 //	                     It decides this request only, and must lie in [0, 2190-01-01T00:00:00Z]
@@ -97,9 +101,13 @@
 // STRICT: a request that leaves a token_bucket at 0, or is denied, restarts
 // its refill clock. SMYTE: smyte/ratelimit compatibility for token_bucket: a
 // denial drains the bucket to 0 and remaining is the count before the
-// deduction. The other algorithms ignore both. A limit (25 bytes) is an
-// algorithm and three parameters; a parameter an algorithm does not use is
-// 0:
+// deduction. The other algorithms ignore both. NAMED: the limit field holds
+// the name of a limit the server's configuration defines (its config file),
+// as a u8 length (1..MaxNameLen = 64) and that many bytes: ASCII letters,
+// digits, '_', '-' and '.', starting with a letter. A name the server does
+// not define is answered InvalidLimit. Without NAMED, a limit (25 bytes) is
+// an algorithm and three parameters; a parameter an algorithm does not use
+// is 0:
 //
 //	offset size field
 //	0      1    algorithm  1..5 below; any other value is rejected (InvalidLimit)
@@ -126,8 +134,8 @@
 //	2      8    at       i64: the time of every item, read only with AT; else 0
 //	10     1    n        u8: items, 1..MaxMulti (more is TooManyItems)
 //	11     ...  n items, each 36 + keylen bytes:
-//	            0   1   flags   bit 0 STRICT, bit 1 SMYTE; the others must be 0
-//	            1   25  limit
+//	            0   1   flags   bit 0 STRICT, bit 1 SMYTE, bit 3 NAMED (version 2); the others must be 0
+//	            1   25  limit   (with NAMED: 1 + namelen bytes, the name, as for an item)
 //	            26  8   cost    i64
 //	            34  2   keylen  u16: 1..MaxKeyLen
 //	            36  k   key
@@ -158,7 +166,7 @@
 // If the status is OK, the body depends on the opcode. HELLO (total 22):
 //
 //	offset size field
-//	2      1    version    u8: the protocol version the server speaks
+//	2      1    version    u8: the newest protocol version the server speaks
 //	3      4    maxFrame   u32: MaxFrameLen
 //	7      2    maxBatch   u16: MaxBatch
 //	9      2    maxKey     u16: MaxKeyLen
@@ -263,7 +271,7 @@
 // same in every version, so that peers of different versions can always
 // tell each other so: the 12-byte header, and the layout of an error
 // result. A server answers a frame of a version it does not speak with a
-// frame-level BadVersion error in a frame of its own version, then closes;
+// frame-level BadVersion error in a frame of the oldest version it speaks, then closes;
 // a client learns the server's version from that frame or from HELLO. A
 // server may speak several versions, answering each frame in its version.
 //
@@ -295,6 +303,10 @@
 // refill_amount included, durations as time.Duration.String writes them
 // ("1h0m0s", "1.5s", "10µs" with U+00B5, "0s"); ParseLimit reads it back to
 // the same Limit.
+//
+// A spec without a colon that is not an algorithm's name is the name of a
+// limit the sidecar's configuration defines ("login"): ParseLimit returns
+// Named(name), which the wire carries with NAMED.
 //
 // # Concurrency
 //

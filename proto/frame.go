@@ -8,7 +8,8 @@ import (
 
 // Protocol constants. doc.go gives their meaning on the wire.
 const (
-	Version       = 1       // the version byte of every frame
+	Version       = 2       // the version this package speaks: the version byte of the frames it begins
+	MinVersion    = 1       // the oldest version a peer of this package still reads and answers
 	HeaderLen     = 12      // bytes of the frame header, the length field included
 	MaxFrameLen   = 1 << 20 // the largest length field: bytes after it, header rest and body
 	MaxBatch      = 256     // the most operations (or results) in one frame
@@ -78,8 +79,8 @@ func ParseHeader(b []byte) (Header, error) {
 		ID:      binary.LittleEndian.Uint32(b[offID:]),
 	}
 	switch {
-	case h.Version != Version:
-		return h, errorf(ErrBadVersion, "version %d, this side speaks %d", h.Version, Version)
+	case h.Version < MinVersion || h.Version > Version:
+		return h, errorf(ErrBadVersion, "version %d, this side speaks %d to %d", h.Version, MinVersion, Version)
 	case h.Kind != KindRequest && h.Kind != KindResponse:
 		return h, errorf(ErrMalformed, "frame kind %d", h.Kind)
 	case h.Length < minLength:
@@ -125,8 +126,14 @@ func SplitFrame(buf []byte) (frame, rest []byte, h Header, err error) {
 // offset of the frame in it. Append the operations or results to b, then
 // call EndFrame(b, start, count).
 func BeginFrame(dst []byte, kind Kind, id uint32) (b []byte, start int) {
+	return BeginFrameVersion(dst, Version, kind, id)
+}
+
+// BeginFrameVersion is BeginFrame for a frame of version v: a server
+// answers each request in the request's version.
+func BeginFrameVersion(dst []byte, v uint8, kind Kind, id uint32) (b []byte, start int) {
 	start = len(dst)
-	b = append(dst, 0, 0, 0, 0, Version, byte(kind), 0, 0)
+	b = append(dst, 0, 0, 0, 0, v, byte(kind), 0, 0)
 	b = binary.LittleEndian.AppendUint32(b, id)
 	return b, start
 }

@@ -29,13 +29,14 @@ type goldenCase struct {
 	results    []Result
 	build      func() []byte
 	want       error
+	version    uint8 // the frame's version; 0 for MinVersion, which every vector before version 2 has
 }
 
 func (c *goldenCase) frame() []byte {
 	if c.build != nil {
 		return c.build()
 	}
-	b, start := BeginFrame(nil, c.kind, c.id)
+	b, start := BeginFrameVersion(nil, max(c.version, MinVersion), c.kind, c.id)
 	for i := range c.ops {
 		b = encodeOp(b, &c.ops[i])
 	}
@@ -97,7 +98,7 @@ func goldenCases() []goldenCase {
 			item(OpReset, 0, SlidingWindowLimit(100, time.Minute), 0, 0, "search:carol")),
 		resp("reset_response", "RESET result: the bucket existed.", 6, Result{Code: OpReset, Existed: true}),
 		req("multi_request", "MULTI of 2 items at 2023-11-14T22:13:20Z (flag AT): 1 token of token_bucket 10/1h/1 for \"login:alice\" (STRICT), 2 of gcra 4/1/1s for \"api:tenant-7\".", 7,
-			multi(FlagAt, t0, MultiItem{FlagStrict, tb, 1, []byte("login:alice")}, MultiItem{0, gcra, 2, []byte("api:tenant-7")})),
+			multi(FlagAt, t0, MultiItem{Flags: FlagStrict, Limit: tb, Cost: 1, Key: []byte("login:alice")}, MultiItem{Flags: 0, Limit: gcra, Cost: 2, Key: []byte("api:tenant-7")})),
 		resp("multi_response", "MULTI result: allowed, so both items consumed; one decision per item.", 7,
 			multiResult(true, Decision{true, 8, 10, -1, 2 * 3600 * sec, 0}, Decision{true, 2, 5, -1, 3 * sec, 0})),
 		req("scan_request", "SCAN from cursor 0, up to 100 buckets whose key starts with \"login:\".", 8, scan(0, 100, "login:")),
@@ -115,10 +116,10 @@ func goldenCases() []goldenCase {
 			decisionResult(OpAcquire, Decision{true, 7, 9, -1, 500 * int64(time.Millisecond), 250 * int64(time.Millisecond)}),
 			errResult(OpAcquire, StatusInvalidCost, "engine: negative cost"), Result{Code: OpPing}),
 		resp("frame_error_response", "A frame-level error, the answer to bad_version: opcode 0, count 1, the request's id; the server then closes the connection.", 11,
-			errResult(0, StatusBadVersion, "proto: unsupported protocol version: version 2, this side speaks 1")),
+			errResult(0, StatusBadVersion, "proto: unsupported protocol version: version 3, this side speaks 1 to 2")),
 
-		bad("bad_version", "A PING frame with version 2.", ErrBadVersion, req("", "", 11, Op{Code: OpPing}),
-			func(b []byte) []byte { b[4] = 2; return b }),
+		bad("bad_version", "A PING frame with version 3.", ErrBadVersion, req("", "", 11, Op{Code: OpPing}),
+			func(b []byte) []byte { b[4] = 3; return b }),
 		bad("bad_kind", "A PING frame with kind 3.", ErrMalformed, ping,
 			func(b []byte) []byte { b[5] = 3; return b }),
 		bad("bad_length_too_large", "A header alone whose length is MaxFrameLen+1: refused before reading the body.", ErrFrameTooLarge, ping,
@@ -129,8 +130,10 @@ func goldenCases() []goldenCase {
 			func(b []byte) []byte { return EndFrame(b[:len(b)-6], 0, 1) }),
 		bad("bad_unknown_opcode", "An operation with opcode 42.", ErrUnknownOpcode, ping,
 			func(b []byte) []byte { b[HeaderLen] = 42; return b }),
-		bad("bad_flags", "An ACQUIRE with flag bit 3, which is reserved.", ErrMalformed,
-			req("", "", 16, item(OpAcquire, 8, tb, 1, 0, "login:alice")), nil),
+		bad("bad_flags", "An ACQUIRE with flag bit 4, which is reserved.", ErrMalformed,
+			req("", "", 16, item(OpAcquire, 16, tb, 1, 0, "login:alice")), nil),
+		bad("bad_named_in_version_1", "A version-1 frame with an ACQUIRE of the named limit \"login\": NAMED (flag bit 3) is version 2's.", ErrMalformed,
+			req("", "", 16, item(OpAcquire, 0, Named("login"), 1, 0, "login:alice")), nil),
 		bad("bad_empty_key", "An ACQUIRE with keylen 0.", ErrInvalidKey, req("", "", 17, item(OpAcquire, 0, tb, 1, 0, "")), nil),
 		bad("bad_algorithm", "An ACQUIRE whose limit has algorithm 0.", ErrInvalidLimit,
 			req("", "", 18, item(OpAcquire, 0, Limit{}, 1, 0, "login:alice")), nil),

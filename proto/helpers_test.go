@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -26,9 +27,22 @@ func encodeOp(dst []byte, op *Op) []byte {
 	case OpStats:
 		return AppendStats(dst)
 	case OpAcquire, OpPeek, OpRefund, OpReset:
-		return AppendItem(dst, op.Code, op.Flags, op.Limit, op.N, op.At, op.Key)
+		l := op.Limit
+		if op.Name != nil { // decoded: the name aliases the frame
+			l = Named(string(op.Name))
+		}
+		return AppendItem(dst, op.Code, op.Flags, l, op.N, op.At, op.Key)
 	case OpMulti:
-		return AppendMulti(dst, op.Flags, op.At, op.Items[:op.NItems])
+		items := op.Items[:op.NItems]
+		if slices.ContainsFunc(items, func(it MultiItem) bool { return it.Name != nil }) {
+			items = slices.Clone(items) // decoded names alias the frame
+			for i := range items {
+				if items[i].Name != nil {
+					items[i].Limit = Named(string(items[i].Name))
+				}
+			}
+		}
+		return AppendMulti(dst, op.Flags, op.At, items)
 	case OpScan:
 		return AppendScan(dst, op.Cursor, op.Count, op.Prefix)
 	}
@@ -198,7 +212,7 @@ func statsResult(stats ...statView) Result {
 	return Result{Code: OpStats, Stats: b[start+4:], NStats: len(stats)}
 }
 
-var testHello = Hello{Version: Version, MaxFrame: MaxFrameLen, MaxBatch: MaxBatch, MaxKey: MaxKeyLen,
+var testHello = Hello{Version: 1, MaxFrame: MaxFrameLen, MaxBatch: MaxBatch, MaxKey: MaxKeyLen,
 	MaxMulti: MaxMulti, SlotCount: 1 << 20, SlotSize: 128}
 
 // sampleOps returns one or more operations of every opcode, with edge values.
@@ -211,14 +225,14 @@ func sampleOps() []Op {
 	return []Op{
 		{Code: OpHello}, {Code: OpPing}, {Code: OpStats},
 		item(OpAcquire, FlagStrict|FlagAt, TokenBucketLimit(10, time.Hour, 1), 1, t0, "login:alice"),
-		item(OpAcquire, FlagSmyte, Limit{TokenBucket, [3]int64{-1, 1<<63 - 1, -1 << 63}}, -5, -1, long),
+		item(OpAcquire, FlagSmyte, Limit{Algorithm: TokenBucket, P: [3]int64{-1, 1<<63 - 1, -1 << 63}}, -5, -1, long),
 		item(OpPeek, 0, GCRALimit(4, 1, time.Second), 0, 0, "k"),
 		item(OpRefund, FlagAt, FixedWindowLimit(100, time.Minute), 3, t0, "upload:bob"),
 		item(OpReset, 0, SlidingWindowLimit(100, time.Minute), 0, 0, "search:carol"),
 		item(OpAcquire, 0, PacerLimit(4, time.Second, 2*time.Second), 1, 0, "\x00\xff binary"),
 		multi(FlagAt, t0,
-			MultiItem{FlagStrict, TokenBucketLimit(10, time.Hour, 1), 1, []byte("login:alice")},
-			MultiItem{0, GCRALimit(4, 1, time.Second), 2, []byte("api:tenant-7")}),
+			MultiItem{Flags: FlagStrict, Limit: TokenBucketLimit(10, time.Hour, 1), Cost: 1, Key: []byte("login:alice")},
+			MultiItem{Flags: 0, Limit: GCRALimit(4, 1, time.Second), Cost: 2, Key: []byte("api:tenant-7")}),
 		multi(0, 0, items...),
 		scan(0, 100, "login:"), scan(1<<64-1, MaxScanCount, long), scan(7, 1, ""),
 	}
@@ -270,7 +284,7 @@ func decodeAll(b []byte) (h Header, ops []Op, rs []Result, err error) {
 	for range h.Count {
 		if h.Kind == KindRequest {
 			ops = append(ops, Op{})
-			body, err = DecodeOp(body, &ops[len(ops)-1])
+			body, err = DecodeOpVersion(body, h.Version, &ops[len(ops)-1])
 		} else {
 			rs = append(rs, Result{})
 			body, err = DecodeResult(body, &rs[len(rs)-1])

@@ -3,6 +3,7 @@ package proto
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -78,39 +79,67 @@ func algorithmNamed(s string) Algorithm {
 // algorithm does not use is 0. Limit is comparable and is exactly what the
 // wire carries. proto checks only that the algorithm is valid; the server
 // validates the parameters. The zero Limit is invalid.
+//
+// A named limit (protocol version 2) has only a Name: the sidecar looks it
+// up in its configuration. Its Algorithm and P are zero.
 type Limit struct {
 	Algorithm Algorithm
 	P         [3]int64
+	Name      string // a named limit's name (ValidName); "" for a limit given by its parameters
+}
+
+// Named returns the limit the sidecar's configuration defines under name.
+func Named(name string) Limit { return Limit{Name: name} }
+
+// MaxNameLen is the longest name of a named limit, in bytes.
+const MaxNameLen = 64
+
+// ValidName reports what is wrong with name as the name of a limit, nil if
+// nothing: 1 to MaxNameLen bytes of ASCII letters, digits, '_', '-' and
+// '.', starting with a letter. A name never holds ':', which is how a limit
+// argument tells a name from a spec.
+func ValidName(name string) error {
+	if name == "" || len(name) > MaxNameLen {
+		return errorf(ErrInvalidLimit, "limit name of %d bytes, want 1 to %d", len(name), MaxNameLen)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		letter := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+		if !letter && (i == 0 || !(c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.')) {
+			return errorf(ErrInvalidLimit, "limit name %q: want letters, digits, '_', '-' and '.', starting with a letter", name)
+		}
+	}
+	return nil
 }
 
 // TokenBucketLimit returns a token_bucket limit: a bucket of max tokens that
 // gains refillAmount tokens every refillTime.
 func TokenBucketLimit(max int64, refillTime time.Duration, refillAmount int64) Limit {
-	return Limit{TokenBucket, [3]int64{max, int64(refillTime), refillAmount}}
+	return Limit{Algorithm: TokenBucket, P: [3]int64{max, int64(refillTime), refillAmount}}
 }
 
 // GCRALimit returns a gcra limit: count requests per period, with bursts of
 // burst+1.
 func GCRALimit(burst, count int64, period time.Duration) Limit {
-	return Limit{GCRA, [3]int64{burst, count, int64(period)}}
+	return Limit{Algorithm: GCRA, P: [3]int64{burst, count, int64(period)}}
 }
 
 // FixedWindowLimit returns a fixed_window limit: limit tokens per window,
 // windows aligned to multiples of window since the Unix epoch.
 func FixedWindowLimit(limit int64, window time.Duration) Limit {
-	return Limit{FixedWindow, [3]int64{limit, int64(window), 0}}
+	return Limit{Algorithm: FixedWindow, P: [3]int64{limit, int64(window), 0}}
 }
 
 // SlidingWindowLimit returns a sliding_window limit: limit tokens over any
 // window, estimated from two aligned windows.
 func SlidingWindowLimit(limit int64, window time.Duration) Limit {
-	return Limit{SlidingWindow, [3]int64{limit, int64(window), 0}}
+	return Limit{Algorithm: SlidingWindow, P: [3]int64{limit, int64(window), 0}}
 }
 
 // PacerLimit returns a pacer limit: rate events per period, spaced evenly,
 // refusing a request that would have to wait more than maxDelay.
 func PacerLimit(rate int64, period, maxDelay time.Duration) Limit {
-	return Limit{Pacer, [3]int64{rate, int64(period), int64(maxDelay)}}
+	return Limit{Algorithm: Pacer, P: [3]int64{rate, int64(period), int64(maxDelay)}}
 }
 
 // String returns the limit's canonical spec: the algorithm, then every
@@ -121,6 +150,9 @@ func PacerLimit(rate int64, period, maxDelay time.Duration) Limit {
 // does not use, "algorithm(N):p0=..." for an invalid algorithm) but does not
 // parse back.
 func (l Limit) String() string {
+	if l.Name != "" {
+		return l.Name
+	}
 	b := make([]byte, 0, 64)
 	var info algorithmInfo
 	if l.Algorithm.Valid() {
@@ -170,6 +202,13 @@ func ParseLimit(s string) (Limit, error) {
 		return Limit{}, &limitError{s, fmt.Sprintf(format, args...)}
 	}
 	name, params, hasParams := strings.Cut(s, ":")
+	if !hasParams && algorithmNamed(s) == 0 {
+		// No parameters: the name of a limit in the sidecar's configuration.
+		if err := ValidName(s); err != nil {
+			return fail("not a limit spec (ALGORITHM:name=value,...) nor a limit's name")
+		}
+		return Named(s), nil
+	}
 	l := Limit{Algorithm: algorithmNamed(name)}
 	if l.Algorithm == 0 {
 		return fail("unknown algorithm %q", name)
@@ -277,8 +316,16 @@ func isInteger(s string) bool {
 // Wire form of a limit: algorithm u8, then p0, p1, p2 as i64.
 const limitLen = 1 + 3*8
 
-// appendLimit appends l's wire form.
+// appendLimit appends l's wire form: a named limit's name (u8 length and
+// bytes), any other limit's algorithm and parameters.
 func appendLimit(dst []byte, l *Limit) []byte {
+	if l.Name != "" {
+		if len(l.Name) > math.MaxUint8 {
+			panic("proto: a limit name of " + strconv.Itoa(len(l.Name)) + " bytes does not fit a u8 length")
+		}
+		dst = append(dst, byte(len(l.Name)))
+		return append(dst, l.Name...)
+	}
 	dst = append(dst, byte(l.Algorithm))
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(l.P[0]))
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(l.P[1]))
@@ -298,4 +345,29 @@ func decodeLimit(b []byte, l *Limit) error {
 		return errorf(ErrInvalidLimit, "unknown algorithm %d", b[0])
 	}
 	return nil
+}
+
+// limitFlags returns the flags l's wire form needs.
+func limitFlags(l *Limit) Flags {
+	if l.Name != "" {
+		return FlagNamed
+	}
+	return 0
+}
+
+// decodeName decodes a named limit's name at the start of b, the field of
+// an operation code: u8 length (1..MaxNameLen) and bytes. The name aliases
+// b.
+func decodeName(b []byte, code Opcode) (name, rest []byte, err error) {
+	if len(b) < 1 {
+		return nil, nil, truncated(code.String()+" limit name", 1, 0)
+	}
+	n := int(b[0])
+	if n < 1 || n > MaxNameLen {
+		return nil, nil, errorf(ErrInvalidLimit, "%v limit name of %d bytes, want 1..%d", code, n, MaxNameLen)
+	}
+	if len(b) < 1+n {
+		return nil, nil, truncated(code.String()+" limit name", n, len(b)-1)
+	}
+	return b[1 : 1+n : 1+n], b[1+n:], nil
 }

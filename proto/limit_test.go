@@ -47,7 +47,7 @@ func TestParseLimit(t *testing.T) {
 func TestParseLimitErrors(t *testing.T) {
 	for _, tc := range []struct{ spec, want string }{
 		{"gcra:burst=x,count=1,period=1s", `proto: limit "gcra:burst=x,count=1,period=1s": burst: invalid integer "x"`},
-		{"", `proto: limit "": unknown algorithm ""`},
+		{"", `proto: limit "": not a limit spec (ALGORITHM:name=value,...) nor a limit's name`},
 		{"leaky:rate=1", `proto: limit "leaky:rate=1": unknown algorithm "leaky"`},
 		{"GCRA:burst=1,count=1,period=1s", `proto: limit "GCRA:burst=1,count=1,period=1s": unknown algorithm "GCRA"`},
 		{"gcra", `proto: limit "gcra": missing parameter "burst"`},
@@ -89,8 +89,8 @@ func TestLimitStringUnparseable(t *testing.T) {
 		want string
 	}{
 		{Limit{}, "algorithm(0):p0=0,p1=0,p2=0"},
-		{Limit{9, [3]int64{1, 2, 3}}, "algorithm(9):p0=1,p1=2,p2=3"},
-		{Limit{FixedWindow, [3]int64{1, 2, 3}}, "fixed_window:limit=1,window=2ns,p2=3"},
+		{Limit{Algorithm: 9, P: [3]int64{1, 2, 3}}, "algorithm(9):p0=1,p1=2,p2=3"},
+		{Limit{Algorithm: FixedWindow, P: [3]int64{1, 2, 3}}, "fixed_window:limit=1,window=2ns,p2=3"},
 		{GCRALimit(-1, 1, -time.Second), "gcra:burst=-1,count=1,period=-1s"},
 	} {
 		if got := tc.l.String(); got != tc.want {

@@ -57,26 +57,44 @@ const (
 	FlagSmyte Flags = 2
 	// FlagAt: At is the request time, Unix ns, instead of the server clock.
 	FlagAt Flags = 4
+	// FlagNamed (version 2): the limit is named, not given by its
+	// parameters: the limit field holds its name. The encoders set it from
+	// Limit.Name.
+	FlagNamed Flags = 8
 
-	itemFlags      = FlagStrict | FlagSmyte | FlagAt // item operations
-	multiFlags     = FlagAt                          // the MULTI as a whole
-	multiItemFlags = FlagStrict | FlagSmyte          // each MULTI item
+	itemFlags      = FlagStrict | FlagSmyte | FlagAt | FlagNamed // item operations
+	multiFlags     = FlagAt                                      // the MULTI as a whole
+	multiItemFlags = FlagStrict | FlagSmyte | FlagNamed          // each MULTI item
 )
 
-// Body sizes, not counting the opcode byte.
+// allowedFlags returns the flags of mask that frames of version v may set.
+func allowedFlags(mask Flags, v uint8) Flags {
+	if v < 2 {
+		return mask &^ FlagNamed
+	}
+	return mask
+}
+
+// Body sizes, not counting the opcode byte, with a limit given by its
+// parameters (a named limit's field is 1 + its name's length instead).
 const (
 	itemFixed      = 1 + limitLen + 8 + 8 + 2 // flags, limit, n, at, keylen: 44
+	itemTail       = 8 + 8 + 2                // n, at, keylen: after the limit
 	multiFixed     = 1 + 8 + 1                // flags, at, n: 10
 	multiItemFixed = 1 + limitLen + 8 + 2     // flags, limit, cost, keylen: 36
+	multiItemTail  = 8 + 2                    // cost, keylen: after the limit
 	scanFixed      = 8 + 2 + 2                // cursor, count, prefixlen: 12
 )
 
 // MultiItem is one acquire of a MULTI. Its time is the MULTI's.
 type MultiItem struct {
-	Flags Flags // FlagStrict, FlagSmyte
+	Flags Flags // FlagStrict, FlagSmyte; FlagNamed when decoded from a named limit
 	Limit Limit
 	Cost  int64  // tokens to take, >= 0
 	Key   []byte // 1..MaxKeyLen bytes; decoded, it aliases the frame
+	// Name is a decoded named limit's name (Limit is then zero); it
+	// aliases the frame. Encoders read Limit.Name instead.
+	Name []byte
 }
 
 // Op is one decoded request operation. Which fields apply depends on Code:
@@ -95,6 +113,7 @@ type Op struct {
 	Code  Opcode
 	Flags Flags
 	Limit Limit
+	Name  []byte // with FlagNamed, the limit's name (Limit is then zero); it aliases the frame
 	N     int64
 	At    int64
 	Key   []byte
@@ -125,7 +144,7 @@ func AppendItem(dst []byte, op Opcode, f Flags, l Limit, n, at int64, key []byte
 	if !isItemOp(op) {
 		panic("proto: AppendItem: " + op.String() + " is not an item operation")
 	}
-	dst = append(dst, byte(op), byte(f))
+	dst = append(dst, byte(op), byte(f&^FlagNamed|limitFlags(&l)))
 	dst = appendLimit(dst, &l)
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(n))
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(at))
@@ -145,7 +164,7 @@ func AppendMulti(dst []byte, f Flags, at int64, items []MultiItem) []byte {
 	dst = append(dst, byte(len(items)))
 	for i := range items {
 		it := &items[i]
-		dst = append(dst, byte(it.Flags))
+		dst = append(dst, byte(it.Flags&^FlagNamed|limitFlags(&it.Limit)))
 		dst = appendLimit(dst, &it.Limit)
 		dst = binary.LittleEndian.AppendUint64(dst, uint64(it.Cost))
 		dst = appendBytes16(dst, it.Key)
@@ -182,19 +201,25 @@ func appendBytes16(dst, p []byte) []byte {
 // located, and op.Code is the opcode byte if b has one. DecodeOp allocates nothing; the
 // slices it stores alias b (see Op).
 func DecodeOp(b []byte, op *Op) (rest []byte, err error) {
+	return DecodeOpVersion(b, Version, op)
+}
+
+// DecodeOpVersion is DecodeOp for an operation of a frame of version v
+// (MinVersion..Version): a version-1 operation may not use FlagNamed.
+func DecodeOpVersion(b []byte, v uint8, op *Op) (rest []byte, err error) {
 	if len(b) == 0 {
 		return nil, truncated("operation", 1, 0)
 	}
 	code := Opcode(b[0])
 	b = b[1:]
 	oldItems := op.NItems
-	op.Code, op.Flags, op.Limit, op.N, op.At, op.Key = code, 0, Limit{}, 0, 0, nil
+	op.Code, op.Flags, op.Limit, op.Name, op.N, op.At, op.Key = code, 0, Limit{}, nil, 0, 0, nil
 	op.NItems, op.Cursor, op.Count, op.Prefix = 0, 0, 0, nil
 	switch {
 	case isItemOp(code):
-		rest, err = decodeItem(b, op)
+		rest, err = decodeItem(b, v, op)
 	case code == OpMulti:
-		rest, err = decodeMulti(b, op)
+		rest, err = decodeMulti(b, v, op)
 	case code == OpScan:
 		rest, err = decodeScan(b, op)
 	case code == OpHello || code == OpPing || code == OpStats:
@@ -211,26 +236,48 @@ func DecodeOp(b []byte, op *Op) (rest []byte, err error) {
 }
 
 // decodeItem decodes an item operation's body.
-func decodeItem(b []byte, op *Op) ([]byte, error) {
-	if len(b) < itemFixed {
+func decodeItem(b []byte, v uint8, op *Op) ([]byte, error) {
+	if len(b) < 1 {
 		return nil, truncated(op.Code.String(), itemFixed, len(b))
 	}
 	op.Flags = Flags(b[0])
-	if op.Flags&^itemFlags != 0 {
-		return nil, errorf(ErrMalformed, "%v: reserved flag bits %#02x", op.Code, byte(op.Flags&^itemFlags))
+	if bad := op.Flags &^ allowedFlags(itemFlags, v); bad != 0 {
+		return nil, errorf(ErrMalformed, "%v: reserved flag bits %#02x", op.Code, byte(bad))
 	}
-	if err := decodeLimit(b[1:], &op.Limit); err != nil {
+	b, err := decodeLimitField(b[1:], op.Flags, op.Code, &op.Limit, &op.Name)
+	if err != nil {
 		return nil, err
 	}
-	op.N = int64(binary.LittleEndian.Uint64(b[1+limitLen:]))
-	op.At = int64(binary.LittleEndian.Uint64(b[9+limitLen:]))
-	key, rest, err := bytes16(b[itemFixed-2:], 1, op.Code, "key")
+	if len(b) < itemTail {
+		return nil, truncated(op.Code.String(), itemFixed, len(b))
+	}
+	op.N = int64(binary.LittleEndian.Uint64(b))
+	op.At = int64(binary.LittleEndian.Uint64(b[8:]))
+	key, rest, err := bytes16(b[itemTail-2:], 1, op.Code, "key")
 	op.Key = key
 	return rest, err
 }
 
+// decodeLimitField decodes an operation's limit field at the start of b:
+// a name with FlagNamed in f, else an algorithm and its parameters. It
+// returns the bytes after it.
+func decodeLimitField(b []byte, f Flags, code Opcode, l *Limit, name *[]byte) ([]byte, error) {
+	if f&FlagNamed != 0 {
+		n, rest, err := decodeName(b, code)
+		*name = n
+		return rest, err
+	}
+	if len(b) < limitLen {
+		return nil, truncated(code.String()+" limit", limitLen, len(b))
+	}
+	if err := decodeLimit(b, l); err != nil {
+		return nil, err
+	}
+	return b[limitLen:], nil
+}
+
 // decodeMulti decodes a MULTI's body.
-func decodeMulti(b []byte, op *Op) ([]byte, error) {
+func decodeMulti(b []byte, v uint8, op *Op) ([]byte, error) {
 	if len(b) < multiFixed {
 		return nil, truncated("MULTI", multiFixed, len(b))
 	}
@@ -250,19 +297,23 @@ func decodeMulti(b []byte, op *Op) ([]byte, error) {
 	for i := range n {
 		op.NItems = i // only items decoded so far are set
 		it := &op.Items[i]
-		if len(b) < multiItemFixed {
+		if len(b) < 1 {
 			return nil, truncated("MULTI item "+strconv.Itoa(i), multiItemFixed, len(b))
 		}
 		it.Flags = Flags(b[0])
-		if it.Flags&^multiItemFlags != 0 {
-			return nil, errorf(ErrMalformed, "MULTI item %d: reserved flag bits %#02x", i, byte(it.Flags&^multiItemFlags))
+		if bad := it.Flags &^ allowedFlags(multiItemFlags, v); bad != 0 {
+			return nil, errorf(ErrMalformed, "MULTI item %d: reserved flag bits %#02x", i, byte(bad))
 		}
-		if err := decodeLimit(b[1:], &it.Limit); err != nil {
+		it.Limit, it.Name = Limit{}, nil
+		var err error
+		if b, err = decodeLimitField(b[1:], it.Flags, OpMulti, &it.Limit, &it.Name); err != nil {
 			return nil, err
 		}
-		it.Cost = int64(binary.LittleEndian.Uint64(b[1+limitLen:]))
-		var err error
-		if it.Key, b, err = bytes16(b[multiItemFixed-2:], 1, OpMulti, "item key"); err != nil {
+		if len(b) < multiItemTail {
+			return nil, truncated("MULTI item "+strconv.Itoa(i), multiItemFixed, len(b))
+		}
+		it.Cost = int64(binary.LittleEndian.Uint64(b))
+		if it.Key, b, err = bytes16(b[multiItemTail-2:], 1, OpMulti, "item key"); err != nil {
 			return nil, err
 		}
 	}

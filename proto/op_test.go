@@ -3,7 +3,9 @@ package proto
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -75,7 +77,7 @@ func TestDecodeOpErrors(t *testing.T) {
 		return b
 	}
 	twoItems := encodeOp(nil, &[]Op{multi(0, 0,
-		MultiItem{0, GCRALimit(1, 1, 1), 1, []byte("a")}, MultiItem{0, GCRALimit(1, 1, 1), 1, []byte("b")})}[0])
+		MultiItem{Flags: 0, Limit: GCRALimit(1, 1, 1), Cost: 1, Key: []byte("a")}, MultiItem{Flags: 0, Limit: GCRALimit(1, 1, 1), Cost: 1, Key: []byte("b")})}[0])
 	scanOp := AppendScan(nil, 0, 10, []byte("p"))
 	u16 := func(v int) []byte { return binary.LittleEndian.AppendUint16(nil, uint16(v)) }
 	for _, tc := range []struct {
@@ -89,7 +91,7 @@ func TestDecodeOpErrors(t *testing.T) {
 		{"opcode 255", []byte{255, 1, 2, 3}, ErrUnknownOpcode},
 		{"item truncated", acquire[:44], ErrMalformed},
 		{"item key truncated", acquire[:len(acquire)-1], ErrMalformed},
-		{"item flag bit 3", set(acquire, 1, 8), ErrMalformed},
+		{"item flag bit 4", set(acquire, 1, 0x10), ErrMalformed},
 		{"item flag bit 7", set(acquire, 1, 0x80), ErrMalformed},
 		{"item algorithm 0", set(acquire, 2, 0), ErrInvalidLimit},
 		{"item algorithm 6", set(acquire, 2, 6), ErrInvalidLimit},
@@ -163,6 +165,66 @@ func TestOpcodeString(t *testing.T) {
 	for i, w := range want {
 		if got := Opcode(i).String(); got != w {
 			t.Errorf("Opcode(%d).String() = %q, want %q", i, got, w)
+		}
+	}
+}
+
+// Named limits (version 2): the name takes the limit field's place, in
+// items and MULTI items; a version-1 frame may not use them.
+func TestDecodeOp_named(t *testing.T) {
+	set := func(b []byte, off int, v byte) []byte {
+		c := bytes.Clone(b)
+		c[off] = v
+		return c
+	}
+	item := AppendItem(nil, OpAcquire, FlagStrict, Named("login"), 2, 0, []byte("alice"))
+	if item[1] != byte(FlagStrict|FlagNamed) || item[2] != 5 || string(item[3:8]) != "login" {
+		t.Fatalf("encoded %x", item)
+	}
+	var op Op
+	rest, err := DecodeOp(item, &op)
+	if err != nil || len(rest) != 0 || string(op.Name) != "login" || op.Limit != (Limit{}) ||
+		op.N != 2 || string(op.Key) != "alice" || op.Flags != FlagStrict|FlagNamed {
+		t.Fatalf("decoded %+v, rest %x, %v", op, rest, err)
+	}
+	multi := AppendMulti(nil, 0, 0, []MultiItem{
+		{Limit: Named("login"), Cost: 1, Key: []byte("a")},
+		{Limit: GCRALimit(1, 1, time.Second), Cost: 1, Key: []byte("b")},
+	})
+	if _, err := DecodeOp(multi, &op); err != nil || op.NItems != 2 || string(op.Items[0].Name) != "login" ||
+		op.Items[1].Name != nil || op.Items[1].Limit != GCRALimit(1, 1, time.Second) {
+		t.Fatalf("multi decoded %+v, %v", op.Items[:op.NItems], err)
+	}
+	for _, tc := range []struct {
+		name string
+		b    []byte
+		v    uint8
+		want error
+	}{
+		{"named in version 1", item, 1, ErrMalformed},
+		{"named multi item in version 1", multi, 1, ErrMalformed},
+		{"name of 0 bytes", set(item, 2, 0), 2, ErrInvalidLimit},
+		{"name of 65 bytes", set(item, 2, 65), 2, ErrInvalidLimit},
+		{"name truncated", item[:6], 2, ErrMalformed},
+		{"tail truncated", item[:10], 2, ErrMalformed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := DecodeOpVersion(tc.b, tc.v, &op)
+			checkErr(t, err, tc.want)
+		})
+	}
+}
+
+func TestParseLimit_named(t *testing.T) {
+	for _, s := range []string{"login", "api.v2-read_x", "a"} {
+		l, err := ParseLimit(s)
+		if err != nil || l != Named(s) || l.String() != s {
+			t.Errorf("ParseLimit(%q) = %+v, %v", s, l, err)
+		}
+	}
+	for _, s := range []string{"", "1abc", "has space", "x/y", strings.Repeat("n", MaxNameLen+1)} {
+		if _, err := ParseLimit(s); !errors.Is(err, ErrInvalidLimit) {
+			t.Errorf("ParseLimit(%q) = %v, want ErrInvalidLimit", s, err)
 		}
 	}
 }

@@ -7,7 +7,9 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -166,4 +168,189 @@ func binaryLE(v uint64) []byte {
 		b[i] = byte(v >> (8 * i))
 	}
 	return b
+}
+
+// Ensure an owner closing its file waits for the decisions attached tables
+// have in progress, and that no attached table starts one afterwards: a
+// decision in flight ends before the final sync, and the next one is told
+// the owner is gone. A new owner's open waits the same way for tables that
+// are still attached to the previous one.
+func TestAttach_ownerWaitsForDecisions(t *testing.T) {
+	owner, path := newFile(t, Options{SlotCount: 64})
+	att, err := Attach(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer att.Close()
+	if err := att.Enter(); err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan error)
+	go func() { closed <- owner.Close() }()
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) while an attached decision was in progress", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	att.Exit()
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	if err := att.Enter(); !errors.Is(err, ErrNoOwner) {
+		t.Fatalf("Enter after the owner closed = %v, want ErrNoOwner", err)
+	}
+	if att.OwnerAlive() {
+		t.Error("OwnerAlive after the owner closed")
+	}
+
+	// A second attached table, then a new owner: the first one's
+	// registration is stale (its owner is gone), the second's too.
+	next, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Close()
+	if err := att.Enter(); !errors.Is(err, ErrNoOwner) {
+		t.Fatalf("Enter of a table attached to the previous owner = %v, want ErrNoOwner", err)
+	}
+	again, err := Attach(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	if err := again.Enter(); err != nil {
+		t.Fatalf("Enter on a table attached to the new owner: %v", err)
+	}
+	again.Exit()
+	if !again.OwnerAlive() {
+		t.Error("OwnerAlive is false for a table attached to a serving owner")
+	}
+}
+
+// Ensure a holder that is only stopped (SIGSTOP) keeps its lock: a waiter
+// in another table waits for it, however long, and gets the slot as the
+// holder left it once it goes on, not a repaired one.
+func TestAttach_stoppedHolderKeepsItsLock(t *testing.T) {
+	if path := os.Getenv("SHM_TEST_HOLDER"); path != "" {
+		att, err := Attach(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, ok := att.Lookup(fp(att, "held"))
+		if !ok {
+			t.Fatal("no bucket")
+		}
+		os.WriteFile(path+".ready", nil, 0o600)
+		for { // stopped here by the parent, holding the lock
+			if _, err := os.Stat(path + ".release"); err == nil {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		s.State()[0] = 42
+		s.Commit(math.MaxInt64)
+		att.Close()
+		return
+	}
+	owner, path := newFile(t, Options{SlotCount: 16})
+	put(t, owner, "held", 5, math.MaxInt64, 0)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestAttach_stoppedHolderKeepsItsLock$")
+	cmd.Env = append(os.Environ(), "SHM_TEST_HOLDER="+path)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		if _, err := os.Stat(path + ".ready"); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the holder did not start")
+		}
+	}
+	cmd.Process.Signal(syscall.SIGSTOP)
+	got := make(chan [StateWords]int64, 1)
+	go func() {
+		s, ok := owner.Lookup(fp(owner, "held"))
+		if !ok || s.Conservative() {
+			t.Errorf("after the wait: found %v, conservative %v", ok, ok && s.Conservative())
+		}
+		got <- *s.State()
+		s.Release()
+	}()
+	select {
+	case st := <-got:
+		t.Fatalf("a stopped holder's lock was taken over (state %v)", st)
+	case <-time.After(time.Second): // thousands of liveness checks
+	}
+	os.WriteFile(path+".release", nil, 0o600)
+	cmd.Process.Signal(syscall.SIGCONT)
+	select {
+	case st := <-got:
+		if st[0] != 42 {
+			t.Errorf("state %v, want the holder's write (42)", st)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter did not get the lock after the holder went on")
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("holder: %v", err)
+	}
+}
+
+// Ensure processes that exit without closing their table do not use the
+// holders registry up: once every entry is taken, the next table frees
+// those of processes that are gone. A lock one of them died holding is
+// never taken for the new holder's, whose tag is of a later generation.
+func TestAttach_registryOfTheDead(t *testing.T) {
+	owner, path := newFile(t, Options{SlotCount: 16})
+	put(t, owner, "held", 5, math.MaxInt64, 0)
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	deadPID := uint32(gone.Process.Pid)
+	var deadTags []uint32
+	for i := range numHolders {
+		e := owner.holder(i)
+		if entryLive(atomic.LoadUint32(u32at(e, 0))) {
+			continue // the owner's
+		}
+		tag := nextTag(i, atomic.LoadUint32(u32at(e, 0)))
+		atomic.StoreUint32(u32at(e, 0), tag)
+		atomic.StoreUint32(u32at(e, 4), deadPID)
+		deadTags = append(deadTags, tag)
+	}
+	// One of them died holding the bucket's lock.
+	s, _ := owner.Lookup(fp(owner, "held"))
+	l := u32at(s.p, slotLock)
+	atomic.StoreUint32(l, atomic.LoadUint32(l)&^genMask|deadTags[0]<<genShift|lockHeld)
+
+	att, err := Attach(path)
+	if err != nil {
+		t.Fatalf("Attach with the registry full of dead processes: %v", err)
+	}
+	defer att.Close()
+	if slices.Contains(deadTags, att.gen) {
+		t.Fatalf("the new holder took a dead holder's tag %#x", att.gen)
+	}
+	if n := len(owner.Holders()); n != 2 {
+		t.Errorf("%d holders after the prune, want 2 (the owner and the new one)", n)
+	}
+	done := make(chan bool, 1)
+	go func() {
+		s, ok := att.Lookup(fp(att, "held"))
+		done <- ok && s.Conservative()
+		if ok {
+			s.Release()
+		}
+	}()
+	select {
+	case repaired := <-done:
+		if !repaired {
+			t.Error("a lock left by a dead holder was not taken over and repaired")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a lock left by a dead holder is waited for")
+	}
 }

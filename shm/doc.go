@@ -71,6 +71,18 @@
 // serving it (ErrNoOwner), so an attached table never sees a file that has
 // not been recovered.
 //
+// An attached table brackets each decision with Enter and Exit, which count
+// it in the file (busy, format.go) and check that the owner it attached to
+// still serves the file. An owner that opens the file (after a previous
+// owner died, say) or closes it first withdraws the owner tag, then waits
+// until no live attached table is inside a decision; from then on every
+// Enter fails with ErrNoOwner, so recovery and the final sync never run
+// beside an attached writer. An attached table learns that its owner died
+// from OwnerAlive (it keeps deciding meanwhile: the table stays sound, the
+// kernel keeps the pages), and attaches again once a new owner serves.
+// A process stopped inside a decision holds the next owner's open (or the
+// closing owner's final sync) until it continues or dies.
+//
 // Every table registers in the file's holders registry (format.go): a tag,
 // its pid and its process's start time. A lock word carries its holder's
 // tag. A waiter spins on a held lock, and asks every few hundred rounds

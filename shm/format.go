@@ -46,10 +46,20 @@ package shm
 //	                            the processes that have the table open (the
 //	                            owner, and tables attached to it), one entry
 //	                            each: the 15-bit tag they put in the lock words
-//	                            they hold (0: a free entry), their pid, and the
+//	                            they hold (0: never used; bit 31 set: free, with
+//	                            its last tag; entry i's tags are i | g<<6 for a
+//	                            generation g in 1..511 that advances each time
+//	                            the entry is taken), their pid, and the
 //	                            process's start time (Linux: field 22 of
 //	                            /proc/PID/stat), which tells a pid reused by
 //	                            another process from the one that registered
+//	0x500  busy        [64]uint32  per holders entry: the decisions an attached
+//	                            table has in progress (Table.Enter to Exit).
+//	                            An owner that opens or closes the file first
+//	                            zeroes ownerTag, then waits until every live
+//	                            attached holder's count is 0: from then on no
+//	                            attached table writes (each checks ownerTag
+//	                            after counting itself in)
 //	...    reserved    zero
 //	0x800  insertLocks [512]uint32  insert stripes: bit 0 locked, bits 1-15 the
 //	                            holder's tag, bits 16-31 the count of buckets
@@ -96,6 +106,9 @@ package shm
 //	   bucket.
 //	3  the owner's tag and the holders registry (0x0f8, 0x100), in bytes
 //	   that were zero: the upgrade changes only the version.
+//	4  the busy counts (0x500), in bytes that were zero: the upgrade changes
+//	   only the version. A version-3 attached table does not count itself
+//	   in, so it may not attach to a version-4 file (nor the reverse).
 //
 // An interrupted upgrade leaves the new version number under the old
 // header checksum (the two are written in that order); Open recognises it
@@ -103,7 +116,7 @@ package shm
 
 const (
 	magic         = "SLUICE\x1a\n" // identifies a Sluice state file
-	FormatVersion = 3              // the file format this package writes; it reads 1 to FormatVersion
+	FormatVersion = 4              // the file format this package writes; it reads 1 to FormatVersion
 	byteOrderMark = 0x01020304     // written little-endian; reads differently on a foreign order
 	HeaderSize    = 4096           // bytes before slot 0; one page, so slots are page-aligned
 	cleanMagic    = 0xC1EA7C1E     // cleanFlag value after a graceful close
@@ -135,7 +148,8 @@ const (
 	offOwnerTag    = 0x0f8
 	offHolders     = 0x100
 	numHolders     = 64
-	holderSize     = 16 // tag uint32, pid uint32, started uint64
+	holderSize     = 16    // tag uint32, pid uint32, started uint64
+	offBusy        = 0x500 // [numHolders]uint32
 	offInsertLocks = 0x800
 	numInsertLocks = 512
 )

@@ -73,6 +73,7 @@ type Table struct {
 	gen       uint32         // this table's holder tag, in the lock words it holds
 	holderIdx int            // its entry in the holders registry
 	owner     bool           // the file's owner (or a heap table), not attached
+	ownerSeen uint32         // attached: the owner tag when it attached (Enter)
 	slotSize  uintptr
 	n         uint64 // slot count
 	probeCap  uint64
@@ -266,6 +267,11 @@ func mapTable(f *os.File, version uint32, created bool) (*Table, error) {
 		t.upgrade(version)
 		t.opened.UpgradedFrom = version
 	}
+	// Tables still attached to a previous owner (one that died) stop
+	// deciding before anything is repaired: they see the owner tag change.
+	atomic.StoreUint32(u32at(t.base, offOwnerTag), 0)
+	t.pruneHolders(true)
+	t.quiesce()
 	// Insert locks are held only for an instant, but a process killed in that
 	// instant leaves one held: the file's single owner starts with them free.
 	clear(t.headerBytes()[offInsertLocks : offInsertLocks+numInsertLocks*4])
@@ -284,7 +290,6 @@ func mapTable(f *os.File, version uint32, created bool) (*Table, error) {
 		return nil, fmt.Errorf("shm: sync header of %s: %w", f.Name(), err)
 	}
 	// Serve: register as a holder, then let tables attach.
-	t.pruneHolders()
 	if err := t.register(); err != nil {
 		m.Unmap()
 		f.Close()
@@ -337,6 +342,7 @@ func Attach(path string) (*Table, error) {
 	}
 	t := &Table{base: mappingBase(m), file: f, mm: m}
 	t.load(t.headerBytes())
+	t.ownerSeen = atomic.LoadUint32(u32at(t.base, offOwnerTag))
 	if !t.ownerLive() {
 		m.Unmap()
 		return fail(ErrNoOwner)
@@ -396,7 +402,9 @@ func (t *Table) Close() error {
 		return ErrClosed
 	}
 	if t.owner {
+		// Attached tables stop deciding before the final sync.
 		atomic.CompareAndSwapUint32(u32at(t.base, offOwnerTag), t.gen, 0)
+		t.quiesce()
 	}
 	t.deregister()
 	if t.mm == nil {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/cespare/xxhash/v2"
 )
@@ -23,65 +24,131 @@ const maxProblems = 10
 //   - no fingerprint occupies two slots;
 //   - every bucket is reachable: it lies within the probe cap and the reach
 //     of its home slot, with no empty slot in between.
-func (t *Table) Verify() error {
+func (t *Table) Verify() error { return t.verify(nil) }
+
+// Image.Verify's patience with a slot that is being written: it reads a
+// slot with a problem again this many times, this far apart.
+const (
+	liveRetries = 5
+	liveBackoff = 2 * time.Millisecond
+	maxRetried  = 1000
+)
+
+// verify checks the invariants Verify lists. With an image, the file may be
+// in use: a lock held by a live process is not a problem (the slot is
+// skipped, unless the lock stays held across the retries by a process that
+// is gone), a version older than FormatVersion is not (the owner upgrades
+// it), and a slot whose problems vanish when it is read again was being
+// written.
+func (t *Table) verify(im *Image) error {
 	var problems []error
-	report := func(format string, args ...any) {
+	total := 0
+	report := func(err error) {
+		total++
 		if len(problems) < maxProblems {
-			problems = append(problems, fmt.Errorf(format, args...))
+			problems = append(problems, err)
 		}
 	}
 	if v, err := validateHeader(t.headerBytes(), HeaderSize+int64(t.n)*int64(t.slotSize)); err != nil {
-		report("header: %w", err)
-	} else if v != FormatVersion {
-		report("header: version %d, want %d", v, FormatVersion)
+		report(fmt.Errorf("header: %w", err))
+	} else if v != FormatVersion && im == nil {
+		report(fmt.Errorf("header: version %d, want %d", v, FormatVersion))
 	}
-	run := make([]uint16, t.n)
-	t.runs(run, func(i uint64) bool { return loadFP(t.slotPtr(i)) != (Fingerprint{}) })
+	// Only a file in use changes under the check; a damaged one would make
+	// every retry wait for nothing, so retries stop after maxRetried slots.
+	retried, live := 0, false
+	if im != nil {
+		st, _ := im.state()
+		live = st == InUse
+	}
 	seen := make(map[Fingerprint]uint64)
 	for i := range t.n {
-		p := t.slotPtr(i)
-		s := Slot{p, i, t}
-		if w := *u32at(p, slotLock); w&lockHeld != 0 || w&(1<<reachShift-1) != 0 {
-			report("slot %d: lock word %#08x is held or has stray bits", i, w)
-		}
-		if got, want := *u32at(p, slotSum), checksumOf(p); got != want {
-			report("slot %d: checksum %#08x, want %#08x", i, got, want)
-		}
-		fp := s.Fingerprint()
-		if fp == (Fingerprint{}) {
-			for _, b := range t.slotBytes(i) {
-				if b != 0 {
-					report("slot %d: empty slot is not zero", i)
-					break
-				}
-			}
-			continue
-		}
-		if n := int(*u16at(p, slotKeyLen)); n > 0 {
-			if n > t.room {
-				report("slot %d: inline key of %d bytes in a slot with room for %d", i, n, t.room)
-			} else if *u32at(p, slotKeySum) != uint32(xxhash.Sum64(keyBytes(p, n))) {
-				report("slot %d: inline key checksum mismatch", i)
+		errs := t.checkSlot(i, im, seen)
+		if live && len(errs) > 0 && retried < maxRetried {
+			retried++
+			for retry := 0; len(errs) > 0 && retry < liveRetries; retry++ {
+				time.Sleep(liveBackoff)
+				errs = t.checkSlot(i, im, seen)
 			}
 		}
-		if f := *u8at(p, slotFlags); f&^(flagLive|flagConservative) != 0 || f == flagConservative {
-			report("slot %d: invalid flags %#02x", i, f)
+		for _, err := range errs {
+			report(err)
 		}
-		if !s.Live() && (s.FreshAt() != math.MinInt64 || *s.State() != [StateWords]int64{}) {
-			report("slot %d: slot that is not live holds state", i)
-		}
-		if j, dup := seen[fp]; dup {
-			report("slot %d: fingerprint also in slot %d", i, j)
-		}
-		seen[fp] = i
-		h := t.home(fp)
-		d := (i + t.n - h) % t.n
-		if d >= t.probeCap || d >= uint64(run[i]) || d > t.reach(h) {
-			report("slot %d: unreachable from its home slot %d (displacement %d, reach %d)", i, h, d, t.reach(h))
+		if fp := loadFP(t.slotPtr(i)); fp != (Fingerprint{}) {
+			if _, dup := seen[fp]; !dup {
+				seen[fp] = i
+			}
 		}
 	}
-	if len(problems) == 0 {
+	if total == 0 {
 		return nil
 	}
+	if total > len(problems) {
+		problems = append(problems, fmt.Errorf("and %d more problems", total-len(problems)))
+	}
 	return errors.Join(append([]error{ErrCorrupt}, problems...)...)
+}
+
+// checkSlot returns the problems of slot i; seen maps the fingerprints of
+// the slots before it to their index.
+func (t *Table) checkSlot(i uint64, im *Image, seen map[Fingerprint]uint64) []error {
+	var problems []error
+	report := func(format string, args ...any) {
+		problems = append(problems, fmt.Errorf("slot %d: "+format, append([]any{i}, args...)...))
+	}
+	p := t.slotPtr(i)
+	s := Slot{p, i, t}
+	w := *u32at(p, slotLock)
+	if w&lockHeld != 0 && im != nil {
+		if _, live := im.liveHolder(w & genMask >> genShift); live {
+			return nil // being written; a held lock is no damage
+		}
+		report("lock held by a process that is gone (the next open releases it)")
+		return problems
+	}
+	if w&lockHeld != 0 || w&(1<<reachShift-1) != 0 {
+		report("lock word %#08x is held or has stray bits", w)
+	}
+	if got, want := *u32at(p, slotSum), checksumOf(p); got != want {
+		report("checksum %#08x, want %#08x (a torn write or a flipped bit)", got, want)
+	}
+	fp := s.Fingerprint()
+	if fp == (Fingerprint{}) {
+		for _, b := range t.slotBytes(i) {
+			if b != 0 {
+				report("empty slot is not zero")
+				break
+			}
+		}
+		return problems
+	}
+	if n := int(*u16at(p, slotKeyLen)); n > 0 {
+		if n > t.room {
+			report("inline key of %d bytes in a slot with room for %d", n, t.room)
+		} else if *u32at(p, slotKeySum) != uint32(xxhash.Sum64(keyBytes(p, n))) {
+			report("inline key checksum mismatch")
+		}
+	}
+	if f := *u8at(p, slotFlags); f&^(flagLive|flagConservative) != 0 || f == flagConservative {
+		report("invalid flags %#02x", f)
+	}
+	if !s.Live() && (s.FreshAt() != math.MinInt64 || *s.State() != [StateWords]int64{}) {
+		report("slot that is not live holds state")
+	}
+	if j, dup := seen[fp]; dup {
+		report("fingerprint also in slot %d", j)
+	}
+	h := t.home(fp)
+	d := (i + t.n - h) % t.n
+	gap := false
+	for k := uint64(1); k <= d && k <= t.probeCap; k++ {
+		if loadFP(t.slotPtr((i+t.n-k)%t.n)) == (Fingerprint{}) {
+			gap = true
+			break
+		}
+	}
+	if d >= t.probeCap || gap || d > t.reach(h) {
+		report("unreachable from its home slot %d (displacement %d, reach %d)", h, d, t.reach(h))
+	}
+	return problems
 }

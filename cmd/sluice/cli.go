@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/clients/go/sluice"
+	"github.com/sluicehq/sluice/clients/go/sluice/direct"
+	"github.com/sluicehq/sluice/internal/version"
 )
 
 // Exit statuses.
@@ -20,9 +22,12 @@ const (
 	exitError  = 2 // anything went wrong, usage errors included
 )
 
-// defaultSocket is sluiced's default socket, relative to the working
-// directory, as for sluiced.
-const defaultSocket = "var/sluice.sock"
+// defaultSocket and defaultState are sluiced's default socket and state
+// file, relative to the working directory, as for sluiced.
+const (
+	defaultSocket = "var/sluice.sock"
+	defaultState  = "var/sluice.state"
+)
 
 // timeout bounds every call to the sidecar.
 const timeout = 5 * time.Second
@@ -53,6 +58,14 @@ func init() {
 			"Show the sidecar's counters.", runStats},
 		{"ping", "",
 			"Check that the sidecar answers.", runPing},
+		{"top", "[--interval D] [--once]",
+			"Show the sidecar's decisions/s, outcomes, connections and table load, refreshed until ctrl-c.", runTop},
+		{"inspect", "STATEFILE [--json]",
+			"Describe a state file offline: header, geometry, load, live buckets by algorithm, probe lengths, clean or dirty. Read-only; safe beside a running sidecar.", runInspect},
+		{"verify", "STATEFILE",
+			"Check every slot checksum and probe invariant of a state file offline; exit 0 if sound, 1 with a report if damaged. Read-only; safe beside a running sidecar.", runVerify},
+		{"config", "check PATH [--quiet]",
+			"Validate a config file offline and list its limits; exit 0 if it is valid, 1 if not.", runConfig},
 	}
 }
 
@@ -60,24 +73,35 @@ func init() {
 type cli struct {
 	stdout, stderr io.Writer
 	socket         string
+	state          string // the state file, with direct
+	direct         bool   // decide in the state file instead of through the socket
 }
 
 // run runs the command line args (without the program name) and returns
 // the exit status. getenv reads the environment (SLUICE_SOCKET).
 func run(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	x := &cli{stdout: stdout, stderr: stderr, socket: defaultSocket}
+	x := &cli{stdout: stdout, stderr: stderr, socket: defaultSocket, state: defaultState}
 	if s := getenv("SLUICE_SOCKET"); s != "" {
 		x.socket = s
+	}
+	if s := getenv("SLUICE_STATE"); s != "" {
+		x.state = s
 	}
 	fs := flag.NewFlagSet("sluice", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&x.socket, "socket", x.socket, "the sidecar's Unix socket (default $SLUICE_SOCKET, else "+defaultSocket+")")
+	x.directFlags(fs)
+	showVersion := fs.Bool("version", false, "print the version and the format versions")
 	switch err := fs.Parse(args); {
 	case errors.Is(err, flag.ErrHelp):
 		x.usage()
 		return exitOK
 	case err != nil:
 		return x.fail("%v (see sluice --help)", err)
+	}
+	if *showVersion {
+		fmt.Fprintln(x.stdout, version.String("sluice"))
+		return exitOK
 	}
 	args = fs.Args()
 	if len(args) == 0 {
@@ -111,8 +135,10 @@ func lookup(name string) *command {
 // usage prints the command's usage to stdout.
 func (x *cli) usage() {
 	w := x.stdout
-	fmt.Fprintln(w, "usage: sluice [--socket PATH] COMMAND [ARGS]")
-	fmt.Fprintln(w, "\nTalk to a running sluiced over its Unix socket.")
+	fmt.Fprintln(w, "usage: sluice [--socket PATH] [--direct [--state PATH]] COMMAND [ARGS]\n       sluice --version")
+	fmt.Fprintln(w, "\nTalk to a running sluiced over its Unix socket, or with --direct decide")
+	fmt.Fprintln(w, "acquire, peek, refund and reset in its state file, beside it. inspect,")
+	fmt.Fprintln(w, "verify and config check work offline.")
 	fmt.Fprintln(w, "\ncommands:")
 	for _, c := range commands {
 		fmt.Fprintln(w, strings.TrimRight(fmt.Sprintf("  %-8s %s", c.name, c.args), " "))
@@ -127,8 +153,9 @@ func (x *cli) usage() {
 	} {
 		fmt.Fprintln(w, "  "+s)
 	}
-	fmt.Fprintln(w, "\n--socket defaults to $SLUICE_SOCKET, else "+defaultSocket+". Flags may come before or")
-	fmt.Fprintln(w, "after the arguments; -- ends them. \"sluice COMMAND --help\" describes a command.")
+	fmt.Fprintln(w, "\n--socket defaults to $SLUICE_SOCKET, else "+defaultSocket+"; --state to $SLUICE_STATE,")
+	fmt.Fprintln(w, "else "+defaultState+". Flags may come before or after the arguments; -- ends them.")
+	fmt.Fprintln(w, "\"sluice COMMAND --help\" describes a command.")
 	fmt.Fprintln(w, "\nexit status: 0 allowed (or success), 1 denied, 2 error")
 }
 
@@ -150,7 +177,14 @@ func (x *cli) flags(name string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&x.socket, "socket", x.socket, "`PATH` of the sidecar's Unix socket")
+	x.directFlags(fs)
 	return fs
+}
+
+// directFlags adds --direct and --state to fs.
+func (x *cli) directFlags(fs *flag.FlagSet) {
+	fs.BoolVar(&x.direct, "direct", x.direct, "decide in the sidecar's state file instead of through its socket")
+	fs.StringVar(&x.state, "state", x.state, "`PATH` of the sidecar's state file, with --direct")
 }
 
 // parse parses a command's flags and arguments, in any order, and checks
@@ -211,6 +245,28 @@ func (x *cli) commandUsage(name string, fs *flag.FlagSet) {
 // dial connects to the sidecar, reporting failure.
 func (x *cli) dial(cmd string) (*sluice.Client, int, bool) {
 	c, err := sluice.Dial(x.socket, sluice.WithTimeout(timeout), sluice.WithDialTimeout(timeout), sluice.WithFailurePolicy(sluice.FailError))
+	if err != nil {
+		return nil, x.failCmd(cmd, err), false
+	}
+	return c, exitOK, true
+}
+
+// bucketClient is what the commands on one bucket need: the socket client
+// or, with --direct, the direct one.
+type bucketClient interface {
+	Acquire(ctx context.Context, l sluice.Limit, key string, cost int64, opts ...sluice.RequestOption) (sluice.Decision, error)
+	Peek(ctx context.Context, l sluice.Limit, key string, opts ...sluice.RequestOption) (sluice.Decision, error)
+	Refund(ctx context.Context, l sluice.Limit, key string, amount int64, opts ...sluice.RequestOption) (sluice.Decision, error)
+	Reset(ctx context.Context, l sluice.Limit, key string) (bool, error)
+	Close() error
+}
+
+// open returns the client for a command on one bucket, reporting failure.
+func (x *cli) open(cmd string) (bucketClient, int, bool) {
+	if !x.direct {
+		return x.dial(cmd)
+	}
+	c, err := direct.Open(x.state, direct.Options{})
 	if err != nil {
 		return nil, x.failCmd(cmd, err), false
 	}

@@ -184,9 +184,9 @@ func TestSocket(t *testing.T) {
 func TestUsage(t *testing.T) {
 	sock := startSidecar(t, 128)
 	runSteps(t, sock, []step{
-		{"--help", 0, "usage: sluice [--socket PATH] COMMAND [ARGS]\n...", ""},
-		{"-h", 0, "usage: sluice [--socket PATH] COMMAND [ARGS]\n...", ""},
-		{"help", 0, "usage: sluice [--socket PATH] COMMAND [ARGS]\n...", ""},
+		{"--help", 0, "usage: sluice [--socket PATH] [--direct [--state PATH]] COMMAND [ARGS]\n...", ""},
+		{"-h", 0, "usage: sluice [--socket PATH] [--direct [--state PATH]] COMMAND [ARGS]\n...", ""},
+		{"help", 0, "usage: sluice [--socket PATH] [--direct [--state PATH]] COMMAND [ARGS]\n...", ""},
 		{"help scan", 0, "usage: sluice scan [PREFIX] [--count N]\n...", ""},
 		{"acquire --help", 0, "usage: sluice acquire KEY LIMIT [--cost N] [--at UNIX_NANOS] [--strict] [--json]\n...", ""},
 		{"peek k --help", 0, "usage: sluice peek KEY LIMIT...", ""},
@@ -209,5 +209,23 @@ func TestUsage(t *testing.T) {
 		{"reset k", 2, "", "sluice: reset: want KEY LIMIT"},
 		{"stats extra", 2, "", `sluice: stats: takes no arguments, got "extra"`},
 		{"ping extra", 2, "", `sluice: ping: takes no arguments, got "extra"`},
+	})
+}
+
+// --direct decides in the state file, on the same buckets as the socket.
+func TestDirect(t *testing.T) {
+	sock := startSidecar(t, 64)
+	state := filepath.Join(filepath.Dir(sock), "state")
+	at := " --at " + strconv.FormatInt(t0, 10)
+	d := "--direct --state " + state + " "
+	runSteps(t, sock, []step{
+		{"acquire mixed " + tb10 + " --cost 4" + at, 0, "allowed remaining=6 limit=10 reset_after=4h0m0s\n", ""},
+		{d + "acquire mixed " + tb10 + " --cost 4" + at, 0, "allowed remaining=2 limit=10 reset_after=8h0m0s\n", ""},
+		{"peek mixed " + tb10 + at, 0, "allowed remaining=2 limit=10 reset_after=8h0m0s\n", ""},
+		{"acquire --direct --state " + state + " mixed " + tb10 + " --cost 3" + at, 1,
+			"denied remaining=2 limit=10 retry_after=1h0m0s reset_after=8h0m0s\n", ""},
+		{d + "reset mixed " + tb10, 0, "reset: the bucket existed\n", ""},
+		{"peek mixed " + tb10 + at, 0, "allowed remaining=10 limit=10 reset_after=0s\n", ""},
+		{"--direct --state " + state + ".missing peek k " + tb10, 2, "", "sluice: peek: cannot decide in " + state + ".missing"},
 	})
 }

@@ -27,7 +27,7 @@ func runAcquire(x *cli, args []string) int {
 	if *strict {
 		opts = append(opts, sluice.Strict())
 	}
-	return x.decision("acquire", *asJSON, func(c *sluice.Client) (sluice.Decision, error) {
+	return x.decision("acquire", *asJSON, func(c bucketClient) (sluice.Decision, error) {
 		cx, cancel := callContext()
 		defer cancel()
 		return c.Acquire(cx, l, pos[0], *cost, opts...)
@@ -42,7 +42,7 @@ func runPeek(x *cli, args []string) int {
 	if !ok {
 		return code
 	}
-	return x.decision("peek", *asJSON, func(c *sluice.Client) (sluice.Decision, error) {
+	return x.decision("peek", *asJSON, func(c bucketClient) (sluice.Decision, error) {
 		cx, cancel := callContext()
 		defer cancel()
 		return c.Peek(cx, l, pos[0], at.options()...)
@@ -60,7 +60,7 @@ func runRefund(x *cli, args []string) int {
 	if err != nil {
 		return x.fail("refund: AMOUNT %q: want a whole number of tokens", pos[2])
 	}
-	return x.decision("refund", *asJSON, func(c *sluice.Client) (sluice.Decision, error) {
+	return x.decision("refund", *asJSON, func(c bucketClient) (sluice.Decision, error) {
 		cx, cancel := callContext()
 		defer cancel()
 		return c.Refund(cx, l, pos[0], amount)
@@ -73,7 +73,7 @@ func runReset(x *cli, args []string) int {
 	if !ok {
 		return code
 	}
-	c, code, ok := x.dial("reset")
+	c, code, ok := x.open("reset")
 	if !ok {
 		return code
 	}
@@ -109,8 +109,8 @@ func (x *cli) parseBucket(cmd string, fs *flag.FlagSet, args []string, n int) ([
 // decision runs a command that returns a decision: it connects, calls
 // decide, prints the decision, and returns exitOK if it allows, exitDenied
 // if not.
-func (x *cli) decision(cmd string, asJSON bool, decide func(*sluice.Client) (sluice.Decision, error)) int {
-	c, code, ok := x.dial(cmd)
+func (x *cli) decision(cmd string, asJSON bool, decide func(bucketClient) (sluice.Decision, error)) int {
+	c, code, ok := x.open(cmd)
 	if !ok {
 		return code
 	}

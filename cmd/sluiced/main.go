@@ -18,6 +18,7 @@ import (
 	"syscall"
 
 	"github.com/sluicehq/sluice/internal/server"
+	"github.com/sluicehq/sluice/internal/version"
 )
 
 // Exit statuses.
@@ -30,14 +31,14 @@ const (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	os.Exit(run(ctx, os.Args[1:], os.LookupEnv, os.Stderr))
+	os.Exit(run(ctx, os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr))
 }
 
 // run parses args (and SLUICE_* variables read with env) into a Config,
 // checks it whole before creating anything, and runs the sidecar until ctx
 // is done. Every problem with the flags is one line on stderr and exit
 // status 2.
-func run(ctx context.Context, args []string, env func(string) (string, bool), stderr io.Writer) int {
+func run(ctx context.Context, args []string, env func(string) (string, bool), stdout, stderr io.Writer) int {
 	var c server.Config
 	var level slog.Level
 	fs := flag.NewFlagSet("sluiced", flag.ContinueOnError)
@@ -57,6 +58,10 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 	fs.Func("allow-uid", "serve only peers with these uids (comma-separated), or with an --allow-gid", ids(&c.AllowUIDs))
 	fs.Func("allow-gid", "serve only peers with these gids (comma-separated), or with an --allow-uid", ids(&c.AllowGIDs))
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "debug, info, warn or error")
+	logFormat := fs.String("log-format", "text", "text or json")
+	configPath := fs.String("config", "", "config file of named limits (reloaded on SIGHUP and when it changes)")
+	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics on this loopback host:port or unix:PATH")
+	showVersion := fs.Bool("version", false, "print the version and the format versions, and exit")
 	usage := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "sluiced: "+format+" (sluiced -h lists the flags)\n", a...)
 		return exitUsage
@@ -64,7 +69,7 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) { // SLUICE_SYNC_INTERVAL=2s is --sync-interval 2s
 		name := "SLUICE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v, ok := env(name); ok && envErr == nil {
+		if v, ok := env(name); ok && envErr == nil && f.Name != "version" {
 			if err := fs.Set(f.Name, v); err != nil {
 				envErr = fmt.Errorf("%s=%q: %v", name, v, err)
 			}
@@ -85,6 +90,10 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 	if fs.NArg() > 0 {
 		return usage("unexpected argument %q", fs.Arg(0))
 	}
+	if *showVersion {
+		fmt.Fprintln(stdout, version.String("sluiced"))
+		return exitOK
+	}
 	m, err := strconv.ParseUint(*mode, 8, 32)
 	if err != nil || m > 0o777 {
 		return usage("--socket-mode %q: want octal permissions such as 0660", *mode)
@@ -101,9 +110,24 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 	if err := c.Validate(); err != nil {
 		return usage("%v", err)
 	}
-	c.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	log, err := newLogger(*logFormat, stderr, level)
+	if err != nil {
+		return usage("%v", err)
+	}
+	c.Logger = log
+	notifySocket, _ := env("NOTIFY_SOCKET")
+	o, err := setupOps(log, *configPath, *metricsAddr, notifySocket)
+	if err != nil {
+		return usage("%v", err)
+	}
+	octx, stopOps := context.WithCancel(ctx)
+	wait := o.start(octx)
+	defer func() { stopOps(); wait() }()
+	c.Limits, c.Metrics = o.limits, o.metrics
+	c.Ready = func() { o.notify.Ready("serving " + c.SocketPath) }
+	go func() { <-ctx.Done(); o.notify.Stopping("stopping") }()
 	if err := server.Run(ctx, c); err != nil {
-		c.Logger.Error("sluiced failed", "err", err)
+		log.Error("sluiced failed", "err", err)
 		return exitFail
 	}
 	return exitOK

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,7 +20,7 @@ func runFor(t *testing.T, d time.Duration, args []string, env map[string]string)
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	var stderr bytes.Buffer
-	code := run(ctx, args, func(k string) (string, bool) { v, ok := env[k]; return v, ok }, &stderr)
+	code := run(ctx, args, func(k string) (string, bool) { v, ok := env[k]; return v, ok }, io.Discard, &stderr)
 	return code, stderr.String()
 }
 

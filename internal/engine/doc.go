@@ -1,10 +1,23 @@
-// Package engine runs limits on a table: it finds or creates a bucket's slot
-// in a shm.Table, runs the limit's algorithm on the slot's state under the
-// slot lock, and writes the result back.
+// Package engine is the layer between the protocols and the table: it owns
+// a state file's life and runs limits on its buckets. The server (and any
+// process deciding in place) calls the engine; only the engine calls shm.
 //
-// The operations are those of the product: Acquire, Peek, Refund, Reset and
-// Multi. Every one takes the time, Unix nanoseconds, as a parameter; the
-// engine never reads a clock.
+// The table's life (table.go): Open opens or creates a state file and
+// recovers it, Maintain syncs it periodically and scrubs it, Stats and Scan
+// look inside, Close syncs it a last time and marks it clean. Attach maps a
+// file another process owns, to decide beside it.
+//
+// The decisions (engine.go, multi.go) are those of the product: Acquire,
+// Peek, Refund, Reset and Multi. Every one takes the time, Unix
+// nanoseconds, as a parameter; the engine never reads a clock. Acquire
+// finds the bucket's slot and locks it in one probe of the table; a bucket
+// that does not exist is decided on a new state first and its slot claimed
+// only if the request changes it, from where the probe ended.
+//
+// Limits (limit.go) come validated: NewLimit from bucket.Limit, FromProto
+// from the wire's proto.Limit, the one place where the wire's parameter
+// order meets the algorithms' fields. Errors are the engine's own (errors.go);
+// the protocols map them to their statuses.
 //
 // # Buckets
 //

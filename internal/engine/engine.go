@@ -1,11 +1,9 @@
 package engine
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math"
 
-	"github.com/cespare/xxhash/v2"
 	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/shm"
 )
@@ -15,54 +13,13 @@ type Engine struct {
 	t *shm.Table
 }
 
-// New returns an Engine over t. The caller keeps ownership of t and closes
-// it after the last operation.
+// New returns an Engine over t, which it closes on Close. Open and Attach
+// are the usual ways to get one; New is for a table made otherwise, such as
+// shm.NewHeap's in tests.
 func New(t *shm.Table) *Engine { return &Engine{t: t} }
 
-// Table returns the engine's table.
+// Table returns the engine's table, for tests and tools that examine it.
 func (e *Engine) Table() *shm.Table { return e.t }
-
-// identLen is the length of the encoding of a bucket's identity besides its
-// key: the algorithm byte and the three identity words, little-endian. Its
-// xxhash64 is the ident of shm.Table.Fingerprint.
-const identLen = 1 + 3*8
-
-// Limit is a validated limit ready for the engine: a bucket.Limit and the
-// encoding of its identity. Build one with NewLimit; the zero Limit is
-// refused by every operation. A Limit is a value and may be shared by
-// goroutines.
-type Limit struct {
-	b     bucket.Limit
-	ident uint64 // the bucket identity digest
-	valid bool
-}
-
-// NewLimit validates b and returns it as a Limit.
-func NewLimit(b bucket.Limit) (Limit, error) {
-	if err := b.Validate(); err != nil {
-		return Limit{}, err
-	}
-	var enc [identLen]byte
-	enc[0] = byte(b.Algorithm)
-	id := b.Identity()
-	binary.LittleEndian.PutUint64(enc[1:], uint64(id[0]))
-	binary.LittleEndian.PutUint64(enc[9:], uint64(id[1]))
-	binary.LittleEndian.PutUint64(enc[17:], uint64(id[2]))
-	return Limit{b: b, ident: xxhash.Sum64(enc[:]), valid: true}, nil
-}
-
-// MustLimit is NewLimit for limits known to be valid, as in tests and
-// examples; it panics on an invalid one.
-func MustLimit(b bucket.Limit) Limit {
-	l, err := NewLimit(b)
-	if err != nil {
-		panic(err)
-	}
-	return l
-}
-
-// Bucket returns the limit's algorithm and parameters.
-func (l *Limit) Bucket() *bucket.Limit { return &l.b }
 
 // fingerprint identifies the bucket of key under l.
 func (e *Engine) fingerprint(key []byte, l *Limit) shm.Fingerprint {
@@ -91,9 +48,9 @@ func check(key []byte, l *Limit, cost int64, t Time) error {
 	case l == nil || !l.valid:
 		return ErrInvalidLimit
 	case len(key) == 0:
-		return shm.ErrEmptyKey
-	case len(key) > shm.MaxKeyLen:
-		return shm.ErrKeyTooLong
+		return ErrEmptyKey
+	case len(key) > MaxKeyLen:
+		return ErrKeyTooLong
 	case cost < 0:
 		return fmt.Errorf("%w: %d", ErrNegativeCost, cost)
 	case !bucket.ValidTime(t.At):
@@ -141,11 +98,24 @@ func store(sl shm.Slot, l *Limit, s *bucket.State, d *bucket.Decision, t Time) {
 // t.At that left the bucket in the slot's state. When t.At is the server's
 // clock, d's ResetAfter says when the bucket is fresh again (it is
 // bucket.Limit.FreshAt - At, or 0 if fresh now) without recomputing it; a
-// request at its own time asks the algorithm, so that the slot is
-// reclaimable exactly when the state says, whatever the client's clock.
+// request at its own time asks the algorithm, so that a client's clock
+// ahead of the server's cannot make the slot reclaimable early.
+//
+// A bucket decided at a time behind the server's clock is kept, on the
+// server's clock, for as long as it needs to be fresh again from that time:
+// otherwise it would be reclaimable at once, and a client replaying past
+// times would find it gone and new, admitting its limit again.
 func commit(sl shm.Slot, l *Limit, d *bucket.Decision, t Time) {
 	if t.At != t.Now {
-		sl.Commit(l.b.FreshAt((*bucket.State)(sl.State())))
+		freshAt := l.b.FreshAt((*bucket.State)(sl.State()))
+		if t.At < t.Now && freshAt > t.At {
+			if wait := freshAt - t.At; wait <= math.MaxInt64-t.Now {
+				freshAt = max(freshAt, t.Now+wait)
+			} else {
+				freshAt = math.MaxInt64
+			}
+		}
+		sl.Commit(freshAt)
 		return
 	}
 	freshAt := int64(math.MaxInt64)
@@ -163,12 +133,15 @@ func (e *Engine) Acquire(d *bucket.Decision, key []byte, l *Limit, cost int64, t
 	if err := check(key, l, cost, t); err != nil {
 		return err
 	}
+	if err := e.enter(); err != nil {
+		return err
+	}
+	defer e.t.Exit()
 	if cost == 0 {
 		e.decideCopy(d, key, l, 0, t)
 		return nil
 	}
-	fp := e.fingerprint(key, l)
-	sl, ok := e.t.Lookup(fp)
+	sl, ok, pr := e.t.Find(e.fingerprint(key, l))
 	if ok && inPlace(l, sl) {
 		// The common case: decide on the slot's own words.
 		if l.b.Decide(t.At, (*bucket.State)(sl.State()), cost, f, d) {
@@ -178,19 +151,25 @@ func (e *Engine) Acquire(d *bucket.Decision, key []byte, l *Limit, cost int64, t
 		}
 		return nil
 	}
+	var s bucket.State
 	if !ok {
-		// Create the bucket only if the request changes a new one.
-		var s bucket.State
+		// Create the bucket only if the request changes a new one; the
+		// slot claimed for it then takes the state already decided.
 		l.b.Init(t.At, &s)
 		if !l.b.Decide(t.At, &s, cost, f, d) {
 			return nil
 		}
+		var created bool
 		var err error
-		if sl, _, err = e.t.LookupOrInsert(fp, uint8(l.b.Algorithm), key, t.Now); err != nil {
-			return err
+		if sl, created, err = e.t.Claim(&pr, uint8(l.b.Algorithm), key, t.Now); err != nil {
+			return tableErr(err)
 		}
+		if created {
+			store(sl, l, &s, d, t)
+			return nil
+		}
+		// Another request created the bucket since the Find: decide on it.
 	}
-	var s bucket.State
 	replaced := load(t, l, sl, &s)
 	if l.b.Decide(t.At, &s, cost, f, d) || replaced {
 		store(sl, l, &s, d, t)
@@ -208,6 +187,10 @@ func (e *Engine) Peek(d *bucket.Decision, key []byte, l *Limit, t Time) error {
 	if err := check(key, l, 1, t); err != nil {
 		return err
 	}
+	if err := e.enter(); err != nil {
+		return err
+	}
+	defer e.t.Exit()
 	s := e.stateCopy(key, l, t)
 	peekState(d, l, &s, t.At)
 	return nil
@@ -256,6 +239,10 @@ func (e *Engine) Refund(d *bucket.Decision, key []byte, l *Limit, amount int64, 
 	if err := check(key, l, amount, t); err != nil {
 		return err
 	}
+	if err := e.enter(); err != nil {
+		return err
+	}
+	defer e.t.Exit()
 	cell := f&bucket.Cell != 0 && l.b.Algorithm == bucket.GCRA
 	sl, ok := e.t.Lookup(e.fingerprint(key, l))
 	if !ok || amount == 0 && !cell {
@@ -290,6 +277,10 @@ func (e *Engine) Reset(key []byte, l *Limit) (bool, error) {
 	if err := check(key, l, 0, Time{}); err != nil {
 		return false, err
 	}
+	if err := e.enter(); err != nil {
+		return false, err
+	}
+	defer e.t.Exit()
 	sl, ok := e.t.Lookup(e.fingerprint(key, l))
 	if !ok {
 		return false, nil
@@ -297,4 +288,14 @@ func (e *Engine) Reset(key []byte, l *Limit) (bool, error) {
 	existed := sl.Live()
 	sl.Clear()
 	return existed, nil
+}
+
+// enter counts a decision in on an attached table (see shm.Table.Enter);
+// it fails with ErrNoOwner once the owner it attached to stopped serving
+// the file. On the owner's table it does nothing.
+func (e *Engine) enter() error {
+	if e.t.Enter() != nil {
+		return ErrNoOwner
+	}
+	return nil
 }

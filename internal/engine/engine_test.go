@@ -187,8 +187,8 @@ func TestAcquire_badInput(t *testing.T) {
 		cost int64
 		want error
 	}{
-		{nil, good, 1, shm.ErrEmptyKey},
-		{[]byte(strings.Repeat("k", 1025)), good, 1, shm.ErrKeyTooLong},
+		{nil, good, 1, ErrEmptyKey},
+		{[]byte(strings.Repeat("k", 1025)), good, 1, ErrKeyTooLong},
 		{[]byte("k"), good, -1, ErrNegativeCost},
 		{[]byte("k"), &Limit{}, 1, ErrInvalidLimit},
 		{[]byte("k"), nil, 1, ErrInvalidLimit},
@@ -216,7 +216,7 @@ func TestAcquire_tableFull(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := acquire(e, []byte("one-too-many"), l, 1, t0, 0); !errors.Is(err, shm.ErrTableFull) {
+	if _, err := acquire(e, []byte("one-too-many"), l, 1, t0, 0); !errors.Is(err, ErrTableFull) {
 		t.Errorf("9th bucket in 8 slots: %v", err)
 	}
 	if d, _ := acquire(e, []byte("k3"), l, 1, t0, 0); d.Remaining != 3 {

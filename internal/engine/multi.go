@@ -35,9 +35,30 @@ type Item struct {
 // A slot found torn is repaired (its drained state written back) whatever
 // the outcome, like on every other path.
 func (e *Engine) Multi(dst []bucket.Decision, items []Item, t Time) ([]bucket.Decision, bool, error) {
+	return e.multi(dst, items, t, false)
+}
+
+// Each decides every item at t, each on its own, as if they were acquired
+// one after the other with no other request in between: a denied item
+// changes only what its flags say (Smyte drains), and later items see the
+// effect of earlier ones. It holds every slot the items need, locked as
+// Multi locks them, for the whole sequence. This is a Redis transaction's
+// MULTI/EXEC of rate-limit commands. It appends one decision per item to
+// dst.
+func (e *Engine) Each(dst []bucket.Decision, items []Item, t Time) ([]bucket.Decision, error) {
+	dst, _, err := e.multi(dst, items, t, true)
+	return dst, err
+}
+
+// multi is Multi (each false) and Each (each true).
+func (e *Engine) multi(dst []bucket.Decision, items []Item, t Time, each bool) ([]bucket.Decision, bool, error) {
 	if len(items) > MaxMultiItems {
 		return dst, false, ErrTooManyItems
 	}
+	if err := e.enter(); err != nil {
+		return dst, false, err
+	}
+	defer e.t.Exit()
 	var (
 		fps   [MaxMultiItems]shm.Fingerprint
 		idx   [MaxMultiItems]uint64 // slot of each item
@@ -53,6 +74,8 @@ func (e *Engine) Multi(dst []bucket.Decision, items []Item, t Time) ([]bucket.De
 		}
 		fps[i] = e.fingerprint(it.Key, it.Limit)
 	}
+	// Room for the decisions now: nothing allocates while slots are locked.
+	dst = slices.Grow(dst, len(items))
 	var reserved [MaxMultiItems]bool // item i's slot is reserved by this call
 	for range multiAttempts {
 		// Find or create each bucket's slot. A slot that holds no bucket yet is
@@ -62,7 +85,7 @@ func (e *Engine) Multi(dst []bucket.Decision, items []Item, t Time) ([]bucket.De
 			sl, _, err := e.t.LookupOrInsert(fps[i], uint8(items[i].Limit.b.Algorithm), items[i].Key, t.Now)
 			if err != nil {
 				e.unreserve(fps[:i], idx[:i], reserved[:i])
-				return dst, false, err
+				return dst, false, tableErr(err)
 			}
 			idx[i] = sl.Index()
 			if reserved[i] = !sl.Live(); reserved[i] {
@@ -85,6 +108,9 @@ func (e *Engine) Multi(dst []bucket.Decision, items []Item, t Time) ([]bucket.De
 				sl.Release()
 			}
 			continue
+		}
+		if each {
+			return e.decideEach(dst, items, t, distinct, held, state[:len(distinct)], idx[:len(items)])
 		}
 		return e.decide(dst, items, t, distinct, held, state[:len(distinct)], dirty[:len(distinct)], idx[:len(items)])
 	}
@@ -163,4 +189,39 @@ func (e *Engine) decide(dst []bucket.Decision, items []Item, t Time, distinct []
 		}
 	}
 	return dst, allowed, nil
+}
+
+// decideEach runs the items one after the other on the locked slots'
+// states, each with its own flags, and writes back every slot an item
+// changed (or that was found torn). It releases every slot.
+func (e *Engine) decideEach(dst []bucket.Decision, items []Item, t Time, distinct []uint64, held []shm.Slot,
+	state []bucket.State, idx []uint64) ([]bucket.Decision, bool, error) {
+	var (
+		loaded, dirty [MaxMultiItems]bool
+		limit         [MaxMultiItems]*Limit
+		last          [MaxMultiItems]bucket.Decision
+	)
+	for i := range items {
+		it := &items[i]
+		j, _ := slices.BinarySearch(distinct, idx[i])
+		if !loaded[j] {
+			loaded[j], limit[j] = true, it.Limit
+			dirty[j] = load(t, it.Limit, held[j], &state[j])
+		}
+		if it.Limit.b.Decide(t.At, &state[j], it.Cost, it.Flags, &last[j]) {
+			dirty[j] = true
+		}
+		dst = append(dst, last[j])
+	}
+	for j, sl := range held {
+		switch {
+		case dirty[j]:
+			store(sl, limit[j], &state[j], &last[j], t)
+		case !sl.Live():
+			sl.Clear() // end the reservation: reclaimable again
+		default:
+			sl.Release()
+		}
+	}
+	return dst, true, nil
 }

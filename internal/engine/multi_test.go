@@ -129,3 +129,37 @@ func TestMulti_claimsAreReserved(t *testing.T) {
 		t.Errorf("slot left reserved by a denied multi: %v", err)
 	}
 }
+
+// Each decides the items one after the other, as if alone: an allowed item
+// consumes even when a later one is denied, a denied Smyte item drains its
+// bucket, later items see earlier ones, and the result equals the same
+// acquires made one by one.
+func TestEach_asIfAlone(t *testing.T) {
+	together, alone := newEngine(t, 64), newEngine(t, 64)
+	ip, acct := tokenBucket(3, 3600, 1), tokenBucket(1, 3600, 1)
+	items := []Item{
+		{Key: []byte("ip"), Limit: ip, Cost: 1},
+		{Key: []byte("acct"), Limit: acct, Cost: 1},
+		{Key: []byte("acct"), Limit: acct, Cost: 1},                  // denied: acct is empty now
+		{Key: []byte("ip"), Limit: ip, Cost: 5, Flags: bucket.Smyte}, // denied, drains ip
+		{Key: []byte("ip"), Limit: ip, Cost: 1},                      // denied: drained
+	}
+	for round := range 2 {
+		ds, err := together.Each(nil, items, At(t0))
+		if err != nil || len(ds) != len(items) {
+			t.Fatalf("round %d: %v, %d decisions", round, err, len(ds))
+		}
+		for i, it := range items {
+			want, err := acquire(alone, it.Key, it.Limit, it.Cost, t0, it.Flags)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ds[i] != want {
+				t.Errorf("round %d item %d: together %+v, alone %+v", round, i, ds[i], want)
+			}
+		}
+	}
+	if d, _ := peek(together, []byte("ip"), ip, t0); d.Remaining != 0 {
+		t.Errorf("ip after a denied Smyte item: %d remaining, want 0 (drained)", d.Remaining)
+	}
+}

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"time"
+
 	"fmt"
 	"os"
 	"path/filepath"
@@ -187,5 +189,32 @@ func TestRepair_clientTimeAhead(t *testing.T) {
 	e, _ = crashHolding(t, e, file, "k", l)
 	if err := e.Acquire(&d, []byte("k"), l, 1, ahead, 0); err != nil || d.Allowed {
 		t.Errorf("after the repair, at the client's time: %+v, %v; want denied", d, err)
+	}
+}
+
+// A bucket decided at a client's time far behind the server's clock is kept
+// for as long, on the server's clock, as it needs to refill: other buckets
+// do not reclaim it at once, so a client replaying past times does not find
+// it new again.
+func TestRepair_clientTimeBehindIsKept(t *testing.T) {
+	l := tokenBucket(2, 3600, 1)
+	e, _ := fileEngine(t, 64)
+	behind := Time{Now: t0, At: t0 - 365*24*3600*sec}
+	var d bucket.Decision
+	if err := e.Acquire(&d, []byte("k"), l, 2, behind, 0); err != nil || !d.Allowed {
+		t.Fatalf("take 2: %+v, %v", d, err)
+	}
+	sl, ok := e.Table().Lookup(e.fingerprint([]byte("k"), l))
+	if !ok {
+		t.Fatal("bucket not created")
+	}
+	freshAt := sl.FreshAt()
+	sl.Release()
+	if want := t0 + 2*3600*sec; freshAt < want {
+		t.Errorf("FreshAt %d: reclaimable %v before the server's clock has seen the bucket refill",
+			freshAt, time.Duration(want-freshAt))
+	}
+	if err := e.Acquire(&d, []byte("k"), l, 1, behind, 0); err != nil || d.Allowed {
+		t.Errorf("a third at the same past time: %+v, %v; want denied", d, err)
 	}
 }

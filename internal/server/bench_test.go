@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"github.com/sluicehq/sluice/internal/metrics"
 	"net"
 	"path/filepath"
 	"testing"
@@ -151,6 +152,12 @@ func BenchmarkSocket(b *testing.B) {
 	}
 	b.Run("acquire/serial", func(b *testing.B) { serial(b, sidecar(b)) })
 	b.Run("acquire/pipelined", func(b *testing.B) { pipelined(b, sidecar(b)) })
+	// The same with metrics served: the decision path pays atomic adds and
+	// two clock reads per decision, one per frame.
+	b.Run("acquire/pipelined/metrics", func(b *testing.B) {
+		sc := start(b, Config{Now: func() int64 { return time.Now().UnixNano() }, Metrics: metrics.New()})
+		pipelined(b, sc.cfg.SocketPath)
+	})
 	b.Run("acquire/parallel", func(b *testing.B) { parallel(b, sidecar(b)) })
 	b.Run("echo/serial", func(b *testing.B) { serial(b, echoServer(b)) })
 	b.Run("echo/pipelined", func(b *testing.B) { pipelined(b, echoServer(b)) })

@@ -8,7 +8,9 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/sluicehq/sluice/shm"
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/metrics"
 )
 
 // Defaults for a Config's zero fields.
@@ -16,8 +18,8 @@ const (
 	DefaultStatePath    = "var/sluice.state"
 	DefaultSocketPath   = "var/sluice.sock"
 	DefaultRESPSocket   = "var/sluice-resp.sock"
-	DefaultSlots        = 1 << 21 // 2,097,152 slots: about 1.5M buckets at a load of 0.7 (128 MiB at 64 bytes)
-	DefaultSlotSize     = shm.MinSlotSize
+	DefaultSlots        = engine.DefaultSlots
+	DefaultSlotSize     = engine.DefaultSlotSize
 	DefaultSyncInterval = time.Second
 	DefaultSocketMode   = 0o660
 	DefaultMaxConns     = 1024
@@ -51,6 +53,13 @@ type Config struct {
 	WriteTimeout   time.Duration // how long a client may take to accept an answer
 	DrainTimeout   time.Duration // how long shutdown waits for connections to finish
 	Logger         *slog.Logger  // nil: slog.Default()
+
+	// Limits, if set, holds the named limits (the config file's) that
+	// requests may use instead of a spec; it may be swapped while the
+	// server runs (a reload): each request decides under the Set it loads.
+	Limits *config.Holder
+	// Metrics, if set, counts decisions, requests, connections and syncs.
+	Metrics *metrics.Recorder
 
 	// AllowUIDs and AllowGIDs, if either is set, restrict who may use the
 	// Unix sockets: a peer whose uid is in AllowUIDs or whose gid is in
@@ -153,9 +162,9 @@ func (c *Config) Validate() error {
 		}
 	}
 	switch {
-	case c.Slots > shm.MaxSlotCount:
-		return bad("Slots", "slots", c.Slots, fmt.Sprintf("want a slot count from 1 to %d", uint64(shm.MaxSlotCount)))
-	case c.SlotSize != 0 && !shm.ValidSlotSize(c.SlotSize):
+	case c.Slots > engine.MaxSlots:
+		return bad("Slots", "slots", c.Slots, fmt.Sprintf("want a slot count from 1 to %d", uint64(engine.MaxSlots)))
+	case c.SlotSize != 0 && !engine.ValidSlotSize(c.SlotSize):
 		return bad("SlotSize", "slot-size", c.SlotSize, "want 64, 128 or 256")
 	case c.SocketMode&^fs.ModePerm != 0:
 		return bad("SocketMode", "socket-mode", fmt.Sprintf("%#o", c.SocketMode), "want octal permissions such as 0660")

@@ -133,7 +133,7 @@ func FuzzServe(f *testing.F) {
 		s := fuzzServer(t)
 		feed(t, s, serveNative, bytes.Clone(in))
 		feed(t, s, serveRESP, bytes.Clone(in))
-		if err := s.engine.Table().Verify(); err != nil {
+		if err := s.engine.Verify(); err != nil {
 			t.Fatal(err)
 		}
 	})

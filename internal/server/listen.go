@@ -96,9 +96,11 @@ func serveNative(s *server, c net.Conn) {
 	cn.serve(cn.handle)
 }
 
-// refuseNative is a response frame with one error result.
+// refuseNative is a response frame with one error result, in the oldest
+// version, which every client reads: it is written before the client says
+// which it speaks.
 func refuseNative(st proto.Status, msg string) []byte {
-	b, start := proto.BeginFrame(nil, proto.KindResponse, 0)
+	b, start := proto.BeginFrameVersion(nil, proto.MinVersion, proto.KindResponse, 0)
 	return proto.EndFrame(proto.AppendError(b, 0, st, msg), start, 1)
 }
 

@@ -6,7 +6,11 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"time"
 
+	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/proto"
 	"github.com/sluicehq/sluice/proto/resp"
 )
@@ -15,15 +19,28 @@ import (
 // largest command resp.Parse accepts, with room for its framing.
 const maxRESPBuffer = resp.MaxArgs*(resp.MaxBulkLen+16) + 32
 
-// respConn is a connection speaking the Redis protocol (RESP2).
+// respConn is a connection speaking the Redis protocol: RESP2, or RESP3
+// once the client said HELLO 3.
 type respConn struct {
 	stream
 	args   [][]byte
-	limits limitCache
+	limits limitCache[bucket.Limit]
+	id     int64 // CLIENT ID
+	resp3  bool  // HELLO 3 was accepted: replies use RESP3's types
+	born   time.Time
+	name   string    // CLIENT SETNAME
+	lib    [2]string // CLIENT SETINFO LIB-NAME and LIB-VER
+	last   string    // the last command's name, lower case, for CLIENT INFO
+	tx     *respTx   // the transaction being queued, nil outside MULTI
+	txs    respTx    // tx's storage, kept between transactions
 }
 
+// respIDs numbers the Redis-protocol connections of the process, from 1.
+var respIDs atomic.Int64
+
 func serveRESP(s *server, c net.Conn) {
-	rc := &respConn{stream: stream{s: s, c: c}, args: make([][]byte, 0, resp.MaxArgs)}
+	rc := &respConn{stream: stream{s: s, c: c}, args: make([][]byte, 0, resp.MaxArgs),
+		id: respIDs.Add(1), born: time.Now()}
 	rc.serve(rc.handle)
 }
 
@@ -45,6 +62,7 @@ func (rc *respConn) handle() {
 		rc.args = args
 		if err != nil {
 			rc.n.malformed++
+			rc.s.protocolError(metrics.RESP)
 			rc.out = resp.AppendError(rc.out, err.Error())
 			rc.closed = true
 			return
@@ -55,11 +73,16 @@ func (rc *respConn) handle() {
 		rest = rest[n:]
 		if len(args) > 0 {
 			rc.n.ops++
+			if rc.tx != nil && !txImmediate(args[0]) {
+				rc.queue(args)
+				continue
+			}
 			rc.command(args)
 		}
 	}
 	if !rc.more && len(rest) == cap(rc.in) && cap(rc.in) >= maxRESPBuffer {
 		rc.n.malformed++
+		rc.s.protocolError(metrics.RESP)
 		rc.out = resp.AppendError(rc.out, "ERR Protocol error: request too large")
 		rc.closed = true
 		return
@@ -69,62 +92,140 @@ func (rc *respConn) handle() {
 
 // command runs one command.
 func (rc *respConn) command(args [][]byte) {
+	if rc.s.rec != nil && rc.n.ops&sampleMask == 0 {
+		defer rc.s.requestDone(time.Now())
+	}
 	name := args[0]
 	switch {
 	case is(name, "rl.reduce"):
+		rc.last = "rl.reduce"
 		rc.rateLimit(args, "rl.reduce", false, false)
 	case is(name, "rl.preduce"):
+		rc.last = "rl.preduce"
 		rc.rateLimit(args, "rl.preduce", true, false)
 	case is(name, "rl.get"):
+		rc.last = "rl.get"
 		rc.rateLimit(args, "rl.get", false, true)
 	case is(name, "rl.pget"):
+		rc.last = "rl.pget"
 		rc.rateLimit(args, "rl.pget", true, true)
 	case is(name, "cl.throttle"):
+		rc.last = "cl.throttle"
 		rc.throttle(args)
-	case is(name, "ping"):
+	default:
+		rc.other(args)
+	}
+}
+
+// other runs the commands that are not rate limits.
+func (rc *respConn) other(args [][]byte) {
+	name := args[0]
+	c := lookupCommand(name)
+	if c == nil {
+		rc.unknown(args)
+		return
+	}
+	rc.last = c.name
+	if msg := c.refusal(args); msg != "" {
+		switch {
+		case c.name == "exec":
+			// Redis ends the transaction if there is one, saying why.
+			rc.out = resp.AppendError(rc.out, "EXECABORT Transaction discarded because of: "+strings.TrimPrefix(msg, "ERR "))
+			rc.tx = nil
+		case rc.tx != nil:
+			rc.out = resp.AppendError(rc.out, msg)
+			rc.tx.abort = true // MULTI x, DISCARD x...: refused, as while queueing
+		default:
+			rc.out = resp.AppendError(rc.out, msg)
+		}
+		return
+	}
+	switch c.name {
+	case "ping":
 		switch len(args) {
 		case 1:
 			rc.out = resp.AppendSimple(rc.out, "PONG")
 		case 2:
 			rc.out = resp.AppendBulk(rc.out, args[1])
-		default:
+		default: // checked when it runs, as Redis does: PING a b is queued
 			rc.arity(name)
 		}
-	case is(name, "echo"):
-		if len(args) != 2 {
-			rc.arity(name)
-			return
-		}
+	case "echo":
 		rc.out = resp.AppendBulk(rc.out, args[1])
-	case is(name, "quit"):
+	case "quit":
 		rc.out = resp.AppendSimple(rc.out, "OK")
 		rc.closed = true
-	case is(name, "select"):
-		if len(args) != 2 {
-			rc.arity(name)
-		} else if string(args[1]) == "0" {
-			rc.out = resp.AppendSimple(rc.out, "OK")
-		} else {
+	case "select":
+		// One database, as a Redis configured with "databases 1".
+		if v, ok := parseInt(args[1], 64); !ok {
+			rc.out = resp.AppendError(rc.out, "ERR value is not an integer or out of range")
+		} else if v != 0 {
 			rc.out = resp.AppendError(rc.out, "ERR DB index is out of range")
+		} else {
+			rc.out = resp.AppendSimple(rc.out, "OK")
 		}
-	case is(name, "hello"):
+	case "hello":
 		rc.hello(args)
-	case is(name, "client"):
+	case "auth":
+		rc.auth(args)
+	case "client":
 		rc.client(args)
-	case is(name, "command"):
+	case "config":
+		rc.config(args)
+	case "command":
 		rc.commandInfo(args)
-	case is(name, "info"):
-		rc.out = resp.AppendBulkString(rc.out, rc.s.info())
-	default:
-		rc.unknown(args)
+	case "info":
+		rc.text(rc.s.info(args[1:], rc.now))
+	case "dbsize":
+		rc.out = resp.AppendInt(rc.out, rc.s.liveBuckets(rc.now))
+	case "multi":
+		rc.multi()
+	case "exec":
+		rc.exec()
+	case "discard":
+		rc.discard()
+	case "watch":
+		rc.watch()
+	case "unwatch":
+		rc.out = resp.AppendSimple(rc.out, "OK") // nothing is ever watched
+	}
+}
+
+// null appends the protocol's null.
+func (rc *respConn) null() {
+	if rc.resp3 {
+		rc.out = resp.AppendNull3(rc.out)
+	} else {
+		rc.out = resp.AppendNull(rc.out)
+	}
+}
+
+// mapLen appends the header of a map of n pairs: a RESP3 map, or in RESP2
+// a flat array of keys and values, as Redis sends it.
+func (rc *respConn) mapLen(n int) {
+	if rc.resp3 {
+		rc.out = resp.AppendMap(rc.out, n)
+	} else {
+		rc.out = resp.AppendArray(rc.out, 2*n)
+	}
+}
+
+// text appends a human-readable report (INFO, CLIENT INFO): a verbatim
+// string in RESP3, a bulk string in RESP2.
+func (rc *respConn) text(s string) {
+	if rc.resp3 {
+		rc.out = resp.AppendVerbatim(rc.out, "txt", s)
+	} else {
+		rc.out = resp.AppendBulkString(rc.out, s)
 	}
 }
 
 // is reports whether a command or option name is s, ignoring case.
 func is(b []byte, s string) bool { return len(b) == len(s) && bytes.EqualFold(b, []byte(s)) }
 
+// arity answers a command with the wrong number of arguments.
 func (rc *respConn) arity(name []byte) {
-	rc.out = resp.AppendError(rc.out, fmt.Sprintf("ERR wrong number of arguments for '%s' command", strings.ToLower(string(name))))
+	rc.out = resp.AppendError(rc.out, fmt.Sprintf("ERR wrong number of arguments for '%s' command", strings.ToLower(printable(name))))
 }
 
 // unknown answers a command Sluice does not have, as Redis words it.
@@ -150,151 +251,69 @@ func printable(b []byte) string {
 	}, string(b))
 }
 
-// hello answers the RESP3 handshake of modern clients: Sluice speaks RESP2
-// only, so HELLO 3 gets the error that makes go-redis and redis-py fall back
-// to RESP2; HELLO or HELLO 2 gets the server's description.
-func (rc *respConn) hello(args [][]byte) {
-	if len(args) > 1 && string(args[1]) != "2" {
-		rc.out = resp.AppendError(rc.out, "NOPROTO sorry, this protocol version is not supported")
-		return
-	}
-	rc.out = resp.AppendArray(rc.out, 14)
-	for _, kv := range [][2]string{{"server", "sluice"}, {"version", redisVersion}, {"proto", ""},
-		{"id", ""}, {"mode", "standalone"}, {"role", "master"}, {"modules", ""}} {
-		rc.out = resp.AppendBulkString(rc.out, kv[0])
-		switch kv[0] {
-		case "proto":
-			rc.out = resp.AppendInt(rc.out, 2)
-		case "id":
-			rc.out = resp.AppendInt(rc.out, rc.s.stats.connsTotal.Load())
-		case "modules":
-			rc.out = resp.AppendArray(rc.out, 0)
-		default:
-			rc.out = resp.AppendBulkString(rc.out, kv[1])
+// info is INFO's report, in Redis's "# Section" / "field:value" form: the
+// sections named in args (any case), or every one if none is named (or
+// "default", "all", "everything"). An unknown section adds nothing.
+func (s *server) info(args [][]byte, now int64) string {
+	want := func(section string) bool {
+		if len(args) == 0 {
+			return true
 		}
-	}
-}
-
-// client accepts the CLIENT subcommands clients send on connecting.
-func (rc *respConn) client(args [][]byte) {
-	if len(args) < 2 {
-		rc.arity(args[0])
-		return
-	}
-	switch sub := args[1]; {
-	case is(sub, "setname"), is(sub, "setinfo"):
-		rc.out = resp.AppendSimple(rc.out, "OK")
-	case is(sub, "getname"):
-		rc.out = resp.AppendNull(rc.out)
-	case is(sub, "id"):
-		rc.out = resp.AppendInt(rc.out, rc.s.stats.connsTotal.Load())
-	default:
-		rc.out = resp.AppendError(rc.out, fmt.Sprintf("ERR unknown subcommand '%s'. Try CLIENT HELP.", printable(sub)))
-	}
-}
-
-// redisVersion is the Redis version Sluice reports, for tools that parse it
-// (7.0 is the RESP2 command set Sluice answers).
-const redisVersion = "7.0.0"
-
-// respCommands describes the commands for COMMAND: name, arity (negative:
-// at least), flags, first key, last key, key step.
-var respCommands = []struct {
-	name  string
-	arity int
-	flags []string
-	key   int
-}{
-	{"rl.reduce", -4, []string{"write", "fast"}, 1},
-	{"rl.preduce", -4, []string{"write", "fast"}, 1},
-	{"rl.get", -4, []string{"readonly", "fast"}, 1},
-	{"rl.pget", -4, []string{"readonly", "fast"}, 1},
-	{"cl.throttle", -5, []string{"write", "fast"}, 1},
-	{"ping", -1, []string{"fast"}, 0},
-	{"echo", 2, []string{"fast"}, 0},
-	{"quit", -1, []string{"fast"}, 0},
-	{"select", 2, []string{"fast"}, 0},
-	{"hello", -1, []string{"fast"}, 0},
-	{"client", -2, []string{"fast"}, 0},
-	{"command", -1, []string{"fast"}, 0},
-	{"info", -1, []string{}, 0},
-}
-
-// commandInfo answers COMMAND, COMMAND COUNT, COMMAND INFO and COMMAND DOCS:
-// enough for redis-cli's hints and clients that inspect the server.
-func (rc *respConn) commandInfo(args [][]byte) {
-	entry := func(i int) {
-		c := respCommands[i]
-		rc.out = resp.AppendArray(rc.out, 6)
-		rc.out = resp.AppendBulkString(rc.out, c.name)
-		rc.out = resp.AppendInt(rc.out, int64(c.arity))
-		rc.out = resp.AppendArray(rc.out, len(c.flags))
-		for _, f := range c.flags {
-			rc.out = resp.AppendSimple(rc.out, f)
-		}
-		rc.out = resp.AppendInt(rc.out, int64(c.key))
-		rc.out = resp.AppendInt(rc.out, int64(c.key))
-		rc.out = resp.AppendInt(rc.out, int64(c.key))
-	}
-	switch {
-	case len(args) == 1:
-		rc.out = resp.AppendArray(rc.out, len(respCommands))
-		for i := range respCommands {
-			entry(i)
-		}
-	case is(args[1], "count"):
-		rc.out = resp.AppendInt(rc.out, int64(len(respCommands)))
-	case is(args[1], "docs"):
-		rc.out = resp.AppendArray(rc.out, 0) // no documentation: clients show none
-	case is(args[1], "info"):
-		rc.out = resp.AppendArray(rc.out, len(args)-2)
-		for _, name := range args[2:] {
-			found := false
-			for i, c := range respCommands {
-				if is(name, c.name) {
-					entry(i)
-					found = true
-					break
-				}
-			}
-			if !found {
-				rc.out = resp.AppendNull(rc.out)
+		for _, a := range args {
+			if is(a, section) || is(a, "default") || is(a, "all") || is(a, "everything") {
+				return true
 			}
 		}
-	default:
-		rc.out = resp.AppendError(rc.out, fmt.Sprintf("ERR unknown subcommand '%s'. Try COMMAND HELP.", printable(args[1])))
+		return false
 	}
-}
-
-// info is INFO's report, in Redis's "# Section" / "field:value" form.
-func (s *server) info() string {
-	st, g := s.engine.Table().Stats(), s.engine.Table().Geometry()
+	st, g := s.engine.Stats(), s.engine.Geometry()
 	c := &s.stats
 	var b strings.Builder
 	w := func(k string, v any) { fmt.Fprintf(&b, "%s:%v\r\n", k, v) }
-	b.WriteString("# Server\r\n")
-	w("redis_version", redisVersion)
-	w("sluice_protocol_version", proto.Version)
-	w("redis_mode", "standalone")
-	w("process_id", pid)
-	b.WriteString("\r\n# Clients\r\n")
-	w("connected_clients", c.conns.Load())
-	w("rejected_connections", c.connsRejected.Load())
-	b.WriteString("\r\n# Memory\r\n")
-	w("used_memory", g.FileSize)
-	w("slot_size", g.SlotSize)
-	w("slot_count", g.SlotCount)
-	b.WriteString("\r\n# Stats\r\n")
-	w("total_connections_received", c.connsTotal.Load())
-	w("total_commands_processed", c.ops.Load())
-	w("allowed", c.allowed.Load())
-	w("denied", c.denied.Load())
-	w("errors", c.errors.Load())
-	w("table_full", st.TableFull)
-	w("torn_slots", st.Torn)
-	w("syncs", st.Syncs)
-	w("sync_errors", st.SyncErrors)
-	b.WriteString("\r\n# Keyspace\r\n")
-	w("db0", "keys="+strconv.FormatUint(st.Used, 10)+",expires=0,avg_ttl=0")
+	section := func(name string) bool {
+		if !want(name) {
+			return false
+		}
+		if b.Len() > 0 {
+			b.WriteString("\r\n")
+		}
+		b.WriteString("# " + strings.ToUpper(name[:1]) + name[1:] + "\r\n")
+		return true
+	}
+	if section("server") {
+		w("redis_version", redisVersion)
+		w("sluice_protocol_version", proto.Version)
+		w("redis_mode", "standalone")
+		w("process_id", pid)
+	}
+	if section("clients") {
+		w("connected_clients", c.conns.Load())
+		w("rejected_connections", c.connsRejected.Load())
+	}
+	if section("memory") {
+		w("used_memory", g.FileSize)
+		w("slot_size", g.SlotSize)
+		w("slot_count", g.Slots)
+	}
+	if section("stats") {
+		w("total_connections_received", c.connsTotal.Load())
+		w("total_commands_processed", c.ops.Load())
+		w("allowed", c.allowed.Load())
+		w("denied", c.denied.Load())
+		w("errors", c.errors.Load())
+		w("table_full", st.TableFull)
+		w("torn_slots", st.Torn)
+		w("syncs", st.Syncs)
+		w("sync_errors", st.SyncErrors)
+	}
+	if section("keyspace") {
+		if n := s.liveBuckets(now); n > 0 { // as DBSIZE; Redis lists no empty database
+			w("db0", "keys="+strconv.FormatInt(n, 10)+",expires=0,avg_ttl=0")
+		}
+	}
 	return b.String()
 }
+
+// liveBuckets counts the buckets that hold information at now: live and
+// not yet back to their fresh state (what DBSIZE reports).
+func (s *server) liveBuckets(now int64) int64 { return int64(s.engine.Live(now)) }

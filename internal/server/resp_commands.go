@@ -5,11 +5,11 @@ import (
 	"math"
 	"os"
 	"strconv"
+	"time"
 
 	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/proto/resp"
-	"github.com/sluicehq/sluice/shm"
 )
 
 var pid = os.Getpid()
@@ -27,8 +27,58 @@ const (
 	cellZero   = cellPrefix + "Zero rates are not supported"
 )
 
-// rateLimit runs RL.REDUCE, RL.PREDUCE, RL.GET and RL.PGET with
-// smyte/ratelimit's grammar, units and replies:
+// rlRequest is a parsed rate-limit command (RL.* or CL.THROTTLE): what to
+// ask the engine and how to word its answer.
+type rlRequest struct {
+	cell   bool // CL.THROTTLE: redis-cell's reply; else smyte/ratelimit's
+	key    []byte
+	limit  engine.Limit
+	cost   int64 // tokens to take, or to give back if refund
+	refund bool  // CL.THROTTLE with a negative quantity
+	at     bool  // the client sent its own time (AT)
+	when   engine.Time
+	flags  bucket.Flags
+}
+
+// rateLimit runs RL.REDUCE, RL.PREDUCE, RL.GET or RL.PGET (see
+// parseRateLimit).
+func (rc *respConn) rateLimit(args [][]byte, name string, millis, get bool) {
+	var req rlRequest
+	if msg := rc.parseRateLimit(&req, args, name, millis, get); msg != "" {
+		rc.out = resp.AppendError(rc.out, msg)
+		return
+	}
+	rc.run(&req)
+}
+
+// throttle runs CL.THROTTLE (see parseThrottle).
+func (rc *respConn) throttle(args [][]byte) {
+	var req rlRequest
+	if msg := rc.parseThrottle(&req, args); msg != "" {
+		rc.out = resp.AppendError(rc.out, msg)
+		return
+	}
+	rc.run(&req)
+}
+
+// run decides a parsed request on its own and appends its reply.
+func (rc *respConn) run(req *rlRequest) {
+	var d bucket.Decision
+	var err error
+	if req.refund {
+		err = rc.s.engine.Refund(&d, req.key, &req.limit, req.cost, req.when, bucket.Cell)
+	} else {
+		err = rc.s.engine.Acquire(&d, req.key, &req.limit, req.cost, req.when, req.flags)
+	}
+	if err != nil {
+		rc.failRequest(req, err)
+		return
+	}
+	rc.reply(req, &d)
+}
+
+// parseRateLimit parses RL.REDUCE, RL.PREDUCE, RL.GET and RL.PGET with
+// smyte/ratelimit's grammar and units into req, or returns the error reply:
 //
 //	RL.REDUCE key max refilltime [REFILL n] [TAKE n] [AT t] [STRICT]
 //	RL.GET    key max refilltime [REFILL n] [AT t] [STRICT]
@@ -38,14 +88,13 @@ const (
 // RL.REDUCE k 2 60 and RL.PREDUCE k 2 60000 share one. The reply is the
 // count before this request's deduction; a request that finds too few
 // tokens drains the bucket to 0.
-func (rc *respConn) rateLimit(args [][]byte, name string, millis, get bool) {
+func (rc *respConn) parseRateLimit(req *rlRequest, args [][]byte, name string, millis, get bool) string {
 	maxArgs := 10
 	if get {
 		maxArgs = 8
 	}
 	if n := len(args) - 1; n < 3 || n > maxArgs {
-		rc.out = resp.AppendError(rc.out, "Wrong number of arguments for '"+name+"' command")
-		return
+		return "Wrong number of arguments for '" + name + "' command"
 	}
 	unit := int64(1000) // seconds to milliseconds
 	if millis {
@@ -54,8 +103,7 @@ func (rc *respConn) rateLimit(args [][]byte, name string, millis, get bool) {
 	max, ok1 := parseInt(args[2], 64)
 	refill, ok2 := parseInt(args[3], 32) // smyte parses refilltime as int32
 	if !ok1 || !ok2 {
-		rc.out = resp.AppendError(rc.out, errValue)
-		return
+		return errValue
 	}
 	refillMs := refill * unit
 	amount, take, atMs, strict := max, int64(1), int64(-1), false
@@ -69,13 +117,11 @@ func (rc *respConn) rateLimit(args [][]byte, name string, millis, get bool) {
 			continue
 		}
 		if i+1 >= len(args) {
-			rc.out = resp.AppendError(rc.out, errSyntax)
-			return
+			return errSyntax
 		}
 		v, ok := parseInt(args[i+1], 64) // the value is parsed before the keyword is known
 		if !ok {
-			rc.out = resp.AppendError(rc.out, errValue)
-			return
+			return errValue
 		}
 		switch opt := args[i]; {
 		case is(opt, "refill"):
@@ -86,104 +132,90 @@ func (rc *respConn) rateLimit(args [][]byte, name string, millis, get bool) {
 			// smyte multiplies without an overflow check; a time past
 			// the range decisions are exact in (year 2190) is refused.
 			if v < 0 || v > bucket.MaxTime/1_000_000/unit {
-				rc.out = resp.AppendError(rc.out, errValue)
-				return
+				return errValue
 			}
 			atMs = v * unit
 		default:
-			rc.out = resp.AppendError(rc.out, errSyntax)
-			return
+			return errSyntax
 		}
 		i += 2
 	}
 	if max < 1 || refillMs < 1 || amount < 1 || take < 0 {
-		rc.out = resp.AppendError(rc.out, errValue)
-		return
+		return errValue
 	}
 	// smyte keeps time in milliseconds: so does the refill arithmetic here.
-	when := engine.At(rc.now / 1_000_000 * 1_000_000)
+	req.when = engine.At(rc.now / 1_000_000 * 1_000_000)
 	if atMs >= 0 {
-		when.At = atMs * 1_000_000
+		req.when.At, req.at = atMs*1_000_000, true
 	}
-	l, err := rc.limits.get(bucket.Limit{Algorithm: bucket.TokenBucket, Max: max, RefillTime: refillMs * 1_000_000, RefillAmount: amount})
+	l, err := rc.limits.get(bucket.Limit{Algorithm: bucket.TokenBucket, Max: max, RefillTime: refillMs * 1_000_000, RefillAmount: amount}, engine.NewLimit)
 	if err != nil {
-		rc.out = resp.AppendError(rc.out, errValue)
-		return
+		return errValue
 	}
-	f := bucket.Smyte
+	req.cell, req.key, req.limit, req.cost = false, args[1], *l, take
+	req.flags = bucket.Smyte
 	if strict {
-		f |= bucket.Strict
+		req.flags |= bucket.Strict
 	}
-	var d bucket.Decision
-	if err := rc.s.engine.Acquire(&d, args[1], l, take, when, f); err != nil {
-		rc.fail(err)
-		return
-	}
-	rc.count(&d)
-	rc.out = resp.AppendInt(rc.out, d.Remaining)
+	return ""
 }
 
-// throttle runs CL.THROTTLE key max_burst count period [quantity] with
-// redis-cell's reply: [limited, limit, remaining, retry_after, reset_after],
-// the durations in seconds rounded up at millisecond granularity, -1 where
-// not applicable. The bucket is a gcra bucket identified by the key alone,
-// so its rate may change from call to call. A quantity of 0 is a peek; a
-// negative quantity gives tokens back.
-func (rc *respConn) throttle(args [][]byte) {
+// parseThrottle parses CL.THROTTLE key max_burst count period [quantity]
+// into req, or returns the error reply. The bucket is a gcra bucket
+// identified by the key alone, so its rate may change from call to call. A
+// quantity of 0 is a peek; a negative quantity gives tokens back.
+func (rc *respConn) parseThrottle(req *rlRequest, args [][]byte) string {
 	if len(args) != 5 && len(args) != 6 {
-		rc.out = resp.AppendError(rc.out, cellUsage)
-		return
+		return cellUsage
 	}
 	var v [4]int64
 	v[3] = 1
 	for i, a := range args[2:] {
 		n, ok := parseInt(a, 64)
 		if !ok {
-			rc.out = resp.AppendError(rc.out, cellPrefix+"Couldn't parse as integer: "+printable(a))
-			return
+			return cellPrefix + "Couldn't parse as integer: " + printable(a)
 		}
 		v[i] = n
 	}
 	burst, count, period, qty := v[0], v[1], v[2], v[3]
 	switch {
 	case count == 0 || period == 0:
-		rc.out = resp.AppendError(rc.out, cellZero)
-		return
+		return cellZero
 	case burst < 0 || count < 0 || period < 0:
 		// redis-cell answers these with replies that mean nothing; refuse.
-		rc.out = resp.AppendError(rc.out, cellPrefix+"max_burst, count and period must not be negative")
-		return
+		return cellPrefix + "max_burst, count and period must not be negative"
 	case period > math.MaxInt64/1_000_000_000:
-		rc.out = resp.AppendError(rc.out, cellPrefix+"period too long")
-		return
+		return cellPrefix + "period too long"
 	case period*1_000_000_000/count == 0:
-		rc.out = resp.AppendError(rc.out, cellZero)
-		return
+		return cellZero
 	}
-	l, err := rc.limits.get(bucket.Limit{Algorithm: bucket.GCRA, Burst: burst, Count: count, Period: period * 1_000_000_000})
+	l, err := rc.limits.get(bucket.Limit{Algorithm: bucket.GCRA, Burst: burst, Count: count, Period: period * 1_000_000_000}, engine.NewLimit)
 	if err != nil {
-		rc.out = resp.AppendError(rc.out, cellPrefix+err.Error())
-		return
+		return cellPrefix + err.Error()
 	}
-	var d bucket.Decision
-	switch {
-	case qty >= 0:
-		err = rc.s.engine.Acquire(&d, args[1], l, qty, engine.At(rc.now), 0)
-	case qty == math.MinInt64:
-		rc.out = resp.AppendError(rc.out, cellPrefix+"quantity out of range")
-		return
-	default:
+	if qty == math.MinInt64 {
+		return cellPrefix + "quantity out of range"
+	}
+	*req = rlRequest{cell: true, key: args[1], limit: *l, cost: qty, when: engine.At(rc.now)}
+	if qty < 0 {
 		// redis-cell decides a negative quantity like any request: limited,
 		// and nothing written, if the bucket would still be past its
 		// tolerance.
-		err = rc.s.engine.Refund(&d, args[1], l, -qty, engine.At(rc.now), bucket.Cell)
+		req.refund, req.cost = true, -qty
 	}
-	if err != nil {
-		rc.out = resp.AppendError(rc.out, cellPrefix+err.Error())
-		rc.n.errors++
+	return ""
+}
+
+// reply appends the reply to a decided request: smyte/ratelimit's integer,
+// or redis-cell's [limited, limit, remaining, retry_after, reset_after],
+// the durations in seconds rounded up at millisecond granularity, -1 where
+// not applicable. Both are the same in RESP2 and RESP3.
+func (rc *respConn) reply(req *rlRequest, d *bucket.Decision) {
+	rc.count(d, req.limit.Bucket().Algorithm)
+	if !req.cell {
+		rc.out = resp.AppendInt(rc.out, d.Remaining)
 		return
 	}
-	rc.count(&d)
 	limited := int64(1)
 	if d.Allowed {
 		limited = 0
@@ -194,6 +226,16 @@ func (rc *respConn) throttle(args [][]byte) {
 	rc.out = resp.AppendInt(rc.out, d.Remaining)
 	rc.out = resp.AppendInt(rc.out, cellSeconds(d.RetryAfter))
 	rc.out = resp.AppendInt(rc.out, cellSeconds(d.ResetAfter))
+}
+
+// failRequest answers an error of the engine for req.
+func (rc *respConn) failRequest(req *rlRequest, err error) {
+	if !req.cell {
+		rc.fail(err)
+		return
+	}
+	rc.out = resp.AppendError(rc.out, cellPrefix+err.Error())
+	rc.n.errors++
 }
 
 // cellSeconds converts a duration in ns to redis-cell's whole seconds: the
@@ -220,7 +262,8 @@ func parseInt(b []byte, bits int) (int64, bool) {
 	return v, err == nil
 }
 
-func (rc *respConn) count(d *bucket.Decision) {
+func (rc *respConn) count(d *bucket.Decision, alg bucket.Algorithm) {
+	rc.s.record(nil, alg, d.Allowed, false, time.Time{})
 	if d.Allowed {
 		rc.n.allowed++
 	} else {
@@ -232,10 +275,9 @@ func (rc *respConn) count(d *bucket.Decision) {
 func (rc *respConn) fail(err error) {
 	rc.n.errors++
 	switch {
-	case errors.Is(err, shm.ErrTableFull):
-		rc.n.tableFulls++
+	case errors.Is(err, engine.ErrTableFull):
 		rc.out = resp.AppendError(rc.out, "ERR table full")
-	case errors.Is(err, shm.ErrEmptyKey), errors.Is(err, shm.ErrKeyTooLong):
+	case errors.Is(err, engine.ErrEmptyKey), errors.Is(err, engine.ErrKeyTooLong):
 		rc.out = resp.AppendError(rc.out, "ERR invalid key: "+err.Error())
 	default:
 		rc.out = resp.AppendError(rc.out, "ERR "+err.Error())

@@ -231,8 +231,11 @@ func TestRESP_clientCommands(t *testing.T) {
 	if n, err := rdb.Do(ctx, "COMMAND", "COUNT").Int64(); err != nil || n != int64(len(respCommands)) {
 		t.Errorf("COMMAND COUNT: %d %v", n, err)
 	}
-	if err := rdb.Do(ctx, "HELLO", "3").Err(); err == nil || !strings.HasPrefix(err.Error(), "NOPROTO") {
-		t.Errorf("HELLO 3: %v", err)
+	if err := rdb.Do(ctx, "HELLO", "4").Err(); err == nil || err.Error() != "NOPROTO unsupported protocol version" {
+		t.Errorf("HELLO 4: %v", err)
+	}
+	if v, err := rdb.Do(ctx, "HELLO", "3").Result(); err != nil || v.(map[any]any)["proto"] != int64(3) {
+		t.Errorf("HELLO 3: %v %v", v, err)
 	}
 	if err := rdb.Do(ctx, "CLIENT", "SETNAME", "worker-1").Err(); err != nil {
 		t.Errorf("CLIENT SETNAME: %v", err)
@@ -301,7 +304,7 @@ func TestRESP_malformed(t *testing.T) {
 func TestRESP_redisCLI(t *testing.T) {
 	cli, err := exec.LookPath("redis-cli")
 	if err != nil {
-		t.Skip("redis-cli not installed (apt-get install redis-tools)")
+		t.Fatal("redis-cli is needed (apt-get install redis-tools)")
 	}
 	sc := start(t, Config{})
 	run := func(stdin string, args ...string) string {

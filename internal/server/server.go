@@ -6,16 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/proto"
-	"github.com/sluicehq/sluice/shm"
 )
 
 // steadyClock returns the server clock: it starts at the later of the wall
@@ -32,32 +30,7 @@ func steadyClock(floor int64) func() int64 {
 
 // ErrGeometryMismatch is returned when an existing state file's geometry
 // differs from the one the Config asks for explicitly.
-var ErrGeometryMismatch = errors.New("server: state file geometry differs from the configuration")
-
-// openState opens the state file, creating it (and its directory) if it
-// does not exist. An existing file keeps its geometry: asked (set in cfg,
-// the Config before defaults) for another, it is an error that says what
-// the file has, not a silent choice; the defaults never disagree with it.
-func openState(c, cfg Config) (*shm.Table, bool, error) {
-	t, err := shm.Open(c.StatePath)
-	if errors.Is(err, os.ErrNotExist) {
-		if err := os.MkdirAll(filepath.Dir(c.StatePath), 0o750); err != nil {
-			return nil, false, err
-		}
-		t, err = shm.Create(c.StatePath, shm.Options{SlotCount: c.Slots, SlotSize: c.SlotSize}, time.Now().UnixNano())
-		return t, true, err
-	}
-	if err != nil {
-		return nil, false, err
-	}
-	g := t.Geometry()
-	if cfg.Slots != 0 && g.SlotCount != cfg.Slots || cfg.SlotSize != 0 && g.SlotSize != cfg.SlotSize {
-		t.Close()
-		return nil, false, fmt.Errorf("%w: %s has %d slots of %d bytes; leave --slots and --slot-size unset to use it, or move it away to create another",
-			ErrGeometryMismatch, c.StatePath, g.SlotCount, g.SlotSize)
-	}
-	return t, false, nil
-}
+var ErrGeometryMismatch = engine.ErrGeometryMismatch
 
 // server is one running sidecar.
 type server struct {
@@ -67,6 +40,10 @@ type server struct {
 	now    func() int64
 	hello  proto.Hello
 	stats  counters
+
+	rec         *metrics.Recorder // nil without metrics
+	specMetrics *metrics.Limit    // the counters of requests that bring a spec
+	namedSet    atomic.Pointer[namedLimits]
 
 	draining atomic.Bool
 	mu       sync.Mutex
@@ -86,51 +63,47 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	c := cfg.withDefaults()
-	t, created, err := openState(c, cfg)
+	// An existing file keeps its geometry: only what cfg sets explicitly
+	// (before defaults) must match it.
+	e, err := engine.Open(c.StatePath, engine.Options{Slots: cfg.Slots, SlotSize: cfg.SlotSize}, time.Now().UnixNano())
 	if err != nil {
 		return err
 	}
 	lns, err := listenAll(c)
 	if err != nil {
-		t.Close()
+		e.Close()
 		return err
 	}
-	floor, floorOK := t.HighTime()
+	o := e.Opened()
 	if c.Now == nil {
-		c.Now = steadyClock(floor)
+		c.Now = steadyClock(o.HighTime)
 	}
-	g, st := t.Geometry(), t.Stats()
+	g, st := e.Geometry(), e.Stats()
 	s := &server{
-		cfg: c, log: c.Logger, engine: engine.New(t), now: c.Now,
+		cfg: c, log: c.Logger, engine: e, now: c.Now, rec: c.Metrics,
 		conns: make(map[net.Conn]struct{}), perUID: make(map[uint32]int),
 		hello: proto.Hello{
 			Version: proto.Version, MaxFrame: proto.MaxFrameLen, MaxBatch: proto.MaxBatch,
 			MaxKey: proto.MaxKeyLen, MaxMulti: proto.MaxMulti,
-			SlotCount: g.SlotCount, SlotSize: uint16(g.SlotSize),
+			SlotCount: g.Slots, SlotSize: uint16(g.SlotSize),
 		},
 	}
-	if !floorOK {
+	if s.rec != nil {
+		s.specMetrics = s.rec.Limit(metrics.SpecLimit)
+		s.rec.SetTable(s.tableStats())
+	}
+	if !o.HighTimeOK {
 		s.log.Warn("the state file's recorded high time failed its checksum: the clock starts at the wall clock")
 	}
-	if o := t.Opened(); o.UpgradedFrom != 0 || o.Recovered {
+	if o.UpgradedFrom != 0 || o.Recovered {
 		s.log.Info("state file recovered", "upgraded_from_version", o.UpgradedFrom, "scanned", o.Recovered,
 			"torn_slots", o.Torn, "dropped", o.Dropped, "released", o.Released)
 	}
-	s.log.Info("sluiced started", "state", c.StatePath, "created", created, "slots", g.SlotCount,
+	s.log.Info("sluiced started", "state", c.StatePath, "created", o.Created, "slots", g.Slots,
 		"slot_size", g.SlotSize, "file_bytes", g.FileSize, "used_slots", st.Used,
-		"load", fmt.Sprintf("%.3f", float64(st.Used)/float64(g.SlotCount)),
+		"load", fmt.Sprintf("%.3f", float64(st.Used)/float64(g.Slots)),
 		"torn_slots_reset", st.Torn, "socket", c.SocketPath, "resp_socket", c.RESPSocket,
 		"resp_addr", c.RESPAddr, "sync_interval", c.SyncInterval)
-
-	// A file closed cleanly was not scanned on open: check it in the
-	// background while serving.
-	stopScrub, scrubbed := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(scrubbed)
-		if t.Scrub(stopScrub) {
-			s.log.Debug("state file scrubbed", "torn_slots", t.Stats().Torn)
-		}
-	}()
 
 	var accepting sync.WaitGroup
 	for _, l := range lns {
@@ -140,16 +113,18 @@ func Run(ctx context.Context, cfg Config) error {
 	if c.Ready != nil {
 		c.Ready()
 	}
-	syncLoop(ctx, t, c.SyncInterval, s.log, c.Now)
+	var synced func(time.Duration, error)
+	if s.rec != nil {
+		synced = s.rec.Sync
+	}
+	e.Maintain(ctx, c.SyncInterval, c.Now, s.log, synced)
 	for _, l := range lns {
 		l.ln.Close()
 	}
 	accepting.Wait()
 	s.drain()
-	close(stopScrub)
-	<-scrubbed
-	st = t.Stats()
-	err = t.Close()
+	st = e.Stats()
+	err = e.Close()
 	for _, l := range lns {
 		l.close()
 	}
@@ -160,29 +135,6 @@ func Run(ctx context.Context, cfg Config) error {
 	s.log.Info("sluiced stopped", "state", c.StatePath, "used_slots", st.Used, "syncs", st.Syncs,
 		"sync_errors", st.SyncErrors, "connections_total", s.stats.connsTotal.Load(), "ops", s.stats.ops.Load())
 	return nil
-}
-
-// syncLoop syncs t every interval until ctx is cancelled. A failed sync is
-// logged and counted (shm.Stats.SyncErrors); serving goes on, and the file
-// is not marked clean until a final sync succeeds.
-//
-// Each round first records the server time in the file, so a restart never
-// starts the clock below it.
-func syncLoop(ctx context.Context, t *shm.Table, every time.Duration, log *slog.Logger, now func() int64) {
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			t.RecordTime(now())
-			return
-		case <-tick.C:
-			t.RecordTime(now())
-			if err := t.Sync(); err != nil {
-				log.Error("sync failed; the file stays marked dirty", "err", err)
-			}
-		}
-	}
 }
 
 // accept serves a listener's connections until it is closed.
@@ -206,6 +158,9 @@ func (s *server) accept(l *listener) {
 		uid, counted, ok := s.admit(c, l)
 		if !ok {
 			s.stats.peersDenied.Add(1)
+			if s.rec != nil {
+				s.rec.PeerDenied()
+			}
 			refuse(proto.StatusDenied, "permission denied")
 			continue
 		}
@@ -231,6 +186,10 @@ func (s *server) accept(l *listener) {
 		s.mu.Unlock()
 		go func() {
 			defer s.wg.Done()
+			if s.rec != nil {
+				s.rec.ConnOpened()
+				defer s.rec.ConnClosed()
+			}
 			l.serve(s, c)
 			s.mu.Lock()
 			delete(s.conns, c)
@@ -286,5 +245,26 @@ func (s *server) drain() {
 		}
 		s.mu.Unlock()
 		<-done
+	}
+}
+
+// liveEvery bounds how often the table metrics count live buckets (a pass
+// over every slot); the counters are read at every scrape.
+const liveEvery = 10 * time.Second
+
+// tableStats returns what the metrics read of the table at a scrape.
+func (s *server) tableStats() func() metrics.TableStats {
+	var mu sync.Mutex
+	var live uint64
+	var counted time.Time
+	return func() metrics.TableStats {
+		mu.Lock()
+		defer mu.Unlock()
+		if time.Since(counted) >= liveEvery {
+			live, counted = s.engine.Live(s.now()), time.Now()
+		}
+		st := s.engine.Stats()
+		return metrics.TableStats{Slots: st.Slots, UsedSlots: st.Used, LiveBuckets: live,
+			TableFull: st.TableFull, Reclaimed: st.Reclaims, Torn: st.Torn}
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/sluicehq/sluice/proto"
@@ -16,29 +15,6 @@ import (
 )
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-
-// Ensure the table is synced once per interval until the context ends.
-func TestSyncLoop(t *testing.T) {
-	tb, err := shm.Create(filepath.Join(t.TempDir(), "state"), shm.Options{SlotCount: 100}, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tb.Close()
-	synctest.Test(t, func(t *testing.T) {
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { syncLoop(ctx, tb, time.Second, quiet(), func() int64 { return 42 }); close(done) }()
-		time.Sleep(3500 * time.Millisecond)
-		cancel()
-		<-done
-	})
-	if st := tb.Stats(); st.Syncs != 3 || st.SyncErrors != 0 {
-		t.Errorf("after 3.5 intervals: %d syncs, %d errors; want 3 and 0", st.Syncs, st.SyncErrors)
-	}
-	if h, _ := tb.HighTime(); h != 42 {
-		t.Errorf("recorded time %d, want 42", h)
-	}
-}
 
 // Ensure that Run creates the state file with the configured geometry and
 // on shutdown closes it cleanly: it reopens without a scan.

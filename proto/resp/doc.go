@@ -1,4 +1,4 @@
-// Package resp is the Redis serialization protocol (RESP2) as Sluice's
+// Package resp is the Redis serialization protocol (RESP2 and RESP3) as Sluice's
 // Redis-compatible listener speaks it: a parser for client commands and
 // append-style writers for replies. It does no I/O and allocates nothing:
 // parsed arguments alias the caller's buffer.
@@ -13,6 +13,11 @@
 // \n or \r\n (what a person types into telnet or nc). Replies are
 // simple strings (+OK\r\n), errors (-message\r\n), integers (:42\r\n),
 // bulk strings ($3\r\nfoo\r\n, or $-1\r\n for none) and arrays (*2\r\n...).
+// A connection that switched to RESP3 (HELLO 3) may also be sent RESP3's
+// null (_\r\n), maps (%<pairs>\r\n then key, value, ...), sets
+// (~<n>\r\n...) and verbatim strings (=<len>\r\ntxt:<text>\r\n); which
+// reply uses which type is the server's business. Commands are the same in
+// both versions.
 //
 // # Limits
 //
@@ -24,6 +29,7 @@
 //
 // # Caveats
 //
-// RESP3 is not spoken: HELLO 3 is answered with an error, which Redis
-// clients (go-redis v9, redis-py) take as the signal to use RESP2.
+// Of RESP3 only the reply types above are written: no push messages,
+// attributes, doubles, big numbers or streamed strings, which no command of
+// Sluice answers with.
 package resp

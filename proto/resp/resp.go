@@ -194,11 +194,35 @@ func AppendBulkString(dst []byte, s string) []byte {
 	return append(append(dst, s...), '\r', '\n')
 }
 
-// AppendNull appends a null bulk string ($-1).
+// AppendNull appends a null bulk string ($-1), RESP2's null.
 func AppendNull(dst []byte) []byte { return append(dst, "$-1\r\n"...) }
+
+// AppendNull3 appends RESP3's null (_).
+func AppendNull3(dst []byte) []byte { return append(dst, "_\r\n"...) }
 
 // AppendArray appends the header of an array of n elements; the caller
 // appends the elements.
 func AppendArray(dst []byte, n int) []byte {
 	return append(strconv.AppendInt(append(dst, '*'), int64(n), 10), '\r', '\n')
+}
+
+// AppendMap appends the header of a RESP3 map of n key-value pairs; the
+// caller appends 2n elements, each key followed by its value.
+func AppendMap(dst []byte, n int) []byte {
+	return append(strconv.AppendInt(append(dst, '%'), int64(n), 10), '\r', '\n')
+}
+
+// AppendSet appends the header of a RESP3 set of n elements; the caller
+// appends the elements.
+func AppendSet(dst []byte, n int) []byte {
+	return append(strconv.AppendInt(append(dst, '~'), int64(n), 10), '\r', '\n')
+}
+
+// AppendVerbatim appends a RESP3 verbatim string of s in format, a
+// three-letter type such as "txt" (=<len>\r\ntxt:s\r\n, len counting the
+// format and its colon).
+func AppendVerbatim(dst []byte, format, s string) []byte {
+	dst = append(strconv.AppendInt(append(dst, '='), int64(len(format)+1+len(s)), 10), '\r', '\n')
+	dst = append(append(append(dst, format...), ':'), s...)
+	return append(dst, '\r', '\n')
 }

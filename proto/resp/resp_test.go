@@ -138,3 +138,27 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// Ensure the RESP3 writers produce Redis 7's bytes (captured from
+// redis-server 7.0 answering HELLO 3, CLIENT GETNAME, INFO and COMMAND INFO).
+func TestWritersRESP3(t *testing.T) {
+	for _, c := range []struct {
+		got  []byte
+		want string
+	}{
+		{AppendMap(nil, 7), "%7\r\n"},
+		{AppendMap(nil, 0), "%0\r\n"},
+		{AppendSet(nil, 2), "~2\r\n"},
+		{AppendNull3(nil), "_\r\n"},
+		{AppendVerbatim(nil, "txt", "# Server\r\nredis_version:7.0.15\r\n"), "=36\r\ntxt:# Server\r\nredis_version:7.0.15\r\n\r\n"},
+		{AppendVerbatim(nil, "txt", ""), "=4\r\ntxt:\r\n"},
+	} {
+		if string(c.got) != c.want {
+			t.Errorf("got %q, want %q", c.got, c.want)
+		}
+	}
+	out := make([]byte, 0, 64)
+	if n := testing.AllocsPerRun(100, func() { out = AppendVerbatim(AppendMap(out[:0], 1), "txt", "x") }); n != 0 {
+		t.Errorf("RESP3 writers allocate %v", n)
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/proto"
 )
@@ -159,120 +158,34 @@ func (st *stream) flush() bool {
 	return err == nil && !st.closed
 }
 
-// conn is a connection speaking the native protocol.
-type conn struct {
-	stream
-
-	// scratch reused across operations, so serving allocates nothing
-	op    proto.Op
-	lim   limitCache
-	multi multiScratch
-
-	frameStart int // where the response frame being built starts in out
-	opsLeft    int // operations of the frame still to answer after this one
+// when is the Time of a request with flags f: the batch's server clock,
+// and the request's own time if it carries one.
+func (st *stream) when(f proto.Flags, at int64) engine.Time {
+	t := engine.At(st.now)
+	if f&proto.FlagAt != 0 {
+		t.At = at
+	}
+	return t
 }
 
-// maxResult bounds the size of any result but SCAN's: an error with the
-// longest message (MULTI's, STATS' and HELLO's are smaller).
-const maxResult = 4 + proto.MaxMessageLen
-
-// room is how many bytes a SCAN result may add to the response frame being
-// built in b: a response obeys proto.MaxFrameLen like a request, with room
-// kept for the results of the frame's later operations.
-func (c *conn) room(b []byte) int {
-	return proto.MaxFrameLen + 4 - (len(b) - c.frameStart) - (c.opsLeft+1)*maxResult
-}
-
-// handle answers the complete frames at the front of c.in, until
-// maxPending bytes of answers wait.
-func (c *conn) handle() {
-	rest := c.in
-	for !c.closed {
-		if len(c.out) >= maxPending {
-			c.more = true
-			break
-		}
-		frame, r, h, err := proto.SplitFrame(rest)
-		if err != nil {
-			c.frameError(h.ID, err)
-			return
-		}
-		if frame == nil {
-			break
-		}
-		c.frame(frame, h)
-		rest = r
-	}
-	need := 0
-	if len(rest) >= proto.HeaderLen {
-		if h, err := proto.ParseHeader(rest); err == nil {
-			need = int(h.Length) + 4 // checked against MaxFrameLen by SplitFrame
-		}
-	}
-	c.keep(rest, need)
-}
-
-// frameError answers a frame that cannot be split or parsed with one error
-// result and closes the connection: its byte stream cannot be trusted.
-func (c *conn) frameError(id uint32, err error) {
-	c.n.malformed++
-	b, start := proto.BeginFrame(c.out, proto.KindResponse, id)
-	b = proto.AppendError(b, 0, proto.StatusOf(err), err.Error())
-	c.out = proto.EndFrame(b, start, 1)
-	c.closed = true
-}
-
-// frame answers one request frame: one result per operation, in order. An
-// operation that cannot be decoded ends the frame (the rest cannot be
-// located): it and every later one are answered with its error, and the
-// connection closes after the answer is written.
-func (c *conn) frame(frame []byte, h proto.Header) {
-	c.n.frames++
-	if h.Kind != proto.KindRequest {
-		c.frameError(h.ID, errNotRequest)
-		return
-	}
-	b, start := proto.BeginFrame(c.out, proto.KindResponse, h.ID)
-	c.frameStart = start
-	body := frame[proto.HeaderLen:]
-	for i := 0; i < int(h.Count); i++ {
-		c.opsLeft = int(h.Count) - i - 1
-		rest, err := proto.DecodeOp(body, &c.op)
-		if err != nil {
-			c.n.malformed++
-			code := proto.Opcode(0)
-			if len(body) > 0 {
-				code = proto.Opcode(body[0])
-			}
-			for ; i < int(h.Count); i++ {
-				b = proto.AppendError(b, code, proto.StatusOf(err), err.Error())
-			}
-			c.closed = true
-			break
-		}
-		b = c.s.do(b, &c.op, c)
-		body = rest
-	}
-	if len(body) != 0 && !c.closed {
-		c.n.malformed++
-		c.closed = true // bytes after the last operation: the framing is off
-	}
-	c.out = proto.EndFrame(b, start, int(h.Count))
-}
-
-// limitCache remembers the last limit a connection used, on either
-// protocol: clients send the same limit again and again, and validating it
-// costs more than comparing its parameters.
-type limitCache struct {
-	key bucket.Limit
+// limitCache remembers the last limit a connection used: clients send the
+// same limit again and again, and validating it costs more than comparing
+// its parameters. K is the limit as the connection's protocol carries it.
+type limitCache[K comparable] struct {
+	key K
 	l   engine.Limit
 	ok  bool
 }
 
-// multiScratch holds a MULTI's items and decisions between requests.
-type multiScratch struct {
-	items  [proto.MaxMulti]engine.Item
-	limits [proto.MaxMulti]engine.Limit
-	ds     []bucket.Decision
-	wire   [proto.MaxMulti]proto.Decision
+// get returns the validated engine limit for k, building it with build only
+// when k differs from the connection's previous limit.
+func (lc *limitCache[K]) get(k K, build func(K) (engine.Limit, error)) (*engine.Limit, error) {
+	if !lc.ok || lc.key != k {
+		l, err := build(k)
+		if err != nil {
+			return nil, err
+		}
+		lc.key, lc.l, lc.ok = k, l, true
+	}
+	return &lc.l, nil
 }

@@ -1,0 +1,156 @@
+package direct_test
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/clients/go/sluice"
+	"github.com/sluicehq/sluice/clients/go/sluice/direct"
+	"github.com/sluicehq/sluice/internal/engine"
+)
+
+// The direct path from this process, against a sidecar in another process
+// that owns the file, beside the socket client to the same sidecar: a hot
+// key, and keys drawn from 1M buckets. The engine in-process is
+// internal/engine's BenchmarkAcquire.
+func BenchmarkDirect(b *testing.B) {
+	sc := startSidecar(b, b.TempDir(), 1<<21)
+	d, err := direct.Open(sc.state(), direct.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.Close()
+	s, err := sluice.Dial(sc.sock())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	l := sluice.GCRA(1000, 1_000_000, time.Second)
+	b.Run("hot", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := d.Acquire(ctx, l, "user:42", 1); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	// Keys are written into one buffer, as internal/engine's benchmark
+	// writes them: the only memory the loop misses is the table's.
+	const n = 1_000_000
+	buf := make([]byte, 0, 32)
+	key := func(i int) string {
+		buf = strconv.AppendInt(append(buf[:0], "user:"...), int64(i), 10)
+		return unsafe.String(unsafe.SliceData(buf), len(buf))
+	}
+	for i := range n {
+		if _, err := d.Acquire(ctx, l, key(i), 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("1M-random", func(b *testing.B) {
+		rng := rand.New(rand.NewPCG(2, 2))
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := d.Acquire(ctx, l, key(rng.IntN(n)), 1); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	// The baseline: the engine in this process, on a table of its own of
+	// the sidecar's geometry, with the same limit and key draw.
+	own, err := engine.Open(filepath.Join(b.TempDir(), "own"), engine.Options{Slots: 1 << 21}, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer own.Close()
+	el, err := engine.FromProto(l)
+	if err != nil {
+		b.Fatal(err)
+	}
+	clock := func() int64 { return time.Now().UnixNano() }
+	var dec bucket.Decision
+	for i := range n {
+		own.Acquire(&dec, []byte(key(i)), &el, 1, engine.At(clock()), 0)
+	}
+	b.Run("engine/1M-random", func(b *testing.B) {
+		rng := rand.New(rand.NewPCG(2, 2))
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := own.Acquire(&dec, []byte(key(rng.IntN(n))), &el, 1, engine.At(clock()), 0); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("socket/hot", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := s.Acquire(ctx, l, "user:42", 1); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("parallel/hot", func(b *testing.B) {
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				d.Acquire(ctx, l, "user:42", 1)
+			}
+		})
+	})
+}
+
+// BenchmarkDirectProcesses is 16 client processes deciding on their own
+// keys at once, in the file and through the socket, against one sidecar:
+// decisions per second for all of them (b.N decisions in total, shared out).
+func BenchmarkDirectProcesses(b *testing.B) {
+	sc := startSidecar(b, b.TempDir(), 1<<16)
+	for _, mode := range []string{"direct", "socket"} {
+		b.Run(mode+"/16", func(b *testing.B) {
+			const procs = 16
+			per := max(b.N/procs, 1)
+			type proc struct {
+				cmd   *exec.Cmd
+				stdin io.WriteCloser
+			}
+			var ps []proc
+			for i := range procs {
+				cmd := exec.Command(os.Args[0], "-test.run=^$")
+				cmd.Env = append(os.Environ(), fmt.Sprintf("SLUICE_DIRECT_WORKER=bench-%s %s %d %d", mode, sc.dir, per, i))
+				cmd.Stderr = os.Stderr
+				in, err := cmd.StdinPipe()
+				if err != nil {
+					b.Fatal(err)
+				}
+				out, err := cmd.StdoutPipe()
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := cmd.Start(); err != nil {
+					b.Fatal(err)
+				}
+				bufio.NewReader(out).ReadString('\n') // attached or connected
+				ps = append(ps, proc{cmd, in})
+			}
+			b.ResetTimer()
+			start := time.Now()
+			for _, p := range ps {
+				p.stdin.Close() // go
+			}
+			for _, p := range ps {
+				if err := p.cmd.Wait(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(per*procs)/time.Since(start).Seconds(), "decisions/s")
+		})
+	}
+}

@@ -1,0 +1,463 @@
+// Package direct decides in the sidecar's state file from inside a Go
+// process: it maps the file that sluiced owns and runs the sidecar's own
+// engine on it, under the same slot locks as the sidecar and every other
+// process, with no socket round trip. A bucket touched through the socket,
+// the Redis protocol or this package is one bucket, decided with the same
+// semantics.
+//
+// The sidecar stays the file's owner: it creates, recovers, syncs and
+// scrubs it. A direct Client never does; it refuses a file no sidecar
+// serves, stops deciding while a restarted sidecar recovers the file, and
+// attaches again once it serves. With Options.Fallback, every operation it
+// cannot decide in the file goes to the socket client instead.
+//
+// Using the file is a privilege: a process that maps it can write anything
+// in it. Who may is decided by the file's mode and group (see the README's
+// security model); the sidecar checks each slot's checksum and repairs
+// damage conservatively.
+package direct
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/clients/go/sluice"
+	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/proto"
+)
+
+// Options configure a Client.
+type Options struct {
+	// Fallback, if set, answers every operation the Client cannot decide
+	// in the file: when Open cannot attach to it (another host, no
+	// permission, another format version, no sidecar serving it), and
+	// while the sidecar that owns it is away. Without one, those
+	// operations fail with an error wrapping sluice.ErrUnavailable.
+	Fallback *sluice.Client
+}
+
+// ownerCheckEvery is how often a Client asks whether the sidecar it
+// decides beside still lives (a read of /proc).
+const ownerCheckEvery = time.Second
+
+// reattachEvery bounds how often a Client tries to attach again while the
+// sidecar is away.
+const reattachEvery = 100 * time.Millisecond
+
+// Client decides in one state file. It is safe for concurrent use; create
+// one per process and keep it.
+type Client struct {
+	path     string
+	fallback *sluice.Client
+	eng      atomic.Pointer[engine.Engine] // nil while detached
+	clock    func() int64
+
+	limits [limitCacheSize]atomic.Pointer[cachedLimit] // validated limits, by limitSlot
+
+	nextCheck atomic.Int64 // steady clock: when to ask about the owner again
+	mu        sync.Mutex   // serialises attaching
+	retired   []*engine.Engine
+	reason    error // why the Client is detached, for Direct
+	nextTry   int64
+	closed    bool
+}
+
+// Open attaches to the state file at path, which a running sluiced owns.
+// If it cannot, it returns the reason, unless opts.Fallback is set: then
+// it returns a Client that sends every operation to the fallback until it
+// can attach (Direct says why).
+func Open(path string, opts Options) (*Client, error) {
+	c := &Client{path: path, fallback: opts.Fallback}
+	e, err := engine.Attach(path)
+	if err != nil {
+		if opts.Fallback == nil {
+			return nil, fmt.Errorf("cannot decide in %s: %w", path, err)
+		}
+		c.reason = err
+		c.clock = steadyClock(0)
+		return c, nil
+	}
+	o := e.Opened()
+	c.clock = steadyClock(o.HighTime)
+	c.eng.Store(e)
+	c.nextCheck.Store(c.clock() + int64(ownerCheckEvery))
+	return c, nil
+}
+
+// steadyClock is the sidecar's clock, as this process sees it: it starts
+// at the later of the wall clock and floor (the highest time the file
+// recorded) and advances with the monotonic clock, so that a step of the
+// wall clock does not move it.
+func steadyClock(floor int64) func() int64 {
+	start := time.Now()
+	base := max(start.UnixNano(), floor)
+	return func() int64 { return base + int64(time.Since(start)) }
+}
+
+// limitCacheSize is how many validated limits a Client remembers: a
+// process uses a handful, and validating one costs more than deciding.
+const limitCacheSize = 64
+
+// cachedLimit is a limit as the caller wrote it and as the engine runs it.
+// It is never modified once published.
+type cachedLimit struct {
+	w proto.Limit
+	l engine.Limit
+}
+
+// limit returns the engine's limit for l, validating it only the first
+// time (or when another limit has taken its cache entry since).
+func (c *Client) limit(l sluice.Limit) (*engine.Limit, error) {
+	h := uint64(l.Algorithm) ^ uint64(l.P[0])*0x9e3779b97f4a7c15 ^ uint64(l.P[1])*0xc2b2ae3d27d4eb4f ^ uint64(l.P[2])
+	e := &c.limits[(h^h>>29)%limitCacheSize]
+	if cl := e.Load(); cl != nil && cl.w == l {
+		return &cl.l, nil
+	}
+	v, err := engine.FromProto(l)
+	if err != nil {
+		return nil, err
+	}
+	cl := &cachedLimit{w: l, l: v}
+	e.Store(cl)
+	return &cl.l, nil
+}
+
+// Direct reports whether the Client decides in the file now, and if not,
+// why.
+func (c *Client) Direct() (bool, error) {
+	if c.eng.Load() != nil {
+		return true, nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return false, c.reason
+}
+
+// Close detaches from the file. The fallback client, if any, stays open:
+// it belongs to the caller.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return sluice.ErrClosed
+	}
+	c.closed = true
+	var err error
+	if e := c.eng.Swap(nil); e != nil {
+		err = e.Close()
+	}
+	for _, e := range c.retired {
+		e.Close()
+	}
+	c.retired = nil
+	return err
+}
+
+// engine returns the engine to decide with at now, or nil if the Client is
+// detached. Once a second it asks whether the sidecar still lives; while
+// it does not, decisions go on in the file (which stays sound: the kernel
+// keeps its pages) until a new sidecar takes the file over.
+func (c *Client) engine(now int64) *engine.Engine {
+	e := c.eng.Load()
+	if e != nil && now < c.nextCheck.Load() {
+		return e
+	}
+	return c.slow(now)
+}
+
+// slow checks the owner, and attaches again when detached.
+func (c *Client) slow(now int64) *engine.Engine {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.eng.Load()
+	if c.closed {
+		return nil
+	}
+	if e != nil {
+		c.nextCheck.Store(now + int64(ownerCheckEvery))
+		if e.OwnerAlive() {
+			return e
+		}
+	}
+	if now < c.nextTry {
+		return e
+	}
+	c.nextTry = now + int64(reattachEvery)
+	ne, err := engine.Attach(c.path)
+	if err != nil {
+		c.reason = err
+		return e // still the old file: sound, until a new owner takes it
+	}
+	if e != nil {
+		// The old engine may still be in use by other goroutines: it is
+		// retired (its Enter fails now that the file has a new owner) and
+		// closed with the Client.
+		e.Retire()
+		c.retired = append(c.retired, e)
+	}
+	c.eng.Store(ne)
+	c.reason = nil
+	return ne
+}
+
+// detached handles an engine that found its owner gone mid-call: the
+// Client attaches again at its next call.
+func (c *Client) detached(e *engine.Engine, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.eng.CompareAndSwap(e, nil) {
+		e.Retire()
+		c.retired = append(c.retired, e)
+		c.reason = err
+		c.nextTry = 0
+	}
+}
+
+// Acquire decides a request of cost against key's bucket under l, as the
+// socket client's Acquire does.
+func (c *Client) Acquire(ctx context.Context, l sluice.Limit, key string, cost int64, opts ...sluice.RequestOption) (sluice.Decision, error) {
+	return c.decide(ctx, proto.OpAcquire, l, key, cost, opts)
+}
+
+// Peek reports key's bucket under l as it stands, as the socket client's
+// Peek does.
+func (c *Client) Peek(ctx context.Context, l sluice.Limit, key string, opts ...sluice.RequestOption) (sluice.Decision, error) {
+	return c.decide(ctx, proto.OpPeek, l, key, 1, opts)
+}
+
+// Refund gives amount tokens back to key's bucket under l, as the socket
+// client's Refund does.
+func (c *Client) Refund(ctx context.Context, l sluice.Limit, key string, amount int64, opts ...sluice.RequestOption) (sluice.Decision, error) {
+	return c.decide(ctx, proto.OpRefund, l, key, amount, opts)
+}
+
+// Reset forgets key's bucket under l and reports whether it existed.
+func (c *Client) Reset(ctx context.Context, l sluice.Limit, key string) (bool, error) {
+	lim, err := c.limit(l)
+	if err != nil {
+		return false, opError(err)
+	}
+	for {
+		e := c.engine(c.clock())
+		if e == nil {
+			if c.fallback != nil {
+				return c.fallback.Reset(ctx, l, key)
+			}
+			return false, c.unavailable()
+		}
+		existed, err := e.Reset(keyBytes(key), lim)
+		if errors.Is(err, engine.ErrNoOwner) {
+			c.detached(e, err)
+			continue
+		}
+		return existed, opError(err)
+	}
+}
+
+func (c *Client) decide(ctx context.Context, op proto.Opcode, l sluice.Limit, key string, n int64, opts []sluice.RequestOption) (sluice.Decision, error) {
+	lim, err := c.limit(l)
+	if err != nil {
+		return sluice.Decision{}, opError(err)
+	}
+	f, at := flags(opts)
+	var d bucket.Decision
+	for {
+		now := c.clock()
+		e := c.engine(now)
+		if e == nil {
+			return c.fall(ctx, op, l, key, n, opts)
+		}
+		t := engine.At(now)
+		if f&proto.FlagAt != 0 {
+			t.At = at
+		}
+		k := keyBytes(key)
+		switch op {
+		case proto.OpAcquire:
+			err = e.Acquire(&d, k, lim, n, t, bucketFlags(f))
+		case proto.OpPeek:
+			err = e.Peek(&d, k, lim, t)
+		case proto.OpRefund:
+			err = e.Refund(&d, k, lim, n, t, 0)
+		}
+		if errors.Is(err, engine.ErrNoOwner) {
+			c.detached(e, err)
+			continue
+		}
+		if err != nil {
+			return sluice.Decision{}, opError(err)
+		}
+		return decisionOf(&d), nil
+	}
+}
+
+// fall sends an operation to the fallback client, or fails it.
+func (c *Client) fall(ctx context.Context, op proto.Opcode, l sluice.Limit, key string, n int64, opts []sluice.RequestOption) (sluice.Decision, error) {
+	if c.fallback == nil {
+		return sluice.Decision{}, c.unavailable()
+	}
+	switch op {
+	case proto.OpPeek:
+		return c.fallback.Peek(ctx, l, key, opts...)
+	case proto.OpRefund:
+		return c.fallback.Refund(ctx, l, key, n, opts...)
+	}
+	return c.fallback.Acquire(ctx, l, key, n, opts...)
+}
+
+func (c *Client) unavailable() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return sluice.ErrClosed
+	}
+	return fmt.Errorf("%w: cannot decide in %s: %w", sluice.ErrUnavailable, c.path, c.reason)
+}
+
+// Multi decides every item, all or nothing, as the socket client's Multi
+// does.
+func (c *Client) Multi(ctx context.Context, items []sluice.Item, opts ...sluice.RequestOption) (bool, []sluice.Decision, error) {
+	if len(items) == 0 || len(items) > proto.MaxMulti {
+		return false, nil, opError(fmt.Errorf("%w: %d items, want 1 to %d", engine.ErrTooManyItems, len(items), proto.MaxMulti))
+	}
+	f, at := flags(opts)
+	var (
+		limits [proto.MaxMulti]engine.Limit
+		its    [proto.MaxMulti]engine.Item
+		ds     [proto.MaxMulti]bucket.Decision
+	)
+	for i := range items {
+		it := &items[i]
+		l, err := c.limit(it.Limit)
+		if err != nil {
+			return false, nil, opError(fmt.Errorf("item %d: %w", i, err))
+		}
+		limits[i] = *l
+		fl := f & (proto.FlagStrict | proto.FlagSmyte)
+		if it.Strict {
+			fl |= proto.FlagStrict
+		}
+		if it.Smyte {
+			fl |= proto.FlagSmyte
+		}
+		its[i] = engine.Item{Key: keyBytes(it.Key), Limit: &limits[i], Cost: it.Cost, Flags: bucketFlags(fl)}
+	}
+	for {
+		now := c.clock()
+		e := c.engine(now)
+		if e == nil {
+			if c.fallback != nil {
+				return c.fallback.Multi(ctx, items, opts...)
+			}
+			return false, nil, c.unavailable()
+		}
+		t := engine.At(now)
+		if f&proto.FlagAt != 0 {
+			t.At = at
+		}
+		out, allowed, err := e.Multi(ds[:0], its[:len(items)], t)
+		if errors.Is(err, engine.ErrNoOwner) {
+			c.detached(e, err)
+			continue
+		}
+		if err != nil {
+			return false, nil, opError(err)
+		}
+		res := make([]sluice.Decision, len(out))
+		for i := range out {
+			res[i] = decisionOf(&out[i])
+		}
+		return allowed, res, nil
+	}
+}
+
+// keyBytes returns key's bytes without copying them: the engine reads a
+// key and copies what it keeps.
+func keyBytes(key string) []byte { return unsafe.Slice(unsafe.StringData(key), len(key)) }
+
+// flags reads the request options.
+func flags(opts []sluice.RequestOption) (proto.Flags, int64) {
+	var f proto.Flags
+	var at int64
+	for _, o := range opts {
+		of, oat := o.Wire()
+		f |= of
+		if of&proto.FlagAt != 0 {
+			at = oat
+		}
+	}
+	return f, at
+}
+
+// bucketFlags converts request flags to algorithm flags, as the sidecar
+// does.
+func bucketFlags(f proto.Flags) bucket.Flags {
+	var b bucket.Flags
+	if f&proto.FlagStrict != 0 {
+		b |= bucket.Strict
+	}
+	if f&proto.FlagSmyte != 0 {
+		b |= bucket.Smyte
+	}
+	return b
+}
+
+// decisionOf is the socket client's Decision for a decision of the engine:
+// the wire carries the same fields, durations in nanoseconds.
+func decisionOf(d *bucket.Decision) sluice.Decision {
+	return sluice.Decision{
+		Allowed: d.Allowed, Remaining: d.Remaining, Limit: d.Limit,
+		RetryAfter: time.Duration(d.RetryAfter), ResetAfter: time.Duration(d.ResetAfter),
+		Delay: time.Duration(d.Delay),
+	}
+}
+
+// statusError is an engine error as the socket client reports the same
+// refusal: its text, and errors.Is the socket client's error for it.
+type statusError struct {
+	status error
+	err    error
+}
+
+// Error says it as the socket client's *sluice.StatusError would, for
+// people: "invalid cost: negative cost: -1".
+func (e *statusError) Error() string {
+	msg := strings.TrimPrefix(e.err.Error(), "engine: ")
+	return (&sluice.StatusError{Status: proto.StatusOf(e.status), Message: msg}).Error()
+}
+
+func (e *statusError) Unwrap() error        { return e.err }
+func (e *statusError) Is(target error) bool { return target == e.status }
+
+// opError maps an engine error to the socket client's vocabulary.
+func opError(err error) error {
+	var st error
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, engine.ErrTableFull):
+		st = sluice.ErrTableFull
+	case errors.Is(err, engine.ErrEmptyKey), errors.Is(err, engine.ErrKeyTooLong):
+		st = sluice.ErrInvalidKey
+	case errors.Is(err, engine.ErrNegativeCost):
+		st = sluice.ErrInvalidCost
+	case errors.Is(err, engine.ErrInvalidLimit):
+		st = sluice.ErrInvalidLimit
+	case errors.Is(err, engine.ErrTooManyItems):
+		st = sluice.ErrTooManyItems
+	case errors.Is(err, engine.ErrContended):
+		st = sluice.ErrContended
+	case errors.Is(err, engine.ErrTime):
+		st = sluice.ErrMalformed
+	default:
+		st = sluice.ErrInternal
+	}
+	return &statusError{st, err}
+}

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/sluicehq/sluice/internal/config"
+)
+
+// Exit status of "config check": the file is invalid.
+const exitInvalid = 1
+
+// runConfig runs "config check PATH": validate a config file offline, as
+// sluiced would load it, and list its limits.
+func runConfig(x *cli, args []string) int {
+	fs := x.flags("config")
+	quiet := fs.Bool("quiet", false, "print nothing when the file is valid")
+	pos, code, ok := x.parse("config", fs, args, 2, 2)
+	if !ok {
+		return code
+	}
+	if pos[0] != "check" {
+		return x.fail("config: unknown subcommand %q (want check)", pos[0])
+	}
+	s, err := config.Load(pos[1])
+	if err != nil {
+		fmt.Fprintln(x.stderr, "sluice: config check: "+err.Error())
+		return exitInvalid
+	}
+	if *quiet {
+		return exitOK
+	}
+	fmt.Fprintf(x.stdout, "%s: %d limits, valid\n", pos[1], s.Len())
+	for _, name := range s.Names() {
+		l, _ := s.Lookup(name)
+		opts := ""
+		if l.Shadow {
+			opts += " shadow"
+		}
+		if l.Scope == config.Global {
+			opts += " global"
+		}
+		fmt.Fprintf(x.stdout, "  %s %s%s\n", name, l.Wire, opts)
+	}
+	return exitOK
+}

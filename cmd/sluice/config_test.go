@@ -1,0 +1,29 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestConfigCheck(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("limits:\n  login:\n    limit: \"token_bucket:max=10,refill_time=1h\"\n    shdow: true\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	example := filepath.Join("..", "..", "deploy", "sluice.example.yaml")
+	runSteps(t, "", []step{
+		{"config check " + example, 0, example + ": 5 limits, valid\n" +
+			"  api gcra:burst=20,count=100,period=1m0s\n" +
+			"  exports fixed_window:limit=1000,window=1h0m0s global\n" +
+			"  login token_bucket:max=10,refill_time=1h0m0s,refill_amount=1\n" +
+			"  signup sliding_window:limit=5,window=1h0m0s shadow\n" +
+			"  webhooks pacer:rate=10,period=1s,max_delay=2s\n", ""},
+		{"config check --quiet " + example, 0, "", ""},
+		{"config check " + bad, 1, "", "sluice: config check: " + bad + ":4: limits.login.shdow: unknown field (want limit,"},
+		{"config check " + filepath.Join(dir, "missing.yaml"), 1, "", "sluice: config check: open " + filepath.Join(dir, "missing.yaml") + ": no such file or directory"},
+		{"config lint " + example, 2, "", `sluice: config: unknown subcommand "lint" (want check)`},
+		{"config check", 2, "", "sluice: config: want check PATH [--quiet]"},
+	})
+}

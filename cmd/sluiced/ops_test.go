@@ -1,0 +1,169 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/clients/go/sluice"
+)
+
+func TestRun_version(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"--version"}, func(string) (string, bool) { return "", false }, &stdout, &stderr)
+	if code != exitOK || !strings.HasPrefix(stdout.String(), "sluiced ") || !strings.Contains(stdout.String(), "(state file format ") || stderr.Len() != 0 {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
+	}
+}
+
+// Ensure a bad config file, metrics address or log format is a usage error
+// before anything is created.
+func TestRun_badOps(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(bad, []byte("limits:\n  login: \"token_bucket:max=0,refill_time=1h\"\n"), 0o644)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--config", bad}, "--config: " + bad + ":2: limits.login.limit: "},
+		{[]string{"--config", filepath.Join(dir, "none.yaml")}, "--config: open "},
+		{[]string{"--metrics", "0.0.0.0:9464"}, `--metrics: invalid metrics address "0.0.0.0:9464": want a loopback host:port`},
+		{[]string{"--log-format", "xml"}, `--log-format "xml": want text or json`},
+	} {
+		code, stderr := runFor(t, 5*time.Second, append(paths(dir), c.args...), nil)
+		if code != exitUsage || !strings.Contains(stderr, c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 with %q", c.args, code, stderr, c.want)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "var")); err == nil {
+			t.Errorf("%v: files were created before the flags were checked", c.args)
+		}
+	}
+}
+
+// Ensure sluiced under systemd: READY=1 once serving, RELOADING=1 and
+// READY=1 around a SIGHUP reload of the config file (which the metrics
+// count), STOPPING=1 at shutdown; logs are JSON with --log-format json.
+func TestRun_systemd(t *testing.T) {
+	dir, err := os.MkdirTemp("", "sd") // short: socket paths are limited to 108 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	notify := filepath.Join(dir, "notify")
+	nc, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: notify, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	recv := func() string {
+		t.Helper()
+		nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+		buf := make([]byte, 4096)
+		n, err := nc.Read(buf)
+		if err != nil {
+			t.Fatalf("waiting for a notification: %v", err)
+		}
+		return string(buf[:n])
+	}
+	cfg := filepath.Join(dir, "sluice.yaml")
+	os.WriteFile(cfg, []byte("limits:\n  login: \"token_bucket:max=10,refill_time=1h\"\n"), 0o644)
+	msock := filepath.Join(dir, "metrics")
+	args := append(paths(dir), "--config", cfg, "--metrics", "unix:"+msock, "--log-format", "json")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var stderr syncBuffer
+	done := make(chan int)
+	go func() {
+		done <- run(ctx, args, func(k string) (string, bool) {
+			if k == "NOTIFY_SOCKET" {
+				return notify, true
+			}
+			return "", false
+		}, io.Discard, &stderr)
+	}()
+	if got := recv(); !strings.HasPrefix(got, "READY=1\nSTATUS=serving ") {
+		t.Fatalf("first notification %q", got)
+	}
+	cl, err := sluice.Dial(filepath.Join(dir, "var", "s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Acquire(context.Background(), sluice.TokenBucket(10, time.Hour, 1), "alice", 1); err != nil {
+		t.Fatal(err)
+	}
+	cl.Close()
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	if got := recv(); !strings.HasPrefix(got, "RELOADING=1\nMONOTONIC_USEC=") {
+		t.Fatalf("after SIGHUP: %q", got)
+	}
+	if got := recv(); got != "READY=1\nSTATUS=serving" {
+		t.Fatalf("after the reload: %q", got)
+	}
+	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", msock)
+	}}}
+	resp, err := c.Get("http://sluiced/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`sluice_config_reloads_total{result="ok"} 1`, "\nsluice_table_slots 64\n", "\nsluice_table_used_slots 1\n", "\nsluice_table_live_buckets 1\n"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("no %q in the metrics:\n%s", want, body)
+		}
+	}
+	cancel()
+	if got := recv(); !strings.HasPrefix(got, "STOPPING=1") {
+		t.Fatalf("at shutdown: %q", got)
+	}
+	if code := <-done; code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	var msgs []string
+	sc := bufio.NewScanner(strings.NewReader(stderr.String()))
+	for sc.Scan() {
+		var line map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
+			t.Fatalf("log line is not JSON: %q", sc.Text())
+		}
+		msgs = append(msgs, line["msg"].(string))
+	}
+	all := strings.Join(msgs, "|")
+	for _, want := range []string{"config loaded", "config reloaded", "serving metrics"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("no %q log line in %q", want, all)
+		}
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

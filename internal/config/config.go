@@ -1,0 +1,372 @@
+package config
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/proto"
+)
+
+// MaxFileSize is the largest config file Load reads, in bytes.
+const MaxFileSize = 4 << 20
+
+// MaxNameLen is the longest limit name, in bytes: the wire's.
+const MaxNameLen = proto.MaxNameLen
+
+// SpecLabel is the name reserved for requests that bring an inline limit
+// spec rather than a name; metrics use it as their limit label.
+const SpecLabel = "spec"
+
+// Scope says where a limit's buckets live.
+type Scope uint8
+
+const (
+	Local  Scope = iota // on this host only: the default
+	Global              // shared by the hosts of a fleet
+)
+
+func (s Scope) String() string {
+	if s == Global {
+		return "global"
+	}
+	return "local"
+}
+
+// Unavailable is what a global limit decides while its coordinator cannot
+// be reached.
+type Unavailable uint8
+
+const (
+	FallbackLocal Unavailable = iota // decide locally with FallbackShare of the limit: the default
+	FailOpen                         // allow every request
+	FailClosed                       // deny every request
+)
+
+var unavailableNames = []string{FallbackLocal: "local", FailOpen: "allow", FailClosed: "deny"}
+
+func (u Unavailable) String() string { return unavailableNames[u] }
+
+// Limit is one named limit of a config file.
+type Limit struct {
+	Name        string
+	Spec        string        // the spec as written
+	Wire        proto.Limit   // the spec parsed, as the wire carries it
+	Bucket      bucket.Limit  // the algorithm's parameters, validated
+	Engine      engine.Limit  // the limit as the engine runs it
+	Description string        // free text for people; "" if none
+	Shadow      bool          // decide and count, but always allow
+	Line        int           // the line of the limit's name in the file
+	Scope       Scope         // Local unless the file says global
+	Lease       time.Duration // global limits: how long a host may spend its share before asking again; 0 for the default
+	// OnUnavailable and FallbackShare apply to global limits only.
+	OnUnavailable Unavailable
+	FallbackShare float64 // in (0, 1]; 0 for the default
+}
+
+// ValidName reports why name cannot name a limit, or nil if it can: the
+// wire's rule (proto.ValidName), and not SpecLabel.
+func ValidName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("empty name")
+	case len(name) > MaxNameLen:
+		return fmt.Errorf("name of %d bytes, longer than %d", len(name), MaxNameLen)
+	case strings.Contains(name, ":"):
+		return fmt.Errorf("name %q contains ':', which marks a limit spec", name)
+	case proto.ValidName(name) != nil:
+		return fmt.Errorf("name %q: want letters, digits, '_', '-' and '.', starting with a letter", name)
+	case name == SpecLabel:
+		return fmt.Errorf("name %q is reserved for requests that bring a spec", name)
+	}
+	return nil
+}
+
+// Load reads and parses the config file at path.
+func Load(path string) (*Set, error) {
+	data, err := readFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(path, data)
+}
+
+// readFile reads path, refusing files larger than MaxFileSize.
+func readFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxFileSize {
+		return nil, fmt.Errorf("%s: %w: more than %d bytes", path, ErrTooLarge, MaxFileSize)
+	}
+	return data, nil
+}
+
+// Parse parses a config file's content; file names it in errors. It checks
+// the whole file and returns the first problem as an *Error.
+func Parse(file string, data []byte) (*Set, error) {
+	p := parser{file: file}
+	s := &Set{path: file, sum: sha256.Sum256(data), limits: map[string]*Limit{}}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, p.errorf(nil, "", "empty file: want a \"limits:\" mapping")
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, p.yamlError(err)
+	}
+	if len(doc.Content) == 0 {
+		return nil, p.errorf(nil, "", "empty file: want a \"limits:\" mapping")
+	}
+	root := doc.Content[0]
+	err := p.mapping(root, "", func(key, val *yaml.Node, field string) error {
+		switch key.Value {
+		case "version":
+			if val.Kind != yaml.ScalarNode || val.Value != "1" {
+				return p.errorf(val, field, "version %q: this build reads version 1", val.Value)
+			}
+			return nil
+		case "limits":
+			return p.mapping(val, field, func(k, v *yaml.Node, f string) error {
+				if err := ValidName(k.Value); err != nil {
+					return p.errorf(k, f, "%v", err)
+				}
+				l, err := p.limit(k, v, f)
+				if err != nil {
+					return err
+				}
+				s.limits[l.Name] = l
+				s.names = append(s.names, l.Name)
+				return nil
+			})
+		}
+		return p.errorf(key, field, "unknown field (want version or limits)")
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(s.names)
+	return s, nil
+}
+
+// parser carries the file name into errors.
+type parser struct{ file string }
+
+func (p *parser) errorf(n *yaml.Node, field, format string, a ...any) *Error {
+	e := &Error{File: p.file, Field: field, Msg: fmt.Sprintf(format, a...)}
+	if n != nil {
+		e.Line = n.Line
+	}
+	return e
+}
+
+// yamlError turns a YAML syntax error into an *Error with its line.
+func (p *parser) yamlError(err error) *Error {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	e := &Error{File: p.file, Msg: msg, Err: err}
+	var te *yaml.TypeError
+	if errors.As(err, &te) && len(te.Errors) > 0 {
+		msg = te.Errors[0]
+	}
+	if rest, ok := strings.CutPrefix(msg, "line "); ok {
+		if num, after, ok := strings.Cut(rest, ": "); ok {
+			if n, err := strconv.Atoi(num); err == nil {
+				e.Line, e.Msg = n, after
+			}
+		}
+	}
+	return e
+}
+
+// mapping calls fn for each key of the mapping n, in order, refusing
+// duplicate and non-scalar keys. field is n's path.
+func (p *parser) mapping(n *yaml.Node, field string, fn func(key, val *yaml.Node, field string) error) error {
+	if n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	if n.Kind != yaml.MappingNode {
+		what := "this"
+		if field != "" {
+			what = field
+		}
+		return p.errorf(n, field, "want a mapping of names to values, %s is a %s", what, kindName(n))
+	}
+	seen := map[string]int{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if k.Kind != yaml.ScalarNode {
+			return p.errorf(k, field, "want a name as key, got a %s", kindName(k))
+		}
+		f := k.Value
+		if field != "" {
+			f = field + "." + k.Value
+		}
+		if line, dup := seen[k.Value]; dup {
+			return p.errorf(k, f, "defined twice (first on line %d)", line)
+		}
+		seen[k.Value] = k.Line
+		if v.Kind == yaml.AliasNode {
+			v = v.Alias
+		}
+		if err := fn(k, v, f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "mapping"
+	case yaml.SequenceNode:
+		return "list"
+	case yaml.ScalarNode:
+		if n.Tag == "!!null" {
+			return "null"
+		}
+		return "scalar"
+	}
+	return "document"
+}
+
+// limit parses one named limit: a mapping of its fields, or a bare spec
+// string as shorthand for {limit: SPEC}.
+func (p *parser) limit(k, v *yaml.Node, field string) (*Limit, error) {
+	l := &Limit{Name: k.Value, Line: k.Line}
+	var specNode *yaml.Node
+	global := map[string]*yaml.Node{}
+	if v.Kind == yaml.ScalarNode && v.Tag == "!!str" {
+		specNode = v
+	} else {
+		err := p.mapping(v, field, func(key, val *yaml.Node, f string) error {
+			switch key.Value {
+			case "limit":
+				specNode = val
+				return p.str(val, f, &l.Spec)
+			case "description":
+				return p.str(val, f, &l.Description)
+			case "shadow":
+				return p.boolean(val, f, &l.Shadow)
+			case "scope":
+				var s string
+				if err := p.str(val, f, &s); err != nil {
+					return err
+				}
+				switch s {
+				case "local":
+					l.Scope = Local
+				case "global":
+					l.Scope = Global
+				default:
+					return p.errorf(val, f, "scope %q: want local or global", s)
+				}
+				return nil
+			case "lease", "on_unavailable", "fallback_share":
+				global[key.Value] = key
+				return p.globalField(l, key.Value, val, f)
+			}
+			return p.errorf(key, f, "unknown field (want limit, description, shadow, scope, lease, on_unavailable or fallback_share)")
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	if specNode == nil {
+		return nil, p.errorf(k, field, "no limit: want limit: \"ALGORITHM:name=value,...\"")
+	}
+	if err := p.str(specNode, field+".limit", &l.Spec); err != nil {
+		return nil, err
+	}
+	w, err := proto.ParseLimit(l.Spec)
+	if err != nil {
+		msg := err.Error()
+		if _, after, ok := strings.Cut(msg, "limit "+strconv.Quote(l.Spec)+": "); ok {
+			msg = after
+		} else {
+			msg = strings.TrimPrefix(msg, "proto: ")
+		}
+		return nil, &Error{File: p.file, Line: specNode.Line, Field: field + ".limit", Msg: fmt.Sprintf("%q: %s", l.Spec, msg), Err: err}
+	}
+	if w.Name != "" {
+		err := fmt.Errorf("%w: a limit is defined by a spec, not by another limit's name", proto.ErrInvalidLimit)
+		return nil, &Error{File: p.file, Line: specNode.Line, Field: field + ".limit", Msg: fmt.Sprintf("%q: want ALGORITHM:name=value,...", l.Spec), Err: err}
+	}
+	el, err := engine.FromProto(w)
+	if err != nil {
+		return nil, &Error{File: p.file, Line: specNode.Line, Field: field + ".limit", Msg: fmt.Sprintf("%q: %v", l.Spec, err), Err: err}
+	}
+	l.Wire, l.Bucket, l.Engine = w, *el.Bucket(), el
+	if l.Scope == Local {
+		for _, name := range []string{"lease", "on_unavailable", "fallback_share"} {
+			if key := global[name]; key != nil {
+				return nil, p.errorf(key, field+"."+name, "applies to global limits only (add scope: global)")
+			}
+		}
+	}
+	return l, nil
+}
+
+// globalField parses one of the fields of a global limit.
+func (p *parser) globalField(l *Limit, name string, val *yaml.Node, f string) error {
+	var s string
+	if err := p.str(val, f, &s); err != nil {
+		return err
+	}
+	switch name {
+	case "lease":
+		d, err := time.ParseDuration(s)
+		if err != nil || d < time.Millisecond || d > time.Hour {
+			return p.errorf(val, f, "%q: want a duration from 1ms to 1h", s)
+		}
+		l.Lease = d
+	case "on_unavailable":
+		i := slices.Index(unavailableNames, s)
+		if i < 0 {
+			return p.errorf(val, f, "%q: want local, allow or deny", s)
+		}
+		l.OnUnavailable = Unavailable(i)
+	case "fallback_share":
+		x, err := strconv.ParseFloat(s, 64)
+		if err != nil || math.IsNaN(x) || x <= 0 || x > 1 {
+			return p.errorf(val, f, "%q: want a fraction above 0 and at most 1", s)
+		}
+		l.FallbackShare = x
+	}
+	return nil
+}
+
+// str reads a scalar as a string.
+func (p *parser) str(n *yaml.Node, field string, dst *string) error {
+	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
+		return p.errorf(n, field, "want a value, got a %s", kindName(n))
+	}
+	*dst = n.Value
+	return nil
+}
+
+// boolean reads a YAML boolean: true or false.
+func (p *parser) boolean(n *yaml.Node, field string, dst *bool) error {
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" {
+		return p.errorf(n, field, "%q: want true or false", n.Value)
+	}
+	*dst = n.Value == "true" || n.Value == "True" || n.Value == "TRUE"
+	return nil
+}

@@ -1,0 +1,131 @@
+package config
+
+import (
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/proto"
+)
+
+// Ensure the example in deploy/ loads and says what its comments say.
+func TestLoad_example(t *testing.T) {
+	s, err := Load(filepath.Join("..", "..", "deploy", "sluice.example.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(s.Names(), " "), "api exports login signup webhooks"; got != want {
+		t.Fatalf("names %q, want %q", got, want)
+	}
+	login, _ := s.Lookup("login")
+	if login.Wire != proto.TokenBucketLimit(10, time.Hour, 1) || login.Shadow || login.Description == "" {
+		t.Errorf("login = %+v", login)
+	}
+	if login.Bucket.Algorithm != bucket.TokenBucket || login.Bucket.Max != 10 {
+		t.Errorf("login's bucket limit = %+v", login.Bucket)
+	}
+	if l, _ := s.Lookup("signup"); !l.Shadow {
+		t.Error("signup is not shadow")
+	}
+	if l, _ := s.Lookup("webhooks"); l.Wire != proto.PacerLimit(10, time.Second, 2*time.Second) {
+		t.Errorf("webhooks = %v", l.Wire)
+	}
+	x, _ := s.Lookup("exports")
+	if x.Scope != Global || x.Lease != 5*time.Second || x.OnUnavailable != FallbackLocal || x.FallbackShare != 0.1 {
+		t.Errorf("exports = %+v", x)
+	}
+	if _, ok := s.Lookup("nope"); ok {
+		t.Error("an unknown name was found")
+	}
+}
+
+// Ensure every mistake is refused with the file, line and field, and a
+// message that says what is wanted.
+func TestParse_errors(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"", "f.yaml: empty file: want a \"limits:\" mapping"},
+		{"# nothing\n", "f.yaml: empty file"},
+		{"limits: [1, 2]\n", "f.yaml:1: limits: want a mapping of names to values, limits is a list"},
+		{"limit:\n  a: b\n", "f.yaml:1: limit: unknown field (want version or limits)"},
+		{"version: 2\nlimits: {}\n", "f.yaml:1: version: version \"2\": this build reads version 1"},
+		{"limits:\n  login: {limit: \"token_bucket:max=10,refill_time=1h\", shdow: true}\n",
+			"f.yaml:2: limits.login.shdow: unknown field (want limit, description, shadow, scope"},
+		{"limits:\n  login:\n    limit: \"token_bucket:max=x,refill_time=1h\"\n",
+			`f.yaml:3: limits.login.limit: "token_bucket:max=x,refill_time=1h": max: invalid integer "x"`},
+		{"limits:\n  login:\n    limit: \"token_bucket:max=0,refill_time=1h\"\n",
+			`f.yaml:3: limits.login.limit: "token_bucket:max=0,refill_time=1h": `},
+		{"limits:\n  login:\n    limit: \"bucket:max=1\"\n",
+			`f.yaml:3: limits.login.limit: "bucket:max=1": unknown algorithm "bucket"`},
+		{"limits:\n  login:\n    description: x\n", "f.yaml:2: limits.login: no limit: want limit:"},
+		{"limits:\n  login:\n    limit: \"gcra:burst=1,count=1,period=1s\"\n    shadow: yes\n",
+			`f.yaml:4: limits.login.shadow: "yes": want true or false`},
+		{"limits:\n  a:b: \"gcra:burst=1,count=1,period=1s\"\n", `f.yaml:2: limits.a:b: name "a:b" contains ':'`},
+		{"limits:\n  1x: \"gcra:burst=1,count=1,period=1s\"\n", `f.yaml:2: limits.1x: name "1x": want letters, digits`},
+		{"limits:\n  spec: \"gcra:burst=1,count=1,period=1s\"\n", `f.yaml:2: limits.spec: name "spec" is reserved`},
+		{"limits:\n  " + strings.Repeat("a", 65) + ": \"gcra:burst=1,count=1,period=1s\"\n", "name of 65 bytes, longer than 64"},
+		{"limits:\n  a: \"gcra:burst=1,count=1,period=1s\"\n  a: \"gcra:burst=2,count=1,period=1s\"\n",
+			"f.yaml:3: limits.a: defined twice (first on line 2)"},
+		{"limits:\n  a:\n    limit: \"gcra:burst=1,count=1,period=1s\"\n    lease: 1s\n",
+			"f.yaml:4: limits.a.lease: applies to global limits only (add scope: global)"},
+		{"limits:\n  a:\n    limit: \"gcra:burst=1,count=1,period=1s\"\n    scope: fleet\n",
+			`f.yaml:4: limits.a.scope: scope "fleet": want local or global`},
+		{"limits:\n  a:\n    limit: \"gcra:burst=1,count=1,period=1s\"\n    scope: global\n    fallback_share: 1.5\n",
+			`f.yaml:5: limits.a.fallback_share: "1.5": want a fraction above 0 and at most 1`},
+		{"limits:\n  a:\n    limit: \"gcra:burst=1,count=1,period=1s\"\n    scope: global\n    on_unavailable: maybe\n",
+			`f.yaml:5: limits.a.on_unavailable: "maybe": want local, allow or deny`},
+		{"limits:\n  a:\n    limit: \"gcra:burst=1,count=1,period=1s\"\n    scope: global\n    lease: forever\n",
+			`f.yaml:5: limits.a.lease: "forever": want a duration from 1ms to 1h`},
+		{"limits:\n  a: {limit: \"x\"\n", "f.yaml:1: did not find expected ',' or '}'"},
+		{"limits:\n\ta: 1\n", "f.yaml:2: found character that cannot start any token"},
+	} {
+		_, err := Parse("f.yaml", []byte(c.in))
+		if err == nil {
+			t.Errorf("Parse(%q) succeeded, want %q", c.in, c.want)
+			continue
+		}
+		if !strings.HasPrefix(err.Error(), c.want) && !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Parse(%q):\n got %q\nwant %q", c.in, err, c.want)
+		}
+		if !errors.Is(err, ErrInvalid) {
+			t.Errorf("Parse(%q): %v does not wrap ErrInvalid", c.in, err)
+		}
+	}
+}
+
+// Ensure a bad parameter's error still wraps the bucket package's sentinel
+// for programs.
+func TestParse_wrapsCause(t *testing.T) {
+	_, err := Parse("f.yaml", []byte("limits:\n  a: \"gcra:burst=1,count=0,period=1s\"\n"))
+	if !errors.Is(err, bucket.ErrZeroRate) {
+		t.Fatalf("err = %v, want it to wrap bucket.ErrZeroRate", err)
+	}
+	_, err = Parse("f.yaml", []byte("limits:\n  a: \"gcra:burst=1\"\n"))
+	if !errors.Is(err, proto.ErrInvalidLimit) {
+		t.Fatalf("err = %v, want it to wrap proto.ErrInvalidLimit", err)
+	}
+}
+
+func TestSet_changes(t *testing.T) {
+	a, err := Parse("a", []byte("limits:\n  x: \"gcra:burst=1,count=1,period=1s\"\n  y: \"gcra:burst=1,count=1,period=1s\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Parse("b", []byte("limits:\n  y: \"gcra:burst=2,count=1,period=1s\"\n  z: \"gcra:burst=1,count=1,period=1s\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	added, removed, changed := b.Changes(a)
+	if strings.Join(added, ",") != "z" || strings.Join(removed, ",") != "x" || strings.Join(changed, ",") != "y" {
+		t.Fatalf("Changes = %v %v %v", added, removed, changed)
+	}
+	var h Holder
+	if h.Load().Len() != 0 {
+		t.Fatal("the zero Holder is not empty")
+	}
+	if old := h.Swap(a); old.Len() != 0 || h.Load() != a {
+		t.Fatal("Swap")
+	}
+}

@@ -1,0 +1,101 @@
+package config
+
+import (
+	"sync/atomic"
+)
+
+// Set is the named limits of one version of the config file. It is
+// immutable: Parse and Load return a new Set, and nothing changes it
+// afterwards, so any number of goroutines may read it.
+type Set struct {
+	path   string
+	sum    [32]byte // SHA-256 of the file's content
+	limits map[string]*Limit
+	names  []string // sorted
+}
+
+// Empty returns a Set without limits, for a sidecar run without a config
+// file: every name is unknown.
+func Empty() *Set { return &Set{limits: map[string]*Limit{}} }
+
+// Lookup returns the limit named name. The *Limit belongs to the Set and
+// must not be modified.
+func (s *Set) Lookup(name string) (*Limit, bool) {
+	l, ok := s.limits[name]
+	return l, ok
+}
+
+// Names returns the limits' names, sorted. The slice belongs to the Set and
+// must not be modified.
+func (s *Set) Names() []string { return s.names }
+
+// Len returns the number of limits.
+func (s *Set) Len() int { return len(s.names) }
+
+// Path returns the file the Set was read from ("" for Empty).
+func (s *Set) Path() string { return s.path }
+
+// Sum returns the SHA-256 of the file's content.
+func (s *Set) Sum() [32]byte { return s.sum }
+
+// Changes lists what differs from old to s: the names added, removed, and
+// changed (a different spec or option). old may be nil.
+func (s *Set) Changes(old *Set) (added, removed, changed []string) {
+	if old == nil {
+		old = Empty()
+	}
+	for _, n := range s.names {
+		o, ok := old.limits[n]
+		switch {
+		case !ok:
+			added = append(added, n)
+		case !sameLimit(o, s.limits[n]):
+			changed = append(changed, n)
+		}
+	}
+	for _, n := range old.names {
+		if _, ok := s.limits[n]; !ok {
+			removed = append(removed, n)
+		}
+	}
+	return added, removed, changed
+}
+
+func sameLimit(a, b *Limit) bool {
+	return a.Wire == b.Wire && a.Shadow == b.Shadow && a.Description == b.Description &&
+		a.Scope == b.Scope && a.Lease == b.Lease && a.OnUnavailable == b.OnUnavailable &&
+		a.FallbackShare == b.FallbackShare
+}
+
+// Holder holds the current Set. Its zero value holds Empty(). Readers Load
+// the Set once per request and decide under it: a Swap never changes a Set
+// a request already holds.
+type Holder struct {
+	p atomic.Pointer[Set]
+}
+
+// NewHolder returns a Holder of s.
+func NewHolder(s *Set) *Holder {
+	h := &Holder{}
+	h.p.Store(s)
+	return h
+}
+
+var empty = Empty()
+
+// Load returns the current Set. It never returns nil.
+func (h *Holder) Load() *Set {
+	if s := h.p.Load(); s != nil {
+		return s
+	}
+	return empty
+}
+
+// Swap makes s the current Set and returns the one it replaces.
+func (h *Holder) Swap(s *Set) *Set {
+	old := h.p.Swap(s)
+	if old == nil {
+		old = empty
+	}
+	return old
+}

@@ -1,0 +1,96 @@
+package engine
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/proto"
+)
+
+// identLen is the length of the encoding of a bucket's identity besides its
+// key: the algorithm byte and the three identity words, little-endian. Its
+// xxhash64 is the ident of shm.Table.Fingerprint.
+const identLen = 1 + 3*8
+
+// Limit is a validated limit ready for the engine: a bucket.Limit and the
+// digest of its identity. Build one with NewLimit or FromProto; the zero
+// Limit is refused by every operation. A Limit is a value and may be shared
+// by goroutines.
+type Limit struct {
+	b     bucket.Limit
+	ident uint64 // the bucket identity digest
+	valid bool
+}
+
+// NewLimit validates b and returns it as a Limit. An invalid b is an error
+// that is ErrInvalidLimit and says the bucket package's reason.
+func NewLimit(b bucket.Limit) (Limit, error) {
+	if err := b.Validate(); err != nil {
+		return Limit{}, invalidLimit{err}
+	}
+	var enc [identLen]byte
+	enc[0] = byte(b.Algorithm)
+	id := b.Identity()
+	binary.LittleEndian.PutUint64(enc[1:], uint64(id[0]))
+	binary.LittleEndian.PutUint64(enc[9:], uint64(id[1]))
+	binary.LittleEndian.PutUint64(enc[17:], uint64(id[2]))
+	return Limit{b: b, ident: xxhash.Sum64(enc[:]), valid: true}, nil
+}
+
+// MustLimit is NewLimit for limits known to be valid, as in tests and
+// examples; it panics on an invalid one.
+func MustLimit(b bucket.Limit) Limit {
+	l, err := NewLimit(b)
+	if err != nil {
+		panic(err)
+	}
+	return l
+}
+
+// FromProto validates a limit as the wire carries it and returns it as a
+// Limit. This is the one place where the order of proto.Limit's three
+// parameters meets the algorithms' named fields (proto's Algorithm
+// constants document the order).
+func FromProto(w proto.Limit) (Limit, error) {
+	b, err := bucketLimit(w)
+	if err != nil {
+		return Limit{}, err
+	}
+	return NewLimit(b)
+}
+
+// bucketLimit maps a wire limit's parameters onto bucket.Limit's fields.
+func bucketLimit(w proto.Limit) (bucket.Limit, error) {
+	p := w.P
+	switch w.Algorithm {
+	case proto.TokenBucket:
+		return bucket.Limit{Algorithm: bucket.TokenBucket, Max: p[0], RefillTime: p[1], RefillAmount: p[2]}, nil
+	case proto.GCRA:
+		return bucket.Limit{Algorithm: bucket.GCRA, Burst: p[0], Count: p[1], Period: p[2]}, nil
+	case proto.FixedWindow, proto.SlidingWindow:
+		if p[2] != 0 {
+			return bucket.Limit{}, invalidLimit{fmt.Errorf("%v takes two parameters, got a third: %d", w.Algorithm, p[2])}
+		}
+		alg := bucket.FixedWindow
+		if w.Algorithm == proto.SlidingWindow {
+			alg = bucket.SlidingWindow
+		}
+		return bucket.Limit{Algorithm: alg, Max: p[0], Window: p[1]}, nil
+	case proto.Pacer:
+		return bucket.Limit{Algorithm: bucket.Pacer, Count: p[0], Period: p[1], MaxDelay: p[2]}, nil
+	}
+	return bucket.Limit{}, invalidLimit{fmt.Errorf("unknown algorithm %d", w.Algorithm)}
+}
+
+// Bucket returns the limit's algorithm and parameters.
+func (l *Limit) Bucket() *bucket.Limit { return &l.b }
+
+// invalidLimit is the bucket package's reason for refusing a limit, as the
+// engine reports it: its text, and errors.Is ErrInvalidLimit.
+type invalidLimit struct{ err error }
+
+func (e invalidLimit) Error() string        { return e.err.Error() }
+func (e invalidLimit) Unwrap() error        { return e.err }
+func (e invalidLimit) Is(target error) bool { return target == ErrInvalidLimit }

@@ -1,0 +1,210 @@
+package global
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// Ensure that hosts sharing global limits on a Redis Cluster admit exactly
+// the limit, for every algorithm: four Stores (four hosts' connection
+// pools) with eight goroutines each, on keys spread over the three masters.
+func TestClusterExact(t *testing.T) {
+	c := redistest.StartCluster(t)
+	const hosts, workers, rounds, n = 4, 8, 12, 300
+	limits := []struct {
+		l  bucket.Limit
+		at int64 // explicit time for the windows (no window boundary in the test); 0: Redis's clock
+	}{
+		{l: tokenBucket(n, hour)},
+		{l: bucket.Limit{Algorithm: bucket.GCRA, Burst: n - 1, Count: 1, Period: hour}},
+		{l: bucket.Limit{Algorithm: bucket.FixedWindow, Max: n, Window: hour}, at: t0},
+		{l: bucket.Limit{Algorithm: bucket.SlidingWindow, Max: n, Window: hour}, at: t0},
+		{l: bucket.Limit{Algorithm: bucket.Pacer, Count: 1, Period: hour, MaxDelay: (n - 1) * hour}},
+	}
+	stores := make([]*Store, hosts)
+	for i := range stores {
+		stores[i] = newStore(t, Options{Addrs: c.Addrs(), Timeout: 2 * time.Second})
+	}
+	keys := spreadKeys(t, stores[0], 6)
+	admitted := make([][]atomic.Int64, len(limits))
+	for i := range admitted {
+		admitted[i] = make([]atomic.Int64, len(keys))
+	}
+	var wg sync.WaitGroup
+	start := time.Now()
+	for h := range hosts {
+		for range workers {
+			wg.Go(func() {
+				for range rounds {
+					for li, lim := range limits {
+						for ki, k := range keys {
+							d, err := stores[h].Decide(context.Background(), Request{Limit: lim.l, Key: k, Cost: 1, At: lim.at})
+							if err != nil {
+								t.Error(err)
+								return
+							}
+							if d.Allowed {
+								admitted[li][ki].Add(1)
+							}
+						}
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	total := hosts * workers * rounds * len(limits) * len(keys)
+	for li := range limits {
+		for ki := range keys {
+			if got := admitted[li][ki].Load(); got != n {
+				t.Errorf("%v key %s: admitted %d of %d requests, want exactly %d", limits[li].l.Algorithm, keys[ki], got, hosts*workers*rounds, n)
+			}
+		}
+	}
+	var st Stats
+	for _, s := range stores {
+		x := s.Stats()
+		st.Requests += x.Requests
+		st.RoundTrips += x.RoundTrips
+	}
+	t.Logf("%d decisions in %v, %d round trips (%.1f per pipeline)", total, time.Since(start), st.RoundTrips,
+		float64(st.Requests)/float64(st.RoundTrips))
+}
+
+// Ensure that killing a Cluster master under load crashes nothing, fails
+// requests only with ErrUnavailable while its slots have no master (the
+// outage policy, closed, decides them at once), resumes decisions in Redis
+// once its replica is promoted, and never admits beyond the limit
+// (WaitReplicas 1: a decision the replica does not hold is not returned).
+func TestClusterFailover(t *testing.T) {
+	c := redistest.StartCluster(t)
+	const workers, n = 16, 400
+	l := tokenBucket(n, hour)
+	s := newStore(t, Options{Addrs: c.Addrs(), WaitReplicas: 1, Timeout: 200 * time.Millisecond})
+	var logs strings.Builder
+	var logMu sync.Mutex
+	f := NewFallback(s, slog.New(slog.NewTextHandler(lockedWriter{&logMu, &logs}, nil)), 50*time.Millisecond)
+	closed := Policy{OnUnavailable: Closed}
+	keys := spreadKeys(t, s, 6)
+	var admitted, failed [6]atomic.Int64 // failed: decided by the policy
+	var total atomic.Int64
+	var after atomic.Bool    // the replica has been promoted
+	var spent [6]atomic.Bool // Redis denied the key after the promotion: its budget is spent
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ki := i % len(keys)
+				promoted := after.Load()
+				d, src, err := f.Decide(context.Background(), Request{Limit: l, Key: keys[ki], Cost: 1}, closed)
+				switch {
+				case err != nil:
+					t.Errorf("key %s: %v (unavailability is the policy's to decide)", keys[ki], err)
+					return
+				case src == FromPolicy:
+					if d.Allowed {
+						t.Errorf("key %s: the closed policy admitted a request", keys[ki])
+					}
+					failed[ki].Add(1)
+					time.Sleep(time.Millisecond)
+				case d.Allowed:
+					admitted[ki].Add(1)
+					total.Add(1)
+				}
+				if src == FromRedis && promoted && !d.Allowed {
+					spent[ki].Store(true)
+				}
+			}
+		})
+	}
+	var stopOnce sync.Once
+	halt := func() { stopOnce.Do(func() { close(stop) }); wg.Wait() }
+	t.Cleanup(halt) // before the Store closes, even if the test fails early
+	// Kill the master of the first key once a fifth of the budget is spent.
+	for total.Load() < int64(len(keys))*n/5 {
+		time.Sleep(time.Millisecond)
+	}
+	m, err := s.cluster.MasterForKey(context.Background(), string(AppendKey(nil, s.Prefix(), &l, keys[0])))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var master *redistest.Node
+	for _, node := range c.Masters() {
+		if node.Addr == m.Options().Addr {
+			master = node
+		}
+	}
+	if master == nil {
+		t.Fatalf("no master at %s", m.Options().Addr)
+	}
+	start := time.Now()
+	r := c.KillMaster(t, master)
+	t.Logf("killed master %s with %d admitted", master.Addr, total.Load())
+	waited := c.WaitFailover(t, r)
+	t.Logf("replica %s promoted after %v", r.Addr, waited)
+	// Its decisions need a replica to acknowledge them (WaitReplicas):
+	// the old master comes back as one.
+	c.Rejoin(t, master)
+	after.Store(true)
+	t.Logf("old master %s back as a replica after %v", master.Addr, time.Since(start))
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		done := true
+		for ki := range keys {
+			done = done && spent[ki].Load()
+		}
+		if done {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	halt()
+	// The dead master's address stays down, and stops counting once ten
+	// probe intervals pass without a request for it.
+	time.Sleep(10 * 50 * time.Millisecond)
+	st, fst := s.Stats(), f.Stats()
+	t.Logf("stats %+v\npolicy %+v", st, fst)
+	if fst.ToFallback == 0 || fst.ToGlobal == 0 || fst.Closed == 0 || fst.Down != 0 {
+		t.Errorf("outage policy %+v: want transitions both ways and closed decisions", fst)
+	}
+	logMu.Lock()
+	t.Logf("logs:\n%s", logs.String())
+	logMu.Unlock()
+	for ki, k := range keys {
+		a, f := admitted[ki].Load(), failed[ki].Load()
+		t.Logf("key %s: admitted %d, failed %d", k, a, f)
+		if a > n {
+			t.Errorf("key %s: admitted %d, above the limit %d", k, a, n)
+		}
+		if !spent[ki].Load() {
+			t.Errorf("key %s: Redis did not decide the key until its budget was spent after the failover", k)
+		}
+	}
+}
+
+// lockedWriter serializes writes to w.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}

@@ -1,0 +1,199 @@
+package global
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+func TestMain(m *testing.M) {
+	redistest.QuietClientLogs()
+	if os.Getenv(workerEnv) != "" {
+		os.Exit(worker())
+	}
+	os.Exit(m.Run())
+}
+
+// t0 is a fixed time anchor, 2023-11-14T22:13:20Z, plus a few ns so that
+// times are not whole microseconds.
+const t0 = int64(1_700_000_000)*1e9 + 123
+
+// model is package bucket's side of the conformance tests: a bucket as the
+// script keeps it. A state fresh at now is a new bucket (the script reads
+// it as one, as the table may reclaim it), and only a changed state is
+// stored.
+type model struct {
+	s       bucket.State
+	written bool
+}
+
+func (m *model) do(l *bucket.Limit, r Request) bucket.Decision {
+	s := m.s
+	if !m.written || l.FreshAt(&s) <= r.At {
+		l.Init(r.At, &s)
+	}
+	var d bucket.Decision
+	var changed bool
+	if r.Op == Refund {
+		d, changed = l.Refund(r.At, &s, r.Cost, r.Flags)
+	} else {
+		d, changed = l.Apply(r.At, &s, r.Cost, r.Flags)
+	}
+	if changed {
+		m.s, m.written = s, true
+	}
+	return d
+}
+
+// stored reads a bucket's words from Redis; ok is false if there is none.
+func stored(t *testing.T, rdb redis.Cmdable, key string) (s bucket.State, ok bool) {
+	t.Helper()
+	v, err := rdb.Get(context.Background(), key).Result()
+	if err == redis.Nil {
+		return s, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(v)
+	if len(f) != 3 {
+		t.Fatalf("bucket %s holds %q, want three words", key, v)
+	}
+	for i, w := range f {
+		if s[i], err = strconv.ParseInt(w, 10, 64); err != nil {
+			t.Fatalf("bucket %s holds %q: %v", key, v, err)
+		}
+	}
+	return s, true
+}
+
+// limitGen draws a random limit of one algorithm at one scale.
+type limitGen struct {
+	name string
+	gen  func(r *rand.Rand) bucket.Limit
+	// step is the typical time between requests, ns; cost the largest cost.
+	step func(l bucket.Limit) int64
+	cost func(l bucket.Limit) int64
+}
+
+func between(r *rand.Rand, lo, hi int64) int64 { return lo + r.Int64N(hi-lo+1) }
+
+const ms = bucket.Millisecond
+
+var limitGens = []limitGen{
+	{"token_bucket", func(r *rand.Rand) bucket.Limit {
+		m := between(r, 1, 20)
+		return bucket.Limit{Algorithm: bucket.TokenBucket, Max: m, RefillTime: between(r, ms, 2000*ms), RefillAmount: between(r, 1, m)}
+	}, func(l bucket.Limit) int64 { return l.RefillTime }, func(l bucket.Limit) int64 { return l.Max + 2 }},
+	{"token_bucket/large", func(r *rand.Rand) bucket.Limit {
+		m := between(r, 1, MaxCount)
+		rt := between(r, ms, 1e12)
+		ra := between(r, max(1, m/(MaxDuration/rt)), m)
+		return bucket.Limit{Algorithm: bucket.TokenBucket, Max: m, RefillTime: rt, RefillAmount: ra}
+	}, func(l bucket.Limit) int64 { return l.RefillTime * 3 }, func(l bucket.Limit) int64 { return l.Max / 2 }},
+	{"gcra", func(r *rand.Rand) bucket.Limit {
+		return bucket.Limit{Algorithm: bucket.GCRA, Burst: between(r, 0, 10), Count: between(r, 1, 10), Period: between(r, ms, 2000*ms)}
+	}, func(l bucket.Limit) int64 { return l.Period / l.Count }, func(l bucket.Limit) int64 { return l.Burst + 3 }},
+	{"gcra/large", func(r *rand.Rand) bucket.Limit {
+		c := between(r, 1, 1e9)
+		p := between(r, c, 1e15)
+		b := between(r, 0, MaxDuration/(p/c)-1)
+		return bucket.Limit{Algorithm: bucket.GCRA, Burst: b, Count: c, Period: p}
+	}, func(l bucket.Limit) int64 { return (l.Burst + 1) * (l.Period / l.Count) / 3 }, func(l bucket.Limit) int64 { return l.Burst/2 + 2 }},
+	{"fixed_window", func(r *rand.Rand) bucket.Limit {
+		return bucket.Limit{Algorithm: bucket.FixedWindow, Max: between(r, 1, 20), Window: between(r, ms, 2000*ms)}
+	}, func(l bucket.Limit) int64 { return l.Window / 5 }, func(l bucket.Limit) int64 { return 4 }},
+	{"fixed_window/large", func(r *rand.Rand) bucket.Limit {
+		return bucket.Limit{Algorithm: bucket.FixedWindow, Max: between(r, 1, MaxCount), Window: between(r, ms, MaxDuration)}
+	}, func(l bucket.Limit) int64 { return l.Window / 5 }, func(l bucket.Limit) int64 { return l.Max / 3 }},
+	{"sliding_window", func(r *rand.Rand) bucket.Limit {
+		return bucket.Limit{Algorithm: bucket.SlidingWindow, Max: between(r, 1, 20), Window: between(r, ms, 2000*ms)}
+	}, func(l bucket.Limit) int64 { return l.Window / 5 }, func(l bucket.Limit) int64 { return 4 }},
+	{"sliding_window/large", func(r *rand.Rand) bucket.Limit {
+		return bucket.Limit{Algorithm: bucket.SlidingWindow, Max: between(r, 1, MaxCount), Window: between(r, ms, MaxDuration/2)}
+	}, func(l bucket.Limit) int64 { return l.Window / 5 }, func(l bucket.Limit) int64 { return l.Max / 3 }},
+	{"pacer", func(r *rand.Rand) bucket.Limit {
+		return bucket.Limit{Algorithm: bucket.Pacer, Count: between(r, 1, 5), Period: between(r, ms, 2000*ms), MaxDelay: between(r, 0, 2000*ms)}
+	}, func(l bucket.Limit) int64 { return l.Period / l.Count }, func(l bucket.Limit) int64 { return 4 }},
+	{"pacer/large", func(r *rand.Rand) bucket.Limit {
+		c := between(r, 1, 1e9)
+		p := between(r, 1, 1e15)
+		i := (p-1)/c + 1
+		return bucket.Limit{Algorithm: bucket.Pacer, Count: c, Period: p, MaxDelay: between(r, 0, MaxDuration-i)}
+	}, func(l bucket.Limit) int64 { return l.MaxDelay/3 + 1 }, func(l bucket.Limit) int64 {
+		return max(1, (l.MaxDelay/2)/pacerInterval(l))
+	}},
+}
+
+// Ensure that the script and package bucket agree on every field of every
+// decision, and on the stored state, over random sequences of requests at
+// explicit times (going backwards now and then), of every algorithm, with
+// small parameters and with the largest a global limit accepts.
+func TestConformance(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	const limits, ops = 12, 150
+	for _, g := range limitGens {
+		t.Run(g.name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(uint64(seed), uint64(len(g.name))))
+			for li := range limits {
+				l := g.gen(r)
+				if err := Check(l); err != nil {
+					t.Fatalf("generated %+v: %v", l, err)
+				}
+				if err := l.Validate(); err != nil {
+					t.Fatal(err)
+				}
+				key := fmt.Sprintf("%s-%d", g.name, li)
+				var m model
+				now := t0 + r.Int64N(1e12)
+				step, maxCost := max(g.step(l), 1), max(g.cost(l), 1)
+				for i := range ops {
+					switch x := r.IntN(20); {
+					case x == 0: // backwards
+						now = max(now-r.Int64N(step+1), 1)
+					case x == 1: // a long idle time
+						now += r.Int64N(20*step + 1)
+					default:
+						now += r.Int64N(step + 1)
+					}
+					req := Request{Limit: l, Key: key, At: now, Cost: r.Int64N(maxCost + 1)}
+					if r.IntN(10) == 0 {
+						req.Cost = 0
+					}
+					if r.IntN(8) == 0 {
+						req.Op = Refund
+					}
+					if l.Algorithm == bucket.TokenBucket {
+						req.Flags = bucket.Flags(r.IntN(4)) // none, strict, smyte, both
+					}
+					got, err := Eval(ctx, rdb, "t:", req)
+					if err != nil {
+						t.Fatalf("limit %+v op %d %+v: %v", l, i, req, err)
+					}
+					want := m.do(&l, req)
+					if got != want {
+						t.Fatalf("limit %+v op %d: %+v\nscript %+v\nbucket %+v\nstate before %v", l, i, req, got, want, m.s)
+					}
+					rkey := string(AppendKey(nil, "t:", &l, key))
+					s, ok := stored(t, rdb, rkey)
+					if ok != m.written || (ok && s != m.s) {
+						t.Fatalf("limit %+v op %d %+v: stored %v (%v), bucket %v (%v)", l, i, req, s, ok, m.s, m.written)
+					}
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,393 @@
+package global
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/bucket"
+)
+
+// Leased mode: a host takes tokens from a global bucket in leases, one
+// script call each, and decides from its lease locally. A lease is at most
+// Size tokens (or, with Size 0, twice what the host used during its last
+// lease, between 1 and MaxSize), valid for at most TTL (a window
+// algorithm's lease also ends with its window); its unused tokens go back
+// to the global bucket when it expires, when the next lease is taken
+// (in the same script call), or on Close.
+//
+// The global bucket counts a leased token as spent when it is leased, so
+// the fleet never admits more than the limit. It can admit less: tokens
+// idle in other hosts' leases. While the global bucket is empty, at most
+// (hosts-1) * lease size tokens are idle elsewhere; they come back within
+// TTL (docs/global.md). A host whose lease request was denied denies
+// requests as large for the global bucket's retry_after, at most TTL,
+// without asking Redis: tokens returned meanwhile wait for it.
+
+// LeaseOptions configure Leases.
+type LeaseOptions struct {
+	// Size is the tokens a lease asks for; 0 sizes leases from demand.
+	Size int64
+	// MaxSize bounds an automatic lease (default: a tenth of the limit's
+	// capacity, at least 1).
+	MaxSize int64
+	// TTL is a lease's longest life (default 1 s). Tokens unused by then
+	// go back.
+	TTL time.Duration
+}
+
+// LeaseStats are the counters of Leases since NewLeases.
+type LeaseStats struct {
+	// Grants is the lease requests that got tokens; Granted the tokens.
+	Grants, Granted uint64
+	// Denied is the lease requests that got none (the global bucket could
+	// not cover the request that asked).
+	Denied uint64
+	// Returns is the leases whose unused tokens went back; Returned the
+	// tokens.
+	Returns, Returned uint64
+	// Local is the decisions made from a lease, without Redis.
+	Local uint64
+	// Held is the requests denied without Redis after a denied lease:
+	// those of at least the denied request's cost, until the global
+	// bucket's retry_after (at most TTL).
+	Held uint64
+}
+
+// Leases decides requests on global limits from leases of their tokens.
+//
+// # Concurrency
+//
+// Leases are safe for simultaneous use. Requests on one bucket are
+// decided one at a time; the one that needs a new lease holds the others
+// until Redis answers.
+type Leases struct {
+	store *Store
+	opt   LeaseOptions
+
+	mu     sync.Mutex
+	leases map[leaseKey]*lease
+	closed bool
+
+	stop  chan struct{}
+	swept sync.WaitGroup
+
+	grants, granted, denied, returns, returned, local, held atomic.Uint64
+}
+
+// leaseKey names a lease: a limit's parameters (all of them: a lease is
+// taken under one set) and the caller's key. A map lookup by it allocates
+// nothing.
+type leaseKey struct {
+	alg                                                                   bucket.Algorithm
+	max, refillTime, refillAmount, burst, count, period, window, maxDelay int64
+	key                                                                   string
+}
+
+// lease is one bucket's tokens on this host.
+type lease struct {
+	mu      sync.Mutex
+	limit   bucket.Limit
+	key     string
+	tokens  int64     // unused tokens
+	expires time.Time // on this host's monotonic clock: the lease is void from then
+	until   string    // the same moment on Redis's clock, Unix ns, for the return
+	used    int64     // tokens used since the lease was granted
+	reset   int64     // the global bucket's reset_after at the grant, ns
+	granted time.Time // when the lease was asked for
+
+	// After a denied lease, requests of at least heldNeed tokens are denied
+	// here until heldUntil (the global bucket's retry_after, at most TTL),
+	// without asking Redis again.
+	heldNeed  int64
+	heldUntil time.Time
+	retryAt   time.Time // when the denied request could pass; zero: never
+
+	dead bool // removed from Leases.leases: look the bucket up again
+}
+
+// NewLeases returns Leases taking tokens through store. A goroutine returns
+// the tokens of expired leases until Close.
+func NewLeases(store *Store, o LeaseOptions) *Leases {
+	if o.TTL <= 0 {
+		o.TTL = time.Second
+	}
+	ls := &Leases{store: store, opt: o, leases: make(map[leaseKey]*lease), stop: make(chan struct{})}
+	ls.swept.Add(1)
+	go ls.sweep()
+	return ls
+}
+
+// Decide decides a request of cost on limit and key from this host's
+// lease, taking a new lease from Redis when the lease is spent or expired.
+// The Decision's Remaining is the tokens left in this host's lease;
+// RetryAfter and ResetAfter are the global bucket's as of the last lease.
+// A pacer cannot be leased (its replies carry a delay): ErrUnsupported.
+func (ls *Leases) Decide(ctx context.Context, limit bucket.Limit, key string, cost int64) (bucket.Decision, error) {
+	if limit.Algorithm == bucket.Pacer {
+		return bucket.Decision{}, fmt.Errorf("%w: a pacer cannot be leased", ErrUnsupported)
+	}
+	if err := Check(limit); err != nil {
+		return bucket.Decision{}, err
+	}
+	cost = clampCost(cost)
+	var l *lease
+	for {
+		var err error
+		if l, err = ls.get(limit, key); err != nil {
+			return bucket.Decision{}, err
+		}
+		l.mu.Lock()
+		if !l.dead {
+			break
+		}
+		l.mu.Unlock() // swept away meanwhile
+	}
+	defer l.mu.Unlock()
+	now := time.Now()
+	if now.Before(l.expires) && l.tokens >= cost {
+		l.tokens -= cost
+		l.used += cost
+		ls.local.Add(1)
+		return l.decision(true, -1, now), nil
+	}
+	if cost == 0 { // a peek with no valid lease: the global bucket's view
+		return ls.store.Decide(ctx, Request{Limit: limit, Key: key})
+	}
+	if cost >= l.heldNeed && now.Before(l.heldUntil) {
+		ls.held.Add(1)
+		retry := int64(-1)
+		if !l.retryAt.IsZero() {
+			retry = max(int64(l.retryAt.Sub(now)), 1)
+		}
+		return l.decision(false, retry, now), nil
+	}
+	d, err := ls.renew(ctx, l, cost, now)
+	if err != nil || !d.Allowed {
+		return d, err
+	}
+	l.tokens -= cost
+	l.used += cost
+	return l.decision(true, -1, now), nil
+}
+
+// decision is a Decision from the lease's state.
+func (l *lease) decision(allowed bool, retry int64, now time.Time) bucket.Decision {
+	return bucket.Decision{
+		Allowed:    allowed,
+		Remaining:  l.tokens,
+		Limit:      decisionLimit(&l.limit),
+		RetryAfter: retry,
+		ResetAfter: max(l.reset-int64(now.Sub(l.granted)), 0),
+	}
+}
+
+// get returns the lease of a bucket, creating an empty one.
+func (ls *Leases) get(limit bucket.Limit, key string) (*lease, error) {
+	k := leaseKey{limit.Algorithm, limit.Max, limit.RefillTime, limit.RefillAmount, limit.Burst,
+		limit.Count, limit.Period, limit.Window, limit.MaxDelay, key}
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.closed {
+		return nil, ErrClosed
+	}
+	l := ls.leases[k]
+	if l == nil {
+		l = &lease{limit: limit, key: key}
+		ls.leases[k] = l
+	}
+	return l, nil
+}
+
+// size returns the tokens the next lease of l asks for, at least need.
+func (ls *Leases) size(l *lease, need int64) int64 {
+	n := ls.opt.Size
+	if n <= 0 {
+		maxSize := ls.opt.MaxSize
+		if maxSize <= 0 {
+			maxSize = max(decisionLimit(&l.limit)/10, 1)
+		}
+		n = min(max(2*l.used, 1), maxSize)
+	}
+	return max(n, need)
+}
+
+// renew returns l's unused tokens and takes a new lease that covers need,
+// in one script call. l.mu is held. The Decision is the request's: denied
+// with the global bucket's RetryAfter when the lease could not cover it.
+func (ls *Leases) renew(ctx context.Context, l *lease, need int64, now time.Time) (bucket.Decision, error) {
+	want := ls.size(l, need)
+	ret, until := int64(0), ""
+	if l.tokens > 0 && l.until != "" {
+		ret, until = l.tokens, l.until
+	}
+	r := Request{Limit: l.limit, Key: l.key, Cost: want, Op: lease_}
+	reply, err := ls.store.lease(ctx, r, need, ret, until, ls.opt.TTL)
+	if err != nil {
+		return bucket.Decision{}, err
+	}
+	if ret > 0 {
+		ls.returns.Add(1)
+		ls.returned.Add(uint64(ret))
+	}
+	l.tokens, l.used, l.granted = reply.granted, 0, now
+	l.expires, l.until, l.reset = now.Add(time.Duration(reply.validFor)), reply.until, reply.resetAfter
+	if reply.granted == 0 {
+		ls.denied.Add(1)
+		hold := ls.opt.TTL
+		l.retryAt = time.Time{}
+		if reply.retryAfter > 0 {
+			hold = min(hold, time.Duration(reply.retryAfter))
+			l.retryAt = now.Add(time.Duration(reply.retryAfter))
+		}
+		l.heldNeed, l.heldUntil = need, now.Add(hold)
+		return l.decision(false, reply.retryAfter, now), nil
+	}
+	l.heldUntil = time.Time{}
+	ls.grants.Add(1)
+	ls.granted.Add(uint64(reply.granted))
+	return bucket.Decision{Allowed: true}, nil
+}
+
+// giveBack returns l's unused tokens (a refund valid until the lease's
+// end on Redis's clock). l.mu is held.
+func (ls *Leases) giveBack(ctx context.Context, l *lease) error {
+	if l.tokens <= 0 || l.until == "" {
+		return nil
+	}
+	_, err := ls.store.lease(ctx, Request{Limit: l.limit, Key: l.key, Cost: 0, Op: lease_}, 1<<62, l.tokens, l.until, 0)
+	if err != nil {
+		return err
+	}
+	ls.returns.Add(1)
+	ls.returned.Add(uint64(l.tokens))
+	l.tokens, l.until = 0, ""
+	return nil
+}
+
+// sweep returns the tokens of leases that expire before its next round,
+// every half TTL (at most every 10 ms): a lease of a window algorithm
+// must be back before its window ends. It forgets the leases that are
+// empty, expired and hold no denial, so a host's memory follows its live
+// buckets, not every key it ever saw.
+func (ls *Leases) sweep() {
+	defer ls.swept.Done()
+	every := max(ls.opt.TTL/2, 10*time.Millisecond)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ls.stop:
+			return
+		case now := <-t.C:
+			for _, l := range ls.snapshot() {
+				l.mu.Lock()
+				if l.expires.Sub(now) <= every && l.tokens > 0 {
+					// Void on this host from now, returned or not.
+					ls.giveBack(context.Background(), l)
+					l.tokens, l.expires = 0, now
+				} else if l.tokens == 0 && !now.Before(l.expires) && !now.Before(l.heldUntil) {
+					ls.forget(l)
+				}
+				l.mu.Unlock()
+			}
+		}
+	}
+}
+
+// forget removes l from the map. l.mu is held (the lock order is l.mu,
+// then ls.mu).
+func (ls *Leases) forget(l *lease) {
+	l.dead = true
+	k := leaseKey{l.limit.Algorithm, l.limit.Max, l.limit.RefillTime, l.limit.RefillAmount, l.limit.Burst,
+		l.limit.Count, l.limit.Period, l.limit.Window, l.limit.MaxDelay, l.key}
+	ls.mu.Lock()
+	if ls.leases[k] == l {
+		delete(ls.leases, k)
+	}
+	ls.mu.Unlock()
+}
+
+// snapshot returns the current leases.
+func (ls *Leases) snapshot() []*lease {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	out := make([]*lease, 0, len(ls.leases))
+	for _, l := range ls.leases {
+		out = append(out, l)
+	}
+	return out
+}
+
+// Close returns every lease's unused tokens and stops. It returns the
+// first error of the returns (a lease whose return failed expires in Redis
+// with its tokens spent).
+func (ls *Leases) Close(ctx context.Context) error {
+	ls.mu.Lock()
+	if ls.closed {
+		ls.mu.Unlock()
+		return nil
+	}
+	ls.closed = true
+	ls.mu.Unlock()
+	close(ls.stop)
+	ls.swept.Wait()
+	var first error
+	for _, l := range ls.snapshot() {
+		l.mu.Lock()
+		if err := ls.giveBack(ctx, l); err != nil && first == nil {
+			first = err
+		}
+		l.mu.Unlock()
+	}
+	return first
+}
+
+// Stats returns the counters.
+func (ls *Leases) Stats() LeaseStats {
+	return LeaseStats{
+		Grants: ls.grants.Load(), Granted: ls.granted.Load(), Denied: ls.denied.Load(),
+		Returns: ls.returns.Load(), Returned: ls.returned.Load(), Local: ls.local.Load(), Held: ls.held.Load(),
+	}
+}
+
+// leaseReply is the script's reply to a lease.
+type leaseReply struct {
+	granted, remaining, retryAfter, resetAfter, validFor int64
+	until                                                string
+}
+
+// lease runs the script's lease op through the Store's batching: take up
+// to r.Cost tokens if at least need are available, after returning ret
+// tokens of the lease that ends at until.
+func (s *Store) lease(ctx context.Context, r Request, need, ret int64, until string, ttl time.Duration) (leaseReply, error) {
+	var out leaseReply
+	keys, args := r.args(s.prefix)
+	args = append(args, clampCost(need), clampCost(ret), until, int64(ttl))
+	v, err := s.do(ctx, keys, args)
+	if err != nil {
+		return out, err
+	}
+	a, ok := v.([]any)
+	if !ok || len(a) != 6 {
+		return out, fmt.Errorf("%w: unexpected reply %v", ErrScript, v)
+	}
+	var n [5]int64
+	for i := range n {
+		if n[i], ok = a[i].(int64); !ok {
+			return out, fmt.Errorf("%w: unexpected reply %v", ErrScript, v)
+		}
+	}
+	out.until, ok = a[5].(string)
+	if !ok {
+		return out, fmt.Errorf("%w: unexpected reply %v", ErrScript, v)
+	}
+	if _, err := strconv.ParseInt(out.until, 10, 64); err != nil {
+		return out, fmt.Errorf("%w: unexpected reply %v", ErrScript, v)
+	}
+	out.granted, out.remaining, out.retryAfter, out.resetAfter, out.validFor = n[0], n[1], n[2], n[3], n[4]
+	return out, nil
+}

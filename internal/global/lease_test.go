@@ -1,0 +1,238 @@
+package global
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// globalRemaining peeks at the global bucket.
+func globalRemaining(t *testing.T, s *Store, l bucket.Limit, key string) int64 {
+	t.Helper()
+	d, err := s.Decide(context.Background(), Request{Limit: l, Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.Remaining
+}
+
+// Ensure that hosts deciding from leases never admit more than the global
+// limit, measure how much they under-admit while the global bucket is
+// empty (tokens idle in other hosts' leases), and that Close returns every
+// unused token.
+func TestLeaseUnderAdmission(t *testing.T) {
+	for _, alg := range []bucket.Limit{
+		tokenBucket(1000, hour),
+		{Algorithm: bucket.GCRA, Burst: 999, Count: 1, Period: hour},
+	} {
+		t.Run(alg.Algorithm.String(), func(t *testing.T) {
+			srv := redistest.Start(t)
+			const hosts, workers, size, limit = 4, 8, 50, 1000
+			leases := make([]*Leases, hosts)
+			var stores []*Store
+			for i := range leases {
+				s := newStore(t, Options{Addrs: []string{srv.Addr}, Timeout: time.Second})
+				stores = append(stores, s)
+				leases[i] = NewLeases(s, LeaseOptions{Size: size, TTL: time.Hour})
+			}
+			var admitted atomic.Int64
+			var maxGap atomic.Int64 // limit - admitted, when a host was first denied
+			var wg sync.WaitGroup
+			for h := range hosts {
+				for range workers {
+					wg.Go(func() {
+						denials := 0
+						for denials < 20 {
+							d, err := leases[h].Decide(context.Background(), alg, "shared", 1)
+							if err != nil {
+								t.Error(err)
+								return
+							}
+							if d.Allowed {
+								if admitted.Add(1) > limit {
+									t.Errorf("admitted beyond the limit of %d", limit)
+								}
+								continue
+							}
+							if denials == 0 {
+								gap := limit - admitted.Load()
+								for {
+									m := maxGap.Load()
+									if gap <= m || maxGap.CompareAndSwap(m, gap) {
+										break
+									}
+								}
+							}
+							denials++
+						}
+					})
+				}
+			}
+			wg.Wait()
+			got := admitted.Load()
+			t.Logf("%d hosts, leases of %d: admitted %d of %d; under-admission when a host was first denied: at most %d tokens (bound (hosts-1)*size = %d)",
+				hosts, size, got, limit, maxGap.Load(), (hosts-1)*size)
+			if got > limit {
+				t.Fatalf("admitted %d, above the limit %d", got, limit)
+			}
+			if maxGap.Load() > (hosts-1)*size {
+				t.Errorf("under-admission %d tokens, above the bound %d", maxGap.Load(), (hosts-1)*size)
+			}
+			for _, ls := range leases {
+				if err := ls.Close(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if rem := globalRemaining(t, stores[0], alg, "shared"); got+rem != limit {
+				t.Fatalf("after Close: %d admitted + %d left in Redis = %d, want %d (every unused token back)", got, rem, got+rem, limit)
+			}
+			var st LeaseStats
+			for _, ls := range leases {
+				x := ls.Stats()
+				st.Grants += x.Grants
+				st.Granted += x.Granted
+				st.Returned += x.Returned
+				st.Local += x.Local
+			}
+			if st.Granted-st.Returned != uint64(got) {
+				t.Fatalf("granted %d - returned %d != admitted %d", st.Granted, st.Returned, got)
+			}
+		})
+	}
+}
+
+// Ensure that an automatic lease grows with demand: a busy host makes
+// fewer than 0.05 Redis commands per decision.
+func TestLeaseAuto(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, Options{Addrs: []string{srv.Addr}, Timeout: time.Second})
+	ls := NewLeases(s, LeaseOptions{TTL: time.Hour})
+	defer ls.Close(context.Background())
+	l := tokenBucket(1_000_000, hour)
+	const workers, each = 8, 2000
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for range each {
+				d, err := ls.Decide(context.Background(), l, "busy", 1)
+				if err != nil || !d.Allowed {
+					t.Errorf("%+v, %v", d, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	st, lst := s.Stats(), ls.Stats()
+	perDecision := float64(st.Commands) / (workers * each)
+	t.Logf("%d decisions: %d leases (%d tokens), %d Redis commands, %.4f per decision", workers*each, lst.Grants, lst.Granted, st.Commands, perDecision)
+	if perDecision >= 0.05 {
+		t.Errorf("%.4f Redis commands per decision, want < 0.05", perDecision)
+	}
+}
+
+// Ensure that the unused tokens of an expired lease go back to the global
+// bucket, and that a pacer cannot be leased.
+func TestLeaseExpiry(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, Options{Addrs: []string{srv.Addr}})
+	ls := NewLeases(s, LeaseOptions{Size: 10, TTL: 100 * time.Millisecond})
+	defer ls.Close(context.Background())
+	l := tokenBucket(100, hour)
+	if d, err := ls.Decide(context.Background(), l, "k", 1); err != nil || !d.Allowed || d.Remaining != 9 {
+		t.Fatalf("%+v, %v; want allowed with 9 left in the lease", d, err)
+	}
+	if rem := globalRemaining(t, s, l, "k"); rem != 90 {
+		t.Fatalf("global remaining %d with a lease of 10, want 90", rem)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for globalRemaining(t, s, l, "k") != 99 {
+		if time.Now().After(deadline) {
+			t.Fatalf("global remaining %d 2 s after the lease expired, want 99", globalRemaining(t, s, l, "k"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if st := ls.Stats(); st.Returns != 1 || st.Returned != 9 {
+		t.Fatalf("stats %+v, want one return of 9 tokens", st)
+	}
+	// The empty, expired lease is forgotten on a later round.
+	for len(ls.snapshot()) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d leases kept after expiry", len(ls.snapshot()))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if d, err := ls.Decide(context.Background(), l, "k", 1); err != nil || !d.Allowed || d.Remaining != 9 {
+		t.Fatalf("a new lease after a forgotten one: %+v, %v", d, err)
+	}
+	_, err := ls.Decide(context.Background(), bucket.Limit{Algorithm: bucket.Pacer, Count: 1, Period: 1e9}, "k", 1)
+	if !errors.Is(err, ErrUnsupported) {
+		t.Fatalf("a leased pacer: %v, want ErrUnsupported", err)
+	}
+}
+
+// Ensure that after a denied lease, requests as large are denied without
+// asking Redis until the global bucket's retry_after, and smaller ones
+// still ask.
+func TestLeaseHold(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, Options{Addrs: []string{srv.Addr}})
+	ls := NewLeases(s, LeaseOptions{Size: 5, TTL: time.Hour})
+	defer ls.Close(context.Background())
+	l := tokenBucket(5, hour)
+	ctx := context.Background()
+	for range 5 {
+		if d, err := ls.Decide(ctx, l, "k", 1); err != nil || !d.Allowed {
+			t.Fatalf("%+v, %v", d, err)
+		}
+	}
+	d, err := ls.Decide(ctx, l, "k", 2)
+	if err != nil || d.Allowed || d.RetryAfter <= 0 {
+		t.Fatalf("an empty bucket: %+v, %v; want denied with a retry_after", d, err)
+	}
+	before := s.Stats().Requests
+	for range 10 {
+		if d, err := ls.Decide(ctx, l, "k", 3); err != nil || d.Allowed || d.RetryAfter <= 0 || d.RetryAfter > hour {
+			t.Fatalf("held: %+v, %v", d, err)
+		}
+	}
+	if got := s.Stats().Requests; got != before {
+		t.Fatalf("%d Redis requests for held denials, want 0", got-before)
+	}
+	if _, err := ls.Decide(ctx, l, "k", 1); err != nil || s.Stats().Requests != before+1 {
+		t.Fatalf("a smaller request did not ask Redis: %v", err)
+	}
+	if st := ls.Stats(); st.Held != 10 {
+		t.Fatalf("stats %+v, want 10 held denials", st)
+	}
+}
+
+// Ensure that a decision from a lease allocates nothing.
+func TestLeaseNoAllocs(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, Options{Addrs: []string{srv.Addr}})
+	ls := NewLeases(s, LeaseOptions{Size: 1 << 40, TTL: time.Hour})
+	defer ls.Close(context.Background())
+	l := tokenBucket(1<<50, hour)
+	ctx := context.Background()
+	if _, err := ls.Decide(ctx, l, "k", 1); err != nil { // takes the lease
+		t.Fatal(err)
+	}
+	allocs := testing.AllocsPerRun(1000, func() {
+		if d, err := ls.Decide(ctx, l, "k", 1); err != nil || !d.Allowed {
+			t.Fatal(d, err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per leased decision, want 0", allocs)
+	}
+	if st := ls.Stats(); st.Grants != 1 || st.Local < 1000 {
+		t.Fatalf("stats %+v: want every decision from the first lease", st)
+	}
+}

@@ -1,0 +1,454 @@
+package global
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/bucket"
+)
+
+// Defaults of Options.
+const (
+	DefaultTimeout  = 50 * time.Millisecond
+	DefaultMaxBatch = 256
+	DefaultPrefix   = "sluice:"
+)
+
+// Options configure a Store. The zero value of every field but Addrs is a
+// sensible default.
+type Options struct {
+	// Addrs: one address is a single Redis, or a Sentinel when MasterName
+	// is set (then every address is a Sentinel's); several are Redis
+	// Cluster seeds. An address is host:port, or the path of a Unix socket
+	// (starting with "/").
+	Addrs []string
+	// Cluster makes one address a Cluster seed.
+	Cluster bool
+	// MasterName is the Sentinel master's name (Sentinel's
+	// "sentinel monitor NAME ..."): go-redis asks the Sentinels at Addrs
+	// for the current master and follows its failovers.
+	MasterName string
+	// Username and Password authenticate to Redis (AUTH, or ACL users with
+	// a Username); SentinelUsername and SentinelPassword to the Sentinels.
+	Username, Password                 string
+	SentinelUsername, SentinelPassword string
+	// DB selects a database on a single Redis or Sentinel master; a
+	// Cluster has only database 0.
+	DB int
+	// TLS, if not nil, connects with TLS (as rediss:// URLs do): set
+	// ServerName, RootCAs, and Certificates for client certificates.
+	TLS *tls.Config
+	// Prefix begins every key (default "sluice:").
+	Prefix string
+	// Timeout bounds every decision, from the call to the reply, including
+	// the wait for a batch in flight (default 50 ms). A request not decided
+	// in time returns ErrUnavailable.
+	Timeout time.Duration
+	// MaxBatch is the most requests one pipeline carries (default 256).
+	MaxBatch int
+	// PoolSize is go-redis's connections per node (default: its own).
+	PoolSize int
+	// WaitReplicas, if > 0, ends every pipeline with WAIT WaitReplicas:
+	// its decisions are returned only once that many replicas hold them,
+	// and as ErrUnavailable if they do not within the timeout. Redis
+	// replicates asynchronously: without it, a master that dies can take
+	// its last milliseconds of decisions with it, and its promoted replica
+	// admits them again. With 1 on a Cluster of one replica per master, a
+	// failover never admits beyond the limit.
+	WaitReplicas int
+}
+
+// Store decides requests on global buckets in Redis. Concurrent requests
+// whose keys live on the same shard (the one Redis, or one Cluster master)
+// travel in one pipeline: while a pipeline is in flight, new requests for
+// its shard queue up, and the next pipeline carries them all, each decided
+// on its own by the script, in the order they queued.
+//
+// # Concurrency
+//
+// A Store is safe for simultaneous use by multiple goroutines.
+type Store struct {
+	rdb      redis.UniversalClient
+	cluster  *redis.ClusterClient // rdb, if it is a Cluster client
+	prefix   string
+	timeout  time.Duration
+	maxBatch int
+	wait     int
+
+	mu     sync.Mutex
+	shards map[string]*shard // by master address; "" for a non-Cluster client
+	closed bool
+
+	reloading atomic.Bool // a Cluster topology reload is under way
+	stats     counters
+}
+
+// New returns a Store for the Redis deployment o describes. It does not
+// connect: the first request does, and Ping checks reachability.
+func New(o Options) (*Store, error) {
+	if len(o.Addrs) == 0 {
+		return nil, errors.New("no Redis address given")
+	}
+	timeout := o.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	uo := &redis.UniversalOptions{
+		Addrs:            o.Addrs,
+		IsClusterMode:    o.Cluster,
+		MasterName:       o.MasterName,
+		Username:         o.Username,
+		Password:         o.Password,
+		SentinelUsername: o.SentinelUsername,
+		SentinelPassword: o.SentinelPassword,
+		DB:               o.DB,
+		TLSConfig:        o.TLS,
+		PoolSize:         o.PoolSize,
+		// A decision is never retried by the client: a retried script may
+		// have run once already. The Store's caller decides what to do.
+		MaxRetries:            -1,
+		DialTimeout:           timeout,
+		ReadTimeout:           timeout,
+		WriteTimeout:          timeout,
+		PoolTimeout:           timeout,
+		ContextTimeoutEnabled: true,
+		DisableIdentity:       true,
+		Protocol:              2,
+	}
+	for _, a := range o.Addrs {
+		if strings.HasPrefix(a, "/") {
+			uo.Dialer = dialer(o.TLS)
+		}
+	}
+	s := &Store{
+		rdb:      redis.NewUniversalClient(uo),
+		prefix:   o.Prefix,
+		timeout:  timeout,
+		maxBatch: o.MaxBatch,
+		wait:     o.WaitReplicas,
+		shards:   make(map[string]*shard),
+	}
+	if s.prefix == "" {
+		s.prefix = DefaultPrefix
+	}
+	if s.maxBatch <= 0 {
+		s.maxBatch = DefaultMaxBatch
+	}
+	s.cluster, _ = s.rdb.(*redis.ClusterClient)
+	return s, nil
+}
+
+// dialer returns a dial function that connects to a Unix socket for an
+// address that is a path, and over TCP otherwise, with TLS if cfg is not
+// nil (go-redis's own dialer, used when no address is a path, does the
+// same for TCP).
+func dialer(cfg *tls.Config) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if strings.HasPrefix(addr, "/") {
+			network = "unix"
+		}
+		if cfg == nil {
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		}
+		c := cfg.Clone()
+		if c.ServerName == "" && network != "unix" {
+			c.ServerName, _, _ = net.SplitHostPort(addr)
+		}
+		d := tls.Dialer{Config: c}
+		return d.DialContext(ctx, network, addr)
+	}
+}
+
+// Client returns the underlying go-redis client.
+func (s *Store) Client() redis.UniversalClient { return s.rdb }
+
+// Prefix returns the prefix of the Store's keys.
+func (s *Store) Prefix() string { return s.prefix }
+
+// Ping checks that Redis answers within the Store's timeout (every master,
+// for a Cluster).
+func (s *Store) Ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	var err error
+	if s.cluster != nil {
+		err = s.cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			return c.Ping(ctx).Err()
+		})
+	} else {
+		err = s.rdb.Ping(ctx).Err()
+	}
+	return classify(err)
+}
+
+// Close stops the Store: requests queued or made later return ErrClosed,
+// and the connections are closed.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	return s.rdb.Close()
+}
+
+// call is one script call waiting in a shard's queue.
+type call struct {
+	ctx  context.Context
+	keys []string
+	args []any
+	v    any // the reply
+	err  error
+	done chan struct{}
+}
+
+// shard queues the requests for one Redis master.
+type shard struct {
+	addr string
+	// c sends the shard's pipelines: the master's own client in a Cluster
+	// (so WAIT reaches it; a MOVED reply fails the request and rereads the
+	// slot map), the Store's client otherwise.
+	c       interface{ Pipeline() redis.Pipeliner }
+	mu      sync.Mutex
+	pending []*call
+	busy    bool // a goroutine is sending this shard's pipelines
+}
+
+// Decide decides r in Redis, batched with the concurrent requests for the
+// same shard. It returns within the Store's timeout (or ctx's deadline, if
+// earlier): ErrUnavailable if Redis did not answer in time.
+func (s *Store) Decide(ctx context.Context, r Request) (bucket.Decision, error) {
+	var d bucket.Decision
+	if err := Check(r.Limit); err != nil {
+		return d, err
+	}
+	if err := r.check(); err != nil {
+		return d, err
+	}
+	keys, args := r.args(s.prefix)
+	v, err := s.do(ctx, keys, args)
+	if err == nil {
+		err = parseReply(v, &r.Limit, &d)
+	}
+	return d, err
+}
+
+// do runs the script with keys and args in the next pipeline of the key's
+// shard and returns its reply, within the Store's timeout.
+func (s *Store) do(ctx context.Context, keys []string, args []any) (any, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	c := &call{ctx: ctx, keys: keys, args: args, done: make(chan struct{})}
+	sh, err := s.shardFor(ctx, keys[0])
+	if err != nil {
+		s.stats.errors.Add(1)
+		return nil, err
+	}
+	s.stats.requests.Add(1)
+	sh.mu.Lock()
+	sh.pending = append(sh.pending, c)
+	start := !sh.busy
+	sh.busy = true
+	sh.mu.Unlock()
+	if start {
+		go s.run(sh)
+	}
+	select {
+	case <-c.done:
+		if c.err != nil {
+			s.stats.errors.Add(1)
+		}
+		return c.v, c.err
+	case <-ctx.Done():
+		s.stats.errors.Add(1)
+		s.stats.timeouts.Add(1)
+		return nil, fmt.Errorf("%w: no reply within %v", ErrUnavailable, s.timeout)
+	}
+}
+
+// shardFor returns the queue of the master serving key.
+func (s *Store) shardFor(ctx context.Context, key string) (*shard, error) {
+	addr := ""
+	var c interface{ Pipeline() redis.Pipeliner } = s.rdb
+	if s.cluster != nil {
+		m, err := s.cluster.MasterForKey(ctx, key)
+		if err != nil {
+			s.reload()
+			return nil, classify(err)
+		}
+		addr, c = m.Options().Addr, m
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	sh := s.shards[addr]
+	if sh == nil {
+		sh = &shard{addr: addr, c: c}
+		s.shards[addr] = sh
+	}
+	return sh, nil
+}
+
+// run sends sh's queued requests, a pipeline at a time, until the queue is
+// empty.
+func (s *Store) run(sh *shard) {
+	for {
+		sh.mu.Lock()
+		n := min(len(sh.pending), s.maxBatch)
+		if n == 0 {
+			sh.busy = false
+			sh.pending = sh.pending[:0]
+			sh.mu.Unlock()
+			return
+		}
+		batch := make([]*call, n)
+		copy(batch, sh.pending)
+		rest := copy(sh.pending, sh.pending[n:])
+		clear(sh.pending[rest:])
+		sh.pending = sh.pending[:rest]
+		sh.mu.Unlock()
+		s.send(sh, batch)
+	}
+}
+
+// send runs one pipeline of calls and delivers each reply. Calls whose
+// caller has given up are not sent.
+func (s *Store) send(sh *shard, batch []*call) {
+	live := batch[:0]
+	for _, c := range batch {
+		if c.ctx.Err() != nil {
+			c.err = fmt.Errorf("%w: no reply within %v", ErrUnavailable, s.timeout)
+			close(c.done)
+			continue
+		}
+		live = append(live, c)
+	}
+	if len(live) == 0 {
+		return
+	}
+	// The pipeline may take until the last of its callers gives up.
+	last := deadline(live[0].ctx)
+	for _, c := range live[1:] {
+		if d := deadline(c.ctx); d.After(last) {
+			last = d
+		}
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), last)
+	defer cancel()
+	cmds, werr := s.pipeline(ctx, sh, live, false)
+	// A restarted or promoted Redis does not know the script: load it with
+	// EVAL for the calls that failed with NOSCRIPT, in a second pipeline.
+	var again []*call
+	var againAt []int
+	for i, cmd := range cmds {
+		if isNoScript(cmd.Err()) {
+			again = append(again, live[i])
+			againAt = append(againAt, i)
+		}
+	}
+	if len(again) > 0 {
+		s.stats.scriptLoads.Add(1)
+		var again2 []*redis.Cmd
+		again2, werr = s.pipeline(ctx, sh, again, true)
+		for j, cmd := range again2 {
+			cmds[againAt[j]] = cmd
+		}
+	}
+	unavailable := false
+	for i, c := range live {
+		v, err := cmds[i].Result()
+		if err == nil && werr != nil {
+			err = werr
+		}
+		if err != nil {
+			c.err = classify(err)
+			unavailable = unavailable || errors.Is(c.err, ErrUnavailable)
+		}
+		c.v = v
+		close(c.done)
+	}
+	if unavailable {
+		s.reload()
+	}
+}
+
+// pipeline sends calls in one pipeline, by EVALSHA or (eval) EVAL, and
+// returns their commands in order, and an error if the replicas did not
+// acknowledge them (WaitReplicas).
+func (s *Store) pipeline(ctx context.Context, sh *shard, calls []*call, eval bool) ([]*redis.Cmd, error) {
+	pipe := sh.c.Pipeline()
+	cmds := make([]*redis.Cmd, len(calls))
+	for i, c := range calls {
+		if eval {
+			cmds[i] = decideScript.Eval(ctx, pipe, c.keys, c.args...)
+		} else {
+			cmds[i] = decideScript.EvalSha(ctx, pipe, c.keys, c.args...)
+		}
+	}
+	var wait *redis.IntCmd
+	if s.wait > 0 {
+		// Leave a quarter of the time for the reply to WAIT.
+		ms := max(time.Until(deadline(ctx)).Milliseconds()*3/4, 1)
+		wait = redis.NewIntCmd(ctx, "wait", s.wait, ms)
+		pipe.Process(ctx, wait)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		// Each command carries its own error, except when the pipeline
+		// never ran (a connection that failed to authenticate).
+		for _, c := range cmds {
+			if c.Err() == nil && c.Val() == nil {
+				c.SetErr(err)
+			}
+		}
+	}
+	s.stats.roundTrips.Add(1)
+	s.stats.commands.Add(uint64(len(calls)))
+	s.stats.batch(len(calls))
+	if wait == nil {
+		return cmds, nil
+	}
+	s.stats.commands.Add(1)
+	if n, err := wait.Result(); err != nil || n < int64(s.wait) {
+		s.stats.unreplicated.Add(1)
+		return cmds, fmt.Errorf("%w: %d of %d replicas acknowledged the decisions in time (%v)", ErrUnavailable, n, s.wait, err)
+	}
+	return cmds, nil
+}
+
+// deadline returns ctx's deadline (every context here has one).
+func deadline(ctx context.Context) time.Time {
+	d, _ := ctx.Deadline()
+	return d
+}
+
+// reload makes a Cluster client reread the slot map after an error, at
+// most one reload at a time: a refused or timed-out connection to a dead
+// master does not make go-redis look for its promoted replica by itself.
+func (s *Store) reload() {
+	if s.cluster == nil || !s.reloading.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer s.reloading.Store(false)
+		s.cluster.ReloadState(context.Background())
+		time.Sleep(50 * time.Millisecond) // one reload per 50 ms at most
+	}()
+}
+
+// isNoScript reports whether err is Redis's NOSCRIPT.
+func isNoScript(err error) bool {
+	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
+}

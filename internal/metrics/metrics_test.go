@@ -1,0 +1,287 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/sluicehq/sluice/bucket"
+)
+
+// serve serves r's metrics on addr until the test ends and returns an
+// HTTP client and the URL of the metrics.
+func serve(t *testing.T, r *Recorder, addr string) (*http.Client, string) {
+	t.Helper()
+	ln, err := Listen(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- r.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+		tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", path)
+		}}
+		return &http.Client{Transport: tr}, "http://sluiced/metrics"
+	}
+	return http.DefaultClient, "http://" + ln.Addr().String() + "/metrics"
+}
+
+// scrape GETs the metrics and returns the body.
+func scrape(t *testing.T, c *http.Client, url string) string {
+	t.Helper()
+	resp, err := c.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %d %v", url, resp.StatusCode, err)
+	}
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain; version=0.0.4") {
+		t.Fatalf("content type %q", ct)
+	}
+	return string(b)
+}
+
+// parse parses the text exposition format.
+func parse(t *testing.T, body string) map[string]*dto.MetricFamily {
+	t.Helper()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("the exposition does not parse: %v", err)
+	}
+	return fams
+}
+
+// value returns the value of the series of family name whose labels are
+// exactly labels (name=value pairs), or fails.
+func value(t *testing.T, fams map[string]*dto.MetricFamily, name string, labels ...string) float64 {
+	t.Helper()
+	f := fams[name]
+	if f == nil {
+		t.Fatalf("no metric %s", name)
+	}
+next:
+	for _, m := range f.Metric {
+		if len(m.Label) != len(labels)/2 {
+			continue
+		}
+		for i, l := range m.Label { // client_golang sorts labels by name
+			if l.GetName() != labels[2*i] || l.GetValue() != labels[2*i+1] {
+				continue next
+			}
+		}
+		switch {
+		case m.Counter != nil:
+			return m.Counter.GetValue()
+		case m.Gauge != nil:
+			return m.Gauge.GetValue()
+		case m.Histogram != nil:
+			return float64(m.Histogram.GetSampleCount())
+		}
+	}
+	t.Fatalf("no series %s%v", name, labels)
+	return 0
+}
+
+// promtool runs "promtool check metrics" on body; promtool is required (CI
+// installs Debian's prometheus package).
+func promtool(t *testing.T, body string) {
+	t.Helper()
+	path, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Fatal("promtool is not installed (apt-get install prometheus): the exposition cannot be checked")
+	}
+	cmd := exec.Command(path, "check", "metrics")
+	cmd.Stdin = strings.NewReader(body)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("promtool check metrics: %v\n%s", err, out)
+	}
+}
+
+// Ensure the exported counters are exactly what was fed: N allows, M
+// denials, K table-full, shadow denials, latencies, probes, syncs,
+// connections and reloads; and that promtool accepts the exposition.
+func TestMetrics_countersMatch(t *testing.T) {
+	r := New()
+	const n, m, k = 37, 11, 3
+	login := r.Limit("login")
+	for range n {
+		login.Decision(bucket.TokenBucket, Allowed)
+		r.DecisionDuration(bucket.TokenBucket, 800*time.Nanosecond)
+	}
+	for range m {
+		r.Decision("login", bucket.TokenBucket, Denied, 3*time.Microsecond)
+	}
+	for range k {
+		r.Decision(SpecLimit, bucket.GCRA, TableFull, time.Microsecond)
+	}
+	r.Decision("signup", bucket.SlidingWindow, Denied, time.Microsecond)
+	r.Limit("signup").ShadowDenied()
+	for i := range 5 {
+		r.Request(Native, time.Duration(i+1)*time.Microsecond)
+		r.Probe(i)
+	}
+	r.Request(RESP, time.Millisecond)
+	r.ProtocolError(RESP)
+	r.Sync(2*time.Millisecond, nil)
+	r.Sync(time.Second, errors.New("disk gone"))
+	r.ConnOpened()
+	r.ConnOpened()
+	r.ConnClosed()
+	r.PeerDenied()
+	r.ConfigReload(true)
+	r.ConfigReload(false)
+	r.ConfigReload(false)
+	r.SetTable(func() TableStats {
+		return TableStats{Slots: 1024, UsedSlots: 60, LiveBuckets: 42, TableFull: k, Reclaimed: 7, Torn: 1}
+	})
+
+	c, url := serve(t, r, "127.0.0.1:0")
+	body := scrape(t, c, url)
+	promtool(t, body)
+	f := parse(t, body)
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"sluice_decisions_total", []string{"algorithm", "token_bucket", "limit", "login", "outcome", "allowed"}, n},
+		{"sluice_decisions_total", []string{"algorithm", "token_bucket", "limit", "login", "outcome", "denied"}, m},
+		{"sluice_decisions_total", []string{"algorithm", "token_bucket", "limit", "login", "outcome", "table_full"}, 0},
+		{"sluice_decisions_total", []string{"algorithm", "gcra", "limit", "spec", "outcome", "table_full"}, k},
+		{"sluice_decisions_total", []string{"algorithm", "gcra", "limit", "spec", "outcome", "allowed"}, 0},
+		{"sluice_decisions_total", []string{"algorithm", "sliding_window", "limit", "signup", "outcome", "denied"}, 1},
+		{"sluice_shadow_denied_total", []string{"limit", "signup"}, 1},
+		{"sluice_shadow_denied_total", []string{"limit", "login"}, 0},
+		{"sluice_decision_duration_seconds", []string{"algorithm", "token_bucket"}, n + m},
+		{"sluice_decision_duration_seconds", []string{"algorithm", "gcra"}, k},
+		{"sluice_request_duration_seconds", []string{"protocol", "native"}, 5},
+		{"sluice_request_duration_seconds", []string{"protocol", "resp"}, 1},
+		{"sluice_protocol_errors_total", []string{"protocol", "resp"}, 1},
+		{"sluice_protocol_errors_total", []string{"protocol", "native"}, 0},
+		{"sluice_probe_length", nil, 5},
+		{"sluice_sync_duration_seconds", nil, 2},
+		{"sluice_sync_errors_total", nil, 1},
+		{"sluice_connections", nil, 1},
+		{"sluice_peers_denied_total", nil, 1},
+		{"sluice_config_reloads_total", []string{"result", "ok"}, 1},
+		{"sluice_config_reloads_total", []string{"result", "error"}, 2},
+		{"sluice_table_slots", nil, 1024},
+		{"sluice_table_used_slots", nil, 60},
+		{"sluice_table_live_buckets", nil, 42},
+		{"sluice_table_full_total", nil, k},
+		{"sluice_reclaimed_slots_total", nil, 7},
+		{"sluice_torn_slots_total", nil, 1},
+	} {
+		if got := value(t, f, c.name, c.labels...); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+	// Histogram buckets: 800 ns falls in le=1e-06, 3 µs in le=5e-06.
+	h := f["sluice_decision_duration_seconds"].Metric
+	for _, s := range h {
+		if s.Label[0].GetValue() != "token_bucket" {
+			continue
+		}
+		got := map[float64]uint64{}
+		for _, b := range s.Histogram.Bucket {
+			got[b.GetUpperBound()] = b.GetCumulativeCount()
+		}
+		if got[5e-7] != 0 || got[1e-6] != n || got[2.5e-6] != n || got[5e-6] != n+m {
+			t.Errorf("token_bucket latency buckets %v", got)
+		}
+		if sum := s.Histogram.GetSampleSum(); sum < 6.2e-5 || sum > 6.3e-5 { // 37*0.8µs + 11*3µs = 62.6µs
+			t.Errorf("token_bucket latency sum %v", sum)
+		}
+	}
+	if !strings.Contains(body, "\ngo_goroutines ") || !strings.Contains(body, "\nprocess_open_fds ") {
+		t.Error("the Go runtime and process metrics are missing")
+	}
+}
+
+// Ensure the metrics are served on a Unix socket, and that the table
+// metrics are absent until the table is known.
+func TestMetrics_unixSocket(t *testing.T) {
+	r := New()
+	r.Decision(SpecLimit, bucket.Pacer, Allowed, time.Microsecond)
+	c, url := serve(t, r, "unix:"+filepath.Join(t.TempDir(), "metrics.sock"))
+	body := scrape(t, c, url)
+	promtool(t, body)
+	f := parse(t, body)
+	if v := value(t, f, "sluice_decisions_total", "algorithm", "pacer", "limit", "spec", "outcome", "allowed"); v != 1 {
+		t.Errorf("decisions = %v", v)
+	}
+	if f["sluice_table_slots"] != nil {
+		t.Error("table metrics exported before the table is known")
+	}
+}
+
+func TestListen_refusesRemote(t *testing.T) {
+	for _, addr := range []string{"0.0.0.0:9090", ":9090", "10.1.2.3:9090", "example.com:9090", "9090", "unix:"} {
+		ln, err := Listen(addr)
+		if err == nil {
+			ln.Close()
+			t.Errorf("Listen(%q) succeeded", addr)
+			continue
+		}
+		if !errors.Is(err, ErrAddress) {
+			t.Errorf("Listen(%q): %v does not wrap ErrAddress", addr, err)
+		}
+	}
+}
+
+// Ensure a limit label per name, not per call: more than MaxLimits names
+// fold into "other".
+func TestRecorder_boundedLimits(t *testing.T) {
+	r := New()
+	r.maxLimits = 30
+	for i := range 40 {
+		r.Limit("l" + strconv.Itoa(i))
+	}
+	if n := len(*r.limits.Load()); n != 31 {
+		t.Fatalf("%d limit labels, want 31", n)
+	}
+	if r.Limit("new") != r.Limit(OtherLimit) {
+		t.Fatal("a name beyond MaxLimits is not counted as other")
+	}
+}
+
+// Ensure the decision path allocates nothing.
+func TestRecorder_allocs(t *testing.T) {
+	r := New()
+	l := r.Limit("login")
+	r.Limit(SpecLimit)
+	if n := testing.AllocsPerRun(1000, func() {
+		l.Decision(bucket.TokenBucket, Allowed)
+		r.Decision(SpecLimit, bucket.GCRA, Denied, time.Microsecond)
+		r.DecisionDuration(bucket.TokenBucket, time.Microsecond)
+		r.Request(Native, 2*time.Microsecond)
+		r.Probe(3)
+	}); n != 0 {
+		t.Fatalf("%v allocations per decision", n)
+	}
+}

@@ -1,0 +1,151 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/metrics"
+	"github.com/sluicehq/sluice/proto"
+)
+
+// Named limits and what is counted of each decision. A request names a
+// limit of the config file (Config.Limits) or brings its own spec; either
+// way its decision is counted under a bounded label (the name, or "spec")
+// when the sidecar serves metrics.
+
+// sampleMask selects the decisions and requests whose duration the metrics
+// measure: one in 16 (the counters count every one). Two clock reads cost
+// more than the rest of what metrics add to a decision.
+const sampleMask = 15
+
+// namedLimits is a config Set compiled for serving: each named limit with
+// its metric counters. It is built once per Set (after each reload), the
+// first time a request needs it.
+type namedLimits struct {
+	set *config.Set
+	m   map[string]*namedLimit
+}
+
+// namedLimit is one named limit, ready to decide.
+type namedLimit struct {
+	cfg     *config.Limit
+	metrics *metrics.Limit // nil without metrics
+}
+
+// errUnknownName is the error for a named limit the configuration does not
+// define.
+var errUnknownName = errors.New("no limit of that name")
+
+// named returns the current Set's compiled limits.
+func (s *server) named() *namedLimits {
+	set := config.Empty()
+	if s.cfg.Limits != nil {
+		set = s.cfg.Limits.Load()
+	}
+	if n := s.namedSet.Load(); n != nil && n.set == set {
+		return n
+	}
+	n := &namedLimits{set: set, m: make(map[string]*namedLimit, set.Len())}
+	for _, name := range set.Names() {
+		l, _ := set.Lookup(name)
+		nl := &namedLimit{cfg: l}
+		if s.rec != nil {
+			nl.metrics = s.rec.Limit(name)
+		}
+		n.m[name] = nl
+	}
+	s.namedSet.Store(n) // two requests may build it at once: either copy serves
+	return n
+}
+
+// lookup returns the named limit name.
+func (s *server) lookup(name []byte) (*namedLimit, error) {
+	if nl, ok := s.named().m[string(name)]; ok {
+		return nl, nil
+	}
+	if s.cfg.Limits == nil {
+		return nil, fmt.Errorf("%w: %q: this sidecar has no config file (--config) defining named limits", errUnknownName, name)
+	}
+	return nil, fmt.Errorf("%w: %q is not in the config file", errUnknownName, name)
+}
+
+// limit returns the engine limit of an operation and, for a named limit,
+// the limit's entry: the one its wire limit gives, or the one the
+// configuration names.
+func (c *conn) limit(w proto.Limit, name []byte) (*engine.Limit, *namedLimit, error) {
+	if name != nil {
+		nl, err := c.s.lookup(name)
+		if err != nil {
+			return nil, nil, err
+		}
+		return &nl.cfg.Engine, nl, nil
+	}
+	l, err := c.lim.get(w, engine.FromProto)
+	return l, nil, err
+}
+
+// shadow applies a shadow limit's option to a decision: a denial is
+// answered as allowed (nothing more is consumed than the denial consumed),
+// and counted. It reports whether it turned one.
+func shadow(nl *namedLimit, d *bucket.Decision) bool {
+	if nl == nil || !nl.cfg.Shadow || d.Allowed {
+		return false
+	}
+	d.Allowed, d.RetryAfter, d.Delay = true, -1, 0
+	if nl.metrics != nil {
+		nl.metrics.ShadowDenied()
+	}
+	return true
+}
+
+// record counts a decision under its limit's label, with the time the
+// engine took since start, when the sidecar serves metrics.
+func (s *server) record(nl *namedLimit, alg bucket.Algorithm, allowed, shadowed bool, start time.Time) {
+	if s.rec == nil {
+		return
+	}
+	o := metrics.Denied
+	if allowed && !shadowed {
+		o = metrics.Allowed
+	}
+	l := s.specMetrics
+	if nl != nil {
+		l = nl.metrics
+	}
+	l.Decision(alg, o)
+	if !start.IsZero() {
+		s.rec.DecisionDuration(alg, time.Since(start))
+	}
+}
+
+// protocolError counts a malformed frame or command, when the sidecar
+// serves metrics.
+func (s *server) protocolError(p metrics.Protocol) {
+	if s.rec != nil {
+		s.rec.ProtocolError(p)
+	}
+}
+
+// recordError counts a decision that failed, under its limit's label, when
+// the sidecar serves metrics: table_full, or error.
+func (s *server) recordError(nl *namedLimit, l *engine.Limit, err error) {
+	if s.rec == nil || l == nil {
+		return
+	}
+	o := metrics.Failed
+	if errors.Is(err, engine.ErrTableFull) {
+		o = metrics.TableFull
+	}
+	m := s.specMetrics
+	if nl != nil {
+		m = nl.metrics
+	}
+	m.Decision(l.Bucket().Algorithm, o)
+}
+
+// requestDone records a Redis-protocol command that began at start.
+func (s *server) requestDone(start time.Time) { s.rec.Request(metrics.RESP, time.Since(start)) }

@@ -1,0 +1,351 @@
+package server
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/metrics"
+	"github.com/sluicehq/sluice/proto"
+)
+
+var errNotRequest = fmt.Errorf("%w: a client may only send request frames", proto.ErrMalformed)
+
+// conn is a connection speaking the native protocol.
+type conn struct {
+	stream
+
+	// scratch reused across operations, so serving allocates nothing
+	op    proto.Op
+	lim   limitCache[proto.Limit]
+	multi multiScratch
+
+	frameStart int // where the response frame being built starts in out
+	opsLeft    int // operations of the frame still to answer after this one
+}
+
+// maxResult bounds the size of any result but SCAN's: an error with the
+// longest message (MULTI's, STATS' and HELLO's are smaller).
+const maxResult = 4 + proto.MaxMessageLen
+
+// room is how many bytes a SCAN result may add to the response frame being
+// built in b: a response obeys proto.MaxFrameLen like a request, with room
+// kept for the results of the frame's later operations.
+func (c *conn) room(b []byte) int {
+	return proto.MaxFrameLen + 4 - (len(b) - c.frameStart) - (c.opsLeft+1)*maxResult
+}
+
+// handle answers the complete frames at the front of c.in, until
+// maxPending bytes of answers wait.
+func (c *conn) handle() {
+	rest := c.in
+	for !c.closed {
+		if len(c.out) >= maxPending {
+			c.more = true
+			break
+		}
+		frame, r, h, err := proto.SplitFrame(rest)
+		if err != nil {
+			c.frameError(h, err)
+			return
+		}
+		if frame == nil {
+			break
+		}
+		c.frame(frame, h)
+		rest = r
+	}
+	need := 0
+	if len(rest) >= proto.HeaderLen {
+		if h, err := proto.ParseHeader(rest); err == nil {
+			need = int(h.Length) + 4 // checked against MaxFrameLen by SplitFrame
+		}
+	}
+	c.keep(rest, need)
+}
+
+// frameError answers a frame that cannot be split or parsed with one error
+// result, in the frame's version if it is one this side speaks (else the
+// oldest, which every client reads), and closes the connection: its byte
+// stream cannot be trusted.
+func (c *conn) frameError(h proto.Header, err error) {
+	c.n.malformed++
+	c.s.protocolError(metrics.Native)
+	v := h.Version
+	if v < proto.MinVersion || v > proto.Version {
+		v = proto.MinVersion
+	}
+	b, start := proto.BeginFrameVersion(c.out, v, proto.KindResponse, h.ID)
+	b = proto.AppendError(b, 0, proto.StatusOf(err), err.Error())
+	c.out = proto.EndFrame(b, start, 1)
+	c.closed = true
+}
+
+// frame answers one request frame: one result per operation, in order. An
+// operation that cannot be decoded ends the frame (the rest cannot be
+// located): it and every later one are answered with its error, and the
+// connection closes after the answer is written.
+func (c *conn) frame(frame []byte, h proto.Header) {
+	c.n.frames++
+	if h.Kind != proto.KindRequest {
+		c.frameError(h, errNotRequest)
+		return
+	}
+	// The answer is in the request's version: a client of an older one
+	// reads it.
+	var began time.Time
+	if c.s.rec != nil && c.n.frames&sampleMask == 0 {
+		began = time.Now()
+	}
+	b, start := proto.BeginFrameVersion(c.out, h.Version, proto.KindResponse, h.ID)
+	c.frameStart = start
+	body := frame[proto.HeaderLen:]
+	for i := 0; i < int(h.Count); i++ {
+		c.opsLeft = int(h.Count) - i - 1
+		rest, err := proto.DecodeOpVersion(body, h.Version, &c.op)
+		if err != nil {
+			c.n.malformed++
+			c.s.protocolError(metrics.Native)
+			code := proto.Opcode(0)
+			if len(body) > 0 {
+				code = proto.Opcode(body[0])
+			}
+			for ; i < int(h.Count); i++ {
+				b = proto.AppendError(b, code, proto.StatusOf(err), err.Error())
+			}
+			c.closed = true
+			break
+		}
+		b = c.s.do(b, &c.op, c)
+		body = rest
+	}
+	if len(body) != 0 && !c.closed {
+		c.n.malformed++
+		c.s.protocolError(metrics.Native)
+		c.closed = true // bytes after the last operation: the framing is off
+	}
+	c.out = proto.EndFrame(b, start, int(h.Count))
+	if !began.IsZero() {
+		c.s.rec.Request(metrics.Native, time.Since(began))
+	}
+}
+
+// multiScratch holds a MULTI's items and decisions between requests.
+type multiScratch struct {
+	items  [proto.MaxMulti]engine.Item
+	limits [proto.MaxMulti]engine.Limit
+	ds     []bucket.Decision
+	wire   [proto.MaxMulti]proto.Decision
+}
+
+// scanSpan bounds the slots one SCAN examines, so a scan that matches little
+// still answers quickly; the client continues from the cursor it returns.
+const scanSpan = 4096
+
+// do answers one operation, appending its result to b.
+func (s *server) do(b []byte, op *proto.Op, c *conn) []byte {
+	c.n.ops++
+	switch op.Code {
+	case proto.OpPing:
+		return proto.AppendPong(b)
+	case proto.OpHello:
+		return proto.AppendHelloResult(b, &s.hello)
+	case proto.OpStats:
+		return s.appendStats(b)
+	case proto.OpScan:
+		return s.scan(b, op, c.room(b))
+	case proto.OpMulti:
+		return s.multi(b, op, c)
+	}
+	l, nl, err := c.limit(op.Limit, op.Name)
+	if err != nil {
+		return c.fail(b, op.Code, err)
+	}
+	when := c.when(op.Flags, op.At)
+	var d bucket.Decision
+	var start time.Time
+	if s.rec != nil && c.n.ops&sampleMask == 0 {
+		start = time.Now() // durations are sampled: a clock read costs more than a decision's counters
+	}
+	switch op.Code {
+	case proto.OpAcquire:
+		err = s.engine.Acquire(&d, op.Key, l, op.N, when, bucketFlags(op.Flags))
+	case proto.OpPeek:
+		err = s.engine.Peek(&d, op.Key, l, when)
+	case proto.OpRefund:
+		err = s.engine.Refund(&d, op.Key, l, op.N, when, 0)
+	case proto.OpReset:
+		existed, err := s.engine.Reset(op.Key, l)
+		if err != nil {
+			return c.fail(b, op.Code, err)
+		}
+		return proto.AppendReset(b, existed)
+	default:
+		return c.fail(b, op.Code, fmt.Errorf("%w: %d", proto.ErrUnknownOpcode, op.Code))
+	}
+	if err != nil {
+		s.recordError(nl, l, err)
+		return c.fail(b, op.Code, err)
+	}
+	shadowed := op.Code == proto.OpAcquire && shadow(nl, &d)
+	switch {
+	case shadowed:
+		c.n.shadowDenied++
+	case d.Allowed:
+		c.n.allowed++
+	default:
+		c.n.denied++
+	}
+	s.record(nl, l.Bucket().Algorithm, d.Allowed, shadowed, start)
+	w := proto.Decision(d)
+	return proto.AppendDecision(b, op.Code, &w)
+}
+
+// multi answers a MULTI: all of its items or none.
+func (s *server) multi(b []byte, op *proto.Op, c *conn) []byte {
+	m := &c.multi
+	for i := range op.NItems {
+		it := &op.Items[i]
+		if it.Name != nil {
+			nl, err := s.lookup(it.Name)
+			if err != nil {
+				return c.fail(b, op.Code, fmt.Errorf("item %d: %w", i, err))
+			}
+			m.limits[i] = nl.cfg.Engine
+		} else {
+			l, err := engine.FromProto(it.Limit)
+			if err != nil {
+				return c.fail(b, op.Code, fmt.Errorf("item %d: %w", i, err))
+			}
+			m.limits[i] = l
+		}
+		m.items[i] = engine.Item{Key: it.Key, Limit: &m.limits[i], Cost: it.Cost, Flags: bucketFlags(it.Flags)}
+	}
+	ds, allowed, err := s.engine.Multi(m.ds[:0], m.items[:op.NItems], c.when(op.Flags, op.At))
+	m.ds = ds
+	if err != nil {
+		return c.fail(b, op.Code, err)
+	}
+	for i, d := range ds {
+		m.wire[i] = proto.Decision(d)
+	}
+	if allowed {
+		c.n.allowed++
+	} else {
+		c.n.denied++
+	}
+	return proto.AppendMultiResult(b, allowed, m.wire[:len(ds)])
+}
+
+// scan lists live buckets whose inline key starts with the prefix, adding at
+// most room bytes to b; the cursor it returns resumes where it stopped.
+func (s *server) scan(b []byte, op *proto.Op, room int) []byte {
+	b, start := proto.BeginScanResult(b, 0)
+	limit := len(b) + room
+	n, full, resume := 0, false, uint64(0)
+	next, err := s.engine.Scan(op.Cursor, scanSpan, func(e *engine.Entry) bool {
+		if !bytes.HasPrefix(e.Key, op.Prefix) {
+			return true
+		}
+		if len(b)+scanEntryLen(e.Key) > limit {
+			full, resume = true, e.Index // the next SCAN starts with this bucket
+			return false
+		}
+		b = proto.AppendScanEntry(b, proto.Algorithm(e.Algorithm), e.FreshAt, e.Key)
+		n++
+		return n < int(op.Count)
+	})
+	switch {
+	case errors.Is(err, engine.ErrNoInlineKeys):
+		return proto.AppendError(b[:start], op.Code, proto.StatusUnsupported, err.Error())
+	case full && n == 0:
+		return proto.AppendError(b[:start], op.Code, proto.StatusMalformed,
+			"no room for a SCAN result in this response frame: send SCAN in a smaller batch")
+	case full:
+		next = resume
+	}
+	return proto.EndScanResult(b, start, next, n)
+}
+
+// scanEntryLen is the encoded size of a SCAN entry for key.
+func scanEntryLen(k []byte) int { return 1 + 8 + 2 + len(k) }
+
+// fail appends an error result for err, classified into a status.
+func (c *conn) fail(b []byte, code proto.Opcode, err error) []byte {
+	st := statusFor(err)
+	c.n.errors++
+	return proto.AppendError(b, code, st, err.Error())
+}
+
+// statusFor maps the errors of the layers below to wire status codes.
+func statusFor(err error) proto.Status {
+	switch {
+	case errors.Is(err, engine.ErrTableFull):
+		return proto.StatusTableFull
+	case errors.Is(err, engine.ErrEmptyKey), errors.Is(err, engine.ErrKeyTooLong):
+		return proto.StatusInvalidKey
+	case errors.Is(err, engine.ErrNegativeCost):
+		return proto.StatusInvalidCost
+	case errors.Is(err, engine.ErrTooManyItems):
+		return proto.StatusTooManyItems
+	case errors.Is(err, engine.ErrContended):
+		return proto.StatusContended
+	case errors.Is(err, engine.ErrTime):
+		return proto.StatusMalformed
+	case errors.Is(err, engine.ErrInvalidLimit), errors.Is(err, errUnknownName):
+		return proto.StatusInvalidLimit
+	}
+	if st := proto.StatusOf(err); st != proto.StatusOK {
+		return st
+	}
+	return proto.StatusInternal
+}
+
+// bucketFlags converts request flags to algorithm flags.
+func bucketFlags(f proto.Flags) bucket.Flags {
+	var b bucket.Flags
+	if f&proto.FlagStrict != 0 {
+		b |= bucket.Strict
+	}
+	if f&proto.FlagSmyte != 0 {
+		b |= bucket.Smyte
+	}
+	return b
+}
+
+// appendStats answers STATS: the table's counters and the server's.
+func (s *server) appendStats(b []byte) []byte {
+	st, g := s.engine.Stats(), s.engine.Geometry()
+	b, start := proto.BeginStatsResult(b)
+	n := 0
+	add := func(name string, v uint64) { b = proto.AppendStat(b, name, v); n++ }
+	add("slot_count", st.Slots)
+	add("slot_size", uint64(g.SlotSize))
+	add("used_slots", st.Used)
+	add("inserts", st.Inserts)
+	add("reclaims", st.Reclaims)
+	add("table_full", st.TableFull)
+	add("torn_slots", st.Torn)
+	add("locked_on_open", st.LockedOnOpen)
+	add("syncs", st.Syncs)
+	add("sync_errors", st.SyncErrors)
+	c := &s.stats
+	for _, kv := range []struct {
+		name string
+		v    *atomic.Int64
+	}{
+		{"connections", &c.conns}, {"connections_total", &c.connsTotal}, {"connections_rejected", &c.connsRejected},
+		{"peers_denied", &c.peersDenied},
+		{"frames", &c.frames}, {"ops", &c.ops}, {"allowed", &c.allowed}, {"denied", &c.denied},
+		{"errors", &c.errors}, {"malformed", &c.malformed}, {"timeouts", &c.timeouts},
+		{"shadow_denied", &c.shadowDenied},
+		{"buffered_bytes", &c.buffered},
+	} {
+		add(kv.name, uint64(kv.v.Load()))
+	}
+	return proto.EndStatsResult(b, start, n)
+}

@@ -1,0 +1,210 @@
+package server
+
+import (
+	"fmt"
+
+	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/proto/resp"
+)
+
+// Bounds of one transaction, so that a client queueing without end holds
+// bounded memory: past either, the command is refused and EXEC aborts.
+const (
+	maxTxCommands = 1024
+	maxTxBytes    = 256 << 10 // bytes of queued arguments
+)
+
+// respTx is a transaction being queued between MULTI and EXEC: the queued
+// commands' arguments, copied out of the read buffer.
+type respTx struct {
+	buf   []byte // every queued argument, back to back
+	ends  []int  // the end of each argument in buf
+	nargs []int  // the number of arguments of each command
+	abort bool   // a command was refused while queueing: EXEC aborts
+
+	// Scratch for EXEC, kept between transactions.
+	args  [][]byte
+	reqs  []rlRequest
+	at    []int // the command each of reqs came from
+	items []engine.Item
+	ds    []bucket.Decision
+}
+
+// len is the number of queued commands.
+func (tx *respTx) len() int { return len(tx.nargs) }
+
+// txImmediate reports whether a command runs at once inside MULTI instead
+// of being queued, as in Redis.
+func txImmediate(name []byte) bool {
+	return is(name, "exec") || is(name, "discard") || is(name, "multi") || is(name, "watch") || is(name, "quit")
+}
+
+// queue adds a command to the transaction, or refuses it (and marks the
+// transaction aborted) if Redis would: an unknown command or subcommand, or
+// a wrong number of arguments. The rate-limit commands check their
+// arguments when EXEC runs them, as modules' commands do in Redis.
+func (rc *respConn) queue(args [][]byte) {
+	tx := rc.tx
+	c := lookupCommand(args[0])
+	if c == nil {
+		rc.unknown(args)
+		tx.abort = true
+		return
+	}
+	if msg := c.refusal(args); msg != "" && !c.module {
+		rc.out = resp.AppendError(rc.out, msg)
+		tx.abort = true
+		return
+	}
+	size := 0
+	for _, a := range args {
+		size += len(a)
+	}
+	if tx.len() >= maxTxCommands || len(tx.buf)+size > maxTxBytes {
+		rc.out = resp.AppendError(rc.out, fmt.Sprintf("ERR transaction too large: at most %d commands and %d KiB of arguments", maxTxCommands, maxTxBytes>>10))
+		tx.abort = true
+		return
+	}
+	for _, a := range args {
+		tx.buf = append(tx.buf, a...)
+		tx.ends = append(tx.ends, len(tx.buf))
+	}
+	tx.nargs = append(tx.nargs, len(args))
+	rc.out = resp.AppendSimple(rc.out, "QUEUED")
+}
+
+// multi starts a transaction.
+func (rc *respConn) multi() {
+	if rc.tx != nil {
+		rc.out = resp.AppendError(rc.out, "ERR MULTI calls can not be nested")
+		return
+	}
+	tx := &rc.txs
+	if cap(tx.buf) > keepBuffer {
+		tx.buf = nil // a large transaction's buffer is not kept for the next
+	}
+	tx.buf, tx.ends, tx.nargs, tx.abort = tx.buf[:0], tx.ends[:0], tx.nargs[:0], false
+	rc.tx = tx
+	rc.out = resp.AppendSimple(rc.out, "OK")
+}
+
+// discard drops the transaction.
+func (rc *respConn) discard() {
+	if rc.tx == nil {
+		rc.out = resp.AppendError(rc.out, "ERR DISCARD without MULTI")
+		return
+	}
+	rc.tx = nil
+	rc.out = resp.AppendSimple(rc.out, "OK")
+}
+
+// watch refuses WATCH: a check-and-set over rate-limit buckets has nothing
+// to check that the commands do not already decide atomically, and
+// accepting it without watching would promise an abort that never comes.
+func (rc *respConn) watch() {
+	if rc.tx != nil {
+		rc.out = resp.AppendError(rc.out, "ERR WATCH inside MULTI is not allowed")
+		return
+	}
+	rc.out = resp.AppendError(rc.out, "ERR WATCH is not supported: each rate-limit command is atomic, and MULTI/EXEC decides a transaction's rate limits together")
+}
+
+// exec runs the transaction's commands in order and answers an array of
+// their replies, each what the command would answer on its own.
+//
+// The rate-limit commands among them (at most engine.MaxMultiItems, at the
+// server's clock, none a refund) are decided together by engine.Each:
+// every bucket they touch is locked, in the engine's canonical order, for
+// the whole sequence, so no other client's decision interleaves with the
+// transaction's, and each is decided as it would be alone, in order (as in
+// Redis, a limited command does not undo the allowed ones, and a limited
+// RL.REDUCE drains its bucket). A transaction beyond those bounds runs its
+// commands one by one, each atomic on its own bucket.
+func (rc *respConn) exec() {
+	tx := rc.tx
+	if tx == nil {
+		rc.out = resp.AppendError(rc.out, "ERR EXEC without MULTI")
+		return
+	}
+	rc.tx = nil
+	if tx.abort {
+		rc.out = resp.AppendError(rc.out, "EXECABORT Transaction discarded because of previous errors.")
+		return
+	}
+	// The queued commands' arguments.
+	tx.args = tx.args[:0]
+	start := 0
+	for _, end := range tx.ends {
+		tx.args = append(tx.args, tx.buf[start:end:end])
+		start = end
+	}
+	together := rc.decideTogether(tx)
+	rc.out = resp.AppendArray(rc.out, tx.len())
+	a, k := 0, 0
+	for _, n := range tx.nargs {
+		args := tx.args[a : a+n]
+		if together && k < len(tx.at) && tx.at[k] == a {
+			req, d := &tx.reqs[k], &tx.ds[k]
+			rc.last = lookupCommand(args[0]).name
+			rc.reply(req, d)
+			k++
+		} else {
+			rc.command(args)
+		}
+		a += n
+	}
+}
+
+// decideTogether parses the transaction's rate-limit commands and decides
+// them with one engine.Each. It reports whether it did: then tx.ds holds
+// the decision of each of tx.reqs, which came from the commands whose
+// first arguments are at tx.at.
+func (rc *respConn) decideTogether(tx *respTx) bool {
+	tx.reqs, tx.at = tx.reqs[:0], tx.at[:0]
+	smyte := false
+	a := 0
+	for _, n := range tx.nargs {
+		args := tx.args[a : a+n]
+		var req rlRequest
+		msg := "not a rate limit"
+		switch name := args[0]; {
+		case is(name, "rl.reduce"):
+			msg = rc.parseRateLimit(&req, args, "rl.reduce", false, false)
+		case is(name, "rl.preduce"):
+			msg = rc.parseRateLimit(&req, args, "rl.preduce", true, false)
+		case is(name, "rl.get"):
+			msg = rc.parseRateLimit(&req, args, "rl.get", false, true)
+		case is(name, "rl.pget"):
+			msg = rc.parseRateLimit(&req, args, "rl.pget", true, true)
+		case is(name, "cl.throttle"):
+			msg = rc.parseThrottle(&req, args)
+		}
+		if msg == "" {
+			if req.refund || req.at {
+				return false
+			}
+			smyte = smyte || !req.cell
+			tx.reqs = append(tx.reqs, req)
+			tx.at = append(tx.at, a)
+		}
+		a += n
+	}
+	if len(tx.reqs) < 2 || len(tx.reqs) > engine.MaxMultiItems {
+		return false // one command is decided alone just the same
+	}
+	// smyte/ratelimit decides at the millisecond: when it takes part, the
+	// whole transaction does (redis-cell's replies are in whole seconds).
+	t := engine.At(rc.now)
+	if smyte {
+		t = engine.At(rc.now / 1_000_000 * 1_000_000)
+	}
+	tx.items = tx.items[:0]
+	for i := range tx.reqs {
+		r := &tx.reqs[i]
+		tx.items = append(tx.items, engine.Item{Key: r.key, Limit: &r.limit, Cost: r.cost, Flags: r.flags})
+	}
+	ds, err := rc.s.engine.Each(tx.ds[:0], tx.items, t)
+	tx.ds = ds
+	return err == nil
+}
