@@ -23,14 +23,21 @@ from conftest import HERE, REPO, Sidecar, short_tmpdir
 PROJECT = os.path.abspath(os.path.join(HERE, ".."))
 
 SCRIPT = """
-import importlib.metadata as md, os, sys
+import sys
+before = set(sys.modules)  # what the interpreter loaded at start (site hooks included)
+import importlib.metadata as md, os
 import sluice
 assert os.path.realpath(sluice.__file__).startswith(os.path.realpath(sys.prefix)), sluice.__file__
 assert os.path.exists(os.path.join(os.path.dirname(sluice.__file__), "py.typed"))
 meta = md.metadata("sluice-ratelimit")
 assert meta["Name"] == "sluice-ratelimit", meta["Name"]
 assert meta["License-Expression"] == "Apache-2.0", meta["License-Expression"]
-assert md.requires("sluice-ratelimit") is None  # the standard library only
+assert md.requires("sluice-ratelimit") is None  # no dependencies
+import sluice.aio, sluice.asgi, sluice.wsgi, sluice.headers, sluice.guard, sluice.proto  # noqa: E401
+if hasattr(sys, "stdlib_module_names"):  # 3.10+: the standard library only, at run time
+    new = {m.split(".")[0] for m in set(sys.modules) - before}
+    outside = new - set(sys.stdlib_module_names) - {"sluice"}
+    assert not outside, outside
 with sluice.Client(sys.argv[1]) as c:
     d = c.acquire("installed", "gcra:burst=0,count=1,period=1h")
     assert d.allowed and not d.degraded, d
