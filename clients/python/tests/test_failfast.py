@@ -183,13 +183,17 @@ def test_refusal_before_the_request_async(fake_server: Any, status: Status, exc:
     srv = fake_server(refusing(status, written))
 
     async def main() -> None:
-        for _ in range(3):
+        # Reading paused, the refusal is still unread when the write fails
+        # (EPIPE); reading, the refusal arrives before the request is sent.
+        for paused in (True, False, True, False):
             written.clear()
             c = AsyncClient(srv.path, on_unavailable="raise", timeout=1)
             connect = c._connect
 
             async def connect_then_wait() -> Any:
                 conn = await connect()
+                if paused:
+                    conn.transport.pause_reading()
                 while not written.is_set():
                     await asyncio.sleep(0.001)
                 await asyncio.sleep(0.01)  # the close is done
