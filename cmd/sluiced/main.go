@@ -60,6 +60,8 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "text or json")
 	configPath := fs.String("config", "", "config file of named limits (reloaded on SIGHUP and when it changes)")
+	var gf globalFlags
+	gf.register(fs)
 	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics on this loopback host:port or unix:PATH")
 	showVersion := fs.Bool("version", false, "print the version and the format versions, and exit")
 	usage := func(format string, a ...any) int {
@@ -124,6 +126,15 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 	wait := o.start(octx)
 	defer func() { stopOps(); wait() }()
 	c.Limits, c.Metrics = o.limits, o.metrics
+	if c.Global, err = gf.options(); err != nil {
+		return usage("%v", err)
+	}
+	if o.limits != nil && c.Global == nil {
+		if names := globalNames(o.limits.Load()); len(names) > 0 {
+			log.Warn("the config file has global limits, and no --global-redis to decide them: requests on them are refused",
+				"limits", strings.Join(names, ","))
+		}
+	}
 	c.Ready = func() { o.notify.Ready("serving " + c.SocketPath) }
 	go func() { <-ctx.Done(); o.notify.Stopping("stopping") }()
 	if err := server.Run(ctx, c); err != nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/global"
 	"github.com/sluicehq/sluice/proto"
 )
 
@@ -45,35 +46,43 @@ func (s Scope) String() string {
 	return "local"
 }
 
-// Unavailable is what a global limit decides while its coordinator cannot
-// be reached.
-type Unavailable uint8
-
-const (
-	FallbackLocal Unavailable = iota // decide locally with FallbackShare of the limit: the default
-	FailOpen                         // allow every request
-	FailClosed                       // deny every request
-)
-
-var unavailableNames = []string{FallbackLocal: "local", FailOpen: "allow", FailClosed: "deny"}
-
-func (u Unavailable) String() string { return unavailableNames[u] }
-
 // Limit is one named limit of a config file.
 type Limit struct {
 	Name        string
-	Spec        string        // the spec as written
-	Wire        proto.Limit   // the spec parsed, as the wire carries it
-	Bucket      bucket.Limit  // the algorithm's parameters, validated
-	Engine      engine.Limit  // the limit as the engine runs it
-	Description string        // free text for people; "" if none
-	Shadow      bool          // decide and count, but always allow
-	Line        int           // the line of the limit's name in the file
-	Scope       Scope         // Local unless the file says global
-	Lease       time.Duration // global limits: how long a host may spend its share before asking again; 0 for the default
-	// OnUnavailable and FallbackShare apply to global limits only.
-	OnUnavailable Unavailable
-	FallbackShare float64 // in (0, 1]; 0 for the default
+	Spec        string       // the spec as written
+	Wire        proto.Limit  // the spec parsed, as the wire carries it
+	Bucket      bucket.Limit // the algorithm's parameters, validated
+	Engine      engine.Limit // the limit as the engine runs it
+	Description string       // free text for people; "" if none
+	Shadow      bool         // decide and count, but always allow
+	Line        int          // the line of the limit's name in the file
+	Scope       Scope        // Local unless the file says global
+	// The fields of a global limit (Scope Global) only.
+	//
+	// Lease is the leased mode: 0 decides every request in Redis (exact
+	// mode); N > 0 takes leases of N tokens; LeaseAuto sizes them from
+	// the host's demand. LeaseTTL is a lease's longest life (0: the
+	// default, 1 s).
+	Lease     int64
+	LeaseAuto bool
+	LeaseTTL  time.Duration
+	// OnUnavailable is what the limit decides while Redis cannot be
+	// reached, and FallbackShare the share of it this host decides alone
+	// under global.Local (0: the default, 1).
+	OnUnavailable global.OnUnavailable
+	FallbackShare float64
+}
+
+// Leased reports whether a global limit is decided from leases.
+func (l *Limit) Leased() bool { return l.Lease > 0 || l.LeaseAuto }
+
+// Policy returns a global limit's outage policy.
+func (l *Limit) Policy() global.Policy {
+	share := l.FallbackShare
+	if share == 0 {
+		share = 1
+	}
+	return global.Policy{OnUnavailable: l.OnUnavailable, FallbackShare: share}
 }
 
 // ValidName reports why name cannot name a limit, or nil if it can: the
@@ -252,7 +261,7 @@ func kindName(n *yaml.Node) string {
 func (p *parser) limit(k, v *yaml.Node, field string) (*Limit, error) {
 	l := &Limit{Name: k.Value, Line: k.Line}
 	var specNode *yaml.Node
-	global := map[string]*yaml.Node{}
+	globalKeys := map[string]*yaml.Node{}
 	if v.Kind == yaml.ScalarNode && v.Tag == "!!str" {
 		specNode = v
 	} else {
@@ -279,11 +288,11 @@ func (p *parser) limit(k, v *yaml.Node, field string) (*Limit, error) {
 					return p.errorf(val, f, "scope %q: want local or global", s)
 				}
 				return nil
-			case "lease", "on_unavailable", "fallback_share":
-				global[key.Value] = key
+			case "lease", "lease_ttl", "on_unavailable", "fallback_share":
+				globalKeys[key.Value] = key
 				return p.globalField(l, key.Value, val, f)
 			}
-			return p.errorf(key, f, "unknown field (want limit, description, shadow, scope, lease, on_unavailable or fallback_share)")
+			return p.errorf(key, f, "unknown field (want limit, description, shadow, scope, lease, lease_ttl, on_unavailable or fallback_share)")
 		})
 		if err != nil {
 			return nil, err
@@ -314,9 +323,17 @@ func (p *parser) limit(k, v *yaml.Node, field string) (*Limit, error) {
 		return nil, &Error{File: p.file, Line: specNode.Line, Field: field + ".limit", Msg: fmt.Sprintf("%q: %v", l.Spec, err), Err: err}
 	}
 	l.Wire, l.Bucket, l.Engine = w, *el.Bucket(), el
+	if l.Scope == Global {
+		if err := global.Check(l.Bucket); err != nil {
+			return nil, &Error{File: p.file, Line: specNode.Line, Field: field + ".limit", Msg: fmt.Sprintf("%q cannot be global: %v", l.Spec, err), Err: err}
+		}
+		if l.Leased() && l.Bucket.Algorithm == bucket.Pacer {
+			return nil, p.errorf(globalKeys["lease"], field+".lease", "a pacer cannot be leased (its replies carry a delay): remove lease for exact mode")
+		}
+	}
 	if l.Scope == Local {
-		for _, name := range []string{"lease", "on_unavailable", "fallback_share"} {
-			if key := global[name]; key != nil {
+		for _, name := range []string{"lease", "lease_ttl", "on_unavailable", "fallback_share"} {
+			if key := globalKeys[name]; key != nil {
 				return nil, p.errorf(key, field+"."+name, "applies to global limits only (add scope: global)")
 			}
 		}
@@ -332,17 +349,27 @@ func (p *parser) globalField(l *Limit, name string, val *yaml.Node, f string) er
 	}
 	switch name {
 	case "lease":
+		if s == "auto" {
+			l.LeaseAuto = true
+			return nil
+		}
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n < 1 || n > global.MaxCount {
+			return p.errorf(val, f, "%q: want auto, or a number of tokens from 1 to %d", s, global.MaxCount)
+		}
+		l.Lease = n
+	case "lease_ttl":
 		d, err := time.ParseDuration(s)
 		if err != nil || d < time.Millisecond || d > time.Hour {
 			return p.errorf(val, f, "%q: want a duration from 1ms to 1h", s)
 		}
-		l.Lease = d
+		l.LeaseTTL = d
 	case "on_unavailable":
-		i := slices.Index(unavailableNames, s)
-		if i < 0 {
-			return p.errorf(val, f, "%q: want local, allow or deny", s)
+		o, err := global.ParseOnUnavailable(s)
+		if err != nil {
+			return p.errorf(val, f, "%q: want local, open or closed", s)
 		}
-		l.OnUnavailable = Unavailable(i)
+		l.OnUnavailable = o
 	case "fallback_share":
 		x, err := strconv.ParseFloat(s, 64)
 		if err != nil || math.IsNaN(x) || x <= 0 || x > 1 {

@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"github.com/sluicehq/sluice/internal/global"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -34,7 +35,7 @@ func TestLoad_example(t *testing.T) {
 		t.Errorf("webhooks = %v", l.Wire)
 	}
 	x, _ := s.Lookup("exports")
-	if x.Scope != Global || x.Lease != 5*time.Second || x.OnUnavailable != FallbackLocal || x.FallbackShare != 0.1 {
+	if x.Scope != Global || x.Lease != 50 || x.LeaseTTL != 5*time.Second || x.OnUnavailable != global.Local || x.FallbackShare != 0.1 {
 		t.Errorf("exports = %+v", x)
 	}
 	if _, ok := s.Lookup("nope"); ok {
@@ -68,16 +69,22 @@ func TestParse_errors(t *testing.T) {
 		{"limits:\n  " + strings.Repeat("a", 65) + ": \"gcra:burst=1,count=1,period=1s\"\n", "name of 65 bytes, longer than 64"},
 		{"limits:\n  a: \"gcra:burst=1,count=1,period=1s\"\n  a: \"gcra:burst=2,count=1,period=1s\"\n",
 			"f.yaml:3: limits.a: defined twice (first on line 2)"},
-		{"limits:\n  a:\n    limit: \"gcra:burst=1,count=1,period=1s\"\n    lease: 1s\n",
+		{"limits:\n  a:\n    limit: \"gcra:burst=1,count=1,period=1s\"\n    lease: 10\n",
 			"f.yaml:4: limits.a.lease: applies to global limits only (add scope: global)"},
 		{"limits:\n  a:\n    limit: \"gcra:burst=1,count=1,period=1s\"\n    scope: fleet\n",
 			`f.yaml:4: limits.a.scope: scope "fleet": want local or global`},
 		{"limits:\n  a:\n    limit: \"gcra:burst=1,count=1,period=1s\"\n    scope: global\n    fallback_share: 1.5\n",
 			`f.yaml:5: limits.a.fallback_share: "1.5": want a fraction above 0 and at most 1`},
 		{"limits:\n  a:\n    limit: \"gcra:burst=1,count=1,period=1s\"\n    scope: global\n    on_unavailable: maybe\n",
-			`f.yaml:5: limits.a.on_unavailable: "maybe": want local, allow or deny`},
+			`f.yaml:5: limits.a.on_unavailable: "maybe": want local, open or closed`},
 		{"limits:\n  a:\n    limit: \"gcra:burst=1,count=1,period=1s\"\n    scope: global\n    lease: forever\n",
-			`f.yaml:5: limits.a.lease: "forever": want a duration from 1ms to 1h`},
+			`f.yaml:5: limits.a.lease: "forever": want auto, or a number of tokens from 1 to 4503599627370496`},
+		{"limits:\n  a:\n    limit: \"gcra:burst=1,count=1,period=1s\"\n    scope: global\n    lease_ttl: 2h\n",
+			`f.yaml:5: limits.a.lease_ttl: "2h": want a duration from 1ms to 1h`},
+		{"limits:\n  a:\n    limit: \"pacer:rate=1,period=1s,max_delay=1s\"\n    scope: global\n    lease: auto\n",
+			`f.yaml:5: limits.a.lease: a pacer cannot be leased (its replies carry a delay): remove lease for exact mode`},
+		{"limits:\n  a:\n    limit: \"token_bucket:max=10,refill_time=2000h\"\n    scope: global\n",
+			`f.yaml:3: limits.a.limit: "token_bucket:max=10,refill_time=2000h" cannot be global: `},
 		{"limits:\n  a: {limit: \"x\"\n", "f.yaml:1: did not find expected ',' or '}'"},
 		{"limits:\n\ta: 1\n", "f.yaml:2: found character that cannot start any token"},
 	} {

@@ -63,8 +63,8 @@ func (s *Set) Changes(old *Set) (added, removed, changed []string) {
 
 func sameLimit(a, b *Limit) bool {
 	return a.Wire == b.Wire && a.Shadow == b.Shadow && a.Description == b.Description &&
-		a.Scope == b.Scope && a.Lease == b.Lease && a.OnUnavailable == b.OnUnavailable &&
-		a.FallbackShare == b.FallbackShare
+		a.Scope == b.Scope && a.Lease == b.Lease && a.LeaseAuto == b.LeaseAuto && a.LeaseTTL == b.LeaseTTL &&
+		a.OnUnavailable == b.OnUnavailable && a.FallbackShare == b.FallbackShare
 }
 
 // Holder holds the current Set. Its zero value holds Empty(). Readers Load

@@ -74,6 +74,9 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 		descSlots, descUsed, descLive, descTableFull, descReclaimed, descTorn} {
 		ch <- d
 	}
+	for _, d := range globalDescs {
+		ch <- d
+	}
 }
 
 func (c collector) Collect(ch chan<- prometheus.Metric) {
@@ -138,6 +141,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descReclaimed, st.Reclaimed)
 		counter(descTorn, st.Torn)
 	}
+	r.collectGlobal(ch)
 }
 
 // algorithmName is the algorithm label of bucket.Algorithm a, "" for

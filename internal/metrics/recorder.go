@@ -96,7 +96,8 @@ type Recorder struct {
 	peersDenied atomic.Uint64
 	reloads     [2]atomic.Uint64 // ok, error
 
-	table atomic.Pointer[func() TableStats]
+	table  atomic.Pointer[func() TableStats]
+	global atomic.Pointer[func() GlobalStats]
 }
 
 // New returns a Recorder with no counts.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/global"
 	"github.com/sluicehq/sluice/internal/metrics"
 )
 
@@ -60,6 +61,9 @@ type Config struct {
 	Limits *config.Holder
 	// Metrics, if set, counts decisions, requests, connections and syncs.
 	Metrics *metrics.Recorder
+	// Global, if set, is the Redis (or Sentinel, or Redis Cluster) where
+	// the named limits of scope global are decided.
+	Global *global.Options
 
 	// AllowUIDs and AllowGIDs, if either is set, restrict who may use the
 	// Unix sockets: a peer whose uid is in AllowUIDs or whose gid is in

@@ -24,6 +24,9 @@ var crashIterations = flag.Int("crash.iterations", 30, "kill -9 rounds in TestCr
 // TestMain lets the test binary double as a sidecar: with SLUICE_TEST_SERVE
 // set it runs one, for tests that kill it with SIGKILL.
 func TestMain(m *testing.M) {
+	if code, ok := fleetChild(); ok {
+		os.Exit(code)
+	}
 	if dir := os.Getenv("SLUICE_TEST_SERVE"); dir != "" {
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 		defer stop()

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/proto"
@@ -165,6 +166,9 @@ func (s *server) do(b []byte, op *proto.Op, c *conn) []byte {
 	if err != nil {
 		return c.fail(b, op.Code, err)
 	}
+	if nl != nil && nl.cfg.Scope == config.Global {
+		return s.globalOp(b, op, nl, c)
+	}
 	when := c.when(op.Flags, op.At)
 	var d bucket.Decision
 	var start time.Time
@@ -212,6 +216,9 @@ func (s *server) multi(b []byte, op *proto.Op, c *conn) []byte {
 		it := &op.Items[i]
 		if it.Name != nil {
 			nl, err := s.lookup(it.Name)
+			if err == nil && nl.cfg.Scope == config.Global {
+				err = errGlobalMulti
+			}
 			if err != nil {
 				return c.fail(b, op.Code, fmt.Errorf("item %d: %w", i, err))
 			}
@@ -296,8 +303,11 @@ func statusFor(err error) proto.Status {
 		return proto.StatusContended
 	case errors.Is(err, engine.ErrTime):
 		return proto.StatusMalformed
-	case errors.Is(err, engine.ErrInvalidLimit), errors.Is(err, errUnknownName):
+	case errors.Is(err, engine.ErrInvalidLimit), errors.Is(err, errUnknownName),
+		errors.Is(err, errGlobalAt), errors.Is(err, errGlobalMulti):
 		return proto.StatusInvalidLimit
+	case errors.Is(err, errNoGlobal):
+		return proto.StatusUnsupported
 	}
 	if st := proto.StatusOf(err); st != proto.StatusOK {
 		return st
@@ -346,6 +356,24 @@ func (s *server) appendStats(b []byte) []byte {
 		{"buffered_bytes", &c.buffered},
 	} {
 		add(kv.name, uint64(kv.v.Load()))
+	}
+	if g := s.global; g != nil {
+		gs := g.stats()
+		for _, kv := range []struct {
+			name string
+			v    uint64
+		}{
+			{"global_requests", gs.Requests}, {"global_round_trips", gs.RoundTrips}, {"global_commands", gs.Commands},
+			{"global_errors", gs.Errors}, {"global_timeouts", gs.Timeouts},
+			{"lease_grants", gs.LeaseGrants}, {"lease_tokens_granted", gs.LeaseGranted},
+			{"lease_returns", gs.LeaseReturns}, {"lease_tokens_returned", gs.LeaseReturned},
+			{"lease_decisions", gs.LeaseLocal},
+			{"fallbacks", gs.ToFallback}, {"fallback_recoveries", gs.ToGlobal},
+			{"policy_open", gs.Open}, {"policy_closed", gs.Closed}, {"policy_local", gs.Local},
+			{"shards_down", uint64(gs.ShardsDown)},
+		} {
+			add(kv.name, kv.v)
+		}
 	}
 	return proto.EndStatsResult(b, start, n)
 }

@@ -41,6 +41,7 @@ type server struct {
 	hello  proto.Hello
 	stats  counters
 
+	global      *globalLimits     // nil without Config.Global
 	rec         *metrics.Recorder // nil without metrics
 	specMetrics *metrics.Limit    // the counters of requests that bring a spec
 	namedSet    atomic.Pointer[namedLimits]
@@ -69,8 +70,18 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	var gl *globalLimits
+	if c.Global != nil {
+		if gl, err = newGlobalLimits(*c.Global, c.Logger); err != nil {
+			e.Close()
+			return err
+		}
+	}
 	lns, err := listenAll(c)
 	if err != nil {
+		if gl != nil {
+			gl.close()
+		}
 		e.Close()
 		return err
 	}
@@ -80,7 +91,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	g, st := e.Geometry(), e.Stats()
 	s := &server{
-		cfg: c, log: c.Logger, engine: e, now: c.Now, rec: c.Metrics,
+		cfg: c, log: c.Logger, engine: e, now: c.Now, rec: c.Metrics, global: gl,
 		conns: make(map[net.Conn]struct{}), perUID: make(map[uint32]int),
 		hello: proto.Hello{
 			Version: proto.Version, MaxFrame: proto.MaxFrameLen, MaxBatch: proto.MaxBatch,
@@ -91,6 +102,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if s.rec != nil {
 		s.specMetrics = s.rec.Limit(metrics.SpecLimit)
 		s.rec.SetTable(s.tableStats())
+		if gl != nil {
+			s.rec.SetGlobal(gl.stats)
+		}
 	}
 	if !o.HighTimeOK {
 		s.log.Warn("the state file's recorded high time failed its checksum: the clock starts at the wall clock")
@@ -123,6 +137,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	accepting.Wait()
 	s.drain()
+	if gl != nil {
+		gl.close() // unused lease tokens go back
+	}
 	st = e.Stats()
 	err = e.Close()
 	for _, l := range lns {

@@ -83,6 +83,12 @@ func checkKey(op proto.Opcode, key string) error {
 }
 
 func checkLimit(op proto.Opcode, l Limit) error {
+	if l.Name != "" {
+		if err := proto.ValidName(l.Name); err != nil {
+			return fmt.Errorf("sluice: %v: %w", op, err)
+		}
+		return nil
+	}
 	if !l.Algorithm.Valid() {
 		return refused(op, proto.StatusInvalidLimit, "no algorithm %d", uint8(l.Algorithm))
 	}

@@ -1,0 +1,338 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/clients/go/sluice"
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/global"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// The fleet tests: sidecars in their own processes, as hosts, share global
+// limits in a real Redis (or Redis Cluster), each with client processes of
+// its own. The test binary plays every part: SLUICE_FLEET_SIDECAR and
+// SLUICE_FLEET_CLIENT carry a part's settings as JSON.
+
+// fleetSidecar is a sidecar's part.
+type fleetSidecar struct {
+	Dir, Config  string
+	Addrs        []string
+	Cluster      bool
+	WaitReplicas int
+	Timeout      time.Duration
+}
+
+// fleetClient is a client's part: acquire each limit Attempts times on
+// one of Keys in turn, then print "LIMIT ALLOWED" per limit; or, with
+// Attempts 0, acquire until stdin closes and print each allowed request's
+// "LIMIT KEY" as it happens.
+type fleetClient struct {
+	Socket   string
+	Limits   []string
+	Keys     []string
+	Attempts int
+}
+
+// fleetChild plays a part of a fleet test if the environment gives one.
+func fleetChild() (int, bool) {
+	if v := os.Getenv("SLUICE_FLEET_SIDECAR"); v != "" {
+		var p fleetSidecar
+		if err := json.Unmarshal([]byte(v), &p); err != nil {
+			panic(err)
+		}
+		return p.run(), true
+	}
+	if v := os.Getenv("SLUICE_FLEET_CLIENT"); v != "" {
+		var p fleetClient
+		if err := json.Unmarshal([]byte(v), &p); err != nil {
+			panic(err)
+		}
+		return p.run(), true
+	}
+	return 0, false
+}
+
+func (p *fleetSidecar) run() int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	set, err := config.Load(p.Config)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	redistest.QuietClientLogs()
+	err = Run(ctx, Config{StatePath: filepath.Join(p.Dir, "state"), SocketPath: filepath.Join(p.Dir, "sock"),
+		RESPSocket: "-", Slots: 4096, Logger: quiet(), Limits: config.NewHolder(set),
+		Global: &global.Options{Addrs: p.Addrs, Cluster: p.Cluster, WaitReplicas: p.WaitReplicas, Timeout: p.Timeout}})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+func (p *fleetClient) run() int {
+	c, err := sluice.Dial(p.Socket, sluice.WithTimeout(30*time.Second), sluice.WithFailurePolicy(sluice.FailError))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer c.Close()
+	acquire := func(name, key string) (bool, error) {
+		d, err := c.Acquire(context.Background(), sluice.Limit{Name: name}, key, 1)
+		return d.Allowed && !d.Degraded, err
+	}
+	if p.Attempts > 0 {
+		for _, name := range p.Limits {
+			n := 0
+			for i := range p.Attempts {
+				// A key of its own per limit: a named limit is the bucket of
+				// its spec, and tb and ltb have the same spec.
+				ok, err := acquire(name, p.Keys[i%len(p.Keys)]+"/"+name)
+				if err != nil {
+					fmt.Fprintln(os.Stderr, err)
+					return 1
+				}
+				if ok {
+					n++
+				}
+			}
+			fmt.Printf("%s %d\n", name, n)
+		}
+		return 0
+	}
+	var done atomic.Bool
+	go func() { io.Copy(io.Discard, os.Stdin); done.Store(true) }()
+	for i := 0; !done.Load(); i++ {
+		name, key := p.Limits[i%len(p.Limits)], p.Keys[i%len(p.Keys)]
+		ok, err := acquire(name, key)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		if ok {
+			fmt.Printf("%s %s\n", name, key)
+		}
+	}
+	return 0
+}
+
+// startPart starts the test binary in a part, its stdout piped.
+func startPart(t *testing.T, env string, part any) (*exec.Cmd, io.WriteCloser, *bufio.Scanner) {
+	t.Helper()
+	b, err := json.Marshal(part)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), env+"="+string(b))
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return cmd, in, bufio.NewScanner(out)
+}
+
+// startFleet starts hosts sidecars on Redis at addrs with the config text,
+// and returns their sockets and processes.
+func startFleet(t *testing.T, hosts int, text string, p fleetSidecar) ([]string, []*exec.Cmd) {
+	t.Helper()
+	cfgPath := filepath.Join(t.TempDir(), "sluice.yaml")
+	if err := os.WriteFile(cfgPath, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var socks []string
+	var cmds []*exec.Cmd
+	for range hosts {
+		p := p
+		p.Dir, p.Config = shortDir(t), cfgPath
+		cmd, _, _ := startPart(t, "SLUICE_FLEET_SIDECAR", p)
+		sock := filepath.Join(p.Dir, "sock")
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			if c, err := net.Dial("unix", sock); err == nil {
+				c.Close()
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("a sidecar did not start")
+			}
+		}
+		socks, cmds = append(socks, sock), append(cmds, cmd)
+	}
+	return socks, cmds
+}
+
+// stopFleet stops the sidecars with SIGTERM and checks they exit cleanly.
+func stopFleet(t *testing.T, cmds []*exec.Cmd) {
+	t.Helper()
+	for _, cmd := range cmds {
+		cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for _, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("a sidecar exited with %v", err)
+		}
+	}
+}
+
+// The limits of TestFleet: every algorithm at 100, exact and leased
+// (leases of 10; a pacer cannot be leased). Nothing refills during the
+// test, and no window ends.
+const fleetConfig = `limits:
+  tb: {limit: "token_bucket:max=100,refill_time=1h,refill_amount=1", scope: global, on_unavailable: closed}
+  gcra: {limit: "gcra:burst=99,count=1,period=1h", scope: global, on_unavailable: closed}
+  fw: {limit: "fixed_window:limit=100,window=1000h", scope: global, on_unavailable: closed}
+  sw: {limit: "sliding_window:limit=100,window=600h", scope: global, on_unavailable: closed}
+  pacer: {limit: "pacer:rate=1,period=1h,max_delay=99h", scope: global, on_unavailable: closed}
+  ltb: {limit: "token_bucket:max=100,refill_time=1h,refill_amount=1", scope: global, lease: 10, on_unavailable: closed}
+  lgcra: {limit: "gcra:burst=99,count=1,period=1h", scope: global, lease: 10, on_unavailable: closed}
+  lfw: {limit: "fixed_window:limit=100,window=1000h", scope: global, lease: 10, on_unavailable: closed}
+  lsw: {limit: "sliding_window:limit=100,window=600h", scope: global, lease: 10, on_unavailable: closed}
+`
+
+// Four sidecars as four hosts, each with eight client processes, share a
+// limit of 100 of every algorithm in one Redis: in exact mode the fleet
+// admits exactly 100; in leased mode never more, and at most the tokens
+// idle in the other hosts' leases fewer (3 x 10).
+func TestFleet_globalLimits(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts 36 processes and Redis")
+	}
+	redis := redistest.Start(t)
+	const hosts, clients, attempts = 4, 8, 8
+	socks, sidecars := startFleet(t, hosts, fleetConfig, fleetSidecar{Addrs: []string{redis.Addr}, Timeout: 5 * time.Second})
+	exact := []string{"tb", "gcra", "fw", "sw", "pacer"}
+	leased := []string{"ltb", "lgcra", "lfw", "lsw"}
+	totals := map[string]int{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for h := range hosts {
+		for range clients {
+			cmd, _, out := startPart(t, "SLUICE_FLEET_CLIENT", fleetClient{Socket: socks[h],
+				Limits: append(append([]string{}, exact...), leased...), Keys: []string{"k"}, Attempts: attempts})
+			wg.Go(func() {
+				for out.Scan() {
+					var name string
+					var n int
+					fmt.Sscan(out.Text(), &name, &n)
+					mu.Lock()
+					totals[name] += n
+					mu.Unlock()
+				}
+				if err := cmd.Wait(); err != nil {
+					t.Errorf("a client exited with %v", err)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	for _, name := range exact {
+		if totals[name] != 100 {
+			t.Errorf("exact %s: the fleet admitted %d, want exactly 100", name, totals[name])
+		}
+	}
+	for _, name := range leased {
+		if n := totals[name]; n > 100 || n < 100-(hosts-1)*10 {
+			t.Errorf("leased %s: the fleet admitted %d, want 70 to 100", name, n)
+		}
+	}
+	t.Logf("admitted by %d hosts x %d clients x %d attempts: %v", hosts, clients, attempts, totals)
+	stopFleet(t, sidecars)
+}
+
+// Four sidecars on a Redis Cluster of three masters with one replica
+// each, with client processes hammering six keys (spread over the
+// masters) of one exact limit; a master is killed under load: no sidecar
+// fails, the closed outage policy denies what the dead master's keys ask
+// meanwhile, decisions resume once its replica is promoted, and no key is
+// admitted beyond its limit.
+func TestFleet_clusterFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts Redis Cluster and 12 processes")
+	}
+	cl := redistest.StartCluster(t)
+	const hosts, clients, limit = 4, 2, 300
+	text := fmt.Sprintf("limits:\n  tb: {limit: \"token_bucket:max=%d,refill_time=1h\", scope: global, on_unavailable: closed}\n", limit)
+	socks, sidecars := startFleet(t, hosts, text, fleetSidecar{Addrs: cl.Addrs(), WaitReplicas: 1, Timeout: 300 * time.Millisecond})
+	keys := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+	var admitted sync.Map // key -> *atomic.Int64
+	var total atomic.Int64
+	var stops []io.WriteCloser
+	var wg sync.WaitGroup
+	var afterFailover atomic.Int64
+	var promoted atomic.Bool
+	for h := range hosts {
+		for range clients {
+			cmd, in, out := startPart(t, "SLUICE_FLEET_CLIENT", fleetClient{Socket: socks[h], Limits: []string{"tb"}, Keys: keys})
+			stops = append(stops, in)
+			wg.Go(func() {
+				for out.Scan() {
+					f := strings.Fields(out.Text())
+					v, _ := admitted.LoadOrStore(f[1], new(atomic.Int64))
+					v.(*atomic.Int64).Add(1)
+					total.Add(1)
+					if promoted.Load() {
+						afterFailover.Add(1)
+					}
+				}
+				if err := cmd.Wait(); err != nil {
+					t.Errorf("a client exited with %v", err)
+				}
+			})
+		}
+	}
+	for deadline := time.Now().Add(30 * time.Second); total.Load() < int64(len(keys)*limit/5); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d admitted before the kill", total.Load())
+		}
+	}
+	m := cl.Masters()[0]
+	r := cl.KillMaster(t, m)
+	t.Logf("killed master %s with %d admitted", m.Addr, total.Load())
+	t.Logf("replica %s promoted after %v", r.Addr, cl.WaitFailover(t, r))
+	cl.Rejoin(t, m) // its decisions need a replica to acknowledge them (WaitReplicas)
+	promoted.Store(true)
+	for deadline := time.Now().Add(20 * time.Second); afterFailover.Load() < int64(limit/2) && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, in := range stops {
+		in.Close()
+	}
+	wg.Wait()
+	admitted.Range(func(k, v any) bool {
+		if n := v.(*atomic.Int64).Load(); n > limit {
+			t.Errorf("key %s: admitted %d, above the limit %d", k, n, limit)
+		}
+		return true
+	})
+	if afterFailover.Load() == 0 {
+		t.Error("nothing was admitted after the failover: decisions did not resume")
+	}
+	t.Logf("admitted %d in all, %d after the failover", total.Load(), afterFailover.Load())
+	stopFleet(t, sidecars)
+}
