@@ -285,6 +285,7 @@ func TestClient_errorTexts(t *testing.T) {
 		"17 items":   third(c.Multi(cx, make([]sluice.Item, 17))),
 		"multi key":  third(c.Multi(cx, []sluice.Item{{Limit: tb10}})),
 		"cost":       second(c.Acquire(cx, tb10, "k", -1)),
+		"bad name":   second(c.Acquire(cx, sluice.Limit{Name: "9lives"}, "k", 1)),
 		"absent":     absent.Ping(cx),
 		"closed": func() error {
 			cl := dial(t, sc.cfg.SocketPath)
@@ -297,7 +298,7 @@ func TestClient_errorTexts(t *testing.T) {
 			continue
 		}
 		s := err.Error()
-		for _, bad := range []string{"sluice:", "proto:", "shm:", "Err", "%!", "\n", "OpAcquire", "ACQUIRE"} {
+		for _, bad := range []string{"sluice:", "proto:", "shm:", "Err", "%!", "\n", "OpAcquire", "ACQUIRE", "invalid limit: invalid limit"} {
 			if strings.Contains(s, bad) {
 				t.Errorf("%s: %q contains %q", name, s, bad)
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/proto"
@@ -85,7 +86,7 @@ func checkKey(op proto.Opcode, key string) error {
 func checkLimit(op proto.Opcode, l Limit) error {
 	if l.Name != "" {
 		if err := proto.ValidName(l.Name); err != nil {
-			return fmt.Errorf("sluice: %v: %w", op, err)
+			return refused(op, proto.StatusInvalidLimit, "%s", strings.TrimPrefix(err.Error(), "proto: invalid limit: "))
 		}
 		return nil
 	}
