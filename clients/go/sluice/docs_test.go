@@ -3,6 +3,7 @@ package sluice_test
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -70,5 +71,64 @@ func TestDocs_limitSpecs(t *testing.T) {
 	}
 	if seen < 10 {
 		t.Errorf("found %d limit specs in the documentation, want at least 10", seen)
+	}
+}
+
+// The README's Go example compiles against this checkout, used from
+// another module through a replace directive, as the README says to.
+func TestDocs_readmeGoExample(t *testing.T) {
+	root, err := filepath.Abs(filepath.Join("..", "..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b)
+	i := strings.Index(text, "## Go client and CLI")
+	if i < 0 {
+		t.Fatal("README has no section \"Go client and CLI\"")
+	}
+	block := regexp.MustCompile("(?s)```go\n(.*?)```").FindStringSubmatch(text[i:])
+	if block == nil {
+		t.Fatal("the Go client section has no go block")
+	}
+	var body []string
+	for _, line := range strings.Split(block[1], "\n") {
+		if strings.HasPrefix(line, "import ") {
+			continue // the program below imports it
+		}
+		body = append(body, strings.ReplaceAll(line, "{ ... }", "{ panic(err) }"))
+	}
+	program := `package main
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/sluicehq/sluice/clients/go/sluice"
+)
+
+func main() {
+	ctx, user, apiHandler := context.Background(), "alice", http.NotFoundHandler()
+` + strings.Join(body, "\n") + "\n}\n"
+	dir := t.TempDir()
+	gomod := "module example.com/readme\n\ngo 1.26.0\n\nrequire github.com/sluicehq/sluice v0.0.0\n\nreplace github.com/sluicehq/sluice => " + root + "\n"
+	for name, content := range map[string]string{"go.mod": gomod, "main.go": program} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, args := range [][]string{{"mod", "tidy"}, {"vet", "."}} {
+		cmd := exec.Command("go", args...)
+		cmd.Dir = dir
+		// Offline: what the module needs is in the module cache already.
+		cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod", "GOPROXY=off", "GOSUMDB=off")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go %s: %v\n%s\nthe program:\n%s", strings.Join(args, " "), err, out, program)
+		}
 	}
 }
