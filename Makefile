@@ -7,7 +7,7 @@ BENCH    ?= .
 COUNT    ?= 1
 PYTHON   ?= python3
 
-.PHONY: all build run test test-go test-python bench bench-python bench-compare bench-soak fuzz soak vet fmt lint deps clean
+.PHONY: all build run test check-tools test-go test-python bench bench-python bench-compare bench-soak fuzz soak vet fmt lint deps clean
 
 all: build
 
@@ -25,10 +25,30 @@ run: build
 
 ## test: the whole suite: Go (race detector, shuffled order), the Python client, and
 ## redis-py (with and without hiredis) against sluiced's Redis protocol
-test: test-go test-python
+test: check-tools test-go test-python
+
+## check-tools: say what the test suite needs and is missing (README, "Prerequisites")
+check-tools:
+	@missing=""; \
+	v=$$($(GO) env GOVERSION 2>/dev/null) || missing="$$missing\n  Go 1.26 or later (https://go.dev/dl/)"; \
+	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 9))' 2>/dev/null || \
+	  missing="$$missing\n  Python 3.9 or later as $(PYTHON) (apt-get install python3)"; \
+	$(PYTHON) -c 'import pytest' 2>/dev/null || missing="$$missing\n  pytest ($(PYTHON) -m pip install pytest)"; \
+	$(PYTHON) -c 'import venv, ensurepip' 2>/dev/null || \
+	  missing="$$missing\n  Python's venv and ensurepip (apt-get install python3-venv)"; \
+	$(PYTHON) -c 'import redis, hiredis' 2>/dev/null || \
+	  missing="$$missing\n  redis-py and hiredis ($(PYTHON) -m pip install redis hiredis)"; \
+	command -v redis-server >/dev/null 2>&1 || missing="$$missing\n  redis-server (apt-get install redis-server)"; \
+	command -v redis-cli >/dev/null 2>&1 || missing="$$missing\n  redis-cli (apt-get install redis-tools)"; \
+	command -v promtool >/dev/null 2>&1 || missing="$$missing\n  promtool (apt-get install prometheus)"; \
+	command -v systemd-analyze >/dev/null 2>&1 || missing="$$missing\n  systemd-analyze (apt-get install systemd)"; \
+	if [ -n "$$missing" ]; then printf "make test needs what is missing here:$$missing\n" >&2; exit 1; fi
 
 test-go:
-	$(GO) test -race -shuffle=on -count=1 ./...
+	$(GO) test -race -shuffle=on -count=1 ./... ./bench/...
+	@# The race detector makes sync.Pool drop items, so the allocation tests
+	@# skip under it: run them again without it.
+	$(GO) test -count=1 -run '(?i)allocs$$' ./... ./bench/...
 
 test-python: build
 	SLUICED=$(BIN)/sluiced $(PYTHON) -m pytest clients/python bench/python -q
@@ -36,7 +56,7 @@ test-python: build
 
 ## bench: every benchmark (BENCH=regexp, COUNT=n to narrow or repeat)
 bench:
-	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count $(COUNT) ./...
+	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count $(COUNT) ./... ./bench/...
 
 ## bench-python: the Python client's decisions/s and latency, against a bare socket echo
 bench-python: build
@@ -68,7 +88,7 @@ soak:
 
 ## vet: go vet
 vet:
-	$(GO) vet ./...
+	$(GO) vet ./... ./bench/...
 
 ## fmt: fail if any file is not gofmt'ed
 fmt:

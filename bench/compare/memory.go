@@ -75,7 +75,7 @@ func measureSluiceMemory(ctx context.Context, srv *sluiced, keys []string, m *Me
 	if err := srv.restart(ctx); err != nil {
 		return err
 	}
-	c, err := sluice.Dial(srv.socketPath())
+	c, err := sluice.Dial(srv.socketPath(), sluice.WithFailurePolicy(sluice.FailError), sluice.WithTimeout(10*time.Second))
 	if err != nil {
 		return err
 	}

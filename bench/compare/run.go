@@ -43,17 +43,19 @@ type Cell struct {
 // lane is one goroutine issuing requests: a client, or one of the
 // requests a multiplexed client keeps in flight.
 type lane struct {
-	ops     atomic.Int64 // decisions measured so far, for the progress line
-	_       [56]byte     // keep lanes off each other's cache line
-	allowed int64
-	errors  int64
-	first   error
-	h       hist.Histogram
+	ops      atomic.Int64 // decisions measured so far, for the progress line
+	_        [56]byte     // keep lanes off each other's cache line
+	allowed  int64
+	errors   int64
+	first    error
+	measured bool // an answer (or error) was measured
+	h        hist.Histogram
 }
 
 // measure runs one cell: fresh state, Warmup unmeasured, then Duration
 // measured. A decision counts when its round trip ends inside the
-// measured window.
+// measured window, and so does each lane's first answer after the warmup,
+// however late it comes (see lane.run).
 func measure(ctx context.Context, t Target, k LimitKind, sc Scenario, w *Workload, keys []string, warmup, dur time.Duration, live func(ops int64, elapsed time.Duration)) Cell {
 	c := Cell{Lang: "go", Target: t.Name(), Family: t.Family(), Limit: string(k), Scenario: sc.Name, Clients: sc.Clients, Depth: sc.Depth}
 	if err := t.Reset(ctx); err != nil {
@@ -156,10 +158,17 @@ func (ln *lane) run(ctx context.Context, cn Conn, ch *Chooser, keys []string, ba
 		}
 		allowed, err := cn.Do(ctx, b)
 		t1 := time.Now()
-		if t1.After(end) {
+		// An answer after the end is not measured, unless the lane has
+		// measured none yet: then it counts, and the lane ends. Every lane
+		// thus reports at least one answer, however slow the machine is
+		// against a short Duration (a lane's first answer after the warmup
+		// can take longer than a test's whole window).
+		late := t1.After(end)
+		if late && ln.measured {
 			return
 		}
-		if t1.After(start) {
+		if t1.After(start) || late {
+			ln.measured = true
 			if err != nil {
 				ln.errors += int64(len(b))
 				if ln.first == nil {
@@ -170,6 +179,9 @@ func (ln *lane) run(ctx context.Context, cn Conn, ch *Chooser, keys []string, ba
 				ln.allowed += int64(allowed)
 				ln.ops.Add(int64(len(b)))
 			}
+		}
+		if late {
+			return
 		}
 		if err != nil {
 			if failing++; failing >= maxConsecutiveErrors {

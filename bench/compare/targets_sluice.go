@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/clients/go/sluice"
@@ -43,7 +44,7 @@ func (t *sluiceNative) Dial(ctx context.Context, k LimitKind) (Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := sluice.Dial(t.srv.socketPath())
+	c, err := sluice.Dial(t.srv.socketPath(), sluice.WithFailurePolicy(sluice.FailError), sluice.WithTimeout(10*time.Second))
 	if err != nil {
 		return nil, err
 	}

@@ -47,7 +47,7 @@ func init() {
 		{"acquire", "KEY LIMIT [--cost N] [--at UNIX_NANOS] [--strict] [--json]",
 			"Decide a request of cost N (default 1) against KEY's bucket under LIMIT and, if allowed, consume N.", runAcquire},
 		{"peek", "KEY LIMIT [--at UNIX_NANOS] [--json]",
-			"Show the decision a cost-1 acquire would get, changing nothing.", runPeek},
+			"Show the bucket as it stands (remaining now, and whether a cost-1 acquire would pass), changing nothing.", runPeek},
 		{"refund", "KEY LIMIT AMOUNT [--json]",
 			"Give AMOUNT tokens back to KEY's bucket (capped at the limit's maximum) and show its state.", runRefund},
 		{"reset", "KEY LIMIT",
@@ -244,7 +244,7 @@ func (x *cli) commandUsage(name string, fs *flag.FlagSet) {
 
 // dial connects to the sidecar, reporting failure.
 func (x *cli) dial(cmd string) (*sluice.Client, int, bool) {
-	c, err := sluice.Dial(x.socket, sluice.WithTimeout(timeout), sluice.WithDialTimeout(timeout))
+	c, err := sluice.Dial(x.socket, sluice.WithTimeout(timeout), sluice.WithDialTimeout(timeout), sluice.WithFailurePolicy(sluice.FailError))
 	if err != nil {
 		return nil, x.failCmd(cmd, err), false
 	}

@@ -161,7 +161,7 @@ func TestInspect(t *testing.T) {
 	})
 	// Without inline keys, scan is an error.
 	runSteps(t, startSidecar(t, 64), []step{
-		{"scan", 2, "", "sluice: scan: SCAN: proto: unsupported: scan needs key bytes kept inline"},
+		{"scan", 2, "", "sluice: scan: not supported by this sidecar: scan needs key bytes kept inline"},
 	})
 }
 
@@ -169,14 +169,14 @@ func TestSocket(t *testing.T) {
 	sock := startSidecar(t, 128)
 	absent := filepath.Join(filepath.Dir(sock), "absent")
 	runSteps(t, absent, []step{ // $SLUICE_SOCKET names an absent socket
-		{"ping", 2, "", "sluice: ping: sidecar unavailable: dial unix " + absent},
+		{"ping", 2, "", "sluice: ping: the sidecar is unavailable: cannot connect to " + absent + ": no such file or directory"},
 		{"--socket " + sock + " ping", 0, "pong ...", ""},
 		{"ping --socket " + sock, 0, "pong ...", ""},
 		{"acquire k " + tb10 + " --socket " + sock, 0, "allowed...", ""},
 	})
 	var stdout, stderr bytes.Buffer
 	if code := run([]string{"ping"}, func(string) string { return "" }, &stdout, &stderr); code != 2 ||
-		!strings.Contains(stderr.String(), "dial unix var/sluice.sock") {
+		!strings.Contains(stderr.String(), "cannot connect to var/sluice.sock") {
 		t.Errorf("default socket: %d %q", code, stderr.String())
 	}
 }
@@ -202,9 +202,9 @@ func TestUsage(t *testing.T) {
 		{"acquire k " + tb10 + " extra", 2, "", "sluice: acquire: want KEY LIMIT"},
 		{"acquire k " + tb10 + " --cost x", 2, "", `sluice: acquire: invalid value "x" for flag -cost`},
 		{"acquire k " + tb10 + " --at noon", 2, "", `sluice: acquire: invalid value "noon" for flag -at`},
-		{"acquire k gcra:burst=1", 2, "", `sluice: acquire: proto: limit "gcra:burst=1"`},
-		{"acquire k token_bucket:max=0,refill_time=1h", 2, "", "sluice: acquire: ACQUIRE: proto: invalid limit: "},
-		{"acquire k " + tb10 + " --cost -1", 2, "", "sluice: acquire: ACQUIRE: proto: invalid cost"},
+		{"acquire k gcra:burst=1", 2, "", `sluice: acquire: invalid limit: limit "gcra:burst=1": missing parameter "count"`},
+		{"acquire k token_bucket:max=0,refill_time=1h", 2, "", "sluice: acquire: invalid limit: "},
+		{"acquire k " + tb10 + " --cost -1", 2, "", "sluice: acquire: invalid cost: "},
 		{"refund k " + tb10 + " lots", 2, "", `sluice: refund: AMOUNT "lots": want a whole number of tokens`},
 		{"reset k", 2, "", "sluice: reset: want KEY LIMIT"},
 		{"stats extra", 2, "", `sluice: stats: takes no arguments, got "extra"`},

@@ -3,40 +3,52 @@ package sluice
 import (
 	"context"
 	"errors"
-	"fmt"
+	"log/slog"
 	"net"
+	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// Defaults of the options.
+// Defaults of the options. The call timeout is sized for a sidecar on
+// the same host: a round trip takes tens of microseconds, and under a
+// host loaded to saturation the client's slowest answers stay within a few
+// milliseconds (README, "Failure policy"), so an answer that has not come
+// after 50 ms is not coming soon.
 const (
-	DefaultDialTimeout = time.Second
-	DefaultTimeout     = time.Second // per call, when the context has no deadline
+	DefaultDialTimeout = 100 * time.Millisecond
+	DefaultTimeout     = 50 * time.Millisecond // per call; a context deadline may shorten it
 	DefaultMinBackoff  = 10 * time.Millisecond
 	DefaultMaxBackoff  = time.Second
+	DefaultPolicy      = FailOpen
 )
+
+// degradedLogInterval is the least time between two log lines about
+// decisions the failure policy made.
+const degradedLogInterval = 10 * time.Second
 
 // FailurePolicy says what Acquire, Peek and Multi return when the sidecar
 // cannot be reached (ErrUnavailable).
 type FailurePolicy uint8
 
 const (
-	// FailError returns the error, wrapping ErrUnavailable. The default.
-	FailError FailurePolicy = iota
 	// FailOpen allows: a Decision with Allowed and Degraded set, and a nil
-	// error. Use it where an outage of the limiter must not become an
-	// outage of the service.
-	FailOpen
+	// error. The default (DefaultPolicy): an outage of the limiter does
+	// not become an outage of the service, and the client counts and logs
+	// every such decision (Client.Degraded).
+	FailOpen FailurePolicy = iota
 	// FailClosed denies: a Decision with Degraded set, Allowed false and
-	// RetryAfter the time until the client next tries to reconnect, and a
+	// RetryAfter the time until the client next asks the sidecar, and a
 	// nil error. Use it where exceeding a limit is worse than refusing
 	// service (login attempts, payments).
 	FailClosed
+	// FailError returns the error, wrapping ErrUnavailable.
+	FailError
 )
 
-// String returns "error", "open" or "closed".
+// String returns "open", "closed" or "error".
 func (p FailurePolicy) String() string {
 	switch p {
 	case FailError:
@@ -46,7 +58,7 @@ func (p FailurePolicy) String() string {
 	case FailClosed:
 		return "closed"
 	}
-	return fmt.Sprintf("FailurePolicy(%d)", uint8(p))
+	return "policy " + strconv.Itoa(int(p))
 }
 
 // An Option configures a Client in Dial.
@@ -58,6 +70,8 @@ type options struct {
 	policy      FailurePolicy
 	minBackoff  time.Duration
 	maxBackoff  time.Duration
+	breaker     breaker // its settings only
+	logger      *slog.Logger
 
 	// dial opens a connection; tests replace it to watch the bytes.
 	dial func(ctx context.Context, path string) (net.Conn, error)
@@ -67,15 +81,15 @@ type options struct {
 // (default DefaultDialTimeout).
 func WithDialTimeout(d time.Duration) Option { return func(o *options) { o.dialTimeout = d } }
 
-// WithTimeout sets how long a call waits for its answer when its context
-// has no deadline (default DefaultTimeout; 0 or less: no limit). A call
-// that times out this way fails with ErrUnavailable (so the failure policy
-// applies); a call whose own context expires or is cancelled returns the
-// context's error.
+// WithTimeout sets how long a call waits for its answer (default
+// DefaultTimeout; 0 or less: no limit but the context's). A call that
+// times out this way fails with ErrUnavailable (so the failure policy
+// applies); a call whose own context expires first or is cancelled
+// returns the context's error.
 func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
 
 // WithFailurePolicy sets what Acquire, Peek and Multi do when the sidecar
-// is unreachable (default FailError).
+// is unreachable (default DefaultPolicy, FailOpen).
 func WithFailurePolicy(p FailurePolicy) Option { return func(o *options) { o.policy = p } }
 
 // WithBackoff sets the reconnect backoff: after a failed attempt to
@@ -86,6 +100,24 @@ func WithBackoff(min, max time.Duration) Option {
 	return func(o *options) { o.minBackoff, o.maxBackoff = min, max }
 }
 
+// WithBreaker sets the circuit breaker: after threshold consecutive calls
+// got no answer in time (within the client's timeout or before their
+// context's deadline), calls fail at once for minOpen, then, after each probe that
+// finds it unavailable still, for twice as long up to maxOpen (each period
+// shortened at random by up to half); then one call probes the sidecar.
+// threshold 0 or less turns the breaker off. Defaults
+// DefaultBreakerThreshold, DefaultBreakerMinOpen and DefaultBreakerMaxOpen.
+func WithBreaker(threshold int, minOpen, maxOpen time.Duration) Option {
+	return func(o *options) {
+		o.breaker.threshold, o.breaker.minOpen, o.breaker.maxOpen = int32(min(threshold, 1<<30)), minOpen, maxOpen
+	}
+}
+
+// WithLogger sets where the client logs the breaker's opening and closing
+// and, at most every 10 seconds, the count of decisions its failure policy
+// made (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
 // Client talks to one sidecar over one Unix socket connection that it
 // shares among every goroutine that uses it, pipelining their requests.
 // It reconnects by itself after the connection breaks. A Client is safe
@@ -93,8 +125,13 @@ func WithBackoff(min, max time.Duration) Option {
 type Client struct {
 	path string
 	opt  options
+	brk  breaker
 
 	cur atomic.Pointer[conn] // the connection in use; nil when there is none
+
+	degradedN   atomic.Uint64 // decisions the failure policy made
+	degradedLog atomic.Int64  // when the last line about them was logged, Unix ns
+	degradedAt  atomic.Uint64 // degradedN when it was
 
 	mu       sync.Mutex // guards the fields below and serializes dialing
 	closed   bool
@@ -104,14 +141,15 @@ type Client struct {
 }
 
 // Dial returns a Client of the sidecar listening on the Unix socket at path
-// and connects to it. With FailError (the default) it fails, with an error
-// wrapping ErrUnavailable, if it cannot connect; with FailOpen or FailClosed
-// it returns a Client anyway, which keeps trying to connect on later calls
-// and meanwhile answers with the policy's decisions.
+// and connects to it. With FailError it fails, with an error wrapping
+// ErrUnavailable, if it cannot connect; with FailOpen (the default) or
+// FailClosed it returns a Client anyway, which keeps trying to connect on
+// later calls and meanwhile answers with the policy's decisions.
 func Dial(path string, opts ...Option) (*Client, error) {
 	c := &Client{path: path, opt: options{
-		dialTimeout: DefaultDialTimeout, timeout: DefaultTimeout,
+		dialTimeout: DefaultDialTimeout, timeout: DefaultTimeout, policy: DefaultPolicy,
 		minBackoff: DefaultMinBackoff, maxBackoff: DefaultMaxBackoff,
+		breaker: breaker{threshold: DefaultBreakerThreshold, minOpen: DefaultBreakerMinOpen, maxOpen: DefaultBreakerMaxOpen},
 	}}
 	for _, o := range opts {
 		o(&c.opt)
@@ -120,6 +158,15 @@ func Dial(path string, opts ...Option) (*Client, error) {
 		c.opt.minBackoff = time.Millisecond
 	}
 	c.opt.maxBackoff = max(c.opt.maxBackoff, c.opt.minBackoff)
+	if c.opt.logger == nil {
+		c.opt.logger = slog.Default()
+	}
+	b := &c.opt.breaker
+	c.brk = breaker{threshold: b.threshold, minOpen: max(b.minOpen, time.Millisecond), log: c.opt.logger, path: path}
+	c.brk.maxOpen = max(b.maxOpen, c.brk.minOpen)
+	if c.brk.threshold <= 0 {
+		c.brk.threshold = 1 << 30 // never reached: consecutive failures are counted in an int32
+	}
 	if c.opt.dial == nil {
 		c.opt.dial = func(ctx context.Context, path string) (net.Conn, error) {
 			var d net.Dialer
@@ -131,6 +178,18 @@ func Dial(path string, opts ...Option) (*Client, error) {
 	}
 	return c, nil
 }
+
+// Healthy reports whether the client asks the sidecar: false while its
+// circuit breaker is open, that is, while calls fail at once because the
+// last ones found the sidecar unavailable.
+func (c *Client) Healthy() bool { return c.brk.healthy() }
+
+// Degraded returns how many decisions the failure policy (FailOpen or
+// FailClosed) has made since the client was created: Acquire, Peek and
+// Multi calls, and pipelined requests, answered without the sidecar, with
+// Degraded set. A service exports it, so that a limiter silently allowing
+// (or refusing) everything shows.
+func (c *Client) Degraded() uint64 { return c.degradedN.Load() }
 
 // Close closes the connection; calls in flight fail with ErrClosed, and so
 // does every later call. Close waits for the client's goroutines to exit.
@@ -150,93 +209,33 @@ func (c *Client) Close() error {
 	return nil
 }
 
-// conn returns the connection in use, connecting if there is none and the
-// backoff allows.
-func (c *Client) conn() (*conn, error) {
-	if cn := c.cur.Load(); cn != nil && !cn.failed.Load() {
-		return cn, nil
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return nil, ErrClosed
-	}
-	if cn := c.cur.Load(); cn != nil {
-		if !cn.failed.Load() {
-			return cn, nil // another goroutine connected meanwhile
-		}
-		c.dropLocked(cn)
-	}
-	now := time.Now()
-	if now.Before(c.retryAt) {
-		return nil, fmt.Errorf("%w (next attempt in %v): %w", ErrUnavailable, c.retryAt.Sub(now).Round(time.Millisecond), c.lastErr)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.opt.dialTimeout)
-	nc, err := c.opt.dial(ctx, c.path)
-	cancel()
-	if err != nil {
-		c.backoffLocked(now, err)
-		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
-	}
-	cn := newConn(c, nc)
-	c.cur.Store(cn)
-	return cn, nil
-}
+// errBreakerOpen is the error of a call the open breaker did not let
+// through.
+var errBreakerOpen = unavailable("it did not answer the last calls, so the client is not asking it for now", nil)
 
-// dropped is called by a connection that failed, so that the next call
-// reconnects.
-func (c *Client) dropped(cn *conn) {
-	c.mu.Lock()
-	c.dropLocked(cn)
-	c.mu.Unlock()
-}
-
-// dropLocked forgets the failed connection cn if it is the one in use. A
-// connection that broke before its first answer counts as a failed attempt
-// to connect (a sidecar that accepts and at once hangs up, answering Busy
-// say, must not be redialled in a loop); one that had answered is followed
-// by an immediate attempt.
-func (c *Client) dropLocked(cn *conn) {
-	if !c.cur.CompareAndSwap(cn, nil) {
-		return
+// outcome classifies a call's error for the breaker. Only the slow
+// failures count against the sidecar: no answer within the timeout or the
+// call's deadline. A sidecar that is not there fails fast by itself (the
+// kernel refuses the connection at once, and the reconnect backoff spares
+// the attempts), and a broken connection is redialled.
+func outcome(err error) int {
+	switch {
+	case err == nil:
+		return outcomeAnswered
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded):
+		return outcomeUnavailable
+	case errors.Is(err, ErrUnavailable), errors.Is(err, ErrClosed), errors.Is(err, context.Canceled):
+		return outcomeNeither
 	}
-	if cn.answered.Load() {
-		c.failures, c.retryAt = 0, time.Time{}
-		return
-	}
-	c.backoffLocked(time.Now(), cn.err)
-}
-
-// backoffLocked records a failed attempt to connect at now.
-func (c *Client) backoffLocked(now time.Time, err error) {
-	d := c.opt.minBackoff
-	for i := 0; i < c.failures && d < c.opt.maxBackoff; i++ {
-		if d > c.opt.maxBackoff/2 {
-			d = c.opt.maxBackoff
-			break
-		}
-		d *= 2
-	}
-	c.failures++
-	c.retryAt, c.lastErr = now.Add(d), err
-}
-
-// retryIn is how long until the client next tries to connect: the
-// RetryAfter of a FailClosed decision.
-func (c *Client) retryIn() time.Duration {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if d := time.Until(c.retryAt); d > 0 {
-		return d
-	}
-	return c.opt.minBackoff
+	return outcomeAnswered // the sidecar answered with an error status
 }
 
 // roundTripAll queues the calls (nil entries skipped) on one connection,
-// written together. On error none was queued and none is the caller's any
-// more. On success the caller waits for each; if direct, it first calls
-// cn.roundTripDirect with the last call.
-func (c *Client) roundTripAll(ctx context.Context, calls []*call) (cn *conn, direct bool, err error) {
+// written together, if the breaker lets them through. On error none was
+// queued and none is the caller's any more. On success the caller waits
+// for each, if direct calling cn.roundTripDirect with the last call
+// first, and then reports the outcome to c.brk.done with probe.
+func (c *Client) roundTripAll(ctx context.Context, calls []*call) (cn *conn, direct, probe bool, err error) {
 	put := func() {
 		for _, cl := range calls {
 			if cl != nil {
@@ -246,34 +245,54 @@ func (c *Client) roundTripAll(ctx context.Context, calls []*call) (cn *conn, dir
 	}
 	if err := ctx.Err(); err != nil {
 		put()
-		return nil, false, err
+		return nil, false, false, err
+	}
+	ok, probe := c.brk.allow()
+	if !ok {
+		put()
+		return nil, false, false, errBreakerOpen
 	}
 	for attempt := 0; ; attempt++ {
 		cn, err := c.conn()
 		if err != nil {
 			put()
-			return nil, false, err
+			c.brk.done(probe, outcome(err))
+			return nil, false, false, err
 		}
 		direct, err := cn.enqueue(true, calls...)
 		if err == nil {
-			return cn, direct, nil
+			return cn, direct, probe, nil
 		}
 		// Nothing was queued: one more try on a new connection is safe.
 		if attempt > 0 || errors.Is(err, ErrClosed) {
 			put()
-			return nil, false, err
+			c.brk.done(probe, outcome(err))
+			return nil, false, false, err
 		}
 	}
 }
 
-// roundTrip sends the request frame cl holds and waits for its answer. On
-// success cl holds the decoded result and the caller must put it back with
-// putCall; on error the call is no longer the caller's.
+// roundTrip sends the request frame cl holds, if the breaker lets it
+// through, and waits for its answer. On success cl holds the decoded
+// result and the caller must put it back with putCall; on error the call
+// is no longer the caller's.
 func (c *Client) roundTrip(ctx context.Context, cl *call) error {
 	if err := ctx.Err(); err != nil {
 		putCall(cl)
 		return err
 	}
+	ok, probe := c.brk.allow()
+	if !ok {
+		putCall(cl)
+		return errBreakerOpen
+	}
+	err := c.send(ctx, cl)
+	c.brk.done(probe, outcome(err))
+	return err
+}
+
+// send is roundTrip past the breaker.
+func (c *Client) send(ctx context.Context, cl *call) error {
 	for attempt := 0; ; attempt++ {
 		cn, err := c.conn()
 		if err != nil {

@@ -227,7 +227,7 @@ func TestClient_errors(t *testing.T) {
 	_, err := c.Acquire(cx, sluice.TokenBucket(0, time.Hour, 1), "k", 1)
 	var se *sluice.StatusError
 	if !errors.Is(err, sluice.ErrInvalidLimit) || !errors.As(err, &se) || se.Status != proto.StatusInvalidLimit ||
-		se.Op != proto.OpAcquire || se.Message == "" || !strings.HasPrefix(err.Error(), "sluice: ACQUIRE: proto: invalid limit: ") {
+		se.Op != proto.OpAcquire || se.Message == "" || !strings.HasPrefix(err.Error(), "invalid limit: ") {
 		t.Errorf("max 0: %v (%#v)", err, se)
 	}
 	if _, err := c.Acquire(cx, tb10, "k", -1); !errors.Is(err, sluice.ErrInvalidCost) {

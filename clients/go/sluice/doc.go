@@ -2,7 +2,7 @@
 // sidecar: it talks to sluiced over its Unix socket in the native protocol
 // (package proto) and offers net/http middleware.
 //
-//	c, err := sluice.Dial("var/sluice.sock", sluice.WithFailurePolicy(sluice.FailOpen))
+//	c, err := sluice.Dial("var/sluice.sock")
 //	...
 //	login := sluice.TokenBucket(10, time.Hour, 1) // 10 attempts, 1 more per hour
 //	d, err := c.Acquire(ctx, login, "login:"+user, 1)
@@ -24,28 +24,54 @@
 // goroutine writes whatever requests are queued in one write, so
 // concurrent callers share system calls; a reader goroutine reads the
 // answers, which come in request order, and hands each to its caller.
-// Every call honours its context; one that gives up (cancelled, or past
-// the Client's default timeout when its context has no deadline) returns
-// at once, and its answer is read and dropped when it comes. Calls reuse
+// Every call honours its context; one that gives up (cancelled, past its
+// deadline or past the Client's timeout) returns at once, and its answer
+// is read and dropped when it comes. A lone caller reading its own answer
+// notices a cancellation without a deadline within 2 ms. Calls reuse
 // pooled buffers: a call allocates nothing but what it returns (Multi's,
 // Scan's and Stats' results).
 //
 // # Failures
 //
 // When the sidecar cannot be reached (not running, restarting, not
-// answering within the default timeout, or sending bytes the client cannot
+// answering within the call's timeout, or sending bytes the client cannot
 // decode), calls fail with an error wrapping ErrUnavailable and its
 // cause, and calls in flight on a broken connection fail the same way.
-// The next call reconnects; after a failed attempt, calls fail at once
-// until the backoff (WithBackoff) has passed, so an absent sidecar costs
-// no system calls, and the attempts never spin. Acquire, Peek and Multi
-// then follow the failure policy (WithFailurePolicy): FailError returns the
-// error, FailOpen allows and FailClosed denies, both with Degraded set.
+// A call waits for its answer at most DefaultTimeout (50 ms, WithTimeout),
+// or until its context's deadline if that is sooner.
+//
+// Two mechanisms keep an unavailable sidecar from costing every call:
+//
+//   - Reconnect backoff: after a failed attempt to connect, calls fail at
+//     once until the backoff (WithBackoff) has passed, so an absent
+//     sidecar costs no system calls and the attempts never spin.
+//   - Circuit breaker: a sidecar that accepts connections but does not
+//     answer (stopped, overloaded) would cost each call its timeout. After
+//     DefaultBreakerThreshold consecutive calls without an answer in time,
+//     the breaker opens: calls fail at once for a period that starts at
+//     DefaultBreakerMinOpen and doubles after each failed probe up to
+//     DefaultBreakerMaxOpen, drawn at random from its upper half; then one
+//     call probes the sidecar, and an answer closes the breaker
+//     (WithBreaker). Healthy reports whether it is closed; the client logs
+//     each opening and closing once.
+//
+// Acquire, Peek and Multi then follow the failure policy
+// (WithFailurePolicy): FailOpen, the default, allows, FailClosed denies,
+// both with Degraded set, and FailError returns the error. Every decision
+// the policy makes is counted (Degraded) and logged at most every 10
+// seconds with the count since the last line, so that a limiter silently
+// allowing everything shows.
+//
+// A sidecar that refuses a connection (Busy at its connection limit,
+// Denied for a peer it does not allow) writes its refusal and closes the
+// connection; the client reports the refusal (ErrBusy, ErrDenied, wrapped
+// in ErrUnavailable), even when its request was written after the close.
 //
 // A request the sidecar rejects fails with a *StatusError, which
 // errors.Is matches with the status's sentinel (ErrTableFull,
 // ErrInvalidLimit, ...) and whose text keeps the sidecar's message; the
-// connection goes on. Keys and limits the sidecar's decoder would reject
+// connection goes on. Error texts are sentences for people ("invalid
+// limit: ..."); programs match errors with errors.Is and errors.As. Keys and limits the sidecar's decoder would reject
 // are refused by the client before they are sent, because the sidecar
 // closes a connection that carries one.
 //

@@ -1,7 +1,13 @@
 package sluice
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
 
 	"github.com/sluicehq/sluice/proto"
 )
@@ -37,10 +43,10 @@ var (
 	// The error wraps the cause too (errors.Is finds both). Acquire, Peek
 	// and Multi return the failure policy's decision instead, unless the
 	// policy is FailError.
-	ErrUnavailable = errors.New("sluice: sidecar unavailable")
+	ErrUnavailable = errors.New("the sidecar is unavailable")
 
 	// ErrClosed: the Client was closed.
-	ErrClosed = errors.New("sluice: client closed")
+	ErrClosed = errors.New("the client is closed")
 )
 
 // StatusError is the error of an operation the sidecar answered with a
@@ -53,18 +59,54 @@ type StatusError struct {
 	Message string       // the sidecar's explanation, for people
 }
 
-// Error returns "sluice: OP: SENTINEL: MESSAGE", e.g.
-// "sluice: ACQUIRE: proto: invalid limit: token_bucket: max must be >= 1".
+// Error returns one sentence for people: what the status means, then the
+// sidecar's message, e.g. "invalid limit: token_bucket: max must be >= 1".
+// Programs match the status with errors.Is or errors.As, never the text.
 func (e *StatusError) Error() string {
-	s := "sluice: "
-	if e.Op != 0 {
-		s += e.Op.String() + ": "
-	}
-	s += e.Status.Err().Error()
+	s := statusText(e.Status)
 	if e.Message != "" {
 		s += ": " + e.Message
 	}
 	return s
+}
+
+// statusText says what a status means, without package prefixes.
+func statusText(st proto.Status) string {
+	switch st {
+	case proto.StatusMalformed:
+		return "the sidecar could not decode the request"
+	case proto.StatusBadVersion:
+		return "the sidecar speaks another protocol version"
+	case proto.StatusFrameTooLarge:
+		return "the request is too large"
+	case proto.StatusBatchTooLarge:
+		return "too many operations in one request"
+	case proto.StatusUnknownOpcode:
+		return "the sidecar does not know this operation"
+	case proto.StatusInvalidLimit:
+		return "invalid limit"
+	case proto.StatusInvalidKey:
+		return "invalid key"
+	case proto.StatusInvalidCost:
+		return "invalid cost"
+	case proto.StatusTableFull:
+		return "the sidecar's table is full"
+	case proto.StatusTooManyItems:
+		return "too many items in one multi"
+	case proto.StatusContended:
+		return "the multi could not lock its buckets, retry it"
+	case proto.StatusUnsupported:
+		return "not supported by this sidecar"
+	case proto.StatusShuttingDown:
+		return "the sidecar is shutting down"
+	case proto.StatusInternal:
+		return "the sidecar failed"
+	case proto.StatusBusy:
+		return "the sidecar refused the connection, it is at its connection limit"
+	case proto.StatusDenied:
+		return "the sidecar refused the connection, this user or group is not allowed"
+	}
+	return "status " + strconv.Itoa(int(st))
 }
 
 // Unwrap returns the status's sentinel error.
@@ -77,4 +119,53 @@ func statusError(op proto.Opcode, st proto.Status, msg []byte) error {
 		return nil
 	}
 	return &StatusError{Op: op, Status: st, Message: string(msg)}
+}
+
+// refused returns the error of a request the client refuses before sending
+// it, as the sidecar would have refused it: a *StatusError of st.
+func refused(op proto.Opcode, st proto.Status, format string, args ...any) error {
+	return &StatusError{Op: op, Status: st, Message: fmt.Sprintf(format, args...)}
+}
+
+// unavailableError is an ErrUnavailable with its cause: errors.Is matches
+// ErrUnavailable and whatever the cause matches.
+type unavailableError struct {
+	why   string // for people, "" to say only the cause
+	cause error  // may be nil
+}
+
+// unavailable returns an error wrapping ErrUnavailable and cause (which may
+// be nil), explained by why.
+func unavailable(why string, cause error) error {
+	return &unavailableError{why: why, cause: cause}
+}
+
+// Error returns "the sidecar is unavailable: WHY: CAUSE".
+func (e *unavailableError) Error() string {
+	s := ErrUnavailable.Error()
+	if e.why != "" {
+		s += ": " + e.why
+	}
+	if e.cause != nil {
+		s += ": " + causeText(e.cause)
+	}
+	return s
+}
+
+func (e *unavailableError) Is(target error) bool { return target == ErrUnavailable }
+
+func (e *unavailableError) Unwrap() error { return e.cause }
+
+// causeText is err for people: a system call's error without the Go
+// operation around it ("dial unix /x: connect: connection refused" says
+// "connection refused"), a deadline as "timed out".
+func causeText(err error) string {
+	var errno syscall.Errno
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, context.DeadlineExceeded):
+		return "timed out"
+	case errors.As(err, &errno):
+		return errno.Error()
+	}
+	return strings.ReplaceAll(err.Error(), "proto: ", "")
 }

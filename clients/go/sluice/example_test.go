@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -120,10 +122,11 @@ func ExampleMiddleware() {
 }
 
 func ExampleWithFailurePolicy() {
-	// No sidecar listens here: with FailOpen, Dial succeeds and decisions
-	// allow, marked Degraded, until the sidecar comes up.
+	// No sidecar listens here: with FailOpen, the default, Dial succeeds
+	// and decisions allow, marked Degraded, until the sidecar comes up.
 	absent := filepath.Join("testdata", "no-such.sock")
-	c, err := sluice.Dial(absent, sluice.WithFailurePolicy(sluice.FailOpen))
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	c, err := sluice.Dial(absent, sluice.WithFailurePolicy(sluice.FailOpen), sluice.WithLogger(quiet))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -134,9 +137,12 @@ func ExampleWithFailurePolicy() {
 	// Operations that decide nothing report the outage.
 	err = c.Ping(context.Background())
 	fmt.Println(errors.Is(err, sluice.ErrUnavailable))
+	// Every decision the policy made is counted: export it.
+	fmt.Println(c.Degraded())
 	// Output:
 	// true true <nil>
 	// true
+	// 1
 }
 
 func ExampleClient_Pipeline() {
@@ -163,4 +169,34 @@ func ExampleClient_Pipeline() {
 	// true 1
 	// true 0
 	// false 0
+}
+
+// A sliding_window limit is the two-window weighted counter: an estimate,
+// not a log of every request. Requests bunched at the end of one window and
+// early in the next can pass up to nearly twice the limit within one
+// window's length: here 19 within 9.95 s for a limit of 10 per 10 s.
+func ExampleSlidingWindow() {
+	c, err := sluice.Dial(exampleSocket)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	l := sluice.SlidingWindow(10, 10*time.Second)
+	start := time.Unix(1_700_000_000, 0).Add(9900 * time.Millisecond) // late in a window
+	count := func(at time.Time) (allowed int) {
+		for range 20 {
+			d, err := c.Acquire(context.Background(), l, "sliding", 1, sluice.At(at))
+			if err != nil {
+				log.Fatal(err)
+			}
+			if d.Allowed {
+				allowed++
+			}
+		}
+		return allowed
+	}
+	first := count(start)
+	second := count(start.Add(9950 * time.Millisecond)) // 0.15 s before the next window ends
+	fmt.Println(first, "+", second, "=", first+second, "allowed within 9.95s")
+	// Output: 10 + 9 = 19 allowed within 9.95s
 }

@@ -140,24 +140,24 @@ func TestClient_malformedReplies(t *testing.T) {
 		want  []error
 		text  string
 	}{
-		{"text", func(uint32) []byte { return []byte("HTTP/1.1 400 Bad Request\r\n\r\n") }, nil, "bad response frame"},
-		{"version", func(id uint32) []byte { return frame(9, 2, 1, id, 2, 0) }, []error{sluice.ErrBadVersion}, "bad response frame"},
-		{"request kind", func(id uint32) []byte { return frame(1, 1, 1, id, 2, 0) }, []error{sluice.ErrMalformed}, "request frame"},
-		{"wrong id", func(id uint32) []byte { return frame(1, 2, 1, id+7, 2, 0) }, []error{sluice.ErrMalformed}, "want id"},
+		{"text", func(uint32) []byte { return []byte("HTTP/1.1 400 Bad Request\r\n\r\n") }, nil, "cannot be decoded"},
+		{"version", func(id uint32) []byte { return frame(9, 2, 1, id, 2, 0) }, []error{sluice.ErrBadVersion}, "unsupported protocol version"},
+		{"request kind", func(id uint32) []byte { return frame(1, 1, 1, id, 2, 0) }, []error{sluice.ErrMalformed}, "a request frame instead of a response"},
+		{"wrong id", func(id uint32) []byte { return frame(1, 2, 1, id+7, 2, 0) }, []error{sluice.ErrMalformed}, "to request"},
 		{"two results", func(id uint32) []byte { return frame(1, 2, 2, id, 2, 0, 2, 0) }, []error{sluice.ErrMalformed}, "with 2 results"},
-		{"wrong opcode", func(id uint32) []byte { return frame(1, 2, 1, id, 6, 0, 1) }, []error{sluice.ErrMalformed}, "RESET result answers a PING"},
-		{"bad status", func(id uint32) []byte { return frame(1, 2, 1, id, 2, 99, 0, 0) }, []error{sluice.ErrMalformed}, "bad PING result"},
+		{"wrong opcode", func(id uint32) []byte { return frame(1, 2, 1, id, 6, 0, 1) }, []error{sluice.ErrMalformed}, "a RESET result to a PING request"},
+		{"bad status", func(id uint32) []byte { return frame(1, 2, 1, id, 2, 99, 0, 0) }, []error{sluice.ErrMalformed}, "unknown status 99"},
 		{"trailing bytes", func(id uint32) []byte { return frame(1, 2, 1, id, 2, 0, 0) }, []error{sluice.ErrMalformed}, "1 bytes after"},
-		{"truncated", func(id uint32) []byte { return frame(1, 2, 1, id, 2, 0)[:10] }, nil, "connection closed by the sidecar"},
+		{"truncated", func(id uint32) []byte { return frame(1, 2, 1, id, 2, 0)[:10] }, nil, "it closed the connection"},
 		{"huge length", func(id uint32) []byte {
 			b := frame(1, 2, 1, id)
 			binary.LittleEndian.PutUint32(b, proto.MaxFrameLen+1)
 			return b
-		}, []error{sluice.ErrFrameTooLarge}, "bad response frame"},
-		{"silence", func(uint32) []byte { return nil }, nil, "connection closed by the sidecar"},
+		}, []error{sluice.ErrFrameTooLarge}, "frame too large"},
+		{"silence", func(uint32) []byte { return nil }, nil, "it closed the connection"},
 		{"busy", func(uint32) []byte {
 			return frame(1, 2, 1, 0, proto.AppendError(nil, 0, proto.StatusBusy, "too many connections")...)
-		}, []error{sluice.ErrBusy}, "sluice: sidecar unavailable: sluice: proto: server busy: connection limit reached: too many connections"},
+		}, []error{sluice.ErrBusy}, "the sidecar is unavailable: the sidecar refused the connection, it is at its connection limit: too many connections"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := fakeSidecar(t, func(fc *fakeConn) {
@@ -329,7 +329,8 @@ func TestClient_sidecarRestart(t *testing.T) {
 // hammer the socket.
 func TestClient_noSidecar(t *testing.T) {
 	path := filepath.Join(shortDir(t), "absent.sock")
-	if _, err := sluice.Dial(path); !errors.Is(err, sluice.ErrUnavailable) || !strings.Contains(err.Error(), "absent.sock") {
+	if _, err := sluice.Dial(path, sluice.WithFailurePolicy(sluice.FailError)); !errors.Is(err, sluice.ErrUnavailable) ||
+		err.Error() != "the sidecar is unavailable: cannot connect to "+path+": no such file or directory" {
 		t.Errorf("Dial: %v", err)
 	}
 	cx := ctx(t)
@@ -361,7 +362,7 @@ func TestClient_noSidecar(t *testing.T) {
 		"hello":  second(open.Hello(cx)),
 		"scan":   third(open.Scan(cx, "", 0, 1)),
 	} {
-		if !errors.Is(err, sluice.ErrUnavailable) || !strings.Contains(err.Error(), "next attempt in") {
+		if !errors.Is(err, sluice.ErrUnavailable) || !strings.Contains(err.Error(), "the next attempt to connect is in") {
 			t.Errorf("%s: %v", name, err)
 		}
 	}

@@ -140,6 +140,7 @@ func (sc *sidecar) stop(t testing.TB) {
 // dial returns a client of sc, closed at the end of the test.
 func dial(t testing.TB, path string, opts ...sluice.Option) *sluice.Client {
 	t.Helper()
+	opts = append([]sluice.Option{sluice.WithLogger(quiet)}, opts...)
 	c, err := sluice.Dial(path, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -147,6 +148,10 @@ func dial(t testing.TB, path string, opts ...sluice.Option) *sluice.Client {
 	t.Cleanup(func() { c.Close() })
 	return c
 }
+
+// quiet is the logger of the clients of the tests that do not look at the
+// log.
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // ctx returns a context that ends with the test, or after 10 s.
 func ctx(t testing.TB) context.Context {

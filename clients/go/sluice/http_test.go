@@ -101,7 +101,7 @@ func TestMiddleware_unavailable(t *testing.T) {
 	// FailError: the error handler, 503 by default. This sidecar hangs up
 	// at once.
 	var got error
-	c = dial(t, fakeSidecar(t, func(fc *fakeConn) {}), sluice.WithBackoff(time.Hour, time.Hour))
+	c = dial(t, fakeSidecar(t, func(fc *fakeConn) {}), sluice.WithBackoff(time.Hour, time.Hour), sluice.WithFailurePolicy(sluice.FailError))
 	h = sluice.Middleware(c, l, byPath, sluice.WithErrorHandler(func(w http.ResponseWriter, r *http.Request, err error) {
 		got = err
 		w.WriteHeader(599)

@@ -1,6 +1,7 @@
 package sluice
 
 import (
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/proto"
@@ -54,4 +55,10 @@ func Pacer(rate int64, period, maxDelay time.Duration) Limit {
 // the grammar). Limit.String gives the canonical spec back. The error
 // wraps ErrInvalidLimit. Only the syntax is checked: the sidecar judges
 // the values.
-func ParseLimit(spec string) (Limit, error) { return proto.ParseLimit(spec) }
+func ParseLimit(spec string) (Limit, error) {
+	l, err := proto.ParseLimit(spec)
+	if err != nil {
+		return Limit{}, &StatusError{Status: proto.StatusInvalidLimit, Message: strings.TrimPrefix(err.Error(), "proto: ")}
+	}
+	return l, nil
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/proto"
@@ -77,7 +78,7 @@ func requestFlags(opts []RequestOption) (proto.Flags, int64) {
 // would make it close the connection, failing every other call on it.
 func checkKey(op proto.Opcode, key string) error {
 	if len(key) == 0 || len(key) > proto.MaxKeyLen {
-		return fmt.Errorf("sluice: %v: %w: %d bytes, want 1 to %d", op, ErrInvalidKey, len(key), proto.MaxKeyLen)
+		return refused(op, proto.StatusInvalidKey, "a key is 1 to %d bytes, this one %d", proto.MaxKeyLen, len(key))
 	}
 	return nil
 }
@@ -85,12 +86,12 @@ func checkKey(op proto.Opcode, key string) error {
 func checkLimit(op proto.Opcode, l Limit) error {
 	if l.Name != "" {
 		if err := proto.ValidName(l.Name); err != nil {
-			return fmt.Errorf("sluice: %v: %w", op, err)
+			return refused(op, proto.StatusInvalidLimit, "%s", strings.TrimPrefix(err.Error(), "proto: invalid limit: "))
 		}
 		return nil
 	}
 	if !l.Algorithm.Valid() {
-		return fmt.Errorf("sluice: %v: %w: %v", op, ErrInvalidLimit, l)
+		return refused(op, proto.StatusInvalidLimit, "no algorithm %d", uint8(l.Algorithm))
 	}
 	return nil
 }
@@ -147,9 +148,22 @@ func (c *Client) decide(ctx context.Context, op proto.Opcode, l Limit, key strin
 
 // degraded returns the failure policy's decision for err if err means the
 // sidecar is unavailable and the policy is not FailError; else err.
+// Every such decision is counted (Degraded) and, at most every
+// degradedLogInterval, logged with the count since the last line.
 func (c *Client) degraded(err error) (Decision, error) {
 	if !errors.Is(err, ErrUnavailable) {
 		return Decision{}, err
+	}
+	if c.opt.policy == FailError {
+		return Decision{}, err
+	}
+	n := c.degradedN.Add(1)
+	if last := c.degradedLog.Load(); time.Now().UnixNano()-last >= int64(degradedLogInterval) {
+		if c.degradedLog.CompareAndSwap(last, time.Now().UnixNano()) {
+			prev := c.degradedAt.Swap(n)
+			c.opt.logger.Warn("decisions made without the Sluice sidecar, by the client's failure policy",
+				"policy", c.opt.policy.String(), "decisions", n-prev, "total", n, "socket", c.path, "error", err.Error())
+		}
 	}
 	switch c.opt.policy {
 	case FailOpen:
@@ -171,8 +185,11 @@ func (c *Client) Acquire(ctx context.Context, l Limit, key string, cost int64, o
 	return c.decide(ctx, proto.OpAcquire, l, key, cost, opts, true)
 }
 
-// Peek returns the decision a cost-1 Acquire would get, changing and
-// creating nothing. Option: At. The failure policy applies as for Acquire.
+// Peek looks at key's bucket under l as it stands, changing and creating
+// nothing: Remaining is what is left now (not what a cost-1 Acquire would
+// leave), Allowed whether a cost-1 Acquire would be allowed, RetryAfter
+// when it would be if it would not. Option: At. The failure policy
+// applies as for Acquire.
 func (c *Client) Peek(ctx context.Context, l Limit, key string, opts ...RequestOption) (Decision, error) {
 	return c.decide(ctx, proto.OpPeek, l, key, 0, opts, true)
 }
@@ -216,14 +233,14 @@ type Item struct {
 // could not lock returns an error matching ErrContended: retry it.
 func (c *Client) Multi(ctx context.Context, items []Item, opts ...RequestOption) (allowed bool, ds []Decision, err error) {
 	if len(items) == 0 || len(items) > proto.MaxMulti {
-		return false, nil, fmt.Errorf("sluice: MULTI: %w: %d items, want 1 to %d", ErrTooManyItems, len(items), proto.MaxMulti)
+		return false, nil, refused(proto.OpMulti, proto.StatusTooManyItems, "a multi has 1 to %d items, this one %d", proto.MaxMulti, len(items))
 	}
 	for i := range items {
 		if err := checkKey(proto.OpMulti, items[i].Key); err != nil {
-			return false, nil, fmt.Errorf("item %d: %w", i, err)
+			return false, nil, fmt.Errorf("item %d, %w", i+1, err)
 		}
 		if err := checkLimit(proto.OpMulti, items[i].Limit); err != nil {
-			return false, nil, fmt.Errorf("item %d: %w", i, err)
+			return false, nil, fmt.Errorf("item %d, %w", i+1, err)
 		}
 	}
 	f, at := requestFlags(opts)
@@ -265,7 +282,7 @@ func (c *Client) Multi(ctx context.Context, items []Item, opts ...RequestOption)
 		return false, nil, err
 	}
 	if cl.res.NDecisions != len(items) {
-		return false, nil, fmt.Errorf("sluice: MULTI: %d decisions for %d items: %w", cl.res.NDecisions, len(items), ErrMalformed)
+		return false, nil, garbled(fmt.Errorf("%d decisions for %d items: %w", cl.res.NDecisions, len(items), ErrMalformed))
 	}
 	ds = make([]Decision, cl.res.NDecisions)
 	for i := range ds {
@@ -335,7 +352,7 @@ func (c *Client) Stats(ctx context.Context) (map[string]uint64, error) {
 	for b := cl.res.Stats; len(b) > 0; {
 		name, v, rest, err := proto.NextStat(b)
 		if err != nil { // DecodeResult checked it already
-			return nil, fmt.Errorf("sluice: STATS: %w", err)
+			return nil, garbled(err)
 		}
 		m[string(name)] = v
 		b = rest
@@ -360,7 +377,7 @@ type ScanEntry struct {
 // longer than a slot keeps are not listed.
 func (c *Client) Scan(ctx context.Context, prefix string, cursor uint64, count int) (entries []ScanEntry, next uint64, err error) {
 	if len(prefix) > proto.MaxKeyLen {
-		return nil, 0, fmt.Errorf("sluice: SCAN: %w: prefix of %d bytes, the limit is %d", ErrInvalidKey, len(prefix), proto.MaxKeyLen)
+		return nil, 0, refused(proto.OpScan, proto.StatusInvalidKey, "a prefix is at most %d bytes, this one %d", proto.MaxKeyLen, len(prefix))
 	}
 	if count <= 0 || count > proto.MaxScanCount {
 		count = proto.MaxScanCount
@@ -381,7 +398,7 @@ func (c *Client) Scan(ctx context.Context, prefix string, cursor uint64, count i
 	for b := cl.res.Entries; len(b) > 0; {
 		alg, freshAt, key, rest, err := proto.NextScanEntry(b)
 		if err != nil { // DecodeResult checked it already
-			return nil, 0, fmt.Errorf("sluice: SCAN: %w", err)
+			return nil, 0, garbled(err)
 		}
 		entries = append(entries, ScanEntry{Key: string(key), Algorithm: alg, FreshAt: time.Unix(0, freshAt)})
 		b = rest

@@ -49,7 +49,7 @@ func (p *Pipeline) Acquire(l Limit, key string, cost int64, opts ...RequestOptio
 
 // Peek queues a Peek (see Client.Peek).
 func (p *Pipeline) Peek(l Limit, key string, opts ...RequestOption) {
-	p.items = append(p.items, pipelineItem{proto.OpPeek, l, key, 1, opts})
+	p.items = append(p.items, pipelineItem{proto.OpPeek, l, key, 0, opts})
 }
 
 // Refund queues a Refund (see Client.Refund).
@@ -84,7 +84,7 @@ func (p *Pipeline) Exec(ctx context.Context) ([]Result, error) {
 		}
 		p.calls = append(p.calls, cl) // nil for a refused request
 	}
-	cn, direct, err := c.roundTripAll(ctx, p.calls)
+	cn, direct, probe, err := c.roundTripAll(ctx, p.calls)
 	if err != nil {
 		for i, cl := range p.calls {
 			if cl != nil {
@@ -110,6 +110,7 @@ func (p *Pipeline) Exec(ctx context.Context) ([]Result, error) {
 	} else {
 		lastErr = p.calls[last].wait(ctx, c.opt.timeout)
 	}
+	c.brk.done(probe, outcome(lastErr))
 	p.settle(last, lastErr)
 	for i, cl := range p.calls[:last] {
 		if cl == nil {

@@ -126,7 +126,7 @@ func TestPipeline_timeout(t *testing.T) {
 	path := fakeSidecar(t, func(fc *fakeConn) {
 		fc.wait() // reads everything, answers nothing
 	})
-	c, err := sluice.Dial(path, sluice.WithTimeout(50*time.Millisecond))
+	c, err := sluice.Dial(path, sluice.WithTimeout(50*time.Millisecond), sluice.WithFailurePolicy(sluice.FailError))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func TestPipeline_timeout(t *testing.T) {
 
 func BenchmarkPipeline(b *testing.B) {
 	sc := startSidecar(b)
-	c := dial(b, sc.cfg.SocketPath)
+	c := dial(b, sc.cfg.SocketPath, sluice.WithFailurePolicy(sluice.FailError)) // an outage must fail the benchmark, not allow
 	cx := context.Background()
 	p := c.Pipeline()
 	const depth = 16

@@ -206,7 +206,7 @@ def main() -> None:
             socks.append(s)
             return lambda secs, lat: timed(once, secs, lat)
 
-        client = Client(path, on_unavailable="raise")
+        client = Client(path, on_unavailable="raise", timeout=1.0)
 
         def serial(secs: float, lat: List[int]) -> float:
             return timed(lambda: client.acquire(KEY, LIMIT), secs, lat)
@@ -244,7 +244,7 @@ def main() -> None:
         def with_aclient(body: Body) -> Callable[[float, List[int]], float]:
             def run(secs: float, lat: List[int]) -> float:
                 async def go() -> float:
-                    async with AsyncClient(path, on_unavailable="raise") as ac:
+                    async with AsyncClient(path, on_unavailable="raise", timeout=1.0) as ac:
                         return await atimed(body(ac), secs, lat)
                 return asyncio.run(go())
             return run

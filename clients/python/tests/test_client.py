@@ -301,10 +301,13 @@ def test_outage_is_logged_once_each_way(sidecar: Sidecar, caplog: pytest.LogCapt
         sidecar.start()
         for _ in range(3):
             assert not c.acquire("log", limit).degraded
-    down = [r for r in caplog.records if "is unavailable" in r.getMessage()]
+    down = [r for r in caplog.records if "is unavailable (" in r.getMessage()]
     up = [r for r in caplog.records if "again" in r.getMessage()]
+    counted = [r for r in caplog.records if "decisions made without the Sluice sidecar" in r.getMessage()]
     assert len(down) == 1 and down[0].levelno == logging.WARNING
     assert len(up) == 1 and up[0].levelno == logging.INFO
+    assert len(counted) == 1 and counted[0].levelno == logging.WARNING  # at most one every 10 s
+    assert c.degraded_decisions == 3
     c.close()
 
 

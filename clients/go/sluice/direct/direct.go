@@ -21,6 +21,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -425,7 +426,13 @@ type statusError struct {
 	err    error
 }
 
-func (e *statusError) Error() string        { return e.err.Error() }
+// Error says it as the socket client's *sluice.StatusError would, for
+// people: "invalid cost: negative cost: -1".
+func (e *statusError) Error() string {
+	msg := strings.TrimPrefix(e.err.Error(), "engine: ")
+	return (&sluice.StatusError{Status: proto.StatusOf(e.status), Message: msg}).Error()
+}
+
 func (e *statusError) Unwrap() error        { return e.err }
 func (e *statusError) Is(target error) bool { return target == e.status }
 

@@ -15,7 +15,10 @@ import datetime
 import functools
 import logging
 import os
+import random
 import struct
+import threading
+import time
 from decimal import Decimal
 from fractions import Fraction
 from numbers import Real
@@ -68,7 +71,7 @@ def socket_path(path: Optional[Union[str, "os.PathLike[str]"]]) -> str:
 
 def check_policy(policy: str) -> str:
     if policy not in POLICIES:
-        raise ValueError(f"sluice: on_unavailable must be one of {', '.join(POLICIES)}, got {policy!r}")
+        raise ValueError(f"on_unavailable must be one of {', '.join(POLICIES)}, got {policy!r}")
     return policy
 
 
@@ -81,16 +84,16 @@ def key_bytes(key: Key) -> bytes:
     elif isinstance(key, str):
         k = key.encode()
     else:
-        raise InvalidKey(f"sluice: a key is str or bytes, got {type(key).__name__}")
+        raise InvalidKey(f"a key is str or bytes, got {type(key).__name__}")
     if not 0 < len(k) <= MAX_KEY_LEN:
-        raise InvalidKey(f"sluice: key of {len(k)} bytes, want 1..{MAX_KEY_LEN}")
+        raise InvalidKey(f"key of {len(k)} bytes, want 1..{MAX_KEY_LEN}")
     return k
 
 
 def prefix_bytes(prefix: Key) -> bytes:
     p = prefix.encode() if isinstance(prefix, str) else bytes(prefix)
     if len(p) > MAX_KEY_LEN:
-        raise InvalidKey(f"sluice: scan prefix of {len(p)} bytes, want 0..{MAX_KEY_LEN}")
+        raise InvalidKey(f"scan prefix of {len(p)} bytes, want 0..{MAX_KEY_LEN}")
     return p
 
 
@@ -105,7 +108,7 @@ def limit_of(limit: LimitLike) -> Limit:
         return limit
     if isinstance(limit, str):
         return _parsed(limit)
-    raise TypeError(f"sluice: a limit is a Limit or a spec string, got {type(limit).__name__}")
+    raise TypeError(f"a limit is a Limit or a spec string, got {type(limit).__name__}")
 
 
 def at_ns(at: At) -> int:
@@ -120,10 +123,10 @@ def at_ns(at: At) -> int:
         delta = at - _EPOCH
         return ((delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds) * 1000  # within int64
     if isinstance(at, bool) or not isinstance(at, (Real, Decimal)):
-        raise TypeError(f"sluice: at is a datetime or Unix seconds, got {at!r}")
+        raise TypeError(f"at is a datetime or Unix seconds, got {at!r}")
     ns = at * 1_000_000_000 if isinstance(at, int) else round(Fraction(at) * 1_000_000_000)
     if not -(1 << 63) <= ns <= _MAX_I64:
-        raise ValueError(f"sluice: at {at!r} is outside int64 Unix nanoseconds")
+        raise ValueError(f"at {at!r} is outside int64 Unix nanoseconds")
     return ns
 
 
@@ -132,8 +135,8 @@ def cost_of(n: Any, what: str = "cost") -> int:
     if type(n) is int and -(1 << 63) <= n <= _MAX_I64:
         return n
     if isinstance(n, bool) or not isinstance(n, int):
-        raise InvalidCost(f"sluice: {what} is an int, got {n!r}")
-    raise InvalidCost(f"sluice: {what} {n} outside int64")
+        raise InvalidCost(f"{what} is an int, got {n!r}")
+    raise InvalidCost(f"{what} {n} outside int64")
 
 
 def decide_frame(fid: int, code: int, key: Key, limit: LimitLike, n: Any, at: At, strict: bool) -> bytes:
@@ -183,14 +186,14 @@ def multi_call(items: Iterable[Union[MultiItem, Sequence[Any]]], at: At) -> Call
         wire.append(proto.WireMultiItem(Flags.STRICT if m.strict else 0, limit_of(m.limit),
                                         cost_of(m.cost), key_bytes(m.key)))
     if not 0 < len(wire) <= MAX_MULTI:
-        raise TooManyItems(f"sluice: a multi has 1..{MAX_MULTI} items, got {len(wire)}")
+        raise TooManyItems(f"a multi has 1..{MAX_MULTI} items, got {len(wire)}")
     body = proto.encode_multi(0 if at is None else Flags.AT, 0 if at is None else at_ns(at), wire)
     return Call(body, Opcode.MULTI, True, len(wire))
 
 
 def scan_call(prefix: Key, cursor: int, count: int) -> Call:
     if not 0 < count <= proto.MAX_SCAN_COUNT:
-        raise ValueError(f"sluice: scan count must be 1..{proto.MAX_SCAN_COUNT}, got {count}")
+        raise ValueError(f"scan count must be 1..{proto.MAX_SCAN_COUNT}, got {count}")
     return Call(proto.encode_scan(cursor, count, prefix_bytes(prefix)), Opcode.SCAN, False)
 
 
@@ -240,7 +243,7 @@ def frame_error(frame: proto.Buffer) -> Optional[SluiceError]:
         try:
             r, _ = proto.decode_result(frame, HEADER_LEN)
         except SluiceError as e:
-            return ProtocolError(f"sluice: malformed frame-level error from the sidecar: {e}")
+            return ProtocolError(f"malformed frame-level error from the sidecar: {e}")
         return status_error(r.status, r.message)
     return None
 
@@ -259,15 +262,15 @@ def results(frame: proto.Buffer, fid: int, calls: Sequence[Call]) -> List[Any]:
     try:
         h = proto.parse_header(frame)
     except SluiceError as e:
-        raise ProtocolError(f"sluice: bad frame header from the sidecar: {e}") from e
+        raise ProtocolError(f"bad frame header from the sidecar: {e}") from e
     if h.kind != proto.Kind.RESPONSE:
-        raise ProtocolError("sluice: the sidecar sent a request frame")
+        raise ProtocolError("the sidecar sent a request frame")
     if h.id != fid or h.count != len(calls):
-        raise ProtocolError(f"sluice: response frame id {h.id} with {h.count} results, "
+        raise ProtocolError(f"response frame id {h.id} with {h.count} results, "
                             f"want id {fid} with {len(calls)}: the stream is out of step")
     end = 4 + h.length
     if end != len(frame):
-        raise ProtocolError(f"sluice: response frame of {len(frame)} bytes, its header says {end}")
+        raise ProtocolError(f"response frame of {len(frame)} bytes, its header says {end}")
     out: List[Any] = []
     off = HEADER_LEN
     unpack = _RESULT_DECISION.unpack_from
@@ -279,7 +282,7 @@ def results(frame: proto.Buffer, fid: int, calls: Sequence[Call]) -> List[Any]:
                 # the common case, a decision: unpacked in one go
                 _, _, allowed, rem, lim, ra, rs, dl = unpack(frame, off)
                 if allowed > 1:
-                    raise ProtocolError(f"sluice: malformed reply from the sidecar: decision allowed byte {allowed}")
+                    raise ProtocolError(f"malformed reply from the sidecar: decision allowed byte {allowed}")
                 d = _new(Decision)  # make_decision, inlined: this loop runs per result
                 _setattr(d, "__dict__", {"allowed": allowed == 1, "remaining": rem, "limit": lim,
                                          "retry_after_ns": ra, "reset_after_ns": rs, "delay_ns": dl,
@@ -291,15 +294,15 @@ def results(frame: proto.Buffer, fid: int, calls: Sequence[Call]) -> List[Any]:
             if r.status != Status.OK:
                 out.append(r.error())
             elif r.code != code:
-                raise ProtocolError(f"sluice: a {Opcode(code).name} answered by a result of opcode {r.code}")
+                raise ProtocolError(f"a {Opcode(code).name} answered by a result of opcode {r.code}")
             else:
                 out.append(r.value)
     except ProtocolError:
         raise
     except SluiceError as e:
-        raise ProtocolError(f"sluice: malformed reply from the sidecar: {e}") from e
+        raise ProtocolError(f"malformed reply from the sidecar: {e}") from e
     if off != end:
-        raise ProtocolError(f"sluice: malformed reply from the sidecar: {end - off} bytes after the last result")
+        raise ProtocolError(f"malformed reply from the sidecar: {end - off} bytes after the last result")
     return out
 
 
@@ -375,8 +378,8 @@ class FrameReader:
                 try:
                     proto.parse_header(buf, pos)
                 except SluiceError as e:
-                    raise ProtocolError(f"sluice: bad frame header from the sidecar: {e}") from e
-                raise ProtocolError("sluice: the sidecar sent a request frame")
+                    raise ProtocolError(f"bad frame header from the sidecar: {e}") from e
+                raise ProtocolError("the sidecar sent a request frame")
             end = pos + 4 + length
             if end > n:
                 break
@@ -407,27 +410,157 @@ def finish(out: List[Any], calls: Sequence[Any], failure: Optional[Exception],
     return out
 
 
+#: The default seconds a call waits to connect and for its answer. The
+#: sidecar is on the same host: a round trip takes tens of microseconds,
+#: and the slowest answers of a host loaded to saturation stay within a few
+#: milliseconds (README, "Failure policy"), so an answer that has not come
+#: after 50 ms is not coming soon.
+DEFAULT_TIMEOUT = 0.05
+
+#: The default on_unavailable policy, the same as the Go client's.
+DEFAULT_POLICY = "open"
+
+#: The circuit breaker's defaults: consecutive calls without an answer in
+#: time that open it, and its first and longest open periods, seconds.
+BREAKER_THRESHOLD = 3
+BREAKER_MIN_OPEN = 0.25
+BREAKER_MAX_OPEN = 10.0
+
+#: The least seconds between two log lines about decisions the
+#: on_unavailable policy made.
+DEGRADED_LOG_INTERVAL = 10.0
+
+CLOSED, OPEN, PROBING = 0, 1, 2
+
+
+class Breaker:
+    """Stops a client from asking a sidecar that does not answer.
+
+    After ``threshold`` consecutive calls without an answer in time
+    (:class:`Unavailable` with ``timed_out`` set), it opens: calls fail at
+    once, and the on_unavailable policy answers them, for an open period
+    that doubles after each failed probe from ``min_open`` up to
+    ``max_open`` seconds, each drawn at random from its upper half (so that
+    the processes of a host do not probe in step). Then one call, the
+    probe, goes to the sidecar: an answer closes the breaker, no answer in
+    time opens it again. Fast failures (no socket, a refused or broken
+    connection) count neither way: they cost nothing to find out.
+
+    Each opening and closing is logged once. Thread-safe: its state changes
+    under a lock; a closed breaker costs a call one attribute read.
+    """
+
+    __slots__ = ("threshold", "min_open", "max_open", "path", "state", "fails", "open_until", "opens", "_lock")
+
+    def __init__(self, path: str, threshold: int = BREAKER_THRESHOLD, min_open: float = BREAKER_MIN_OPEN,
+                 max_open: float = BREAKER_MAX_OPEN) -> None:
+        self.threshold = threshold if threshold > 0 else 1 << 62
+        self.min_open = max(min_open, 0.001)
+        self.max_open = max(max_open, self.min_open)
+        self.path = path
+        self.state = CLOSED
+        self.fails = 0
+        self.open_until = 0.0
+        self.opens = 0
+        self._lock = threading.Lock()
+
+    def allow(self) -> Tuple[bool, bool]:
+        """Whether a call may go to the sidecar, and whether it is the probe."""
+        if self.state == CLOSED:
+            return True, False
+        with self._lock:
+            if self.state != OPEN or time.monotonic() < self.open_until:
+                return False, False
+            self.state = PROBING
+            return True, True
+
+    def done(self, probe: bool, exc: Optional[BaseException]) -> None:
+        """Record the outcome of a call ``allow`` let through: None if the sidecar answered."""
+        timed_out = isinstance(exc, Unavailable) and exc.timed_out
+        if probe:
+            with self._lock:
+                if exc is None or isinstance(exc, SluiceError) and not isinstance(exc, Unavailable):
+                    self.fails, self.opens, self.state = 0, 0, CLOSED
+                    log.info("the Sluice sidecar at %s answers again", self.path)
+                elif timed_out:
+                    self._open()
+                else:
+                    self.open_until, self.state = 0.0, OPEN  # the next call probes instead
+            return
+        if exc is None or isinstance(exc, SluiceError) and not isinstance(exc, Unavailable):
+            if self.fails:
+                self.fails = 0
+        elif timed_out:
+            with self._lock:
+                self.fails += 1
+                if self.fails >= self.threshold and self.state == CLOSED:
+                    self.opens = 0
+                    d = self._open()
+                    log.warning("the Sluice sidecar at %s is not answering (%d calls timed out), so calls fail "
+                                "at once and on_unavailable decides until a probe gets an answer; "
+                                "the first probe in %.0f ms", self.path, self.fails, d * 1000)
+
+    def _open(self) -> float:
+        d = min(self.min_open * (2 ** min(self.opens, 60)), self.max_open)
+        d = d / 2 + random.random() * d / 2
+        self.opens += 1
+        self.open_until = time.monotonic() + d
+        self.state = OPEN
+        return d
+
+    def retry_in(self) -> float:
+        """Seconds until the next probe; 0 when closed."""
+        if self.state == CLOSED:
+            return 0.0
+        return max(0.0, self.open_until - time.monotonic())
+
+
+#: The error of a call the open breaker did not let through.
+def breaker_open(path: str) -> Unavailable:
+    return Unavailable(f"the sidecar at {path} did not answer the last calls, so the client is not asking it for now")
+
+
 class Availability:
     """How one client sees the sidecar: it logs each change between
-    reachable and unavailable once, and answers the calls the sidecar could
-    not per the client's failure policy (on_unavailable)."""
+    reachable and unavailable once, counts and logs (at most every
+    DEGRADED_LOG_INTERVAL seconds) the calls its failure policy answered,
+    and holds the circuit breaker."""
 
     socket_path: str
     on_unavailable: str
+    _breaker: Breaker
     _down = False  # the last attempt found the sidecar unavailable
+    #: Decisions the on_unavailable policy made ("open" or "closed") since the client was created.
+    degraded_decisions = 0
+    _degraded_logged = 0  # degraded_decisions at the last log line
+    _degraded_log_at = -DEGRADED_LOG_INTERVAL  # time.monotonic() of the last log line
+
+    def healthy(self) -> bool:
+        """Whether the client asks the sidecar: False while its circuit breaker is open."""
+        return self._breaker.state == CLOSED
 
     def _unavailable(self, e: Unavailable, call: Any) -> Any:
         if not self._down:
             self._down = True
-            log.warning("sluice: the sidecar at %s is unavailable (%s); on_unavailable=%s",
+            log.warning("the Sluice sidecar at %s is unavailable (%s); on_unavailable=%s",
                         self.socket_path, e, self.on_unavailable)
-        return degraded(self.on_unavailable, call, e)
+        d = degraded(self.on_unavailable, call, e)
+        self.degraded_decisions += 1
+        now = time.monotonic()
+        if now - self._degraded_log_at >= DEGRADED_LOG_INTERVAL:
+            self._degraded_log_at = now
+            n, self._degraded_logged = self.degraded_decisions - self._degraded_logged, self.degraded_decisions
+            log.warning("%d decisions made without the Sluice sidecar at %s by on_unavailable=%s (%d in all): %s",
+                        n, self.socket_path, self.on_unavailable, self.degraded_decisions, e)
+        return d
 
     def _reachable(self) -> None:
         if self._down:
             self._down = False
-            log.info("sluice: connected to the sidecar at %s again", self.socket_path)
+            log.info("connected to the Sluice sidecar at %s again", self.socket_path)
 
     def _cannot_connect(self, e: BaseException, timed_out: bool) -> Unavailable:
         why = "timed out" if timed_out else (getattr(e, "strerror", None) or str(e))
-        return Unavailable(f"sluice: cannot connect to the sidecar at {self.socket_path}: {why}")
+        err = Unavailable(f"the sidecar is unavailable: cannot connect to {self.socket_path}: {why}")
+        err.timed_out = timed_out
+        return err

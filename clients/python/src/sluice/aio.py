@@ -27,7 +27,7 @@ import asyncio
 import collections
 import os
 import weakref
-from typing import Any, AsyncIterator, Deque, Iterable, List, NamedTuple, Optional, Sequence, Union
+from typing import Any, AsyncIterator, Deque, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from . import _common as c
 from ._common import At, Call, Key, LimitLike
@@ -69,6 +69,8 @@ class _Conn(asyncio.Protocol):
         self.path = path
         self.timeout = timeout
         self.transport: Optional[asyncio.Transport] = None
+        self.fd = -1
+        self.error: Optional[BaseException] = None  # what closed the connection, if it was a failure
         self.reader = c.FrameReader()
         self.pending: Deque[_Pending] = collections.deque()
         self.closed = False
@@ -78,6 +80,8 @@ class _Conn(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        self.fd = sock.fileno() if sock is not None else -1
 
     def _write(self, payload: bytes) -> None:
         """Write at once on an idle connection; else gather the writes of this loop
@@ -96,8 +100,17 @@ class _Conn(asyncio.Protocol):
         if buf and not self.closed:
             self.transport.write(b"".join(buf))  # type: ignore[union-attr]
 
+    def _closed_future(self) -> "asyncio.Future[Any]":
+        """The answer of a request on a connection that closed before it was sent:
+        the error that closed it (a refusal the sidecar sent, say)."""
+        fut = self.loop.create_future()
+        fut.set_exception(self.error or Unavailable(f"the sidecar is unavailable: {self.path} closed the connection"))
+        return fut
+
     def send_one(self, payload: bytes, fid: int) -> "asyncio.Future[Any]":
         """Write one request frame; return the future of its answer."""
+        if self.closed:
+            return self._closed_future()
         self._write(payload)
         fut = self.loop.create_future()
         if self.timeout is None:
@@ -111,6 +124,8 @@ class _Conn(asyncio.Protocol):
 
     def send(self, payload: bytes, fids: Sequence[int]) -> List["asyncio.Future[Any]"]:
         """Write a payload of len(fids) request frames; return the futures of their answers."""
+        if self.closed:
+            return [self._closed_future() for _ in fids]
         self._write(payload)
         deadline = self.loop.time() + (self.timeout or 0.0)
         futs = []
@@ -133,7 +148,7 @@ class _Conn(asyncio.Protocol):
         for f in frames:
             err: Optional[Exception] = c.frame_error(f)
             if err is None and not pending:
-                err = ProtocolError("sluice: the sidecar sent an answer to no request")
+                err = ProtocolError("the sidecar sent an answer to no request")
             if err is not None:
                 self.fail(err)  # a frame-level error fails everything outstanding
                 return
@@ -142,7 +157,18 @@ class _Conn(asyncio.Protocol):
                 fut.set_result(f)
 
     def connection_lost(self, exc: Optional[Exception]) -> None:
-        why = f": {exc}" if exc else ""
+        if exc is not None and self.pending and self.fd >= 0:
+            # A failed write: the sidecar closed the connection, maybe after
+            # writing why (a refusal: Busy at its connection limit, Denied for
+            # a peer it does not allow). The socket is still open here: read
+            # it, so that the refusal, not "broken pipe", fails the requests.
+            try:
+                data = os.read(self.fd, 1 << 16)
+            except OSError:
+                data = b""
+            if data:
+                self.data_received(data)
+        why = f": {exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}" if exc else ""
         self.closed = True
         if self._timer is not None:
             self._timer.cancel()
@@ -154,17 +180,19 @@ class _Conn(asyncio.Protocol):
                 continue
             err: Exception
             if cut:
-                err = ProtocolError(f"sluice: the sidecar closed the connection in the middle of a frame "
+                err = ProtocolError(f"the sidecar closed the connection in the middle of a frame "
                                     f"({cut} bytes of it received)")
             elif p.rx > 0 and p.rx == self.rx:
-                err = _Stale(f"sluice: the sidecar at {self.path} closed the connection{why}")
+                err = _Stale(f"the sidecar is unavailable: {self.path} closed the connection{why}")
             else:
-                err = Unavailable(f"sluice: lost the connection to the sidecar at {self.path}{why}")
+                err = Unavailable(f"the sidecar is unavailable: lost the connection to {self.path}{why}")
             p.future.set_exception(err)
 
     def fail(self, exc: BaseException) -> None:
         """Fail every outstanding request with exc and close the connection."""
         self.closed = True
+        if self.error is None:
+            self.error = exc
         while self.pending:
             fut = self.pending.popleft().future
             if not fut.done():
@@ -194,7 +222,9 @@ class _Conn(asyncio.Protocol):
             return
         deadline = self.pending[0].deadline
         if deadline <= self.loop.time():
-            self.fail(Unavailable(f"sluice: no answer from the sidecar at {self.path} within {self.timeout}s"))
+            err = Unavailable(f"the sidecar is unavailable: no answer from {self.path} within {self.timeout}s")
+            err.timed_out = True
+            self.fail(err)
         else:
             self._timer = self.loop.call_at(deadline, self._expire)
 
@@ -204,19 +234,23 @@ class AsyncClient(c.Availability):
 
     Args:
         socket_path: the sidecar's Unix socket; default $SLUICE_SOCKET, else "var/sluice.sock".
-        timeout: seconds to wait to connect and for each answer; None waits for ever.
-        on_unavailable: "open", "closed" or "raise", as for :class:`~sluice.Client`.
+        timeout: seconds to wait to connect and for each answer (default 0.05); None waits for ever.
+        on_unavailable: "open" (the default), "closed" or "raise", as for :class:`~sluice.Client`.
+        breaker: the circuit breaker's settings, as for :class:`~sluice.Client`.
 
     Use ``async with AsyncClient(...) as client`` or ``await client.close()``.
     """
 
     def __init__(self, socket_path: Optional[Union[str, "os.PathLike[str]"]] = None,
-                 timeout: Optional[float] = 1.0, on_unavailable: str = "open") -> None:
+                 timeout: Optional[float] = c.DEFAULT_TIMEOUT, on_unavailable: str = c.DEFAULT_POLICY, *,
+                 breaker: Tuple[int, float, float] = (c.BREAKER_THRESHOLD, c.BREAKER_MIN_OPEN, c.BREAKER_MAX_OPEN)
+                 ) -> None:
         if timeout is not None and not timeout > 0:
-            raise ValueError(f"sluice: timeout must be > 0 seconds or None, got {timeout!r}")
+            raise ValueError(f"timeout must be > 0 seconds or None, got {timeout!r}")
         self.socket_path = c.socket_path(socket_path)
         self.timeout = timeout
         self.on_unavailable = c.check_policy(on_unavailable)
+        self._breaker = c.Breaker(self.socket_path, *breaker)
         self._conn: Optional[_Conn] = None
         self._id = 0
         self._lock: Optional[asyncio.Lock] = None
@@ -232,7 +266,7 @@ class AsyncClient(c.Availability):
         return await self._decide(Opcode.ACQUIRE, key, limit, cost, at, strict)
 
     async def peek(self, key: Key, limit: LimitLike, *, at: At = None) -> Decision:
-        """The decision a cost-1 acquire would get now, changing and creating nothing."""
+        """The bucket as it stands, changing and creating nothing. See :meth:`Client.peek`."""
         return await self._decide(Opcode.PEEK, key, limit, 0, at, False)
 
     async def refund(self, key: Key, limit: LimitLike, amount: int = 1, *, at: At = None) -> Decision:
@@ -303,6 +337,10 @@ class AsyncClient(c.Availability):
     async def _decide(self, code: int, key: Key, limit: LimitLike, n: Any, at: At, strict: bool) -> Decision:
         self._id = fid = (self._id + 1) & 0xFFFFFFFF
         payload = c.decide_frame(fid, code, key, limit, n, at, strict)  # bad arguments raise before any I/O
+        brk = self._breaker
+        ok, probe = brk.allow()
+        if not ok:
+            return self._unavailable(c.breaker_open(self.socket_path), Call(b"", code, True))  # type: ignore[no-any-return]
         for attempt in (0, 1):
             try:
                 conn = self._conn
@@ -310,15 +348,21 @@ class AsyncClient(c.Availability):
                     conn = await self._connect()
                 f = await conn.send_one(payload, fid)
                 d = c.fast_decision(f, fid, code)
-                if d is not None:
-                    return d  # type: ignore[no-any-return]
-                return c.value(self._results(conn, f, fid, (Call(b"", code, True),))[0])  # type: ignore[no-any-return]
+                if d is None:
+                    d = c.value(self._results(conn, f, fid, (Call(b"", code, True),))[0])
+                brk.done(probe, None)
+                return d  # type: ignore[no-any-return]
             except _Stale as e:
                 if attempt == 0:
                     continue
+                brk.done(probe, e)
                 return self._unavailable(e, Call(b"", code, True))  # type: ignore[no-any-return]
             except Unavailable as e:
+                brk.done(probe, e)
                 return self._unavailable(e, Call(b"", code, True))  # type: ignore[no-any-return]
+            except BaseException as e:
+                brk.done(probe, e)
+                raise
         raise AssertionError("unreachable")
 
     async def _one(self, call: Call) -> Any:
@@ -329,6 +373,22 @@ class AsyncClient(c.Availability):
         out: List[Any] = []
         if not calls:
             return out
+        failure: Optional[Unavailable] = None
+        ok, probe = self._breaker.allow()
+        if not ok:
+            return c.finish(out, calls, c.breaker_open(self.socket_path), self._unavailable, raise_on_error)
+        try:
+            await self._send(calls, out)
+        except Unavailable as e:
+            failure = e
+        except BaseException as e:
+            self._breaker.done(probe, e)
+            raise
+        self._breaker.done(probe, failure)
+        return c.finish(out, calls, failure, self._unavailable, raise_on_error)
+
+    async def _send(self, calls: Sequence[Call], out: List[Any]) -> List[Any]:
+        """_run past the breaker: appends the answers to out, then raises Unavailable if some are missing."""
         failure: Optional[Unavailable] = None
         for attempt in (0, 1):
             failure = None
@@ -359,7 +419,9 @@ class AsyncClient(c.Availability):
             if isinstance(failure, _Stale) and not out and attempt == 0:
                 continue
             break
-        return c.finish(out, calls, failure, self._unavailable, raise_on_error)
+        if failure is not None:
+            raise failure
+        return out
 
     def _results(self, conn: _Conn, f: Any, fid: int, calls: Sequence[Call]) -> List[Any]:
         try:

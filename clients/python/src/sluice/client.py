@@ -16,11 +16,26 @@ The client connects lazily and reconnects on the next call after the
 sidecar restarts. A request sent on a reused connection that fails before
 any byte of the answer arrives (the sidecar restarted or closed an idle
 connection) is retried once on a new connection. When the sidecar cannot
-be asked (no socket, the connection broke, no answer within ``timeout``, it
-is shutting down or busy), acquire, peek and multi answer by the
-``on_unavailable`` policy: "open" returns an allowed decision with
-``degraded=True``, "closed" a denied one, "raise" raises
-:class:`Unavailable`; the other operations always raise it.
+be asked (no socket, the connection broke, no answer within ``timeout``,
+50 ms by default, it is shutting down or busy), acquire, peek and multi
+answer by the ``on_unavailable`` policy: "open" (the default, as the Go
+client's) returns an allowed decision with ``degraded=True``, "closed" a
+denied one, "raise" raises :class:`Unavailable`; the other operations
+always raise it. ``degraded_decisions`` counts the policy's answers, and
+the ``sluice`` logger says how many at most every 10 seconds.
+
+A sidecar that accepts connections but does not answer (stopped,
+overloaded) would cost every call its timeout: after 3 consecutive calls
+without an answer in time, the circuit breaker opens and calls fail at
+once (the policy answers) for 0.25 s, doubling after each failed probe up
+to 10 s (each period drawn at random from its upper half); then one call
+probes the sidecar, and an answer closes the breaker. ``healthy()`` is
+False while it is open; each opening and closing is logged once.
+
+A sidecar that refuses a connection (:class:`Busy` at its connection
+limit, :class:`Denied` for a peer it does not allow) writes its refusal
+and closes; the client reports the refusal even if its request was written
+after the close.
 """
 
 from __future__ import annotations
@@ -31,7 +46,7 @@ import socket
 import struct
 import threading
 import weakref
-from typing import Any, Iterable, Iterator, List, Optional, Sequence, TypeVar, Union
+from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union
 
 from . import _common as c
 from ._common import At, Call, Key, LimitLike
@@ -75,10 +90,12 @@ class Client(c.Availability):
             "var/sluice.sock" (sluiced's default, relative to the working
             directory).
         timeout: seconds to wait for the sidecar on connect and on each read
-            and write; None waits for ever.
+            and write (default 0.05); None waits for ever.
         on_unavailable: what acquire, peek and multi do when the sidecar
-            cannot be asked: "open" (allow, ``degraded=True``), "closed"
-            (deny, ``degraded=True``) or "raise" (:class:`Unavailable`).
+            cannot be asked: "open" (allow, ``degraded=True``; the default),
+            "closed" (deny, ``degraded=True``) or "raise" (:class:`Unavailable`).
+        breaker: the circuit breaker's (threshold, first open period, longest
+            open period), in calls and seconds; a threshold of 0 turns it off.
 
     Keys are str (sent as UTF-8) or bytes, 1..1024 bytes. Limits are
     :class:`~sluice.Limit` values or spec strings (parsed once and cached).
@@ -88,12 +105,15 @@ class Client(c.Availability):
     """
 
     def __init__(self, socket_path: Optional[Union[str, "os.PathLike[str]"]] = None,
-                 timeout: Optional[float] = 1.0, on_unavailable: str = "open") -> None:
+                 timeout: Optional[float] = c.DEFAULT_TIMEOUT, on_unavailable: str = c.DEFAULT_POLICY, *,
+                 breaker: Tuple[int, float, float] = (c.BREAKER_THRESHOLD, c.BREAKER_MIN_OPEN, c.BREAKER_MAX_OPEN)
+                 ) -> None:
         if timeout is not None and not timeout > 0:
-            raise ValueError(f"sluice: timeout must be > 0 seconds or None, got {timeout!r}")
+            raise ValueError(f"timeout must be > 0 seconds or None, got {timeout!r}")
         self.socket_path = c.socket_path(socket_path)
         self.timeout = timeout
         self.on_unavailable = c.check_policy(on_unavailable)
+        self._breaker = c.Breaker(self.socket_path, *breaker)
         self._lock = threading.Lock()
         self._sock: Optional[socket.socket] = None
         self._id = 0
@@ -118,10 +138,11 @@ class Client(c.Availability):
         return self._decide(Opcode.ACQUIRE, key, limit, cost, at, strict)
 
     def peek(self, key: Key, limit: LimitLike, *, at: At = None) -> Decision:
-        """The decision a cost-1 acquire would get now, changing and creating nothing.
+        """The bucket as it stands, changing and creating nothing.
 
-        Its ``remaining`` is what that acquire would leave; ``acquire(key, limit, 0)``
-        tells what is left now.
+        ``remaining`` is what is left now (what ``RL.GET`` says), ``allowed``
+        whether a cost-1 acquire would be allowed, ``retry_after`` when it
+        would be if not.
         """
         return self._decide(Opcode.PEEK, key, limit, 0, at, False)
 
@@ -211,9 +232,12 @@ class Client(c.Availability):
         """An ACQUIRE or PEEK: the hot path. One frame out, one in, decoded in one unpack.
 
         Anything but the usual (no connection yet, a failure, an error result,
-        a frame split across reads) goes the general way of _exchange and
-        results.
+        a frame split across reads, an open breaker) goes the general way of
+        _exchange and results.
         """
+        brk = self._breaker
+        if brk.state:  # not closed
+            return self._guarded(Call(b"", code, True), lambda: self._decide_slow(code, key, limit, n, at, strict))
         try:
             with self._lock:
                 self._id = fid = (self._id + 1) & 0xFFFFFFFF
@@ -227,7 +251,7 @@ class Client(c.Availability):
                     except (BlockingIOError, socket.timeout) as e:
                         raise self._timed_out(e) from None
                     except OSError:
-                        f = b""
+                        f = self._pending(sock)
                     except BaseException:
                         self._drop()
                         raise
@@ -236,6 +260,8 @@ class Client(c.Availability):
                             _DECISION_FRAME_UNPACK(f)
                         if rid == fid and rcode == code and not status and allowed <= 1 and count == 1 \
                                 and length == _DECISION_FRAME_LEN and ver == 1 and kind == 2:
+                            if brk.fails:
+                                brk.fails = 0
                             return make_decision(allowed == 1, rem, lim, ra, rs, dl)
                     if f:
                         f = self._complete(sock, f, 1, [])[0]
@@ -244,25 +270,56 @@ class Client(c.Availability):
                         f = None
                 if f is None:
                     f = self._exchange(payload, 1)[0]
-                return c.value(self._results(f, fid, (Call(b"", code, True),))[0])  # type: ignore[no-any-return]
+                d = c.value(self._results(f, fid, (Call(b"", code, True),))[0])
         except Unavailable as e:
+            brk.done(False, e)
             return self._unavailable(e, Call(b"", code, True))  # type: ignore[no-any-return]
+        except SluiceError as e:
+            brk.done(False, e)
+            raise
+        brk.done(False, None)
+        return d  # type: ignore[no-any-return]
+
+    def _decide_slow(self, code: int, key: Key, limit: LimitLike, n: Any, at: At, strict: bool) -> Decision:
+        with self._lock:
+            self._id = fid = (self._id + 1) & 0xFFFFFFFF
+            payload = c.decide_frame(fid, code, key, limit, n, at, strict)
+            f = self._exchange(payload, 1)[0]
+            return c.value(self._results(f, fid, (Call(b"", code, True),))[0])  # type: ignore[no-any-return]
+
+    def _guarded(self, call: Call, f: Callable[[], Any]) -> Any:
+        """f() if the breaker lets a call through, its outcome recorded; else the policy's answer."""
+        ok, probe = self._breaker.allow()
+        if not ok:
+            return self._unavailable(c.breaker_open(self.socket_path), call)
+        try:
+            v = f()
+        except Unavailable as e:
+            self._breaker.done(probe, e)
+            return self._unavailable(e, call)
+        except BaseException as e:
+            self._breaker.done(probe, e)
+            raise
+        self._breaker.done(probe, None)
+        return v
 
     def _one(self, call: Call) -> Any:
-        try:
+        def one() -> Any:
             with self._lock:
                 self._id = fid = (self._id + 1) & 0xFFFFFFFF
                 payload = c.pack((call,), fid).payload
                 f = self._exchange(payload, 1)[0]
                 return c.value(self._results(f, fid, (call,))[0])
-        except Unavailable as e:
-            return self._unavailable(e, call)
+        return self._guarded(call, one)
 
     def _run(self, calls: Sequence[Call], raise_on_error: bool) -> List[Any]:
         """Send every call in one write, read every answer: values or exceptions, in order."""
         out: List[Any] = []
         if not calls:
             return out
+        ok, probe = self._breaker.allow()
+        if not ok:
+            return c.finish(out, calls, c.breaker_open(self.socket_path), self._unavailable, raise_on_error)
         with self._lock:
             packed = c.pack(calls, (self._id + 1) & 0xFFFFFFFF)
             self._id = packed.frames[-1][0]
@@ -279,6 +336,7 @@ class Client(c.Availability):
                     failure = e
                     break
                 out.extend(rs)
+        self._breaker.done(probe, failure)
         return c.finish(out, calls, failure, self._unavailable, raise_on_error)
 
     def _results(self, f: Any, fid: int, calls: Sequence[Call]) -> List[Any]:
@@ -310,6 +368,16 @@ class Client(c.Availability):
         self._sock = s
         return s
 
+    @staticmethod
+    def _pending(sock: socket.socket) -> bytes:
+        """What the sidecar sent before it closed the connection, after a failed send or
+        receive: a refusal (Busy at its connection limit, Denied for a peer it does not
+        allow) is written before the close, and it, not "broken pipe", is the error."""
+        try:
+            return sock.recv(_RECV, socket.MSG_DONTWAIT)
+        except OSError:
+            return b""
+
     def _drop(self) -> None:
         s, self._sock = self._sock, None
         if s is not None:
@@ -322,7 +390,8 @@ class Client(c.Availability):
 
     def _timed_out(self, e: BaseException) -> Unavailable:
         self._drop()
-        err = Unavailable(f"sluice: no answer from the sidecar at {self.socket_path} within {self.timeout}s")
+        err = Unavailable(f"the sidecar is unavailable: no answer from {self.socket_path} within {self.timeout}s")
+        err.timed_out = True
         err.__cause__ = e
         return err
 
@@ -365,7 +434,7 @@ class Client(c.Availability):
             except (BlockingIOError, socket.timeout) as e:
                 raise self._timed_out(e) from None
             except OSError as e:
-                data, cause = b"", e
+                data, cause = self._pending(sock), e
             except BaseException:
                 self._drop()
                 raise
@@ -396,7 +465,7 @@ class Client(c.Availability):
 
     def _lost(self, e: BaseException) -> Unavailable:
         why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-        err = Unavailable(f"sluice: lost the connection to the sidecar at {self.socket_path}: {why}")
+        err = Unavailable(f"the sidecar is unavailable: lost the connection to {self.socket_path}: {why}")
         err.__cause__ = e
         return err
 
@@ -407,7 +476,7 @@ class Client(c.Availability):
             out.extend(reader.feed(data))
             if len(out) >= nframes:
                 if len(out) > nframes or reader.buffered:
-                    raise ProtocolError("sluice: the sidecar sent more than was asked")
+                    raise ProtocolError("the sidecar sent more than was asked")
                 return
             data = sock.recv(max(_RECV, reader.need()))
             if not data:
@@ -415,9 +484,9 @@ class Client(c.Availability):
 
     def _eof(self, reader: c.FrameReader, got: int, nframes: int) -> None:
         if reader.buffered:
-            raise ProtocolError(f"sluice: the sidecar closed the connection in the middle of a frame "
+            raise ProtocolError(f"the sidecar closed the connection in the middle of a frame "
                                 f"({reader.buffered} bytes of it received)")
-        raise Unavailable(f"sluice: the sidecar closed the connection after {got} of {nframes} answers")
+        raise Unavailable(f"the sidecar is unavailable: it closed the connection after {got} of {nframes} answers")
 
     def _pump(self, sock: socket.socket, payload: bytes, nframes: int, out: List[Any]) -> None:
         """Send a large payload while reading answers, so neither side blocks on a full buffer."""
@@ -453,7 +522,7 @@ class Client(c.Availability):
             received += len(data)
             out.extend(reader.feed(data))
         if len(out) > nframes or reader.buffered:
-            raise ProtocolError("sluice: the sidecar sent more than was asked")
+            raise ProtocolError("the sidecar sent more than was asked")
 
 
 class PipelineBase:

@@ -8,8 +8,8 @@ Every exception the package raises derives from :class:`SluiceError`.
   (:mod:`sluice.proto`) raises the same classes for bytes that break the
   format, as the Go codec returns the same sentinels.
 - :class:`Unavailable` means the sidecar could not be asked: no socket, the
-  connection broke, or no answer within the timeout. :class:`ShuttingDown`
-  and :class:`Busy` derive from it, so one ``except Unavailable`` and the
+  connection broke, or no answer within the timeout. :class:`ShuttingDown`,
+  :class:`Busy` and :class:`Denied` derive from it, so one ``except Unavailable`` and the
   client's ``on_unavailable`` policy cover every case where the sidecar is
   not there to decide.
 - :class:`ProtocolError` means the sidecar's reply could not be decoded (a
@@ -157,18 +157,16 @@ class Internal(StatusError):
     status = Status.INTERNAL
 
 
-class Denied(StatusError):
-    """The peer's uid or gid is not allowed on the socket (status 16)."""
-
-    status = Status.DENIED
-
-
 class Unavailable(SluiceError):
     """The sidecar could not be asked: no socket, a broken connection, or a timeout.
 
     The client's ``on_unavailable`` policy decides whether decisions raise
-    this or return a degraded :class:`~sluice.Decision`.
+    this or return a degraded :class:`~sluice.Decision`. ``timed_out`` is
+    set when no answer came in time (the failures the circuit breaker
+    counts).
     """
+
+    timed_out = False
 
 
 class ShuttingDown(StatusError, Unavailable):
@@ -181,6 +179,17 @@ class Busy(StatusError, Unavailable):
     """The sidecar's connection limit is reached (status 15)."""
 
     status = Status.BUSY
+
+
+class Denied(StatusError, Unavailable):
+    """The peer's uid or gid is not allowed on the socket (status 16).
+
+    An :class:`Unavailable`, as in the Go client (whose ErrDenied comes
+    wrapped in ErrUnavailable): the sidecar cannot decide for this process,
+    so the ``on_unavailable`` policy answers, and counts and logs it.
+    """
+
+    status = Status.DENIED
 
 
 class ProtocolError(SluiceError):
@@ -202,7 +211,7 @@ class RateLimited(SluiceError):
         self.decision = decision
         self.retry_after: Optional[float] = decision.retry_after
         wait = "" if self.retry_after is None else f"; retry after {self.retry_after:.3f}s"
-        super().__init__(f"sluice: rate limited: {key!r}{wait}")
+        super().__init__(f"rate limited: {key!r}{wait}")
 
     def __reduce__(self) -> Any:
         return (type(self), (self.key, self.decision))
@@ -229,7 +238,30 @@ def error_class(status: int) -> Type[StatusError]:
         return Malformed
 
 
+#: What each status means, for people (the same words as the Go client's).
+STATUS_TEXT: Dict[Status, str] = {
+    Status.MALFORMED: "the sidecar could not decode the request",
+    Status.BAD_VERSION: "the sidecar speaks another protocol version",
+    Status.FRAME_TOO_LARGE: "the request is too large",
+    Status.BATCH_TOO_LARGE: "too many operations in one request",
+    Status.UNKNOWN_OPCODE: "the sidecar does not know this operation",
+    Status.INVALID_LIMIT: "invalid limit",
+    Status.INVALID_KEY: "invalid key",
+    Status.INVALID_COST: "invalid cost",
+    Status.TABLE_FULL: "the sidecar's table is full",
+    Status.TOO_MANY_ITEMS: "too many items in one multi",
+    Status.CONTENDED: "the multi could not lock its buckets, retry it",
+    Status.UNSUPPORTED: "not supported by this sidecar",
+    Status.SHUTTING_DOWN: "the sidecar is shutting down",
+    Status.INTERNAL: "the sidecar failed",
+    Status.BUSY: "the sidecar refused the connection, it is at its connection limit",
+    Status.DENIED: "the sidecar refused the connection, this user or group is not allowed",
+}
+
+
 def status_error(status: int, message: str = "", op: int = 0) -> StatusError:
-    """Return the exception for an error result: its status's class with the server's message."""
+    """Return the exception for an error result: its status's class, its
+    text what the status means followed by the server's message."""
     cls = error_class(status)
-    return cls(message or cls.__doc__ or cls.__name__, op=op)
+    text = STATUS_TEXT.get(cls.status, cls.__name__)
+    return cls(f"{text}: {message}" if message else text, op=op)

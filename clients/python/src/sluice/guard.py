@@ -51,7 +51,7 @@ class _Base:
 
     def _fixed_key(self) -> Key:
         if callable(self.key):
-            raise TypeError("sluice: a guard with a key function works as a decorator only")
+            raise TypeError("a guard with a key function works as a decorator only")
         return self.key
 
     def _check(self, key: Key, d: Decision) -> Optional[float]:
@@ -92,7 +92,7 @@ class Guard(_Base):
 
     def __call__(self, fn: F) -> F:
         if inspect.iscoroutinefunction(fn):
-            raise TypeError("sluice: decorate coroutine functions with AsyncClient.limit")
+            raise TypeError("decorate coroutine functions with AsyncClient.limit")
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -122,7 +122,7 @@ class AsyncGuard(_Base):
 
     def __call__(self, fn: F) -> F:
         if not inspect.iscoroutinefunction(fn):
-            raise TypeError("sluice: AsyncClient.limit decorates coroutine functions; use Client.limit")
+            raise TypeError("AsyncClient.limit decorates coroutine functions; use Client.limit")
 
         @functools.wraps(fn)
         async def wrapper(*args: Any, **kwargs: Any) -> Any:

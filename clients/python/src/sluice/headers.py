@@ -58,13 +58,13 @@ def policy(limit: Limit) -> Tuple[int, int]:
         interval = max(1, _ceil_div(limit.period_ns, max(limit.rate, 1)))
         q = limit.max_delay_ns // interval + 1
         return q, max(1, _seconds_up(q * interval))
-    raise TypeError(f"sluice: no RateLimit policy for {limit!r}")
+    raise TypeError(f"no RateLimit policy for {limit!r}")
 
 
 def _sf_string(name: str) -> str:
     """A structured-field string: printable ASCII in double quotes, with \\ and \" escaped."""
     if not all(" " <= ch <= "~" for ch in name):
-        raise ValueError(f"sluice: a RateLimit policy name is printable ASCII, got {name!r}")
+        raise ValueError(f"a RateLimit policy name is printable ASCII, got {name!r}")
     return '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 

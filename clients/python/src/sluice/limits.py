@@ -75,36 +75,36 @@ def duration_ns(value: DurationLike, name: str = "duration") -> int:
     if isinstance(value, datetime.timedelta):
         ns = ((value.days * 86400 + value.seconds) * 1_000_000 + value.microseconds) * 1000
     elif isinstance(value, bool):
-        raise InvalidLimit(f"sluice: {name}: want a duration, got {value!r}")
+        raise InvalidLimit(f"{name}: want a duration, got {value!r}")
     elif isinstance(value, int):
         ns = value * _NS_PER_S
     elif isinstance(value, str):
         v = _parse_value(value, True)
         if isinstance(v, str):
-            raise InvalidLimit(f"sluice: {name}: {v}")
+            raise InvalidLimit(f"{name}: {v}")
         ns = v
     elif isinstance(value, (Real, Decimal)):
         try:
             ns = round(Fraction(value) * _NS_PER_S)  # type: ignore[arg-type]
         except (ValueError, OverflowError, TypeError):
-            raise InvalidLimit(f"sluice: {name}: want a duration, got {value!r}") from None
+            raise InvalidLimit(f"{name}: want a duration, got {value!r}") from None
     else:
-        raise InvalidLimit(f"sluice: {name}: want a timedelta, seconds or a Go duration, got {value!r}")
+        raise InvalidLimit(f"{name}: want a timedelta, seconds or a Go duration, got {value!r}")
     if ns < 0:
-        raise InvalidLimit(f"sluice: {name}: negative duration {value!r}")
+        raise InvalidLimit(f"{name}: negative duration {value!r}")
     if ns > MAX_INT64:
-        raise InvalidLimit(f"sluice: {name}: {value!r} is longer than int64 nanoseconds")
+        raise InvalidLimit(f"{name}: {value!r} is longer than int64 nanoseconds")
     return ns
 
 
 def _count(value: Any, name: str) -> int:
     """Check an integer parameter: an int (not a bool), 0..MaxInt64."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidLimit(f"sluice: {name}: want an integer, got {value!r}")
+        raise InvalidLimit(f"{name}: want an integer, got {value!r}")
     if value < 0:
-        raise InvalidLimit(f"sluice: {name}: negative value {value}")
+        raise InvalidLimit(f"{name}: negative value {value}")
     if value > MAX_INT64:
-        raise InvalidLimit(f"sluice: {name}: integer out of range {value}")
+        raise InvalidLimit(f"{name}: integer out of range {value}")
     return int(value)
 
 
@@ -129,7 +129,7 @@ class Limit:
     _wire: Tuple[int, int, int, int]
 
     def __init__(self) -> None:
-        raise TypeError("sluice: Limit is abstract: use TokenBucket, GCRA, FixedWindow, SlidingWindow, "
+        raise TypeError("Limit is abstract: use TokenBucket, GCRA, FixedWindow, SlidingWindow, "
                         "Pacer or Limit.parse")
 
     def _set(self, *values: int) -> None:
@@ -149,7 +149,7 @@ class Limit:
         """Parse a limit spec, "ALGORITHM:name=value,...", as proto's ParseLimit.
 
         Raises :class:`InvalidLimit` with the message ParseLimit gives, e.g.
-        ``proto: limit "gcra:burst=x,count=1,period=1s": burst: invalid integer "x"``.
+        ``invalid limit: limit "gcra:burst=x,count=1,period=1s": burst: invalid integer "x"``.
         """
         return parse_limit(spec)
 
@@ -163,9 +163,9 @@ class Limit:
         """
         cls = _CLASSES.get(algorithm)
         if cls is None:
-            raise InvalidLimit(f"proto: invalid limit: unknown algorithm {algorithm}")
+            raise InvalidLimit(f"invalid limit: unknown algorithm {algorithm}")
         if not cls._fields[2] and p2 != 0:
-            raise InvalidLimit(f"proto: invalid limit: {cls.algorithm.spec_name} does not use p2, got {p2}")
+            raise InvalidLimit(f"invalid limit: {cls.algorithm.spec_name} does not use p2, got {p2}")
         obj = object.__new__(cls)
         obj._set(p0, p1, p2)
         return obj
@@ -324,10 +324,10 @@ def _ns_arg(value: Optional[DurationLike], ns: Optional[int], name: str) -> int:
     """A duration given as a value or as ``<name>_ns`` (what dataclasses.replace passes)."""
     if ns is not None:
         if value is not None:
-            raise TypeError(f"sluice: give {name} or {name}_ns, not both")
+            raise TypeError(f"give {name} or {name}_ns, not both")
         return _count(ns, name + "_ns")
     if value is None:
-        raise TypeError(f"sluice: missing {name}")
+        raise TypeError(f"missing {name}")
     return duration_ns(value, name)
 
 
@@ -366,10 +366,10 @@ def parse_limit(spec: str) -> Limit:
     """Parse a limit spec as proto's ParseLimit; see :meth:`Limit.parse`."""
 
     def fail(msg: str) -> InvalidLimit:
-        return InvalidLimit(f"proto: limit {quote(spec)}: {msg}")
+        return InvalidLimit(f"invalid limit: limit {quote(spec)}: {msg}")
 
     if not isinstance(spec, str):
-        raise InvalidLimit(f"sluice: a limit spec is a str, got {spec!r}")
+        raise InvalidLimit(f"a limit spec is a str, got {spec!r}")
     name, colon, params = spec.partition(":")
     cls = _BY_NAME.get(name)
     if cls is None:

@@ -173,7 +173,7 @@ def _name(code: int) -> str:
 
 
 def _truncated(what: str, need: int, have: int) -> Malformed:
-    return Malformed(f"proto: malformed: {what}: truncated: need {need} bytes, have {have}")
+    return Malformed(f"malformed: {what}: truncated: need {need} bytes, have {have}")
 
 
 # ---- frames ----------------------------------------------------------------
@@ -193,20 +193,20 @@ def parse_header(b: Buffer, off: int = 0) -> Header:
     MAX_BATCH (:class:`BatchTooLarge`). Fewer than 12 bytes: Malformed.
     """
     if len(b) - off < HEADER_LEN:
-        raise Malformed(f"proto: short header: {max(len(b) - off, 0)} of {HEADER_LEN} bytes")
+        raise Malformed(f"short header: {max(len(b) - off, 0)} of {HEADER_LEN} bytes")
     h = Header(*HEADER.unpack_from(b, off))
     if h.version != VERSION:
-        raise BadVersion(f"proto: unsupported protocol version: version {h.version}, this side speaks {VERSION}")
+        raise BadVersion(f"unsupported protocol version: version {h.version}, this side speaks {VERSION}")
     if h.kind != Kind.REQUEST and h.kind != Kind.RESPONSE:
-        raise Malformed(f"proto: malformed: frame kind {h.kind}")
+        raise Malformed(f"malformed: frame kind {h.kind}")
     if h.length < _MIN_LENGTH:
-        raise Malformed(f"proto: malformed: frame length {h.length}, below {_MIN_LENGTH}")
+        raise Malformed(f"malformed: frame length {h.length}, below {_MIN_LENGTH}")
     if h.length > MAX_FRAME_LEN:
-        raise FrameTooLarge(f"proto: frame too large: length {h.length}, limit {MAX_FRAME_LEN}")
+        raise FrameTooLarge(f"frame too large: length {h.length}, limit {MAX_FRAME_LEN}")
     if h.count == 0:
-        raise Malformed("proto: malformed: frame count 0")
+        raise Malformed("malformed: frame count 0")
     if h.count > MAX_BATCH:
-        raise BatchTooLarge(f"proto: batch too large: count {h.count}, limit {MAX_BATCH}")
+        raise BatchTooLarge(f"batch too large: count {h.count}, limit {MAX_BATCH}")
     return h
 
 
@@ -236,9 +236,9 @@ def decode_frame(b: Buffer) -> Tuple[Header, List[Union[Op, Result]]]:
     """
     h, end = split_frame(b)
     if h is None:
-        raise Malformed(f"proto: malformed: incomplete frame: {len(b)} of {end} bytes")
+        raise Malformed(f"malformed: incomplete frame: {len(b)} of {end} bytes")
     if end != len(b):
-        raise Malformed(f"proto: malformed: {len(b) - end} bytes after the frame")
+        raise Malformed(f"malformed: {len(b) - end} bytes after the frame")
     out: List[Union[Op, Result]] = []
     off = HEADER_LEN
     decode = decode_op if h.kind == Kind.REQUEST else decode_result
@@ -246,7 +246,7 @@ def decode_frame(b: Buffer) -> Tuple[Header, List[Union[Op, Result]]]:
         v, off = decode(b, off, end)
         out.append(v)
     if off != end:
-        raise Malformed(f"proto: malformed: {end - off} bytes after the last operation")
+        raise Malformed(f"malformed: {end - off} bytes after the last operation")
     return h, out
 
 
@@ -302,7 +302,7 @@ def _key(b: Buffer, off: int, end: int, min_len: int, code: int, what: str) -> T
     """A u16 length and that many bytes (min_len..MAX_KEY_LEN) at b[off:], 2 bytes present."""
     (n,) = _U16.unpack_from(b, off)
     if n < min_len or n > MAX_KEY_LEN:
-        raise InvalidKey(f"proto: invalid key: {_name(code)} {what} of {n} bytes, want {min_len}..{MAX_KEY_LEN}")
+        raise InvalidKey(f"invalid key: {_name(code)} {what} of {n} bytes, want {min_len}..{MAX_KEY_LEN}")
     off += 2
     if end - off < n:
         raise _truncated(f"{_name(code)} {what}", n, end - off)
@@ -311,7 +311,7 @@ def _key(b: Buffer, off: int, end: int, min_len: int, code: int, what: str) -> T
 
 def _limit(alg: int, p0: int, p1: int, p2: int) -> Limit:
     if not 1 <= alg <= 5:
-        raise InvalidLimit(f"proto: invalid limit: unknown algorithm {alg}")
+        raise InvalidLimit(f"invalid limit: unknown algorithm {alg}")
     return Limit.from_wire(alg, p0, p1, p2)
 
 
@@ -331,7 +331,7 @@ def decode_op(b: Buffer, off: int = 0, end: Optional[int] = None) -> Tuple[Op, i
             raise _truncated(_name(code), ITEM.size - 1, end - off - 1)
         _, flags, a, p0, p1, p2, n, at, _ = ITEM.unpack_from(b, off)
         if flags & ~_ITEM_FLAGS:
-            raise Malformed(f"proto: malformed: {_name(code)}: reserved flag bits 0x{flags & ~_ITEM_FLAGS:02x}")
+            raise Malformed(f"malformed: {_name(code)}: reserved flag bits 0x{flags & ~_ITEM_FLAGS:02x}")
         limit = _limit(a, p0, p1, p2)
         key, off = _key(b, off + ITEM.size - 2, end, 1, code, "key")
         return Op(Opcode(code), flags=flags, limit=limit, n=n, at=at, key=key), off
@@ -342,12 +342,12 @@ def decode_op(b: Buffer, off: int = 0, end: Optional[int] = None) -> Tuple[Op, i
             raise _truncated("SCAN", SCAN.size - 1, end - off - 1)
         _, cursor, count, _ = SCAN.unpack_from(b, off)
         if count == 0 or count > MAX_SCAN_COUNT:
-            raise Malformed(f"proto: malformed: SCAN count {count}, want 1..{MAX_SCAN_COUNT}")
+            raise Malformed(f"malformed: SCAN count {count}, want 1..{MAX_SCAN_COUNT}")
         prefix, off = _key(b, off + SCAN.size - 2, end, 0, code, "prefix")
         return Op(Opcode.SCAN, cursor=cursor, count=count, prefix=prefix), off
     if code in (Opcode.HELLO, Opcode.PING, Opcode.STATS):
         return Op(Opcode(code)), off + 1
-    raise UnknownOpcode(f"proto: unknown opcode: {code}")
+    raise UnknownOpcode(f"unknown opcode: {code}")
 
 
 def _decode_multi(b: Buffer, off: int, end: int) -> Tuple[Op, int]:
@@ -355,11 +355,11 @@ def _decode_multi(b: Buffer, off: int, end: int) -> Tuple[Op, int]:
         raise _truncated("MULTI", MULTI.size - 1, end - off - 1)
     _, flags, at, n = MULTI.unpack_from(b, off)
     if flags & ~_MULTI_FLAGS:
-        raise Malformed(f"proto: malformed: MULTI: reserved flag bits 0x{flags & ~_MULTI_FLAGS:02x}")
+        raise Malformed(f"malformed: MULTI: reserved flag bits 0x{flags & ~_MULTI_FLAGS:02x}")
     if n == 0:
-        raise Malformed("proto: malformed: MULTI with no items")
+        raise Malformed("malformed: MULTI with no items")
     if n > MAX_MULTI:
-        raise TooManyItems(f"proto: too many items in multi: {n} items, limit {MAX_MULTI}")
+        raise TooManyItems(f"too many items in multi: {n} items, limit {MAX_MULTI}")
     off += MULTI.size
     items = []
     for i in range(n):
@@ -367,7 +367,7 @@ def _decode_multi(b: Buffer, off: int, end: int) -> Tuple[Op, int]:
             raise _truncated(f"MULTI item {i}", MULTI_ITEM.size, end - off)
         iflags, a, p0, p1, p2, cost, _ = MULTI_ITEM.unpack_from(b, off)
         if iflags & ~_MULTI_ITEM_FLAGS:
-            raise Malformed(f"proto: malformed: MULTI item {i}: reserved flag bits 0x{iflags & ~_MULTI_ITEM_FLAGS:02x}")
+            raise Malformed(f"malformed: MULTI item {i}: reserved flag bits 0x{iflags & ~_MULTI_ITEM_FLAGS:02x}")
         limit = _limit(a, p0, p1, p2)
         key, off = _key(b, off + MULTI_ITEM.size - 2, end, 1, Opcode.MULTI, "item key")
         items.append(WireMultiItem(iflags, limit, cost, key))
@@ -433,12 +433,12 @@ def encode_result(r: Result) -> bytes:
             raw = name.encode("utf-8", "surrogateescape")
             parts += [bytes((len(raw),)), raw, _U64.pack(value)]
         return b"".join(parts)
-    raise ValueError(f"sluice: cannot encode an OK result of opcode {c}")
+    raise ValueError(f"cannot encode an OK result of opcode {c}")
 
 
 def _bool(c: int, what: str) -> bool:
     if c > 1:
-        raise Malformed(f"proto: malformed: {what} byte {c}, want 0 or 1")
+        raise Malformed(f"malformed: {what} byte {c}, want 0 or 1")
     return c == 1
 
 
@@ -464,12 +464,12 @@ def decode_result(b: Buffer, off: int = 0, end: Optional[int] = None) -> Tuple[R
     off += 2
     if status != Status.OK:
         if status > Status.DENIED:
-            raise Malformed(f"proto: malformed: {_name(code)} result: unknown status {status}")
+            raise Malformed(f"malformed: {_name(code)} result: unknown status {status}")
         if end - off < 2:
             raise _truncated(f"{_name(code)} error", 2, end - off)
         (n,) = _U16.unpack_from(b, off)
         if n > MAX_MESSAGE_LEN:
-            raise Malformed(f"proto: malformed: {_name(code)} error message of {n} bytes, limit {MAX_MESSAGE_LEN}")
+            raise Malformed(f"malformed: {_name(code)} error message of {n} bytes, limit {MAX_MESSAGE_LEN}")
         off += 2
         if end - off < n:
             raise _truncated(f"{_name(code)} error message", n, end - off)
@@ -497,7 +497,7 @@ def decode_result(b: Buffer, off: int = 0, end: Optional[int] = None) -> Tuple[R
     elif code == Opcode.STATS:
         value, off = _decode_stats_result(b, off, end)
     else:
-        raise UnknownOpcode(f"proto: unknown opcode: OK result with opcode {code}")
+        raise UnknownOpcode(f"unknown opcode: OK result with opcode {code}")
     return Result(code, 0, "", value), off
 
 
@@ -507,7 +507,7 @@ def _decode_multi_result(b: Buffer, off: int, end: int) -> Tuple[MultiDecision, 
     allowed = _bool(b[off], "MULTI allowed")
     n = b[off + 1]
     if n == 0 or n > MAX_MULTI:
-        raise Malformed(f"proto: malformed: MULTI result with {n} decisions, want 1..{MAX_MULTI}")
+        raise Malformed(f"malformed: MULTI result with {n} decisions, want 1..{MAX_MULTI}")
     off += 2
     ds = []
     for _ in range(n):
@@ -521,7 +521,7 @@ def _decode_scan_result(b: Buffer, off: int, end: int) -> Tuple[ScanPage, int]:
         raise _truncated("SCAN result", SCAN_RESULT.size, end - off)
     nxt, n = SCAN_RESULT.unpack_from(b, off)
     if n > MAX_SCAN_COUNT:
-        raise Malformed(f"proto: malformed: SCAN result with {n} entries, limit {MAX_SCAN_COUNT}")
+        raise Malformed(f"malformed: SCAN result with {n} entries, limit {MAX_SCAN_COUNT}")
     off += SCAN_RESULT.size
     entries = []
     for _ in range(n):
@@ -529,7 +529,7 @@ def _decode_scan_result(b: Buffer, off: int, end: int) -> Tuple[ScanPage, int]:
             raise _truncated("SCAN entry", SCAN_ENTRY.size, end - off)
         alg, fresh_at, _ = SCAN_ENTRY.unpack_from(b, off)
         if not 1 <= alg <= 5:
-            raise InvalidLimit(f"proto: invalid limit: SCAN entry: unknown algorithm {alg}")
+            raise InvalidLimit(f"invalid limit: SCAN entry: unknown algorithm {alg}")
         key, off = _key(b, off + SCAN_ENTRY.size - 2, end, 1, Opcode.SCAN, "entry key")
         entries.append(ScanEntry(key, Algorithm(alg), fresh_at))
     return ScanPage(nxt, tuple(entries)), off
@@ -546,7 +546,7 @@ def _decode_stats_result(b: Buffer, off: int, end: int) -> Tuple[Stats, int]:
             raise _truncated("STATS counter", 9, end - off)
         ln = b[off]
         if ln == 0:
-            raise Malformed("proto: malformed: STATS counter with an empty name")
+            raise Malformed("malformed: STATS counter with an empty name")
         if end - off < 9 + ln:
             raise _truncated("STATS counter", 9 + ln, end - off)
         name = bytes(b[off + 1:off + 1 + ln]).decode("utf-8", "surrogateescape")

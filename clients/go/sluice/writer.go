@@ -1,0 +1,134 @@
+package sluice
+
+import (
+	"errors"
+	"os"
+	"runtime"
+	"syscall"
+	"time"
+)
+
+// refusalWait bounds how long a writer whose write found the connection
+// closed waits for the sidecar's refusal to be read.
+const refusalWait = time.Second
+
+// write writes b and returns the write's error. The caller holds the
+// writing role.
+func (cn *conn) write(b []byte) error {
+	cn.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	_, err := cn.nc.Write(b)
+	return err
+}
+
+// closedByPeer reports whether a write failed because the sidecar closed
+// the connection: it may have written why first (a refusal: Busy at its
+// connection limit, Denied for a peer it does not allow), and that, not
+// the write's "broken pipe", is the error to report.
+func closedByPeer(err error) bool {
+	return errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET)
+}
+
+// writeFailed is the error of a failed write.
+func writeFailed(err error) error { return unavailable("cannot send the request", err) }
+
+// writeDirect writes the batch that enqueue took for a direct round trip;
+// on failure it fails the connection and returns false. The caller holds
+// both roles: if the sidecar closed the connection, it reads what the
+// sidecar sent before closing, so that a refusal fails the connection
+// with the refusal's error.
+func (cn *conn) writeDirect() bool {
+	err := cn.write(cn.wbuf)
+	cn.keepWbuf(cn.wbuf)
+	if err == nil {
+		return true
+	}
+	if !closedByPeer(err) {
+		cn.fail(writeFailed(err))
+		return false
+	}
+	cn.nc.SetReadDeadline(time.Now().Add(refusalWait))
+	for {
+		rerr := cn.readSome()
+		if rerr == nil {
+			continue // answers that came before the close
+		}
+		if errors.Is(rerr, os.ErrDeadlineExceeded) {
+			rerr = writeFailed(err)
+		}
+		cn.fail(rerr) // the refusal, or the connection closed by the sidecar
+		return false
+	}
+}
+
+// keepWbuf keeps the written batch's buffer for the next one, unless it
+// grew too large to keep. The caller holds the writing role.
+func (cn *conn) keepWbuf(b []byte) {
+	if cap(b) > keepBuffer {
+		b = nil
+	}
+	cn.wbuf = b[:0]
+}
+
+// writeLoop takes the writing role when a caller hands it over and writes
+// until nothing is queued, until the connection fails.
+func (cn *conn) writeLoop() {
+	defer cn.wg.Done()
+	for {
+		select {
+		case <-cn.wake:
+		case <-cn.done:
+			return
+		}
+		// Let the callers that are ready to run queue their requests first:
+		// the reader has just woken them, and they would otherwise be
+		// written one frame per write.
+		runtime.Gosched()
+		for {
+			cn.mu.Lock()
+			if cn.err != nil {
+				cn.mu.Unlock()
+				return
+			}
+			if len(cn.queued) == 0 {
+				cn.writing = false
+				cn.mu.Unlock()
+				break
+			}
+			b := cn.takeLocked(cn.wbuf[:0])
+			startReader := !cn.reading && !cn.inflight.empty()
+			if startReader {
+				cn.reading = true
+			}
+			cn.mu.Unlock()
+			if startReader {
+				cn.readWake <- struct{}{} // never blocks: only the role's taker sends
+			}
+			if len(b) > 0 {
+				if err := cn.write(b); err != nil {
+					cn.writeLoopFailed(err)
+					return
+				}
+			}
+			cn.keepWbuf(b)
+		}
+	}
+}
+
+// writeLoopFailed fails the connection after the writer goroutine's write
+// failed. If the sidecar closed the connection, the reading role (held:
+// the calls just written are in flight) reads what it sent before closing
+// and fails the connection with that, a refusal's error say; the writer
+// waits for it a while, keeping the writing role, so that nothing more is
+// written.
+func (cn *conn) writeLoopFailed(err error) {
+	if closedByPeer(err) {
+		t := time.NewTimer(refusalWait)
+		defer t.Stop()
+		select {
+		case <-cn.done:
+			return
+		case <-t.C:
+		}
+	}
+	cn.fail(writeFailed(err))
+}
