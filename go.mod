@@ -11,7 +11,6 @@ require (
 	github.com/redis/go-redis/v9 v9.23.0
 	go.yaml.in/yaml/v3 v3.0.6
 	golang.org/x/sys v0.49.0
-	golang.org/x/time v0.16.0
 )
 
 require (

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 
+	"github.com/sluicehq/sluice/internal/echo"
 	"github.com/sluicehq/sluice/proto"
 )
 
@@ -15,57 +16,9 @@ import (
 // client would. Whatever a target spends above it is protocol, client
 // and decision work.
 
-// decisionFrame is a response frame holding one decision: what the echo
-// answers, byte for byte the size of the sidecar's answer.
-func decisionFrame() []byte {
-	b, start := proto.BeginFrame(nil, proto.KindResponse, 1)
-	return proto.EndFrame(proto.AppendDecision(b, proto.OpAcquire, &proto.Decision{Allowed: true, Remaining: 99, Limit: 100, RetryAfter: -1}), start, 1)
-}
-
-// ServeEcho answers frames on ln's connections until ln is closed: one
-// read, then one write holding an answer for every complete frame read.
-func ServeEcho(ln net.Listener) error {
-	answer := decisionFrame()
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return err
-		}
-		go func() {
-			defer c.Close()
-			in, out := make([]byte, 0, 64<<10), make([]byte, 0, 64<<10)
-			for {
-				if len(in) == cap(in) {
-					return // a frame larger than the buffer: not ours
-				}
-				n, err := c.Read(in[len(in):cap(in)])
-				if err != nil {
-					return
-				}
-				in = in[:len(in)+n]
-				rest := in
-				for {
-					frame, r, _, err := proto.SplitFrame(rest)
-					if err != nil {
-						return
-					}
-					if frame == nil {
-						break
-					}
-					out = append(out, answer...)
-					rest = r
-				}
-				in = in[:copy(in, rest)]
-				if len(out) > 0 {
-					if _, err := c.Write(out); err != nil {
-						return
-					}
-					out = out[:0]
-				}
-			}
-		}()
-	}
-}
+// ServeEcho answers frames on ln's connections until ln is closed (see
+// package echo, which the sidecar's own benchmarks share).
+func ServeEcho(ln net.Listener) error { return echo.Serve(ln) }
 
 // echoTarget is the floor. start runs the echo server and returns its
 // socket path and a stop function.
@@ -109,7 +62,7 @@ func (t *echoTarget) Dial(ctx context.Context, k LimitKind) (Conn, error) {
 		return nil, err
 	}
 	l := t.limits
-	return &echoConn{c: c, l: proto.TokenBucketLimit(l.TBMax, l.TBRefill, l.TBAmount), answer: len(decisionFrame())}, nil
+	return &echoConn{c: c, l: proto.TokenBucketLimit(l.TBMax, l.TBRefill, l.TBAmount), answer: echo.AnswerLen}, nil
 }
 
 type echoConn struct {

@@ -10,7 +10,6 @@ import (
 
 	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/shm"
-	"golang.org/x/time/rate"
 )
 
 // The benchmark limits admit about one request per simulated microsecond,
@@ -110,41 +109,5 @@ func BenchmarkAcquireParallel(b *testing.B) {
 				e.Acquire(&d, benchKey(buf, rng.IntN(randomKeys)), bl.l, 1, At(now), 0)
 			}
 		})
-	})
-}
-
-// BenchmarkBaseline is what users would otherwise run in process:
-// golang.org/x/time/rate, one limiter, and a mutex-guarded map of limiters
-// with the same key draw as BenchmarkAcquire.
-func BenchmarkBaseline(b *testing.B) {
-	start := time.Unix(0, t0)
-	newLimiter := func() *rate.Limiter { return rate.NewLimiter(rate.Limit(1e6), 1000) }
-	b.Run("xrate/hot", func(b *testing.B) {
-		lim, now := newLimiter(), start
-		b.ReportAllocs()
-		for b.Loop() {
-			now = now.Add(time.Microsecond)
-			lim.AllowN(now, 1)
-		}
-	})
-	b.Run("xrate-mutex-map/1M-random", func(b *testing.B) {
-		var mu sync.Mutex
-		m := make(map[string]*rate.Limiter, randomKeys)
-		buf := make([]byte, 0, 32)
-		for i := range randomKeys {
-			m[string(benchKey(buf, i))] = newLimiter()
-		}
-		rng := rand.New(rand.NewPCG(2, 2))
-		now := start
-		b.ReportAllocs()
-		b.ResetTimer()
-		for b.Loop() {
-			now = now.Add(time.Microsecond)
-			k := benchKey(buf, rng.IntN(randomKeys))
-			mu.Lock()
-			lim := m[string(k)]
-			lim.AllowN(now, 1)
-			mu.Unlock()
-		}
 	})
 }

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/bench/compare"
 	"github.com/sluicehq/sluice/clients/go/sluice"
+	"github.com/sluicehq/sluice/internal/echo"
 	"github.com/sluicehq/sluice/proto"
 )
 
@@ -33,7 +33,7 @@ func decisionFrame(id uint32) []byte {
 	return proto.EndFrame(proto.AppendDecision(b, proto.OpAcquire, &proto.Decision{Allowed: true}), start, 1)
 }
 
-// echoServer is the comparison's echo (bench/compare.ServeEcho): it
+// echoServer is the comparison's echo (package echo): it
 // answers every complete frame with a decision-sized frame, one write per
 // read, what the sidecar does minus the decision.
 func echoServer(b *testing.B) string {
@@ -43,7 +43,7 @@ func echoServer(b *testing.B) string {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { ln.Close() })
-	go compare.ServeEcho(ln)
+	go echo.Serve(ln)
 	return path
 }
 
@@ -112,7 +112,7 @@ func pipelined(b *testing.B, path string) {
 // sharing one Go client, whose writer batches their requests into shared
 // writes.
 func parallel(b *testing.B, path string) {
-	c, err := sluice.Dial(path)
+	c, err := sluice.Dial(path, sluice.WithFailurePolicy(sluice.FailError), sluice.WithTimeout(10*time.Second))
 	if err != nil {
 		b.Fatal(err)
 	}
