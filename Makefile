@@ -7,7 +7,7 @@ BENCH    ?= .
 COUNT    ?= 1
 PYTHON   ?= python3
 
-.PHONY: all build run test check-tools test-go test-python bench bench-python bench-compare bench-soak fuzz soak vet fmt lint deps clean
+.PHONY: all build run test check-tools test-go test-python bench bench-global bench-python bench-compare bench-soak fuzz soak vet fmt lint deps clean
 
 all: build
 
@@ -57,6 +57,11 @@ test-python: build
 ## bench: every benchmark (BENCH=regexp, COUNT=n to narrow or repeat)
 bench:
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count $(COUNT) ./... ./bench/...
+
+## bench-global: four sidecars (32 client processes) on one Redis and on a Redis Cluster, exact
+## and leased global limits, beside the same processes calling Redis + Lua (about 2 minutes)
+bench-global:
+	SLUICE_FLEET_SECONDS=5 $(GO) test -run '^$$' -bench 'BenchmarkFleet' -benchtime 1x ./internal/server
 
 ## bench-python: the Python client's decisions/s and latency, against a bare socket echo
 bench-python: build
