@@ -153,6 +153,7 @@ func (x *cli) usage() {
 	} {
 		fmt.Fprintln(w, "  "+s)
 	}
+	fmt.Fprintln(w, "or the name of a limit of the sidecar's config file (a LIMIT without ':'),\nfor example login.")
 	fmt.Fprintln(w, "\n--socket defaults to $SLUICE_SOCKET, else "+defaultSocket+"; --state to $SLUICE_STATE,")
 	fmt.Fprintln(w, "else "+defaultState+". Flags may come before or after the arguments; -- ends them.")
 	fmt.Fprintln(w, "\"sluice COMMAND --help\" describes a command.")

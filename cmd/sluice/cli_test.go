@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/server"
 )
 
@@ -26,6 +27,13 @@ const tb10 = "token_bucket:max=10,refill_time=1h,refill_amount=1"
 // ends, and returns its socket.
 func startSidecar(t *testing.T, slotSize int) string {
 	t.Helper()
+	return startSidecarWith(t, slotSize, nil)
+}
+
+// startSidecarWith is startSidecar with the named limits of a config file
+// (nil for none).
+func startSidecarWith(t *testing.T, slotSize int, limits *config.Holder) string {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "sl") // short: socket paths are limited to 108 bytes
 	if err != nil {
 		t.Fatal(err)
@@ -36,6 +44,7 @@ func startSidecar(t *testing.T, slotSize int) string {
 		Slots: 1024, SlotSize: slotSize,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Now:    func() int64 { return t0 },
+		Limits: limits,
 	}
 	ready := make(chan struct{})
 	cfg.Ready = func() { close(ready) }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"os"
+
+	"github.com/sluicehq/sluice/internal/config"
 	"path/filepath"
 	"testing"
 )
@@ -25,5 +27,25 @@ func TestConfigCheck(t *testing.T) {
 		{"config check " + filepath.Join(dir, "missing.yaml"), 1, "", "sluice: config check: open " + filepath.Join(dir, "missing.yaml") + ": no such file or directory"},
 		{"config lint " + example, 2, "", `sluice: config: unknown subcommand "lint" (want check)`},
 		{"config check", 2, "", "sluice: config: want check PATH [--quiet]"},
+	})
+}
+
+// Ensure a LIMIT without ':' is a name the sidecar looks up in its config
+// file: it decides as its spec would, an unknown name is a clear error, and
+// --direct, which has no config, refuses a name.
+func TestNamedLimits(t *testing.T) {
+	set, err := config.Load(filepath.Join("..", "..", "deploy", "sluice.example.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := startSidecarWith(t, 64, config.NewHolder(set))
+	runSteps(t, sock, []step{
+		{"acquire login:alice login", 0, "allowed remaining=9 limit=10 reset_after=1h0m0s\n", ""},
+		{"acquire login:alice login --cost 9", 0, "allowed remaining=0 limit=10 reset_after=10h0m0s\n", ""},
+		{"acquire login:alice login", 1, "denied remaining=0 limit=10 retry_after=1h0m0s reset_after=10h0m0s\n", ""},
+		// The same bucket as the name's spec.
+		{"peek login:alice token_bucket:max=10,refill_time=1h,refill_amount=1", 1, "denied ...", ""},
+		{"acquire x nope", 2, "", `sluice: acquire: invalid limit: no limit of that name: "nope" is not in the config file`},
+		{"acquire --direct --state /nonexistent x login", 2, "", `sluice: acquire: "login" is a named limit, which only the sidecar knows`},
 	})
 }

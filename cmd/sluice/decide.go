@@ -93,7 +93,8 @@ func runReset(x *cli, args []string) int {
 }
 
 // parseBucket parses the arguments of a command on one bucket: n
-// positional arguments, KEY and LIMIT first; LIMIT is a limit spec.
+// positional arguments, KEY and LIMIT first; LIMIT is a limit spec, or the
+// name of a limit of the sidecar's config file.
 func (x *cli) parseBucket(cmd string, fs *flag.FlagSet, args []string, n int) ([]string, sluice.Limit, int, bool) {
 	pos, code, ok := x.parse(cmd, fs, args, n, n)
 	if !ok {
@@ -102,6 +103,9 @@ func (x *cli) parseBucket(cmd string, fs *flag.FlagSet, args []string, n int) ([
 	l, err := sluice.ParseLimit(pos[1])
 	if err != nil {
 		return nil, l, x.failCmd(cmd, err), false
+	}
+	if l.Name != "" && x.direct {
+		return nil, l, x.fail("%s: %q is a named limit, which only the sidecar knows (its config file): use a spec with --direct", cmd, l.Name), false
 	}
 	return pos, l, exitOK, true
 }

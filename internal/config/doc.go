@@ -18,10 +18,9 @@
 // labels the metrics of requests that bring an inline spec. Unknown fields
 // are errors, so a misspelt option never silently does nothing.
 //
-// The fields scope, lease, on_unavailable and fallback_share describe a
-// global limit (shared by many hosts). They are parsed and validated now so
-// a file written for global limits is checked whole; they take effect with
-// global limits, and a local limit (the default scope) may not set them.
+// The fields scope, lease, lease_ttl, on_unavailable and fallback_share
+// describe a global limit (shared by many hosts, decided in Redis: see
+// internal/global); a local limit (the default scope) may not set them.
 //
 // # Concurrency
 //
