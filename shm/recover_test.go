@@ -369,6 +369,13 @@ func dirtyImage(t *testing.T) []byte {
 	for i := range 170 {
 		put(t, tb, fmt.Sprintf("k%d", i), int64(i), math.MaxInt64, 0)
 	}
+	// The reservation first: a claim locks the slots of its probe
+	// sequence, and would wait forever on a lock this test holds below.
+	r, _, err := tb.LookupOrInsert(fp(tb, "reserved"), 1, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Reserve()
 	var held []Slot
 	for i := range 5 { // died holding these locks, mid-update
 		s, _ := tb.Lookup(fp(tb, fmt.Sprintf("k%d", i*7)))
@@ -378,11 +385,6 @@ func dirtyImage(t *testing.T) []byte {
 	s, _ := tb.Lookup(fp(tb, "k50")) // a write torn: the checksum no longer matches
 	s.Release()
 	s.State()[2] ^= 1
-	r, _, err := tb.LookupOrInsert(fp(tb, "reserved"), 1, nil, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.Reserve()
 	var empty uint64
 	for empty = 0; loadFP(tb.slotPtr(empty)) != (Fingerprint{}); empty++ {
 	}
