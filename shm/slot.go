@@ -20,6 +20,16 @@ type Slot struct {
 // Index is the slot's position in the table.
 func (s Slot) Index() uint64 { return s.idx }
 
+// Displacement returns how far the slot is from its bucket's home slot,
+// in slots: the length of the probe that found or placed it.
+func (s Slot) Displacement() int {
+	i, h := s.idx, s.t.home(s.Fingerprint())
+	if i < h {
+		i += s.t.n
+	}
+	return int(i - h)
+}
+
 // Fingerprint is the fingerprint the slot holds (zero if empty).
 func (s Slot) Fingerprint() Fingerprint {
 	return Fingerprint{*u64at(s.p, slotFP0), *u64at(s.p, slotFP1)}

@@ -10,8 +10,14 @@ import (
 
 // Engine runs limits on the buckets of one table.
 type Engine struct {
-	t *shm.Table
+	t     *shm.Table
+	probe func(slots int) // SetProbeHook's; nil without
 }
+
+// SetProbeHook has hook told, for each acquire that finds or creates its
+// bucket, the bucket's displacement from its home slot (the probe's
+// length), as metrics want it. Set it before the engine is shared.
+func (e *Engine) SetProbeHook(hook func(slots int)) { e.probe = hook }
 
 // New returns an Engine over t, which it closes on Close. Open and Attach
 // are the usual ways to get one; New is for a table made otherwise, such as
@@ -142,6 +148,9 @@ func (e *Engine) Acquire(d *bucket.Decision, key []byte, l *Limit, cost int64, t
 		return nil
 	}
 	sl, ok, pr := e.t.Find(e.fingerprint(key, l))
+	if ok && e.probe != nil {
+		e.probe(sl.Displacement())
+	}
 	if ok && inPlace(l, sl) {
 		// The common case: decide on the slot's own words.
 		if l.b.Decide(t.At, (*bucket.State)(sl.State()), cost, f, d) {
@@ -165,6 +174,9 @@ func (e *Engine) Acquire(d *bucket.Decision, key []byte, l *Limit, cost int64, t
 			return tableErr(err)
 		}
 		if created {
+			if e.probe != nil {
+				e.probe(sl.Displacement())
+			}
 			store(sl, l, &s, d, t)
 			return nil
 		}

@@ -100,6 +100,15 @@ func TestNamed_limitsShadowAndMetrics(t *testing.T) {
 			t.Errorf("metrics lack %s", want)
 		}
 	}
+	// Every acquire that found or created its bucket measured its probe.
+	for _, line := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(line, "sluice_probe_length_count "); ok && (v == "0" || v == "") {
+			t.Errorf("no probe lengths recorded: %s", line)
+		}
+	}
+	if !strings.Contains(body, "sluice_probe_length_count ") {
+		t.Error("metrics lack sluice_probe_length")
+	}
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
 		t.Fatal("promtool is required (apt-get install prometheus; .ci/run installs it)")

@@ -102,6 +102,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if s.rec != nil {
 		s.specMetrics = s.rec.Limit(metrics.SpecLimit)
 		s.rec.SetTable(s.tableStats())
+		e.SetProbeHook(s.rec.Probe)
 		if gl != nil {
 			s.rec.SetGlobal(gl.stats)
 		}
