@@ -6,29 +6,30 @@ import (
 )
 
 // Sentinel errors. Validate and ParseAlgorithm wrap them with %w and add the
-// algorithm, the field and the offending value, so callers match with
-// errors.Is and show err.Error() to people.
+// algorithm, the parameter (by its name in limit specs: max, refill_time,
+// ...) and the offending value, so callers match with errors.Is and show
+// err.Error() to people.
 var (
 	// ErrUnknownAlgorithm: the algorithm is Invalid, out of range, or a name
 	// ParseAlgorithm does not know.
-	ErrUnknownAlgorithm = errors.New("bucket: unknown algorithm")
+	ErrUnknownAlgorithm = errors.New("unknown algorithm")
 
 	// ErrOutOfRange: a parameter is negative or below its minimum
 	// (for example Max < 1 or RefillTime < 1 ms).
-	ErrOutOfRange = errors.New("bucket: parameter out of range")
+	ErrOutOfRange = errors.New("parameter out of range")
 
 	// ErrZeroRate: the limit would never refill (RefillAmount, Count or
 	// Period is 0), or the gcra emission interval Period/Count truncates to
 	// 0 ns (Count > Period), as redis-cell's "Zero rates are not supported".
-	ErrZeroRate = errors.New("bucket: zero rates are not supported")
+	ErrZeroRate = errors.New("zero rates are not supported")
 
 	// ErrUnusedParameter: a parameter the algorithm does not use is not 0.
-	ErrUnusedParameter = errors.New("bucket: parameter not used by the algorithm must be 0")
+	ErrUnusedParameter = errors.New("a parameter the algorithm does not use must be 0")
 
 	// ErrOverflow: a quantity derived from the parameters is longer than
 	// MaxDuration (gcra: (Burst+1) * Period/Count; pacer: MaxDelay plus one
 	// interval), so a decision could overflow at an accepted time.
-	ErrOverflow = errors.New("bucket: parameters out of the supported range")
+	ErrOverflow = errors.New("parameters out of the supported range")
 )
 
 // Validate's checks. They build an error (and allocate) only when a Limit is

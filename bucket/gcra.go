@@ -42,14 +42,14 @@ func (l *Limit) tau() int64 {
 func (l *Limit) validateGCRA() error {
 	t := l.interval()
 	if t == 0 {
-		return fmt.Errorf("%w: gcra emission interval Period/Count = %d/%d truncates to 0 ns",
+		return fmt.Errorf("%w: gcra emission interval period/count = %d/%d truncates to 0 ns",
 			ErrZeroRate, l.Period, l.Count)
 	}
 	if l.Burst == math.MaxInt64 {
-		return fmt.Errorf("%w: gcra Burst+1 with Burst = %d", ErrOverflow, l.Burst)
+		return fmt.Errorf("%w: gcra burst+1 with burst = %d", ErrOverflow, l.Burst)
 	}
 	if hi, lo := bits.Mul64(uint64(l.Burst+1), uint64(t)); hi != 0 || lo > uint64(MaxDuration) {
-		return fmt.Errorf("%w: gcra tolerance (Burst+1)*Period/Count = %d*%d ns, want <= %d ns (%d s)",
+		return fmt.Errorf("%w: gcra tolerance (burst+1)*period/count = %d*%d ns, want <= %d ns (%d s)",
 			ErrOverflow, l.Burst+1, t, MaxDuration, MaxDuration/1e9)
 	}
 	return nil

@@ -163,9 +163,9 @@ type param struct {
 // params returns the parameters in field order.
 func (l *Limit) params() [8]param {
 	return [8]param{
-		{"Max", l.Max}, {"RefillTime", l.RefillTime}, {"RefillAmount", l.RefillAmount},
-		{"Burst", l.Burst}, {"Count", l.Count}, {"Period", l.Period},
-		{"Window", l.Window}, {"MaxDelay", l.MaxDelay},
+		{"max", l.Max}, {"refill_time", l.RefillTime}, {"refill_amount", l.RefillAmount},
+		{"burst", l.Burst}, {"count", l.Count}, {"period", l.Period},
+		{"window", l.Window}, {"max_delay", l.MaxDelay},
 	}
 }
 
@@ -189,31 +189,31 @@ func (l *Limit) Validate() error {
 	switch a {
 	case TokenBucket:
 		err = firstErr(
-			l.atLeast("Max", l.Max, 1, ""),
-			l.duration("RefillTime", l.RefillTime, Millisecond, " ns (1 ms)"),
-			l.rate("RefillAmount", l.RefillAmount),
+			l.atLeast("max", l.Max, 1, ""),
+			l.duration("refill_time", l.RefillTime, Millisecond, " ns (1 ms)"),
+			l.rate("refill_amount", l.RefillAmount),
 		)
 	case GCRA:
 		err = firstErr(
-			l.atLeast("Burst", l.Burst, 0, ""),
-			l.rate("Count", l.Count),
-			l.rate("Period", l.Period),
-			l.atMost("Period", l.Period, MaxDuration),
+			l.atLeast("burst", l.Burst, 0, ""),
+			l.rate("count", l.Count),
+			l.rate("period", l.Period),
+			l.atMost("period", l.Period, MaxDuration),
 		)
 		if err == nil {
 			err = l.validateGCRA()
 		}
 	case FixedWindow, SlidingWindow:
 		err = firstErr(
-			l.atLeast("Max", l.Max, 1, ""),
-			l.duration("Window", l.Window, Millisecond, " ns (1 ms)"),
+			l.atLeast("limit", l.Max, 1, ""),
+			l.duration("window", l.Window, Millisecond, " ns (1 ms)"),
 		)
 	case Pacer:
 		err = firstErr(
-			l.rate("Count", l.Count),
-			l.rate("Period", l.Period),
-			l.atMost("Period", l.Period, MaxDuration),
-			l.duration("MaxDelay", l.MaxDelay, 0, ""),
+			l.rate("rate", l.Count),
+			l.rate("period", l.Period),
+			l.atMost("period", l.Period, MaxDuration),
+			l.duration("max_delay", l.MaxDelay, 0, ""),
 		)
 		if err == nil {
 			err = l.validatePacer()

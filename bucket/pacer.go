@@ -23,7 +23,7 @@ func (l *Limit) pacerInterval() int64 {
 // plus one interval after now.
 func (l *Limit) validatePacer() error {
 	if i := ceilDiv(l.Period, l.Count); l.MaxDelay > MaxDuration-i {
-		return fmt.Errorf("%w: pacer MaxDelay + Period/Count = %d + %d ns, want <= %d ns (%d s)",
+		return fmt.Errorf("%w: pacer max_delay + period/rate = %d + %d ns, want <= %d ns (%d s)",
 			ErrOverflow, l.MaxDelay, i, MaxDuration, MaxDuration/1e9)
 	}
 	return nil
