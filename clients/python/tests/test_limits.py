@@ -44,7 +44,7 @@ def test_parse_limit(spec: str, want: Limit, canonical: str) -> None:
 
 @pytest.mark.parametrize("spec,want", [
     ("gcra:burst=x,count=1,period=1s", 'invalid limit: limit "gcra:burst=x,count=1,period=1s": burst: invalid integer "x"'),
-    ("", 'invalid limit: limit "": unknown algorithm ""'),
+    ("", "invalid limit: limit \"\": not a limit spec (ALGORITHM:name=value,...) nor a limit's name"),
     ("leaky:rate=1", 'invalid limit: limit "leaky:rate=1": unknown algorithm "leaky"'),
     ("GCRA:burst=1,count=1,period=1s", 'invalid limit: limit "GCRA:burst=1,count=1,period=1s": unknown algorithm "GCRA"'),
     ("gcra", 'invalid limit: limit "gcra": missing parameter "burst"'),

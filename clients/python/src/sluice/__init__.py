@@ -35,14 +35,14 @@ from .errors import (
 )
 from .guard import AsyncGuard, Guard
 from .headers import policy, ratelimit_headers, response_headers, retry_after
-from .limits import GCRA, Algorithm, FixedWindow, Limit, Pacer, SlidingWindow, TokenBucket, duration_ns
+from .limits import GCRA, Algorithm, FixedWindow, Limit, Named, Pacer, SlidingWindow, TokenBucket, duration_ns
 from .results import Decision, Hello, MultiDecision, MultiItem, ScanEntry, ScanPage
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Client", "AsyncClient", "Pipeline", "AsyncPipeline", "Guard", "AsyncGuard",
-    "Limit", "Algorithm", "TokenBucket", "GCRA", "FixedWindow", "SlidingWindow", "Pacer", "duration_ns",
+    "Limit", "Algorithm", "TokenBucket", "GCRA", "FixedWindow", "SlidingWindow", "Pacer", "Named", "duration_ns",
     "Decision", "MultiDecision", "MultiItem", "Hello", "ScanEntry", "ScanPage",
     "policy", "ratelimit_headers", "response_headers", "retry_after",
     "SluiceError", "StatusError", "Status", "Malformed", "BadVersion", "FrameTooLarge",

@@ -29,8 +29,8 @@ from .errors import (
     InvalidCost, InvalidKey, ProtocolError, SluiceError, Status, TooManyItems,
     Unavailable, status_error,
 )
-from .limits import Limit, parse_limit
-from .proto import HEADER_LEN, MAX_BATCH, MAX_FRAME_LEN, MAX_KEY_LEN, MAX_MULTI, Flags, Opcode
+from .limits import Limit, Named, parse_limit
+from .proto import HEADER_LEN, MAX_BATCH, MAX_FRAME_LEN, MAX_KEY_LEN, MAX_MULTI, VERSION, Flags, Opcode
 from .results import DEGRADED_CLOSED, DEGRADED_OPEN, Decision, MultiDecision, MultiItem, make_decision
 
 log = logging.getLogger("sluice")
@@ -144,13 +144,19 @@ def decide_frame(fid: int, code: int, key: Key, limit: LimitLike, n: Any, at: At
     k = key.encode() if type(key) is str else key_bytes(key)
     if not 0 < len(k) <= MAX_KEY_LEN:
         key_bytes(k)  # raises InvalidKey
-    a, p0, p1, p2 = (limit if isinstance(limit, Limit) else limit_of(limit))._wire
+    lim = limit if isinstance(limit, Limit) else limit_of(limit)
     if type(n) is not int or not -(1 << 63) <= n <= _MAX_I64:
         n = cost_of(n)
+    if type(lim) is Named:
+        flags, t = (1 if strict else 0), 0
+        if at is not None:
+            flags, t = flags | 4, at_ns(at)
+        return proto.frame(proto.Kind.REQUEST, fid, 1, proto.encode_item(code, flags, lim, n, t, k))
+    a, p0, p1, p2 = lim._wire
     if at is None:
-        return ITEM_FRAME.pack(ITEM_FRAME_LEN + len(k), 1, 1, 1, fid, code, 1 if strict else 0,
+        return ITEM_FRAME.pack(ITEM_FRAME_LEN + len(k), VERSION, 1, 1, fid, code, 1 if strict else 0,
                                a, p0, p1, p2, n, 0, len(k)) + k
-    return ITEM_FRAME.pack(ITEM_FRAME_LEN + len(k), 1, 1, 1, fid, code, 5 if strict else 4,
+    return ITEM_FRAME.pack(ITEM_FRAME_LEN + len(k), VERSION, 1, 1, fid, code, 5 if strict else 4,
                            a, p0, p1, p2, n, at_ns(at), len(k)) + k
 
 
@@ -168,7 +174,7 @@ def item_call(code: int, key: Key, limit: LimitLike, n: Any, at: At, strict: boo
     k = key.encode() if type(key) is str else key_bytes(key)
     if not 0 < len(k) <= MAX_KEY_LEN:
         key_bytes(k)  # raises InvalidKey
-    a, p0, p1, p2 = (limit if isinstance(limit, Limit) else limit_of(limit))._wire
+    lim = limit if isinstance(limit, Limit) else limit_of(limit)
     if type(n) is not int or not -(1 << 63) <= n <= _MAX_I64:
         n = cost_of(n)
     flags = 1 if strict else 0
@@ -176,6 +182,9 @@ def item_call(code: int, key: Key, limit: LimitLike, n: Any, at: At, strict: boo
     if at is not None:
         flags |= 4
         t = at_ns(at)
+    if type(lim) is Named:
+        return _tuple_new(Call, (proto.encode_item(code, flags, lim, n, t, k), code, code <= 4, 0))
+    a, p0, p1, p2 = lim._wire
     return _tuple_new(Call, (proto.ITEM.pack(code, flags, a, p0, p1, p2, n, t, len(k)) + k, code, code <= 4, 0))
 
 
@@ -323,7 +332,7 @@ def fast_decision(f: proto.Buffer, fid: int, code: int) -> Any:
         return None
     length, ver, kind, count, rid, rcode, status, allowed, rem, lim, ra, rs, dl = DECISION_FRAME.unpack_from(f)
     if rid != fid or rcode != code or status or allowed > 1 or count != 1 or length != DECISION_FRAME_LEN \
-            or ver != 1 or kind != 2:
+            or ver != proto.VERSION or kind != 2:
         return None
     return make_decision(allowed == 1, rem, lim, ra, rs, dl)
 
@@ -374,7 +383,8 @@ class FrameReader:
         pos, n = 0, len(buf)
         while n - pos >= HEADER_LEN:
             length, ver, kind, count, _ = proto.HEADER.unpack_from(buf, pos)
-            if ver != 1 or kind != 2 or not 8 <= length <= MAX_FRAME_LEN or not 0 < count <= MAX_BATCH:
+            if not proto.MIN_VERSION <= ver <= proto.VERSION or kind != 2 or not 8 <= length <= MAX_FRAME_LEN \
+                    or not 0 < count <= MAX_BATCH:
                 try:
                     proto.parse_header(buf, pos)
                 except SluiceError as e:

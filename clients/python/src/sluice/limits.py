@@ -320,6 +320,47 @@ class Pacer(Limit):
         return _seconds(self.max_delay_ns)
 
 
+#: The longest name of a named limit, in bytes (proto.MaxNameLen).
+MAX_NAME_LEN = 64
+
+
+def valid_name(name: str) -> bool:
+    """Whether ``name`` can name a limit: 1 to 64 ASCII letters, digits, '_', '-' and '.', starting
+    with a letter (proto.ValidName)."""
+    if not isinstance(name, str) or not 1 <= len(name) <= MAX_NAME_LEN or not name.isascii():
+        return False
+    return name[0].isalpha() and all(c.isalnum() or c in "_-." for c in name)
+
+
+@dataclass(frozen=True, init=False, repr=False)
+class Named(Limit):
+    """A limit the sidecar's config file defines, by its name (protocol version 2).
+
+    ``Named("login")``, or the spec ``"login"`` (a spec without ``:``): the
+    sidecar decides with the limit its configuration gives that name, and
+    refuses a name it does not know (:class:`InvalidLimit`).
+    """
+
+    name: str
+
+    _fields = ("", "", "")
+    _params = ("", "", "")
+    _durations = (False, False, False)
+
+    def __init__(self, name: str) -> None:
+        if not valid_name(name):
+            raise InvalidLimit(f"invalid limit: {name!r} is not a limit's name: want 1 to {MAX_NAME_LEN} "
+                               "letters, digits, '_', '-' and '.', starting with a letter")
+        _object_setattr(self, "name", name)
+        _object_setattr(self, "_wire", (0, 0, 0, 0))
+
+    def __str__(self) -> str:
+        return self.name
+
+    def __repr__(self) -> str:
+        return f"Named({self.name!r})"
+
+
 def _ns_arg(value: Optional[DurationLike], ns: Optional[int], name: str) -> int:
     """A duration given as a value or as ``<name>_ns`` (what dataclasses.replace passes)."""
     if ns is not None:
@@ -372,6 +413,11 @@ def parse_limit(spec: str) -> Limit:
         raise InvalidLimit(f"a limit spec is a str, got {spec!r}")
     name, colon, params = spec.partition(":")
     cls = _BY_NAME.get(name)
+    if cls is None and not colon:
+        # No parameters: the name of a limit in the sidecar's config file.
+        if not valid_name(spec):
+            raise fail("not a limit spec (ALGORITHM:name=value,...) nor a limit's name")
+        return Named(spec)
     if cls is None:
         raise fail(f"unknown algorithm {quote(name)}")
     names = cls._params

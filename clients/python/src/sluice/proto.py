@@ -39,12 +39,13 @@ from .errors import (
     BadVersion, BatchTooLarge, FrameTooLarge, InvalidKey, InvalidLimit, Malformed, Status,
     StatusError, TooManyItems, UnknownOpcode, error_class,
 )
-from .limits import Algorithm, Limit
+from .limits import MAX_NAME_LEN, Algorithm, Limit, Named
 from .results import Decision, Hello, MultiDecision, ScanEntry, ScanPage, Stats, Value, make_decision
 
 Buffer = Union[bytes, bytearray, memoryview]
 
-VERSION = 1  #: the version byte of every frame
+VERSION = 2  #: the version byte of the frames this side writes
+MIN_VERSION = 1  #: the oldest version this side reads (version 1 has no named limits)
 HEADER_LEN = 12  #: bytes of the frame header, the length field included
 MAX_FRAME_LEN = 1 << 20  #: the largest length field: bytes after it
 MAX_BATCH = 256  #: the most operations (or results) in one frame
@@ -83,11 +84,13 @@ class Flags(enum.IntFlag):
     STRICT = 1  #: restart a token_bucket's refill clock on a request that empties it or is denied
     SMYTE = 2  #: smyte/ratelimit compatibility: a denial drains the bucket
     AT = 4  #: the operation carries its own time
+    NAMED = 8  #: the limit is named (version 2): the limit field holds its name
 
 
-_ITEM_FLAGS = 7
+_NAMED = 8  # Flags.NAMED as a plain int: IntFlag's ~ keeps only defined bits
+_ITEM_FLAGS = 15
 _MULTI_FLAGS = 4
-_MULTI_ITEM_FLAGS = 3
+_MULTI_ITEM_FLAGS = 11
 
 # Layouts, each from the opcode (or header) byte on.
 HEADER = struct.Struct("<IBBHI")  # length, version, kind, count, id
@@ -100,6 +103,9 @@ DECISION = struct.Struct("<Bqqqqq")  # allowed, remaining, limit, retry_after, r
 HELLO = struct.Struct("<BIHHBQH")  # version, max_frame, max_batch, max_key, max_multi, slots, slot_size: 20
 SCAN_RESULT = struct.Struct("<QH")  # next, n
 SCAN_ENTRY = struct.Struct("<BqH")  # algorithm, fresh_at, keylen: 11
+_LIMIT = struct.Struct("<Bqqq")  # algorithm, p0, p1, p2: 25
+_ITEM_TAIL = struct.Struct("<qqH")  # n, at, keylen: after the limit field
+_MULTI_ITEM_TAIL = struct.Struct("<qH")  # cost, keylen: after the limit field
 _U16 = struct.Struct("<H")
 _U64 = struct.Struct("<Q")
 
@@ -179,9 +185,9 @@ def _truncated(what: str, need: int, have: int) -> Malformed:
 # ---- frames ----------------------------------------------------------------
 
 
-def frame(kind: int, id: int, count: int, body: bytes) -> bytes:
-    """Wrap ``count`` encoded operations or results in a frame."""
-    return HEADER.pack(_MIN_LENGTH + len(body), VERSION, kind, count, id) + body
+def frame(kind: int, id: int, count: int, body: bytes, version: int = VERSION) -> bytes:
+    """Wrap ``count`` encoded operations or results in a frame of ``version``."""
+    return HEADER.pack(_MIN_LENGTH + len(body), version, kind, count, id) + body
 
 
 def parse_header(b: Buffer, off: int = 0) -> Header:
@@ -195,8 +201,9 @@ def parse_header(b: Buffer, off: int = 0) -> Header:
     if len(b) - off < HEADER_LEN:
         raise Malformed(f"short header: {max(len(b) - off, 0)} of {HEADER_LEN} bytes")
     h = Header(*HEADER.unpack_from(b, off))
-    if h.version != VERSION:
-        raise BadVersion(f"unsupported protocol version: version {h.version}, this side speaks {VERSION}")
+    if not MIN_VERSION <= h.version <= VERSION:
+        raise BadVersion(f"unsupported protocol version: version {h.version}, "
+                         f"this side speaks {MIN_VERSION} to {VERSION}")
     if h.kind != Kind.REQUEST and h.kind != Kind.RESPONSE:
         raise Malformed(f"malformed: frame kind {h.kind}")
     if h.length < _MIN_LENGTH:
@@ -241,19 +248,22 @@ def decode_frame(b: Buffer) -> Tuple[Header, List[Union[Op, Result]]]:
         raise Malformed(f"malformed: {len(b) - end} bytes after the frame")
     out: List[Union[Op, Result]] = []
     off = HEADER_LEN
-    decode = decode_op if h.kind == Kind.REQUEST else decode_result
     for _ in range(h.count):
-        v, off = decode(b, off, end)
+        v: Union[Op, Result]
+        if h.kind == Kind.REQUEST:
+            v, off = decode_op(b, off, end, h.version)
+        else:
+            v, off = decode_result(b, off, end)
         out.append(v)
     if off != end:
         raise Malformed(f"malformed: {end - off} bytes after the last operation")
     return h, out
 
 
-def encode_frame(kind: int, id: int, parts: Sequence[Union[Op, Result]]) -> bytes:
+def encode_frame(kind: int, id: int, parts: Sequence[Union[Op, Result]], version: int = VERSION) -> bytes:
     """Encode a frame of operations (a request) or results (a response)."""
     body = b"".join(encode_op(p) if isinstance(p, Op) else encode_result(p) for p in parts)
-    return frame(kind, id, len(parts), body)
+    return frame(kind, id, len(parts), body, version)
 
 
 # ---- operations ------------------------------------------------------------
@@ -264,18 +274,28 @@ def encode_simple(code: int) -> bytes:
     return bytes((code,))
 
 
+def _limit_field(flags: int, limit: Limit) -> Tuple[int, bytes]:
+    """The flags and the limit field of an item: a named limit's name (u8 length and bytes, with
+    NAMED), any other limit's algorithm and parameters."""
+    if isinstance(limit, Named):
+        name = limit.name.encode("ascii")
+        return int(flags) | _NAMED, bytes((len(name),)) + name
+    a, p0, p1, p2 = limit._wire
+    return int(flags) & ~_NAMED, _LIMIT.pack(a, p0, p1, p2)
+
+
 def encode_item(code: int, flags: int, limit: Limit, n: int, at: int, key: bytes) -> bytes:
     """Encode an ACQUIRE, PEEK, REFUND or RESET: flags, limit, n (cost or amount), at, key."""
-    a, p0, p1, p2 = limit._wire
-    return ITEM.pack(code, flags, a, p0, p1, p2, n, at, len(key)) + key
+    flags, field = _limit_field(flags, limit)
+    return bytes((code, flags)) + field + _ITEM_TAIL.pack(n, at, len(key)) + key
 
 
 def encode_multi(flags: int, at: int, items: Sequence[WireMultiItem]) -> bytes:
     """Encode a MULTI: flags (AT or 0), at, then each item."""
     parts = [MULTI.pack(Opcode.MULTI, flags, at, len(items))]
     for it in items:
-        a, p0, p1, p2 = it.limit._wire
-        parts.append(MULTI_ITEM.pack(it.flags, a, p0, p1, p2, it.cost, len(it.key)))
+        flags, field = _limit_field(it.flags, it.limit)
+        parts.append(bytes((flags,)) + field + _MULTI_ITEM_TAIL.pack(it.cost, len(it.key)))
         parts.append(it.key)
     return b"".join(parts)
 
@@ -315,7 +335,26 @@ def _limit(alg: int, p0: int, p1: int, p2: int) -> Limit:
     return Limit.from_wire(alg, p0, p1, p2)
 
 
-def decode_op(b: Buffer, off: int = 0, end: Optional[int] = None) -> Tuple[Op, int]:
+def _decode_limit_field(b: Buffer, off: int, end: int, flags: int, code: int) -> Tuple[Limit, int]:
+    """The limit field at b[off:]: a name with NAMED, else an algorithm and its parameters."""
+    if flags & _NAMED:
+        if end - off < 1:
+            raise _truncated(f"{_name(code)} limit name", 1, 0)
+        n = b[off]
+        if not 1 <= n <= MAX_NAME_LEN:
+            raise InvalidLimit(f"invalid limit: {_name(code)} limit name of {n} bytes, want 1..{MAX_NAME_LEN}")
+        if end - off - 1 < n:
+            raise _truncated(f"{_name(code)} limit name", n, end - off - 1)
+        try:
+            return Named(bytes(b[off + 1:off + 1 + n]).decode("ascii")), off + 1 + n
+        except (UnicodeDecodeError, InvalidLimit) as e:
+            raise InvalidLimit(f"invalid limit: {_name(code)} limit name: {e}") from None
+    if end - off < _LIMIT.size:
+        raise _truncated(f"{_name(code)} limit", _LIMIT.size, end - off)
+    return _limit(*_LIMIT.unpack_from(b, off)), off + _LIMIT.size
+
+
+def decode_op(b: Buffer, off: int = 0, end: Optional[int] = None, version: int = VERSION) -> Tuple[Op, int]:
     """Decode the operation at ``b[off:end]``; return it and the offset after it.
 
     Checks lengths, limits, flag bits, the algorithm and the counts, as
@@ -326,17 +365,24 @@ def decode_op(b: Buffer, off: int = 0, end: Optional[int] = None) -> Tuple[Op, i
     if off >= end:
         raise _truncated("operation", 1, 0)
     code = b[off]
+    named = _NAMED if version >= 2 else 0
     if Opcode.ACQUIRE <= code <= Opcode.RESET:
-        if end - off < ITEM.size:
+        if end - off < 2:
             raise _truncated(_name(code), ITEM.size - 1, end - off - 1)
-        _, flags, a, p0, p1, p2, n, at, _ = ITEM.unpack_from(b, off)
-        if flags & ~_ITEM_FLAGS:
-            raise Malformed(f"malformed: {_name(code)}: reserved flag bits 0x{flags & ~_ITEM_FLAGS:02x}")
-        limit = _limit(a, p0, p1, p2)
-        key, off = _key(b, off + ITEM.size - 2, end, 1, code, "key")
+        flags = b[off + 1]
+        bad = flags & ~((_ITEM_FLAGS & ~_NAMED) | named)
+        if bad:
+            raise Malformed(f"malformed: {_name(code)}: reserved flag bits 0x{bad:02x}")
+        if not flags & _NAMED and end - off < ITEM.size:
+            raise _truncated(_name(code), ITEM.size - 1, end - off - 1)
+        limit, off = _decode_limit_field(b, off + 2, end, flags, code)
+        if end - off < _ITEM_TAIL.size:
+            raise _truncated(_name(code), ITEM.size - 1, end - off)
+        n, at, _ = _ITEM_TAIL.unpack_from(b, off)
+        key, off = _key(b, off + _ITEM_TAIL.size - 2, end, 1, code, "key")
         return Op(Opcode(code), flags=flags, limit=limit, n=n, at=at, key=key), off
     if code == Opcode.MULTI:
-        return _decode_multi(b, off, end)
+        return _decode_multi(b, off, end, named)
     if code == Opcode.SCAN:
         if end - off < SCAN.size:
             raise _truncated("SCAN", SCAN.size - 1, end - off - 1)
@@ -350,7 +396,7 @@ def decode_op(b: Buffer, off: int = 0, end: Optional[int] = None) -> Tuple[Op, i
     raise UnknownOpcode(f"unknown opcode: {code}")
 
 
-def _decode_multi(b: Buffer, off: int, end: int) -> Tuple[Op, int]:
+def _decode_multi(b: Buffer, off: int, end: int, named: int) -> Tuple[Op, int]:
     if end - off < MULTI.size:
         raise _truncated("MULTI", MULTI.size - 1, end - off - 1)
     _, flags, at, n = MULTI.unpack_from(b, off)
@@ -363,13 +409,19 @@ def _decode_multi(b: Buffer, off: int, end: int) -> Tuple[Op, int]:
     off += MULTI.size
     items = []
     for i in range(n):
-        if end - off < MULTI_ITEM.size:
+        if end - off < 1:
             raise _truncated(f"MULTI item {i}", MULTI_ITEM.size, end - off)
-        iflags, a, p0, p1, p2, cost, _ = MULTI_ITEM.unpack_from(b, off)
-        if iflags & ~_MULTI_ITEM_FLAGS:
-            raise Malformed(f"malformed: MULTI item {i}: reserved flag bits 0x{iflags & ~_MULTI_ITEM_FLAGS:02x}")
-        limit = _limit(a, p0, p1, p2)
-        key, off = _key(b, off + MULTI_ITEM.size - 2, end, 1, Opcode.MULTI, "item key")
+        iflags = b[off]
+        allowed = (_MULTI_ITEM_FLAGS & ~_NAMED) | named
+        if iflags & ~allowed:
+            raise Malformed(f"malformed: MULTI item {i}: reserved flag bits 0x{iflags & ~allowed:02x}")
+        if not iflags & _NAMED and end - off < MULTI_ITEM.size:
+            raise _truncated(f"MULTI item {i}", MULTI_ITEM.size, end - off)
+        limit, off = _decode_limit_field(b, off + 1, end, iflags, Opcode.MULTI)
+        if end - off < _MULTI_ITEM_TAIL.size:
+            raise _truncated(f"MULTI item {i}", MULTI_ITEM.size, end - off)
+        cost, _ = _MULTI_ITEM_TAIL.unpack_from(b, off)
+        key, off = _key(b, off + _MULTI_ITEM_TAIL.size - 2, end, 1, Opcode.MULTI, "item key")
         items.append(WireMultiItem(iflags, limit, cost, key))
     return Op(Opcode.MULTI, flags=flags, at=at, items=tuple(items)), off
 
