@@ -89,6 +89,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	targets := []Target{
 		&sluiceNative{srv: srv, limits: w.Limits},
 		&sluiceRESP{srv: srv, limits: w.Limits},
+		&sluiceDirect{sluiceNative{srv: srv, limits: w.Limits}},
 	}
 	var rs *redisServer
 	if cfg.RedisServer != "" {
