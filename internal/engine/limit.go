@@ -94,3 +94,16 @@ type invalidLimit struct{ err error }
 func (e invalidLimit) Error() string        { return e.err.Error() }
 func (e invalidLimit) Unwrap() error        { return e.err }
 func (e invalidLimit) Is(target error) bool { return target == ErrInvalidLimit }
+
+// FlagsFromProto converts a request's wire flags to the algorithms' flags:
+// STRICT and SMYTE; the others are not the algorithms' business.
+func FlagsFromProto(f proto.Flags) bucket.Flags {
+	var b bucket.Flags
+	if f&proto.FlagStrict != 0 {
+		b |= bucket.Strict
+	}
+	if f&proto.FlagSmyte != 0 {
+		b |= bucket.Smyte
+	}
+	return b
+}

@@ -257,7 +257,7 @@ func (g *globalLimits) decide(a *globalArgs) globalResult {
 	var r globalResult
 	switch a.code {
 	case proto.OpAcquire:
-		r.d, r.err = g.acquire(l, a.key, a.n, bucketFlags(a.flags))
+		r.d, r.err = g.acquire(l, a.key, a.n, engine.FlagsFromProto(a.flags))
 	case proto.OpPeek:
 		r.d, r.err = g.peek(l, a.key)
 	case proto.OpRefund:
@@ -288,17 +288,5 @@ func (s *server) globalOp(b []byte, op *proto.Op, nl *namedLimit, c *conn) []byt
 	if op.Code == proto.OpReset {
 		return proto.AppendReset(b, r.existed)
 	}
-	d := r.d
-	shadowed := op.Code == proto.OpAcquire && shadow(nl, &d)
-	switch {
-	case shadowed:
-		c.n.shadowDenied++
-	case d.Allowed:
-		c.n.allowed++
-	default:
-		c.n.denied++
-	}
-	s.record(nl, nl.cfg.Bucket.Algorithm, d.Allowed, shadowed, time.Time{})
-	w := proto.Decision(d)
-	return proto.AppendDecision(b, op.Code, &w)
+	return c.answer(b, op.Code, nl, nl.cfg.Bucket.Algorithm, &r.d, time.Time{})
 }

@@ -183,7 +183,7 @@ func (s *server) do(b []byte, op *proto.Op, c *conn) []byte {
 	}
 	switch op.Code {
 	case proto.OpAcquire:
-		err = s.engine.Acquire(&d, op.Key, l, op.N, when, bucketFlags(op.Flags))
+		err = s.engine.Acquire(&d, op.Key, l, op.N, when, engine.FlagsFromProto(op.Flags))
 	case proto.OpPeek:
 		err = s.engine.Peek(&d, op.Key, l, when)
 	case proto.OpRefund:
@@ -201,7 +201,13 @@ func (s *server) do(b []byte, op *proto.Op, c *conn) []byte {
 		s.recordError(nl, l, err)
 		return c.fail(b, op.Code, err)
 	}
-	shadowed := op.Code == proto.OpAcquire && shadow(nl, &d)
+	return c.answer(b, op.Code, nl, l.Bucket().Algorithm, &d, start)
+}
+
+// answer appends a decision's result, a shadow limit's denial answered as
+// allowed, and counts it.
+func (c *conn) answer(b []byte, code proto.Opcode, nl *namedLimit, alg bucket.Algorithm, d *bucket.Decision, start time.Time) []byte {
+	shadowed := code == proto.OpAcquire && shadow(nl, d)
 	switch {
 	case shadowed:
 		c.n.shadowDenied++
@@ -210,9 +216,9 @@ func (s *server) do(b []byte, op *proto.Op, c *conn) []byte {
 	default:
 		c.n.denied++
 	}
-	s.record(nl, l.Bucket().Algorithm, d.Allowed, shadowed, start)
-	w := proto.Decision(d)
-	return proto.AppendDecision(b, op.Code, &w)
+	c.s.record(nl, alg, d.Allowed, shadowed, start)
+	w := proto.Decision(*d)
+	return proto.AppendDecision(b, code, &w)
 }
 
 // multi answers a MULTI: all of its items or none.
@@ -236,7 +242,7 @@ func (s *server) multi(b []byte, op *proto.Op, c *conn) []byte {
 			}
 			m.limits[i] = l
 		}
-		m.items[i] = engine.Item{Key: it.Key, Limit: &m.limits[i], Cost: it.Cost, Flags: bucketFlags(it.Flags)}
+		m.items[i] = engine.Item{Key: it.Key, Limit: &m.limits[i], Cost: it.Cost, Flags: engine.FlagsFromProto(it.Flags)}
 	}
 	ds, allowed, err := s.engine.Multi(m.ds[:0], m.items[:op.NItems], c.when(op.Flags, op.At))
 	m.ds = ds
@@ -319,18 +325,6 @@ func statusFor(err error) proto.Status {
 		return st
 	}
 	return proto.StatusInternal
-}
-
-// bucketFlags converts request flags to algorithm flags.
-func bucketFlags(f proto.Flags) bucket.Flags {
-	var b bucket.Flags
-	if f&proto.FlagStrict != 0 {
-		b |= bucket.Strict
-	}
-	if f&proto.FlagSmyte != 0 {
-		b |= bucket.Smyte
-	}
-	return b
 }
 
 // appendStats answers STATS: the table's counters and the server's.

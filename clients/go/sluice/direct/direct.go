@@ -281,7 +281,7 @@ func (c *Client) decide(ctx context.Context, op proto.Opcode, l sluice.Limit, ke
 		k := keyBytes(key)
 		switch op {
 		case proto.OpAcquire:
-			err = e.Acquire(&d, k, lim, n, t, bucketFlags(f))
+			err = e.Acquire(&d, k, lim, n, t, engine.FlagsFromProto(f))
 		case proto.OpPeek:
 			err = e.Peek(&d, k, lim, t)
 		case proto.OpRefund:
@@ -347,7 +347,7 @@ func (c *Client) Multi(ctx context.Context, items []sluice.Item, opts ...sluice.
 		if it.Smyte {
 			fl |= proto.FlagSmyte
 		}
-		its[i] = engine.Item{Key: keyBytes(it.Key), Limit: &limits[i], Cost: it.Cost, Flags: bucketFlags(fl)}
+		its[i] = engine.Item{Key: keyBytes(it.Key), Limit: &limits[i], Cost: it.Cost, Flags: engine.FlagsFromProto(fl)}
 	}
 	for {
 		now := c.clock()
@@ -394,19 +394,6 @@ func flags(opts []sluice.RequestOption) (proto.Flags, int64) {
 		}
 	}
 	return f, at
-}
-
-// bucketFlags converts request flags to algorithm flags, as the sidecar
-// does.
-func bucketFlags(f proto.Flags) bucket.Flags {
-	var b bucket.Flags
-	if f&proto.FlagStrict != 0 {
-		b |= bucket.Strict
-	}
-	if f&proto.FlagSmyte != 0 {
-		b |= bucket.Smyte
-	}
-	return b
 }
 
 // decisionOf is the socket client's Decision for a decision of the engine:
