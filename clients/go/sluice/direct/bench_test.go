@@ -30,7 +30,7 @@ func BenchmarkDirect(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer d.Close()
-	s, err := sluice.Dial(sc.sock())
+	s, err := sluice.Dial(sc.sock(), strict...)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -95,6 +95,10 @@ func (s *sidecar) stop(t testing.TB) {
 
 var ctx = context.Background()
 
+// strict are the socket client's options in these tests: an outage is an
+// error, never a decision of the failure policy that would count as one.
+var strict = []sluice.Option{sluice.WithFailurePolicy(sluice.FailError), sluice.WithTimeout(10 * time.Second)}
+
 // The limits of the exactness tests: nothing refills while they run, and
 // every request is decided at one fixed time (so windows do not roll).
 var exactLimits = map[string]sluice.Limit{
@@ -117,7 +121,7 @@ func TestDirect_oneBucket(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	s, err := sluice.Dial(sc.sock())
+	s, err := sluice.Dial(sc.sock(), strict...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +196,7 @@ func TestDirect_noSidecar(t *testing.T) {
 	}
 
 	other := startSidecar(t, t.TempDir(), 0)
-	fb, err := sluice.Dial(other.sock())
+	fb, err := sluice.Dial(other.sock(), strict...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +301,7 @@ func worker(spec string) int {
 			return dec.Allowed, err
 		}
 	default:
-		s, err := sluice.Dial(filepath.Join(dir, "sock"))
+		s, err := sluice.Dial(filepath.Join(dir, "sock"), strict...)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
@@ -461,7 +465,7 @@ func TestDirect_kill9(t *testing.T) {
 	for _, p := range procs {
 		stop(p)
 	}
-	s, err := sluice.Dial(sc.sock())
+	s, err := sluice.Dial(sc.sock(), strict...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -517,7 +521,7 @@ func benchWorker(mode, dir, count, id string) int {
 		}
 		acquire = func(key string) error { _, err := d.Acquire(ctx, l, key, 1); return err }
 	} else {
-		s, err := sluice.Dial(filepath.Join(dir, "sock"))
+		s, err := sluice.Dial(filepath.Join(dir, "sock"), strict...)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
