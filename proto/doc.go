@@ -88,7 +88,8 @@
 //
 //	offset size field
 //	0      1    opcode   3, 4, 5 or 6
-//	1      1    flags    bit 0 STRICT, bit 1 SMYTE, bit 2 AT, bit 3 NAMED (version 2); bits 4-7 must be 0
+//	1      1    flags    bit 0 STRICT, bit 1 SMYTE, bit 2 AT, bit 3 NAMED and bit 4 SHADOW (version 2);
+//	                     bits 5-7 must be 0 (bits 3-7 in version 1)
 //	2      25   limit    see below (with NAMED: the limit's name instead, 1 + namelen bytes,
 //	                     and every later offset moves by namelen - 24)
 //	27     8    n        i64: the cost (ACQUIRE, >= 0; 0 peeks), the amount (REFUND); 0 for PEEK and RESET
@@ -101,7 +102,10 @@
 // STRICT: a request that leaves a token_bucket at 0, or is denied, restarts
 // its refill clock. SMYTE: smyte/ratelimit compatibility for token_bucket: a
 // denial drains the bucket to 0 and remaining is the count before the
-// deduction. The other algorithms ignore both. NAMED: the limit field holds
+// deduction. The other algorithms ignore both. SHADOW (ACQUIRE): decide
+// and consume as usual, but answer a denial as allowed and shadow-denied
+// (the decision's first byte is 3), as a shadow limit's are; the server
+// counts it. NAMED: the limit field holds
 // the name of a limit the server's configuration defines (its config file),
 // as a u8 length (1..MaxNameLen = 64) and that many bytes: ASCII letters,
 // digits, '_', '-' and '.', starting with a letter. A name the server does
@@ -179,7 +183,9 @@
 // decision is 41 bytes:
 //
 //	offset size field
-//	0      1    allowed      boolean: the request may proceed (pacer: after delay)
+//	0      1    allowed      boolean: the request may proceed (pacer: after delay); version 2,
+//	                         ACQUIRE only: 3 is allowed and shadow-denied (bit 1: a shadow limit or
+//	                         SHADOW answered a denial as allowed)
 //	1      8    remaining    i64: cost-1 requests still allowed now (after this request, if it took any), 0..limit
 //	9      8    limit        i64: the largest remaining can be
 //	17     8    retry_after  i64 ns until this request would be allowed; -1 if allowed or never

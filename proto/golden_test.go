@@ -130,7 +130,7 @@ func goldenCases() []goldenCase {
 			func(b []byte) []byte { return EndFrame(b[:len(b)-6], 0, 1) }),
 		bad("bad_unknown_opcode", "An operation with opcode 42.", ErrUnknownOpcode, ping,
 			func(b []byte) []byte { b[HeaderLen] = 42; return b }),
-		bad("bad_flags", "An ACQUIRE with flag bit 4, which is reserved.", ErrMalformed,
+		bad("bad_flags", "A version-1 ACQUIRE with flag bit 4, which is reserved in version 1 (SHADOW in version 2).", ErrMalformed,
 			req("", "", 16, item(OpAcquire, 16, tb, 1, 0, "login:alice")), nil),
 		bad("bad_named_in_version_1", "A version-1 frame with an ACQUIRE of the named limit \"login\": NAMED (flag bit 3) is version 2's.", ErrMalformed,
 			req("", "", 16, item(OpAcquire, 0, Named("login"), 1, 0, "login:alice")), nil),

@@ -61,16 +61,20 @@ const (
 	// parameters: the limit field holds its name. The encoders set it from
 	// Limit.Name.
 	FlagNamed Flags = 8
+	// FlagShadow (version 2, ACQUIRE): decide and consume as usual, but
+	// answer a denial as allowed, marked shadow-denied (Result.ShadowDenied),
+	// as a shadow limit's are.
+	FlagShadow Flags = 16
 
-	itemFlags      = FlagStrict | FlagSmyte | FlagAt | FlagNamed // item operations
-	multiFlags     = FlagAt                                      // the MULTI as a whole
-	multiItemFlags = FlagStrict | FlagSmyte | FlagNamed          // each MULTI item
+	itemFlags      = FlagStrict | FlagSmyte | FlagAt | FlagNamed | FlagShadow // item operations
+	multiFlags     = FlagAt                                                   // the MULTI as a whole
+	multiItemFlags = FlagStrict | FlagSmyte | FlagNamed                       // each MULTI item
 )
 
 // allowedFlags returns the flags of mask that frames of version v may set.
 func allowedFlags(mask Flags, v uint8) Flags {
 	if v < 2 {
-		return mask &^ FlagNamed
+		return mask &^ (FlagNamed | FlagShadow)
 	}
 	return mask
 }

@@ -91,7 +91,7 @@ func TestDecodeOpErrors(t *testing.T) {
 		{"opcode 255", []byte{255, 1, 2, 3}, ErrUnknownOpcode},
 		{"item truncated", acquire[:44], ErrMalformed},
 		{"item key truncated", acquire[:len(acquire)-1], ErrMalformed},
-		{"item flag bit 4", set(acquire, 1, 0x10), ErrMalformed},
+		{"item flag bit 5", set(acquire, 1, 0x20), ErrMalformed},
 		{"item flag bit 7", set(acquire, 1, 0x80), ErrMalformed},
 		{"item algorithm 0", set(acquire, 2, 0), ErrInvalidLimit},
 		{"item algorithm 6", set(acquire, 2, 6), ErrInvalidLimit},
@@ -226,5 +226,28 @@ func TestParseLimit_named(t *testing.T) {
 		if _, err := ParseLimit(s); !errors.Is(err, ErrInvalidLimit) {
 			t.Errorf("ParseLimit(%q) = %v, want ErrInvalidLimit", s, err)
 		}
+	}
+}
+
+// A shadowed ACQUIRE's decision (version 2) reads back as allowed and
+// shadow-denied; the bit means nothing elsewhere and is malformed there.
+func TestShadowDecision(t *testing.T) {
+	d := Decision{Allowed: true, Remaining: 0, Limit: 5, RetryAfter: -1, ResetAfter: 7}
+	var r Result
+	b := AppendShadowDecision(nil, OpAcquire, &d)
+	if rest, err := DecodeResult(b, &r); err != nil || len(rest) != 0 || !r.ShadowDenied || r.Decision != d {
+		t.Fatalf("decoded %+v, %v", r, err)
+	}
+	if _, err := DecodeResult(AppendDecision(nil, OpAcquire, &d), &r); err != nil || r.ShadowDenied {
+		t.Fatalf("a plain decision decoded as shadowed: %+v, %v", r, err)
+	}
+	peek := AppendShadowDecision(nil, OpPeek, &d)
+	if _, err := DecodeResult(peek, &r); !errors.Is(err, ErrMalformed) {
+		t.Errorf("a shadowed PEEK decision = %v, want ErrMalformed", err)
+	}
+	denied := AppendDecision(nil, OpAcquire, &Decision{})
+	denied[2] = shadowDeniedBit // shadowed but not allowed: never sent
+	if _, err := DecodeResult(denied, &r); !errors.Is(err, ErrMalformed) {
+		t.Errorf("shadow bit without allowed = %v, want ErrMalformed", err)
 	}
 }

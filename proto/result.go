@@ -63,7 +63,11 @@ type Result struct {
 	Message []byte // UTF-8 from the server, up to MaxMessageLen bytes
 
 	Decision Decision
-	Existed  bool // RESET: the bucket existed
+	// ShadowDenied (ACQUIRE, version 2): the request was shadowed (a
+	// shadow limit, or FlagShadow) and would have been denied; Decision
+	// says allowed.
+	ShadowDenied bool
+	Existed      bool // RESET: the bucket existed
 
 	Allowed    bool // MULTI: every item was allowed, and so every item consumed
 	Decisions  [MaxMulti]Decision
@@ -114,6 +118,20 @@ func AppendError(dst []byte, op Opcode, s Status, msg string) []byte {
 func AppendDecision(dst []byte, op Opcode, d *Decision) []byte {
 	return appendDecision(append(dst, byte(op), byte(StatusOK)), d)
 }
+
+// AppendShadowDecision appends the OK result of an ACQUIRE that a shadow
+// limit (or FlagShadow) answered as allowed although it would have been
+// denied (version 2): d says allowed, and the decision's first byte has
+// bit 1 set.
+func AppendShadowDecision(dst []byte, op Opcode, d *Decision) []byte {
+	dst = AppendDecision(dst, op, d)
+	dst[len(dst)-decisionLen] |= shadowDeniedBit
+	return dst
+}
+
+// shadowDeniedBit is the bit of a decision's first byte that says the
+// decision was shadowed (version 2); bit 0 says allowed.
+const shadowDeniedBit = 2
 
 // appendDecision appends d's 41 bytes.
 func appendDecision(dst []byte, d *Decision) []byte {
@@ -234,7 +252,7 @@ func DecodeResult(b []byte, r *Result) (rest []byte, err error) {
 	}
 	oldN := r.NDecisions
 	r.Code, r.Status, r.Message = Opcode(b[0]), Status(b[1]), nil
-	r.Decision, r.Existed, r.Allowed, r.NDecisions, r.Hello = Decision{}, false, false, 0, Hello{}
+	r.Decision, r.ShadowDenied, r.Existed, r.Allowed, r.NDecisions, r.Hello = Decision{}, false, false, false, 0, Hello{}
 	r.Next, r.Entries, r.NEntries, r.Stats, r.NStats = 0, nil, 0, nil, 0
 	rest, err = decodeResultBody(b[2:], r)
 	clear(r.Decisions[min(r.NDecisions, oldN):oldN])
@@ -281,7 +299,14 @@ func decodeResultBody(b []byte, r *Result) ([]byte, error) {
 		return b[helloLen:], nil
 	case OpPing:
 		return b, nil
-	case OpAcquire, OpPeek, OpRefund:
+	case OpAcquire:
+		if len(b) > 0 && b[0] == 1|shadowDeniedBit {
+			r.ShadowDenied = true
+			rest, err := decodeDecisionAllowed(b, &r.Decision, r.Code, true)
+			return rest, err
+		}
+		return decodeDecision(b, &r.Decision, r.Code)
+	case OpPeek, OpRefund:
 		return decodeDecision(b, &r.Decision, r.Code)
 	case OpReset:
 		if len(b) < 1 {
@@ -302,14 +327,23 @@ func decodeResultBody(b []byte, r *Result) ([]byte, error) {
 
 // decodeDecision decodes the 41 bytes of a decision of an op's result.
 func decodeDecision(b []byte, d *Decision, op Opcode) ([]byte, error) {
-	if len(b) < decisionLen {
+	if len(b) < 1 {
 		return nil, truncated(op.String()+" decision", decisionLen, len(b))
 	}
-	_ = b[decisionLen-1] // bounds check hint to compiler; see golang.org/issue/14808
 	allowed, err := decodeBool(b[0], "decision allowed")
 	if err != nil {
 		return nil, err
 	}
+	return decodeDecisionAllowed(b, d, op, allowed)
+}
+
+// decodeDecisionAllowed decodes a decision whose first byte has been read
+// as allowed.
+func decodeDecisionAllowed(b []byte, d *Decision, op Opcode, allowed bool) ([]byte, error) {
+	if len(b) < decisionLen {
+		return nil, truncated(op.String()+" decision", decisionLen, len(b))
+	}
+	_ = b[decisionLen-1] // bounds check hint to compiler; see golang.org/issue/14808
 	*d = Decision{
 		Allowed:    allowed,
 		Remaining:  int64(binary.LittleEndian.Uint64(b[1:])),

@@ -288,5 +288,5 @@ func (s *server) globalOp(b []byte, op *proto.Op, nl *namedLimit, c *conn) []byt
 	if op.Code == proto.OpReset {
 		return proto.AppendReset(b, r.existed)
 	}
-	return c.answer(b, op.Code, nl, nl.cfg.Bucket.Algorithm, &r.d, time.Time{})
+	return c.answer(b, op, nl, nl.cfg.Bucket.Algorithm, &r.d, time.Time{})
 }

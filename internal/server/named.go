@@ -88,16 +88,20 @@ func (c *conn) limit(w proto.Limit, name []byte) (*engine.Limit, *namedLimit, er
 	return l, nil, err
 }
 
-// shadow applies a shadow limit's option to a decision: a denial is
-// answered as allowed (nothing more is consumed than the denial consumed),
+// shadow applies shadow mode to an acquire's decision, when its limit is a
+// shadow limit or the request asked for it (FlagShadow): a denial is
+// answered as allowed (nothing more is consumed than the denial consumed)
 // and counted. It reports whether it turned one.
-func shadow(nl *namedLimit, d *bucket.Decision) bool {
-	if nl == nil || !nl.cfg.Shadow || d.Allowed {
+func (s *server) shadow(nl *namedLimit, f proto.Flags, d *bucket.Decision) bool {
+	if d.Allowed || f&proto.FlagShadow == 0 && (nl == nil || !nl.cfg.Shadow) {
 		return false
 	}
 	d.Allowed, d.RetryAfter, d.Delay = true, -1, 0
-	if nl.metrics != nil {
+	switch {
+	case nl != nil && nl.metrics != nil:
 		nl.metrics.ShadowDenied()
+	case nl == nil && s.specMetrics != nil:
+		s.specMetrics.ShadowDenied()
 	}
 	return true
 }

@@ -65,8 +65,18 @@ func TestNamed_limitsShadowAndMetrics(t *testing.T) {
 	}
 	for i := range 3 {
 		r := c.acquire("bob", proto.Named("watched"), 1, 0)
-		if r.Status != proto.StatusOK || !r.Decision.Allowed {
+		if r.Status != proto.StatusOK || !r.Decision.Allowed || r.ShadowDenied != (i > 0) {
 			t.Fatalf("shadow request %d: %+v", i, r)
+		}
+	}
+	// SHADOW on a request does the same for an inline spec.
+	one := proto.GCRALimit(0, 1, 3600e9)
+	for i := range 2 {
+		r := c.do(func(b []byte) []byte {
+			return proto.AppendItem(b, proto.OpAcquire, proto.FlagShadow, one, 1, 0, []byte("carol"))
+		})
+		if r.Status != proto.StatusOK || !r.Decision.Allowed || r.ShadowDenied != (i > 0) {
+			t.Fatalf("SHADOW request %d: %+v", i, r)
 		}
 	}
 	if r := c.acquire("x", proto.Named("nope"), 1, 0); r.Status != proto.StatusInvalidLimit || !strings.Contains(string(r.Message), "nope") {
@@ -82,8 +92,8 @@ func TestNamed_limitsShadowAndMetrics(t *testing.T) {
 		got[string(name)] = v
 		b = rest
 	}
-	if got["shadow_denied"] != 2 {
-		t.Errorf("STATS shadow_denied = %d, want 2", got["shadow_denied"])
+	if got["shadow_denied"] != 3 {
+		t.Errorf("STATS shadow_denied = %d, want 3", got["shadow_denied"])
 	}
 
 	w := httptest.NewRecorder()
@@ -95,6 +105,7 @@ func TestNamed_limitsShadowAndMetrics(t *testing.T) {
 		`sluice_decisions_total{algorithm="token_bucket",limit="spec",outcome="denied"} 1`,
 		`sluice_decisions_total{algorithm="gcra",limit="watched",outcome="denied"} 2`,
 		`sluice_shadow_denied_total{limit="watched"} 2`,
+		`sluice_shadow_denied_total{limit="spec"} 1`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics lack %s", want)

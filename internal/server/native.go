@@ -201,13 +201,13 @@ func (s *server) do(b []byte, op *proto.Op, c *conn) []byte {
 		s.recordError(nl, l, err)
 		return c.fail(b, op.Code, err)
 	}
-	return c.answer(b, op.Code, nl, l.Bucket().Algorithm, &d, start)
+	return c.answer(b, op, nl, l.Bucket().Algorithm, &d, start)
 }
 
 // answer appends a decision's result, a shadow limit's denial answered as
 // allowed, and counts it.
-func (c *conn) answer(b []byte, code proto.Opcode, nl *namedLimit, alg bucket.Algorithm, d *bucket.Decision, start time.Time) []byte {
-	shadowed := code == proto.OpAcquire && shadow(nl, d)
+func (c *conn) answer(b []byte, op *proto.Op, nl *namedLimit, alg bucket.Algorithm, d *bucket.Decision, start time.Time) []byte {
+	shadowed := op.Code == proto.OpAcquire && c.s.shadow(nl, op.Flags, d)
 	switch {
 	case shadowed:
 		c.n.shadowDenied++
@@ -218,7 +218,10 @@ func (c *conn) answer(b []byte, code proto.Opcode, nl *namedLimit, alg bucket.Al
 	}
 	c.s.record(nl, alg, d.Allowed, shadowed, start)
 	w := proto.Decision(*d)
-	return proto.AppendDecision(b, code, &w)
+	if shadowed {
+		return proto.AppendShadowDecision(b, op.Code, &w)
+	}
+	return proto.AppendDecision(b, op.Code, &w)
 }
 
 // multi answers a MULTI: all of its items or none.

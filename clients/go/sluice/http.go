@@ -2,6 +2,7 @@ package sluice
 
 import (
 	"errors"
+	"log/slog"
 	"math"
 	"math/bits"
 	"net/http"
@@ -66,7 +67,21 @@ type middleware struct {
 	cost    func(*http.Request) int64
 	denied  http.Handler
 	onError func(http.ResponseWriter, *http.Request, error)
+	shadow  bool         // WithShadow: every acquire is a shadow request
+	ban     http.Handler // WithShadowBan: answers shadow-denied requests
 }
+
+// WithShadow makes every request a shadow request (the Shadow option): a
+// request the limit would deny is let through, and logged (WARN, with its
+// key and the policy's name) on the default slog logger. A limit marked
+// shadow in the sidecar's config is shadowed whatever this option says.
+func WithShadow() MiddlewareOption { return func(m *middleware) { m.shadow = true } }
+
+// WithShadowBan answers a shadow-denied request with h instead of calling
+// the handler: the caller sees success (h should answer 2xx) while the work
+// is not done, Figma's shadow ban. Without it a shadow-denied request is
+// served as usual, and logged.
+func WithShadowBan(h http.Handler) MiddlewareOption { return func(m *middleware) { m.ban = h } }
 
 // Middleware returns net/http middleware that limits requests with c under
 // l. key names the bucket of a request (a client address, an account, an
@@ -110,7 +125,13 @@ func Middleware(c *Client, l Limit, key func(*http.Request) (string, bool), opts
 			if m.cost != nil {
 				cost = m.cost(r)
 			}
-			d, err := m.c.Acquire(r.Context(), m.l, k, cost)
+			var d Decision
+			var err error
+			if m.shadow {
+				d, err = m.c.Acquire(r.Context(), m.l, k, cost, Shadow())
+			} else {
+				d, err = m.c.Acquire(r.Context(), m.l, k, cost)
+			}
 			if err != nil {
 				m.onError(w, r, err)
 				return
@@ -119,6 +140,13 @@ func Middleware(c *Client, l Limit, key func(*http.Request) (string, bool), opts
 			if !d.Allowed {
 				m.denied.ServeHTTP(w, r)
 				return
+			}
+			if d.ShadowDenied {
+				slog.Warn("rate limit shadow-denied a request", "policy", m.name, "limit", m.l.String(), "key", k, "banned", m.ban != nil)
+				if m.ban != nil {
+					m.ban.ServeHTTP(w, r)
+					return
+				}
 			}
 			if d.Delay > 0 {
 				t := time.NewTimer(d.Delay)

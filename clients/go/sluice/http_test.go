@@ -167,3 +167,38 @@ func TestRateLimitFields(t *testing.T) {
 		t.Errorf("degraded denial: %v", h)
 	}
 }
+
+// Shadow mode: a request the limit would deny goes through, marked; with a
+// shadow ban it is answered without the handler.
+func TestMiddleware_shadow(t *testing.T) {
+	sc := startSidecar(t)
+	c := dial(t, sc.cfg.SocketPath)
+	var served int
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { served++ })
+	limit := sluice.GCRA(0, 1, time.Hour) // one request an hour
+	h := sluice.Middleware(c, limit, byPath, sluice.WithShadow())(handler)
+	for i := range 3 {
+		if res := serve(h, "/s"); res.StatusCode != 200 {
+			t.Fatalf("shadow request %d: %d", i, res.StatusCode)
+		}
+	}
+	if served != 3 {
+		t.Errorf("handler served %d of 3 shadow requests", served)
+	}
+	ban := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusAccepted) })
+	h = sluice.Middleware(c, limit, byPath, sluice.WithShadow(), sluice.WithShadowBan(ban))(handler)
+	served = 0
+	if res := serve(h, "/banned"); res.StatusCode != 200 || served != 1 {
+		t.Fatalf("first request: %d, served %d", res.StatusCode, served)
+	}
+	if res := serve(h, "/banned"); res.StatusCode != http.StatusAccepted || served != 1 {
+		t.Errorf("shadow-banned request: %d, served %d; want 202 from the ban handler, not the handler", res.StatusCode, served)
+	}
+	d, err := c.Acquire(ctx(t), limit, "path:/s", 1, sluice.Shadow())
+	if err != nil || !d.Allowed || !d.ShadowDenied {
+		t.Errorf("Acquire with Shadow on a spent bucket: %+v, %v; want allowed and shadow-denied", d, err)
+	}
+	if d, err := c.Acquire(ctx(t), limit, "path:/s", 1); err != nil || d.Allowed || d.ShadowDenied {
+		t.Errorf("the same without Shadow: %+v, %v; want denied", d, err)
+	}
+}

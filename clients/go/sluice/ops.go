@@ -30,6 +30,12 @@ type Decision struct {
 	// not the sidecar's. Remaining and Limit are then 0 and ResetAfter is
 	// negative (unknown).
 	Degraded bool
+
+	// ShadowDenied is set on an allowed Acquire that a shadow limit (or
+	// the Shadow option) would have denied: the caller lets the request
+	// through, and may log it or answer it without doing the work (a
+	// shadow ban).
+	ShadowDenied bool
 }
 
 func decisionOf(w *proto.Decision) Decision {
@@ -61,6 +67,12 @@ func Strict() RequestOption { return RequestOption{flags: proto.FlagStrict} }
 // denial drains the bucket to 0 and Remaining is the count before the
 // deduction. Other algorithms ignore it.
 func Smyte() RequestOption { return RequestOption{flags: proto.FlagSmyte} }
+
+// Shadow makes an Acquire a shadow request: the sidecar decides and
+// consumes as usual, but answers a denial as allowed with
+// Decision.ShadowDenied set, and counts it. A limit the sidecar's config
+// marks shadow does the same for every request.
+func Shadow() RequestOption { return RequestOption{flags: proto.FlagShadow} }
 
 func requestFlags(opts []RequestOption) (proto.Flags, int64) {
 	var f proto.Flags
@@ -142,6 +154,7 @@ func (c *Client) decide(ctx context.Context, op proto.Opcode, l Limit, key strin
 		return Decision{}, err
 	}
 	d := decisionOf(&cl.res.Decision)
+	d.ShadowDenied = cl.res.ShadowDenied
 	putCall(cl)
 	return d, nil
 }

@@ -142,6 +142,7 @@ func (p *Pipeline) settle(i int, err error) {
 		p.res[i].Err = err
 	} else {
 		p.res[i].Decision = decisionOf(&cl.res.Decision)
+		p.res[i].Decision.ShadowDenied = cl.res.ShadowDenied
 	}
 	putCall(cl)
 }

@@ -294,7 +294,13 @@ func (c *Client) decide(ctx context.Context, op proto.Opcode, l sluice.Limit, ke
 		if err != nil {
 			return sluice.Decision{}, opError(err)
 		}
-		return decisionOf(&d), nil
+		shadowed := op == proto.OpAcquire && f&proto.FlagShadow != 0 && !d.Allowed
+		if shadowed { // as the sidecar answers a shadow request
+			d.Allowed, d.RetryAfter, d.Delay = true, -1, 0
+		}
+		out := decisionOf(&d)
+		out.ShadowDenied = shadowed
+		return out, nil
 	}
 }
 
