@@ -19,6 +19,11 @@ const hour = 3600 * 1e9
 // newStore returns a Store for the given Redis addresses, closed at cleanup.
 func newStore(t testing.TB, o Options) *Store {
 	t.Helper()
+	if o.Timeout == 0 {
+		// Generous unless a test is about timeouts: a loaded CI machine
+		// can take longer than the default 50 ms to answer.
+		o.Timeout = 5 * time.Second
+	}
 	s, err := New(o)
 	if err != nil {
 		t.Fatal(err)

@@ -85,10 +85,12 @@ class Flags(enum.IntFlag):
     SMYTE = 2  #: smyte/ratelimit compatibility: a denial drains the bucket
     AT = 4  #: the operation carries its own time
     NAMED = 8  #: the limit is named (version 2): the limit field holds its name
+    SHADOW = 16  #: version 2, acquire: answer a denial as allowed and shadow-denied
 
 
 _NAMED = 8  # Flags.NAMED as a plain int: IntFlag's ~ keeps only defined bits
-_ITEM_FLAGS = 15
+_SHADOW = 16
+_ITEM_FLAGS = 31
 _MULTI_FLAGS = 4
 _MULTI_ITEM_FLAGS = 11
 
@@ -370,7 +372,7 @@ def decode_op(b: Buffer, off: int = 0, end: Optional[int] = None, version: int =
         if end - off < 2:
             raise _truncated(_name(code), ITEM.size - 1, end - off - 1)
         flags = b[off + 1]
-        bad = flags & ~((_ITEM_FLAGS & ~_NAMED) | named)
+        bad = flags & ~((_ITEM_FLAGS & ~(_NAMED | _SHADOW)) | (named and _NAMED | _SHADOW))
         if bad:
             raise Malformed(f"malformed: {_name(code)}: reserved flag bits 0x{bad:02x}")
         if not flags & _NAMED and end - off < ITEM.size:
@@ -447,8 +449,8 @@ def encode_decision(code: int, d: Decision) -> bytes:
 
 
 def _pack_decision(d: Decision) -> bytes:
-    return DECISION.pack(1 if d.allowed else 0, d.remaining, d.limit, d.retry_after_ns,
-                         d.reset_after_ns, d.delay_ns)
+    return DECISION.pack(3 if d.shadow_denied else 1 if d.allowed else 0, d.remaining, d.limit,
+                         d.retry_after_ns, d.reset_after_ns, d.delay_ns)
 
 
 def encode_result(r: Result) -> bytes:
@@ -498,6 +500,8 @@ def _decision(b: Buffer, off: int, end: int, code: int) -> Tuple[Decision, int]:
     if end - off < DECISION.size:
         raise _truncated(f"{_name(code)} decision", DECISION.size, end - off)
     allowed, rem, lim, retry, reset, delay = DECISION.unpack_from(b, off)
+    if allowed == 3 and code == Opcode.ACQUIRE:  # version 2: allowed, shadow-denied
+        return make_decision(True, rem, lim, retry, reset, delay, shadow_denied=True), off + DECISION.size
     return make_decision(_bool(allowed, "decision allowed"), rem, lim, retry, reset, delay), off + DECISION.size
 
 
