@@ -163,3 +163,48 @@ def test_header_values() -> None:
     assert retry_after(Decision(False, 0, 10, -1, 0, 0)) is None  # never
     assert ratelimit_headers(Decision(True, 0, 0, -1, 0, 0, degraded=True), FixedWindow(10, 60)) == []
     assert ratelimit_headers(allowed, FixedWindow(10, 60), 'a"b\\')[0][1].startswith('"a\\"b\\\\";')
+
+
+def test_wsgi_shadow(sidecar: Sidecar, caplog: Any) -> None:
+    client = Client(sidecar.socket, on_unavailable="raise")
+    one = GCRA(0, 1, 3600)
+    app = WSGIMiddleware(wsgi_app, client, one, key=key, shadow=True)
+    for _ in range(3):  # the limit would deny the 2nd and 3rd: they go through, logged
+        assert call_wsgi(app, "10.0.0.7")[0] == "200 OK"
+    assert sum("shadow-denied" in r.getMessage() for r in caplog.records) == 2
+
+    def ban(environ: Dict[str, Any], start_response: Any) -> List[bytes]:
+        start_response("202 Accepted", [("Content-Type", "text/plain")])
+        return [b"queued"]
+
+    banned = WSGIMiddleware(wsgi_app, client, one, key=key, shadow=True, shadow_ban=ban)
+    assert call_wsgi(banned, "10.0.0.8")[0] == "200 OK"
+    status, _, body = call_wsgi(banned, "10.0.0.8")
+    assert status == "202 Accepted" and body == b"queued"  # answered without the app
+
+
+def test_asgi_shadow(sidecar: Sidecar) -> None:
+    async def main() -> None:
+        client = AsyncClient(sidecar.socket, on_unavailable="raise")
+        sent: List[Dict[str, Any]] = []
+
+        async def app(scope: Any, receive: Any, send: Any) -> None:
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"done"})
+
+        async def ban(scope: Any, receive: Any, send: Any) -> None:
+            await send({"type": "http.response.start", "status": 202, "headers": []})
+            await send({"type": "http.response.body", "body": b"queued"})
+
+        async def send(message: Dict[str, Any]) -> None:
+            sent.append(message)
+
+        mw = ASGIMiddleware(app, client, GCRA(0, 1, 3600), key=lambda scope: "ip:x", shadow=True, shadow_ban=ban)
+        scope = {"type": "http", "method": "GET", "path": "/"}
+        await mw(scope, None, send)
+        await mw(scope, None, send)
+        statuses = [m["status"] for m in sent if m["type"] == "http.response.start"]
+        assert statuses == [200, 202]
+        await client.close()
+
+    asyncio.run(main())

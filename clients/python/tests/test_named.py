@@ -44,3 +44,16 @@ def test_names_parse() -> None:
     for bad in ("1x", "has space", "x" * 65):
         with pytest.raises(InvalidLimit):
             Named(bad)
+
+
+def test_shadow(sidecar: Any) -> None:
+    from sluice.limits import GCRA
+
+    one = GCRA(0, 1, 3600)
+    with Client(sidecar.socket, on_unavailable="raise") as c:
+        first = c.acquire("s", one, shadow=True)
+        assert first.allowed and not first.shadow_denied
+        second = c.acquire("s", one, shadow=True)
+        assert second.allowed and second.shadow_denied
+        plain = c.acquire("s", one)
+        assert not plain.allowed and not plain.shadow_denied

@@ -139,7 +139,7 @@ def cost_of(n: Any, what: str = "cost") -> int:
     raise InvalidCost(f"{what} {n} outside int64")
 
 
-def decide_frame(fid: int, code: int, key: Key, limit: LimitLike, n: Any, at: At, strict: bool) -> bytes:
+def decide_frame(fid: int, code: int, key: Key, limit: LimitLike, n: Any, at: At, strict: int) -> bytes:
     """The whole request frame of one ACQUIRE or PEEK: the hot path, packed in one go."""
     k = key.encode() if type(key) is str else key_bytes(key)
     if not 0 < len(k) <= MAX_KEY_LEN:
@@ -147,17 +147,23 @@ def decide_frame(fid: int, code: int, key: Key, limit: LimitLike, n: Any, at: At
     lim = limit if isinstance(limit, Limit) else limit_of(limit)
     if type(n) is not int or not -(1 << 63) <= n <= _MAX_I64:
         n = cost_of(n)
+    f = int(strict)  # STRICT (True, 1), or the request's flags (SHADOW: see request_flags)
     if type(lim) is Named:
-        flags, t = (1 if strict else 0), 0
+        t = 0
         if at is not None:
-            flags, t = flags | 4, at_ns(at)
-        return proto.frame(proto.Kind.REQUEST, fid, 1, proto.encode_item(code, flags, lim, n, t, k))
+            f, t = f | 4, at_ns(at)
+        return proto.frame(proto.Kind.REQUEST, fid, 1, proto.encode_item(code, f, lim, n, t, k))
     a, p0, p1, p2 = lim._wire
     if at is None:
-        return ITEM_FRAME.pack(ITEM_FRAME_LEN + len(k), VERSION, 1, 1, fid, code, 1 if strict else 0,
+        return ITEM_FRAME.pack(ITEM_FRAME_LEN + len(k), VERSION, 1, 1, fid, code, f,
                                a, p0, p1, p2, n, 0, len(k)) + k
-    return ITEM_FRAME.pack(ITEM_FRAME_LEN + len(k), VERSION, 1, 1, fid, code, 5 if strict else 4,
+    return ITEM_FRAME.pack(ITEM_FRAME_LEN + len(k), VERSION, 1, 1, fid, code, f | 4,
                            a, p0, p1, p2, n, at_ns(at), len(k)) + k
+
+
+def request_flags(strict: bool, shadow: bool) -> int:
+    """An acquire's flags: STRICT (1) and SHADOW (16, protocol version 2)."""
+    return (1 if strict else 0) | (16 if shadow else 0)
 
 
 class Call(NamedTuple):
@@ -169,7 +175,7 @@ class Call(NamedTuple):
     n: int = 0  #: MULTI: its items
 
 
-def item_call(code: int, key: Key, limit: LimitLike, n: Any, at: At, strict: bool) -> Call:
+def item_call(code: int, key: Key, limit: LimitLike, n: Any, at: At, strict: int) -> Call:
     """An ACQUIRE, PEEK, REFUND or RESET (checked as decide_frame checks)."""
     k = key.encode() if type(key) is str else key_bytes(key)
     if not 0 < len(k) <= MAX_KEY_LEN:
@@ -177,7 +183,7 @@ def item_call(code: int, key: Key, limit: LimitLike, n: Any, at: At, strict: boo
     lim = limit if isinstance(limit, Limit) else limit_of(limit)
     if type(n) is not int or not -(1 << 63) <= n <= _MAX_I64:
         n = cost_of(n)
-    flags = 1 if strict else 0
+    flags = int(strict)  # STRICT, or the request's flags (request_flags)
     t = 0
     if at is not None:
         flags |= 4
@@ -290,12 +296,12 @@ def results(frame: proto.Buffer, fid: int, calls: Sequence[Call]) -> List[Any]:
                     and 3 <= code <= 5:
                 # the common case, a decision: unpacked in one go
                 _, _, allowed, rem, lim, ra, rs, dl = unpack(frame, off)
-                if allowed > 1:
+                if allowed > 1 and not (allowed == 3 and code == Opcode.ACQUIRE):  # 3: shadow-denied
                     raise ProtocolError(f"malformed reply from the sidecar: decision allowed byte {allowed}")
                 d = _new(Decision)  # make_decision, inlined: this loop runs per result
-                _setattr(d, "__dict__", {"allowed": allowed == 1, "remaining": rem, "limit": lim,
+                _setattr(d, "__dict__", {"allowed": allowed != 0, "remaining": rem, "limit": lim,
                                          "retry_after_ns": ra, "reset_after_ns": rs, "delay_ns": dl,
-                                         "degraded": False})
+                                         "degraded": False, "shadow_denied": allowed == 3})
                 out.append(d)
                 off += _RESULT_DECISION_SIZE
                 continue

@@ -261,9 +261,9 @@ class AsyncClient(c.Availability):
         return f"AsyncClient({self.socket_path!r}, timeout={self.timeout!r}, on_unavailable={self.on_unavailable!r})"
 
     async def acquire(self, key: Key, limit: LimitLike, cost: int = 1, *, at: At = None,
-                      strict: bool = False) -> Decision:
+                      strict: bool = False, shadow: bool = False) -> Decision:
         """Decide a request of ``cost`` tokens and, if allowed, consume them. See :meth:`Client.acquire`."""
-        return await self._decide(Opcode.ACQUIRE, key, limit, cost, at, strict)
+        return await self._decide(Opcode.ACQUIRE, key, limit, cost, at, c.request_flags(strict, shadow))
 
     async def peek(self, key: Key, limit: LimitLike, *, at: At = None) -> Decision:
         """The bucket as it stands, changing and creating nothing. See :meth:`Client.peek`."""
@@ -334,7 +334,7 @@ class AsyncClient(c.Availability):
 
     # ---- internals -----------------------------------------------------------
 
-    async def _decide(self, code: int, key: Key, limit: LimitLike, n: Any, at: At, strict: bool) -> Decision:
+    async def _decide(self, code: int, key: Key, limit: LimitLike, n: Any, at: At, strict: int) -> Decision:
         self._id = fid = (self._id + 1) & 0xFFFFFFFF
         payload = c.decide_frame(fid, code, key, limit, n, at, strict)  # bad arguments raise before any I/O
         brk = self._breaker

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple, Union
 
 from ._common import Key, LimitLike, limit_of
@@ -41,6 +42,9 @@ KeyFunc = Callable[[Scope], Union[Optional[Key], Awaitable[Optional[Key]]]]
 _BODY = b"Too Many Requests\n"
 
 
+_log = logging.getLogger("sluice")
+
+
 class RateLimitMiddleware:
     """Wrap an ASGI app so that every HTTP request acquires ``cost`` of ``limit`` for ``key(scope)``.
 
@@ -48,8 +52,11 @@ class RateLimitMiddleware:
     """
 
     def __init__(self, app: ASGIApp, client: Any, limit: LimitLike, key: KeyFunc, *,
-                 cost: int = 1, name: str = "default", headers: bool = True) -> None:
+                 cost: int = 1, name: str = "default", headers: bool = True, shadow: bool = False,
+                 shadow_ban: Optional[ASGIApp] = None) -> None:
         self.app = app
+        self.shadow = shadow
+        self.shadow_ban = shadow_ban
         self.client = client
         self.limit = limit_of(limit)
         self.key = key
@@ -68,9 +75,16 @@ class RateLimitMiddleware:
         if k is None:
             await self.app(scope, receive, send)
             return
-        d = self.client.acquire(k, self.limit, self.cost)
+        d = self.client.acquire(k, self.limit, self.cost, shadow=self.shadow) if self.shadow \
+            else self.client.acquire(k, self.limit, self.cost)
         if inspect.isawaitable(d):
             d = await d
+        if d.shadow_denied:
+            _log.warning("rate limit %s shadow-denied a request for %r%s", self.name, k,
+                         " (shadow-banned)" if self.shadow_ban is not None else "")
+            if self.shadow_ban is not None:
+                await self.shadow_ban(scope, receive, send)
+                return
         extra: List[Tuple[bytes, bytes]] = [(h.lower().encode(), v.encode())
                                             for h, v in ratelimit_headers(d, self.limit, self.name)]
         if not d.allowed:

@@ -126,17 +126,19 @@ class Client(c.Availability):
     # ---- decisions -----------------------------------------------------------
 
     def acquire(self, key: Key, limit: LimitLike, cost: int = 1, *, at: At = None,
-                strict: bool = False) -> Decision:
+                strict: bool = False, shadow: bool = False) -> Decision:
         """Decide a request of ``cost`` tokens and, if allowed, consume them.
 
         ``cost`` 0 peeks without creating the bucket. ``at`` replays the
         request at that time instead of the sidecar's clock. ``strict``
         restarts a token_bucket's refill clock on a request that empties it
-        or is denied. A denial is a Decision with ``allowed=False``, not an
+        or is denied. ``shadow`` answers a denial as allowed with
+        ``shadow_denied`` set (the sidecar counts it), as a limit the
+        sidecar's config marks shadow does for every request. A denial is a Decision with ``allowed=False``, not an
         exception. Raises :class:`InvalidLimit`, :class:`InvalidCost`,
         :class:`TableFull`, ... for what the sidecar refuses.
         """
-        return self._decide(Opcode.ACQUIRE, key, limit, cost, at, strict)
+        return self._decide(Opcode.ACQUIRE, key, limit, cost, at, c.request_flags(strict, shadow))
 
     def peek(self, key: Key, limit: LimitLike, *, at: At = None) -> Decision:
         """The bucket as it stands, changing and creating nothing.
@@ -229,7 +231,7 @@ class Client(c.Availability):
 
     # ---- internals -----------------------------------------------------------
 
-    def _decide(self, code: int, key: Key, limit: LimitLike, n: Any, at: At, strict: bool) -> Decision:
+    def _decide(self, code: int, key: Key, limit: LimitLike, n: Any, at: At, strict: int) -> Decision:
         """An ACQUIRE or PEEK: the hot path. One frame out, one in, decoded in one unpack.
 
         Anything but the usual (no connection yet, a failure, an error result,
@@ -281,7 +283,7 @@ class Client(c.Availability):
         brk.done(False, None)
         return d  # type: ignore[no-any-return]
 
-    def _decide_slow(self, code: int, key: Key, limit: LimitLike, n: Any, at: At, strict: bool) -> Decision:
+    def _decide_slow(self, code: int, key: Key, limit: LimitLike, n: Any, at: At, strict: int) -> Decision:
         with self._lock:
             self._id = fid = (self._id + 1) & 0xFFFFFFFF
             payload = c.decide_frame(fid, code, key, limit, n, at, strict)

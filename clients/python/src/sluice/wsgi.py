@@ -24,6 +24,7 @@ An allowed pacer decision waits its ``delay`` before calling the app.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
@@ -39,6 +40,9 @@ WSGIApp = Callable[[Environ, StartResponse], Iterable[bytes]]
 _BODY = b"Too Many Requests\n"
 
 
+_log = logging.getLogger("sluice")
+
+
 class RateLimitMiddleware:
     """Wrap a WSGI app so that every request acquires ``cost`` of ``limit`` for ``key(environ)``.
 
@@ -50,12 +54,20 @@ class RateLimitMiddleware:
         cost: tokens per request.
         name: the policy name in the RateLimit headers.
         headers: add the RateLimit headers to allowed responses too.
+        shadow: make every acquire a shadow request: a request the limit would
+            deny is let through and logged (WARNING, logger "sluice"). A limit
+            the sidecar's config marks shadow does the same without it.
+        shadow_ban: answer a shadow-denied request with this WSGI app instead of
+            ``app`` (it should answer 2xx): the caller sees success while the
+            work is not done (a shadow ban).
     """
 
     def __init__(self, app: WSGIApp, client: Any, limit: LimitLike,
                  key: Callable[[Environ], Optional[Key]], *, cost: int = 1, name: str = "default",
-                 headers: bool = True) -> None:
+                 headers: bool = True, shadow: bool = False, shadow_ban: Optional[WSGIApp] = None) -> None:
         self.app = app
+        self.shadow = shadow
+        self.shadow_ban = shadow_ban
         self.client = client
         self.limit = limit_of(limit)
         self.key = key
@@ -68,7 +80,13 @@ class RateLimitMiddleware:
         k = self.key(environ)
         if k is None:
             return self.app(environ, start_response)
-        d = self.client.acquire(k, self.limit, self.cost)
+        d = self.client.acquire(k, self.limit, self.cost, shadow=self.shadow) if self.shadow \
+            else self.client.acquire(k, self.limit, self.cost)
+        if d.shadow_denied:
+            _log.warning("rate limit %s shadow-denied a request for %r%s", self.name, k,
+                         " (shadow-banned)" if self.shadow_ban is not None else "")
+            if self.shadow_ban is not None:
+                return self.shadow_ban(environ, start_response)
         extra: List[Tuple[str, str]] = ratelimit_headers(d, self.limit, self.name)
         if not d.allowed:
             ra = retry_after(d)
