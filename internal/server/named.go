@@ -26,8 +26,9 @@ const sampleMask = 15
 // its metric counters. It is built once per Set (after each reload), the
 // first time a request needs it.
 type namedLimits struct {
-	set *config.Set
-	m   map[string]*namedLimit
+	set    *config.Set
+	m      map[string]*namedLimit
+	global bool // some limit is global: frames are scanned for global operations
 }
 
 // namedLimit is one named limit, ready to decide.
@@ -57,6 +58,7 @@ func (s *server) named() *namedLimits {
 			nl.metrics = s.rec.Limit(name)
 		}
 		n.m[name] = nl
+		n.global = n.global || l.Scope == config.Global
 	}
 	s.namedSet.Store(n) // two requests may build it at once: either copy serves
 	return n

@@ -107,7 +107,7 @@ func (c *conn) frame(frame []byte, h proto.Header) {
 	b, start := proto.BeginFrameVersion(c.out, h.Version, proto.KindResponse, h.ID)
 	c.frameStart = start
 	body := frame[proto.HeaderLen:]
-	if c.s.global != nil {
+	if c.s.global != nil && c.s.named().global {
 		c.decideGlobals(body, h) // in Redis, all at once: they share pipelines
 	}
 	for i := 0; i < int(h.Count); i++ {
