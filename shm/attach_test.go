@@ -147,8 +147,9 @@ func TestAttach_deadOwner(t *testing.T) {
 	go func() {
 		s, ok := att.Lookup(fp(att, "held"))
 		if ok {
-			done <- s.Conservative()
-			s.Release()
+			c := s.Conservative()
+			s.Release() // before the answer: the test may then unmap the table
+			done <- c
 		}
 		close(done)
 	}()
@@ -275,8 +276,9 @@ func TestAttach_stoppedHolderKeepsItsLock(t *testing.T) {
 		if !ok || s.Conservative() {
 			t.Errorf("after the wait: found %v, conservative %v", ok, ok && s.Conservative())
 		}
-		got <- *s.State()
-		s.Release()
+		st := *s.State()
+		s.Release() // before the answer: the test may then unmap the table
+		got <- st
 	}()
 	select {
 	case st := <-got:
@@ -340,10 +342,11 @@ func TestAttach_registryOfTheDead(t *testing.T) {
 	done := make(chan bool, 1)
 	go func() {
 		s, ok := att.Lookup(fp(att, "held"))
-		done <- ok && s.Conservative()
+		c := ok && s.Conservative()
 		if ok {
-			s.Release()
+			s.Release() // before the answer: the test may then unmap the table
 		}
+		done <- c
 	}()
 	select {
 	case repaired := <-done:
