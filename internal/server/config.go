@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"path/filepath"
+	"runtime"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/config"
@@ -28,6 +29,12 @@ const (
 	DefaultFrameTimeout = 10 * time.Second
 	DefaultWriteTimeout = 10 * time.Second
 	DefaultDrainTimeout = 5 * time.Second
+)
+
+// The transports of Config.Transport.
+const (
+	TransportGoroutines = "goroutines"
+	TransportEpoll      = "epoll"
 )
 
 // Config is what the sidecar needs to run. Zero fields take the defaults
@@ -54,6 +61,15 @@ type Config struct {
 	WriteTimeout   time.Duration // how long a client may take to accept an answer
 	DrainTimeout   time.Duration // how long shutdown waits for connections to finish
 	Logger         *slog.Logger  // nil: slog.Default()
+
+	// Transport is how connections are served: TransportGoroutines (the
+	// default) runs each on its own goroutine; TransportEpoll serves them
+	// from event loops over epoll (Linux), each wake-up answering every
+	// ready connection. See the README's "Transports".
+	Transport string
+	// Loops is the number of event loops of TransportEpoll; 0 means
+	// GOMAXPROCS.
+	Loops int
 
 	// Limits, if set, holds the named limits (the config file's) that
 	// requests may use instead of a spec; it may be swapped while the
@@ -114,6 +130,12 @@ func (c *Config) withDefaults() Config {
 	def(&d.FrameTimeout, DefaultFrameTimeout)
 	def(&d.WriteTimeout, DefaultWriteTimeout)
 	def(&d.DrainTimeout, DefaultDrainTimeout)
+	if d.Transport == "" {
+		d.Transport = TransportGoroutines
+	}
+	if d.Loops == 0 {
+		d.Loops = runtime.GOMAXPROCS(0)
+	}
 	if d.Logger == nil {
 		d.Logger = slog.Default()
 	}
@@ -174,6 +196,14 @@ func (c *Config) Validate() error {
 		return bad("SocketMode", "socket-mode", fmt.Sprintf("%#o", c.SocketMode), "want octal permissions such as 0660")
 	case c.MaxConns < 0 || c.MaxConns > 1_000_000:
 		return bad("MaxConns", "max-conns", c.MaxConns, "want a number of connections from 1 to 1000000")
+	case c.Transport != "" && c.Transport != TransportGoroutines && (c.Transport != TransportEpoll || !haveEpoll):
+		want := "want goroutines or epoll"
+		if !haveEpoll {
+			want = "want goroutines (epoll needs Linux)"
+		}
+		return bad("Transport", "transport", c.Transport, want)
+	case c.Loops < 0 || c.Loops > 1024:
+		return bad("Loops", "loops", c.Loops, "want 0 (one per CPU) or a number of event loops up to 1024")
 	case c.MaxConnsPerUID < 0 || c.MaxConnsPerUID > 1_000_000:
 		return bad("MaxConnsPerUID", "max-conns-per-uid", c.MaxConnsPerUID, "want 0 (no cap) or a number of connections up to 1000000")
 	}
