@@ -49,6 +49,9 @@ test-go:
 	@# The race detector makes sync.Pool drop items, so the allocation tests
 	@# skip under it: run them again without it.
 	$(GO) test -count=1 -run '(?i)allocs$$' ./... ./bench/...
+	@# The server's suite again over the epoll transport.
+	SLUICE_TEST_TRANSPORT=epoll $(GO) test -race -shuffle=on -count=1 ./internal/server
+	SLUICE_TEST_TRANSPORT=epoll $(GO) test -count=1 -run '(?i)allocs$$' ./internal/server
 
 test-python: build
 	SLUICED=$(BIN)/sluiced $(PYTHON) -m pytest clients/python bench/python -q
