@@ -38,13 +38,15 @@ for s in redis.sock floor.sock goroutines-resp.sock epoll-resp.sock; do
   [ -S "$d/$s" ] || { echo "resp-bench: $s did not come up" >&2; exit 1; }
 done
 
-# rps SOCKET CONNS COMMAND...: one redis-benchmark run's requests per second
+# rps SOCKET CONNS PIPELINE COMMAND...: one redis-benchmark run's requests per second
 rps() {
-  local sock=$1 conns=$2
-  shift 2
-  redis-benchmark -s "$sock" -c "$conns" -n "$requests" -r 100000 --csv "$@" | tail -1 | cut -d'"' -f4
+  local sock=$1 conns=$2 pipeline=$3
+  shift 3
+  redis-benchmark -s "$sock" -c "$conns" -P "$pipeline" -n "$requests" -r 100000 --csv "$@" | tail -1 | cut -d'"' -f4
 }
-cells=("PING 16" "PING 50" "CL.THROTTLE 16" "CL.THROTTLE 50" "RL.REDUCE 16" "RL.REDUCE 50")
+# command, connections, requests in flight per connection
+cells=("PING 16 1" "PING 50 1" "CL.THROTTLE 16 1" "CL.THROTTLE 50 1" "RL.REDUCE 16 1" "RL.REDUCE 50 1"
+  "PING 1 1" "CL.THROTTLE 1 1" "CL.THROTTLE 16 16")
 command_of() {
   case $1 in
   PING) echo PING ;;
@@ -58,14 +60,14 @@ for r in $(seq "$rounds"); do
     set -- $cell
     cmd=$(command_of "$1")
     # Redis answers only PING: its cells are its PING rate at that concurrency.
-    res["redis $cell $r"]=$(rps "$d/redis.sock" "$2" PING)
-    res["floor $cell $r"]=$(rps "$d/floor.sock" "$2" $cmd)
-    res["goroutines $cell $r"]=$(rps "$d/goroutines-resp.sock" "$2" $cmd)
-    res["epoll $cell $r"]=$(rps "$d/epoll-resp.sock" "$2" $cmd)
+    res["redis $cell $r"]=$(rps "$d/redis.sock" "$2" "$3" PING)
+    res["floor $cell $r"]=$(rps "$d/floor.sock" "$2" "$3" $cmd)
+    res["goroutines $cell $r"]=$(rps "$d/goroutines-resp.sock" "$2" "$3" $cmd)
+    res["epoll $cell $r"]=$(rps "$d/epoll-resp.sock" "$2" "$3" $cmd)
   done
 done
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-echo "| command, connections | Redis 7 PING | floor | Sluice goroutines | Sluice epoll | goroutines / Redis | epoll / Redis |"
+echo "| command, connections, pipeline | Redis 7 PING | floor | Sluice goroutines | Sluice epoll | goroutines / Redis | epoll / Redis |"
 echo "|---|--:|--:|--:|--:|--:|--:|"
 for cell in "${cells[@]}"; do
   declare -A m=()

@@ -302,7 +302,6 @@ func (lp *loop) pump(lc *lconn, now time.Time, readable bool) {
 			}
 			break
 		}
-		space := cap(st.in) - len(st.in)
 		n, err := unix.Read(lc.fd, st.in[len(st.in):cap(st.in)])
 		switch {
 		case n > 0:
@@ -310,9 +309,11 @@ func (lp *loop) pump(lc *lconn, now time.Time, readable bool) {
 				st.started = now
 			}
 			st.in = st.in[:len(st.in)+n]
-			// Level-triggered: what is left is reported at the next
-			// wake-up. Draining, everything that has arrived is read now.
-			readable = n == space || lp.draining
+			// One read per connection per wake-up, so that a client that
+			// never stops sending cannot starve the others: what is left
+			// is reported again (epoll is level-triggered). Draining,
+			// everything that has arrived is read now.
+			readable = lp.draining
 			st.handleBatch(lc.handle)
 			if !lp.write(lc, now) {
 				return

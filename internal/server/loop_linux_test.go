@@ -229,3 +229,41 @@ func varies(in, out []byte) bool {
 	}
 	return bytes.Contains(out, []byte("buffered_bytes"))
 }
+
+// Ensure a client that never stops sending (and reads its answers) does not
+// starve another connection of the same loop.
+func TestLoop_floodDoesNotStarve(t *testing.T) {
+	sc := start(t, Config{Transport: TransportEpoll, Loops: 1})
+	flood, err := net.Dial("unix", sc.cfg.RESPSocket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer flood.Close()
+	stop := make(chan struct{})
+	defer close(stop)
+	go io.Copy(io.Discard, flood)
+	go func() {
+		batch := bytes.Repeat([]byte("PING\r\n"), 10000)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := flood.Write(batch); err != nil {
+				return
+			}
+		}
+	}()
+	time.Sleep(50 * time.Millisecond)
+	c := dial(t, sc)
+	for range 50 {
+		began := time.Now()
+		if r := c.acquire("k", tb10, 0, 0); r.Status != proto.StatusOK {
+			t.Fatalf("acquire: %+v", r)
+		}
+		if d := time.Since(began); d > time.Second {
+			t.Fatalf("an acquire beside a flooding client took %v", d)
+		}
+	}
+}
