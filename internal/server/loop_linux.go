@@ -204,9 +204,11 @@ func (lp *loop) run() {
 		}
 		n, err := unix.EpollWait(lp.epfd, lp.events, timeout)
 		if err != nil && err != unix.EINTR {
-			lp.s.log.Error("event loop failed; closing its connections", "err", err)
-			lp.closeAll()
-			return
+			// Not expected (the descriptors are the loop's own); waiting
+			// out a moment keeps a repeating error from spinning.
+			lp.s.log.Error("waiting for events failed", "err", err)
+			time.Sleep(10 * time.Millisecond)
+			continue
 		}
 		now := time.Now()
 		woken := false
