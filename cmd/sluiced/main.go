@@ -56,7 +56,7 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 	fs.IntVar(&c.MaxConns, "max-conns", server.DefaultMaxConns, "connections served at once; more are refused with Busy")
 	fs.IntVar(&c.MaxConnsPerUID, "max-conns-per-uid", 0, "connections one user (peer uid) may hold at once; 0 for no cap")
 	fs.StringVar(&c.Transport, "transport", server.TransportGoroutines, "how connections are served: goroutines (one each) or epoll (event loops, Linux)")
-	fs.IntVar(&c.Loops, "loops", 0, "event loops of --transport epoll (default one per CPU)")
+	fs.IntVar(&c.Loops, "loops", 0, "event loops of --transport epoll (default half the CPUs, at least one)")
 	fs.DurationVar(&c.IdleTimeout, "idle-timeout", server.DefaultIdleTimeout, "close a connection idle this long")
 	fs.Func("allow-uid", "serve only peers with these uids (comma-separated), or with an --allow-gid", ids(&c.AllowUIDs))
 	fs.Func("allow-gid", "serve only peers with these gids (comma-separated), or with an --allow-uid", ids(&c.AllowGIDs))
