@@ -57,6 +57,7 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 	fs.IntVar(&c.MaxConnsPerUID, "max-conns-per-uid", 0, "connections one user (peer uid) may hold at once; 0 for no cap")
 	fs.StringVar(&c.Transport, "transport", server.TransportGoroutines, "how connections are served: goroutines (one each) or epoll (event loops, Linux)")
 	fs.IntVar(&c.Loops, "loops", 0, "event loops of --transport epoll (default half the CPUs, at least one)")
+	fs.DurationVar(&c.LoopSpin, "loop-spin", server.DefaultLoopSpin, "how long an event loop polls for the next request before it sleeps (0: sleep at once)")
 	fs.DurationVar(&c.IdleTimeout, "idle-timeout", server.DefaultIdleTimeout, "close a connection idle this long")
 	fs.Func("allow-uid", "serve only peers with these uids (comma-separated), or with an --allow-gid", ids(&c.AllowUIDs))
 	fs.Func("allow-gid", "serve only peers with these gids (comma-separated), or with an --allow-uid", ids(&c.AllowGIDs))
@@ -112,6 +113,9 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 		return usage("--sync-interval %v: want a duration from 1ms to 24h0m0s", c.SyncInterval)
 	case c.IdleTimeout <= 0:
 		return usage("--idle-timeout %v: want a duration from 1ms to 24h0m0s", c.IdleTimeout)
+	}
+	if c.LoopSpin == 0 {
+		c.LoopSpin = -1 // the flag's 0 is no polling; the Config's, the default
 	}
 	if err := c.Validate(); err != nil {
 		return usage("%v", err)

@@ -29,6 +29,7 @@ const (
 	DefaultFrameTimeout = 10 * time.Second
 	DefaultWriteTimeout = 10 * time.Second
 	DefaultDrainTimeout = 5 * time.Second
+	DefaultLoopSpin     = 50 * time.Microsecond
 )
 
 // The transports of Config.Transport.
@@ -70,6 +71,12 @@ type Config struct {
 	// Loops is the number of event loops of TransportEpoll; 0 means half
 	// of GOMAXPROCS, at least one.
 	Loops int
+	// LoopSpin is how long an event loop that has just served requests
+	// polls for more before it sleeps: 0 means DefaultLoopSpin, a negative
+	// value not at all. Polling saves a sleeping thread's wake-up per
+	// request to a client with one request in flight, and costs CPU the
+	// clients on the same host may need.
+	LoopSpin time.Duration
 
 	// Limits, if set, holds the named limits (the config file's) that
 	// requests may use instead of a spec; it may be swapped while the
@@ -130,6 +137,7 @@ func (c *Config) withDefaults() Config {
 	def(&d.FrameTimeout, DefaultFrameTimeout)
 	def(&d.WriteTimeout, DefaultWriteTimeout)
 	def(&d.DrainTimeout, DefaultDrainTimeout)
+	def(&d.LoopSpin, DefaultLoopSpin)
 	if d.Transport == "" {
 		d.Transport = TransportGoroutines
 	}
@@ -205,6 +213,8 @@ func (c *Config) Validate() error {
 			want = "want goroutines (epoll needs Linux)"
 		}
 		return bad("Transport", "transport", c.Transport, want)
+	case c.LoopSpin > time.Millisecond:
+		return bad("LoopSpin", "loop-spin", c.LoopSpin, "want a duration up to 1ms (0 to sleep at once)")
 	case c.Loops < 0 || c.Loops > 1024:
 		return bad("Loops", "loops", c.Loops, "want 0 (half the CPUs) or a number of event loops up to 1024")
 	case c.MaxConnsPerUID < 0 || c.MaxConnsPerUID > 1_000_000:

@@ -241,17 +241,12 @@ func (lp *loop) run() {
 	}
 }
 
-// spin is how long a loop that has just served a request polls for the
-// next before it sleeps in epoll_wait: a client with one request in flight
-// sends its next within microseconds, and waking a sleeping thread costs
-// more than that on a virtual machine. spinning is set by the loop turn
-// that found work.
-var spin = 50 * time.Microsecond
-
 // wait waits up to timeout milliseconds (-1: no limit) for events: first
-// polling, for up to spin, if the last turn found work.
+// polling, for up to Config.LoopSpin, if the last turn found work. A client
+// with one request in flight sends its next within microseconds, and
+// waking a sleeping thread costs more than that on a virtual machine.
 func (lp *loop) wait(timeout int) (int, error) {
-	if lp.spinning && timeout != 0 {
+	if spin := lp.s.cfg.LoopSpin; lp.spinning && timeout != 0 && spin > 0 {
 		until := time.Now().Add(spin)
 		for {
 			n, err := unix.EpollWait(lp.epfd, lp.events, 0)
