@@ -57,6 +57,9 @@ test-go:
 test-python: build
 	SLUICED=$(BIN)/sluiced $(PYTHON) -m pytest clients/python bench/python -q
 	SLUICED=$(BIN)/sluiced $(PYTHON) -m pytest tests/compat -q
+	@# The Python client and redis-py again, against the epoll transport.
+	SLUICED=$(CURDIR)/.ci/sluiced-epoll $(PYTHON) -m pytest clients/python -q
+	SLUICED=$(CURDIR)/.ci/sluiced-epoll $(PYTHON) -m pytest tests/compat -q
 
 ## bench: every benchmark (BENCH=regexp, COUNT=n to narrow or repeat)
 bench:
