@@ -5,9 +5,10 @@ BIN      := bin
 FUZZTIME ?= 30s
 BENCH    ?= .
 COUNT    ?= 1
+RESP_ROUNDS ?= 3
 PYTHON   ?= python3
 
-.PHONY: all build run test check-tools test-go test-python bench bench-global bench-python bench-compare bench-soak fuzz soak vet fmt lint deps clean
+.PHONY: all build run test check-tools test-go test-python bench bench-global bench-python bench-compare bench-resp bench-soak fuzz soak vet fmt lint deps clean
 
 all: build
 
@@ -16,7 +17,7 @@ build:
 	$(GO) build ./...
 	@mkdir -p $(BIN)
 	@if [ -d cmd ] && ls cmd/*/main.go >/dev/null 2>&1; then $(GO) build -o $(BIN)/ ./cmd/...; fi
-	$(GO) build -o $(BIN)/ ./bench/cmd/sluice-bench
+	$(GO) build -o $(BIN)/ ./bench/cmd/sluice-bench ./bench/cmd/resp-floor
 
 ## run: build and start the sidecar on the embedded defaults (state and socket under ./var/)
 run: build
@@ -49,10 +50,16 @@ test-go:
 	@# The race detector makes sync.Pool drop items, so the allocation tests
 	@# skip under it: run them again without it.
 	$(GO) test -count=1 -run '(?i)allocs$$' ./... ./bench/...
+	@# The server's suite again over the epoll transport.
+	SLUICE_TEST_TRANSPORT=epoll $(GO) test -race -shuffle=on -count=1 ./internal/server
+	SLUICE_TEST_TRANSPORT=epoll $(GO) test -count=1 -run '(?i)allocs$$' ./internal/server
 
 test-python: build
 	SLUICED=$(BIN)/sluiced $(PYTHON) -m pytest clients/python bench/python -q
 	SLUICED=$(BIN)/sluiced $(PYTHON) -m pytest tests/compat -q
+	@# The Python client and redis-py again, against the epoll transport.
+	SLUICED=$(CURDIR)/.ci/sluiced-epoll $(PYTHON) -m pytest clients/python -q
+	SLUICED=$(CURDIR)/.ci/sluiced-epoll $(PYTHON) -m pytest tests/compat -q
 
 ## bench: every benchmark (BENCH=regexp, COUNT=n to narrow or repeat)
 bench:
@@ -71,6 +78,11 @@ bench-python: build
 ## (about 4 minutes; installs redis-server and redis-py when missing; writes bench/results/compare.*)
 bench-compare: build
 	$(BIN)/sluice-bench compare -sluiced $(BIN)/sluiced -python $$(./bench/setup.sh) $(COMPARE_FLAGS)
+
+## bench-resp: redis-benchmark against Redis 7, Sluice on each transport and the event-loop
+## floor, interleaved (about 2 minutes; needs redis-server and redis-benchmark)
+bench-resp: build
+	./bench/resp-bench.sh $(RESP_ROUNDS)
 
 ## bench-soak: sustained random acquires on disk-backed tables of 1M and 10M buckets
 ## (5 minutes; writes bench/results/soak.*)

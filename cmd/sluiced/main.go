@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -54,6 +55,9 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 	mode := fs.String("socket-mode", "0660", "permissions of the socket file, octal")
 	fs.IntVar(&c.MaxConns, "max-conns", server.DefaultMaxConns, "connections served at once; more are refused with Busy")
 	fs.IntVar(&c.MaxConnsPerUID, "max-conns-per-uid", 0, "connections one user (peer uid) may hold at once; 0 for no cap")
+	fs.StringVar(&c.Transport, "transport", server.TransportGoroutines, "how connections are served: goroutines (one each) or epoll (event loops, Linux)")
+	fs.IntVar(&c.Loops, "loops", 0, "event loops of --transport epoll (default half the CPUs, at least one)")
+	fs.DurationVar(&c.LoopSpin, "loop-spin", server.DefaultLoopSpin, "how long an event loop polls for the next request before it sleeps (0: sleep at once)")
 	fs.DurationVar(&c.IdleTimeout, "idle-timeout", server.DefaultIdleTimeout, "close a connection idle this long")
 	fs.Func("allow-uid", "serve only peers with these uids (comma-separated), or with an --allow-gid", ids(&c.AllowUIDs))
 	fs.Func("allow-gid", "serve only peers with these gids (comma-separated), or with an --allow-uid", ids(&c.AllowGIDs))
@@ -63,6 +67,7 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 	var gf globalFlags
 	gf.register(fs)
 	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics on this loopback host:port or unix:PATH")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (for go tool pprof)")
 	showVersion := fs.Bool("version", false, "print the version and the format versions, and exit")
 	usage := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "sluiced: "+format+" (sluiced -h lists the flags)\n", a...)
@@ -109,6 +114,9 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 	case c.IdleTimeout <= 0:
 		return usage("--idle-timeout %v: want a duration from 1ms to 24h0m0s", c.IdleTimeout)
 	}
+	if c.LoopSpin == 0 {
+		c.LoopSpin = -1 // the flag's 0 is no polling; the Config's, the default
+	}
 	if err := c.Validate(); err != nil {
 		return usage("%v", err)
 	}
@@ -134,6 +142,17 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 			log.Warn("the config file has global limits, and no --global-redis to decide them: requests on them are refused",
 				"limits", strings.Join(names, ","))
 		}
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return usage("--cpuprofile: %v", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return usage("--cpuprofile: %v", err)
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
 	c.Ready = func() { o.notify.Ready("serving " + c.SocketPath) }
 	go func() { <-ctx.Done(); o.notify.Stopping("stopping") }()

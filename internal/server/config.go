@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"path/filepath"
+	"runtime"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/config"
@@ -28,6 +29,13 @@ const (
 	DefaultFrameTimeout = 10 * time.Second
 	DefaultWriteTimeout = 10 * time.Second
 	DefaultDrainTimeout = 5 * time.Second
+	DefaultLoopSpin     = 50 * time.Microsecond
+)
+
+// The transports of Config.Transport.
+const (
+	TransportGoroutines = "goroutines"
+	TransportEpoll      = "epoll"
 )
 
 // Config is what the sidecar needs to run. Zero fields take the defaults
@@ -54,6 +62,21 @@ type Config struct {
 	WriteTimeout   time.Duration // how long a client may take to accept an answer
 	DrainTimeout   time.Duration // how long shutdown waits for connections to finish
 	Logger         *slog.Logger  // nil: slog.Default()
+
+	// Transport is how connections are served: TransportGoroutines (the
+	// default) runs each on its own goroutine; TransportEpoll serves them
+	// from event loops over epoll (Linux), each wake-up answering every
+	// ready connection. See the README's "Transports".
+	Transport string
+	// Loops is the number of event loops of TransportEpoll; 0 means half
+	// of GOMAXPROCS, at least one.
+	Loops int
+	// LoopSpin is how long an event loop that has just served requests
+	// polls for more before it sleeps: 0 means DefaultLoopSpin, a negative
+	// value not at all. Polling saves a sleeping thread's wake-up per
+	// request to a client with one request in flight, and costs CPU the
+	// clients on the same host may need.
+	LoopSpin time.Duration
 
 	// Limits, if set, holds the named limits (the config file's) that
 	// requests may use instead of a spec; it may be swapped while the
@@ -114,6 +137,16 @@ func (c *Config) withDefaults() Config {
 	def(&d.FrameTimeout, DefaultFrameTimeout)
 	def(&d.WriteTimeout, DefaultWriteTimeout)
 	def(&d.DrainTimeout, DefaultDrainTimeout)
+	def(&d.LoopSpin, DefaultLoopSpin)
+	if d.Transport == "" {
+		d.Transport = TransportGoroutines
+	}
+	if d.Loops == 0 {
+		// Half the CPUs: a sidecar shares its host with its clients, and on
+		// two CPUs one loop beside redis-benchmark reached the floor where
+		// two loops stayed below it.
+		d.Loops = max(1, runtime.GOMAXPROCS(0)/2)
+	}
 	if d.Logger == nil {
 		d.Logger = slog.Default()
 	}
@@ -174,6 +207,16 @@ func (c *Config) Validate() error {
 		return bad("SocketMode", "socket-mode", fmt.Sprintf("%#o", c.SocketMode), "want octal permissions such as 0660")
 	case c.MaxConns < 0 || c.MaxConns > 1_000_000:
 		return bad("MaxConns", "max-conns", c.MaxConns, "want a number of connections from 1 to 1000000")
+	case c.Transport != "" && c.Transport != TransportGoroutines && (c.Transport != TransportEpoll || !haveEpoll):
+		want := "want goroutines or epoll"
+		if !haveEpoll {
+			want = "want goroutines (epoll needs Linux)"
+		}
+		return bad("Transport", "transport", c.Transport, want)
+	case c.LoopSpin > time.Millisecond:
+		return bad("LoopSpin", "loop-spin", c.LoopSpin, "want a duration up to 1ms (0 to sleep at once)")
+	case c.Loops < 0 || c.Loops > 1024:
+		return bad("Loops", "loops", c.Loops, "want 0 (half the CPUs) or a number of event loops up to 1024")
 	case c.MaxConnsPerUID < 0 || c.MaxConnsPerUID > 1_000_000:
 		return bad("MaxConnsPerUID", "max-conns-per-uid", c.MaxConnsPerUID, "want 0 (no cap) or a number of connections up to 1000000")
 	}

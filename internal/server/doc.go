@@ -9,6 +9,9 @@
 // answers every complete request in it into one buffer, and writes that
 // once (the stream type, shared by both protocols). The requests of one
 // read share one reading of the server clock. Serving allocates nothing.
+// With Config.Transport epoll, event loops (loop_linux.go) run the same
+// streams and handlers instead: each wake-up serves every ready connection
+// with one non-blocking read and one non-blocking write.
 // Caps: MaxConns (further connections are answered Busy), an idle deadline,
 // a deadline for a request from its first byte (slowloris), a write
 // deadline (clients that do not read), frame and argument sizes checked

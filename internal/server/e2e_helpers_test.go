@@ -33,6 +33,20 @@ func shortDir(t testing.TB) string {
 	return dir
 }
 
+// testTransport is the transport the tests' servers use unless a test
+// names one: SLUICE_TEST_TRANSPORT (goroutines or epoll), which CI sets to
+// run the suite over each.
+func testTransport() string {
+	switch t := os.Getenv("SLUICE_TEST_TRANSPORT"); t {
+	case "", TransportGoroutines:
+		return TransportGoroutines
+	case TransportEpoll:
+		return t
+	default:
+		panic("SLUICE_TEST_TRANSPORT=" + t + ": want goroutines or epoll")
+	}
+}
+
 // start runs a server on a fresh state file in dir (or a new directory) and
 // stops it at the end of the test.
 func start(t testing.TB, cfg Config) *sidecar {
@@ -48,6 +62,9 @@ func start(t testing.TB, cfg Config) *sidecar {
 	if cfg.Slots == 0 {
 		cfg.Slots = 4096
 		cfg.SlotSize = 128
+	}
+	if cfg.Transport == "" {
+		cfg.Transport = testTransport()
 	}
 	sc := &sidecar{done: make(chan error, 1), clock: new(atomic.Int64)}
 	sc.clock.Store(1_700_000_000 * 1e9)

@@ -24,11 +24,14 @@ var (
 // listener is one listening socket, the protocol it speaks, and, for a
 // Unix socket, the instance lock that guards its path.
 type listener struct {
-	ln      net.Listener
-	path    string      // Unix socket path, "" for TCP
-	bound   os.FileInfo // the socket file this listener bound at path
-	lock    *os.File    // instance lock of path
-	serve   func(s *server, c net.Conn)
+	ln    net.Listener
+	path  string      // Unix socket path, "" for TCP
+	bound os.FileInfo // the socket file this listener bound at path
+	lock  *os.File    // instance lock of path
+	// open makes the connection state of c for this listener's protocol:
+	// its stream and the handler that answers what the stream has read.
+	open    func(s *server, c net.Conn) (*stream, func())
+	native  bool                                     // the native protocol (else the Redis protocol)
 	refusal func(st proto.Status, msg string) []byte // the answer to a connection refused before serving
 }
 
@@ -48,14 +51,14 @@ func listenAll(c Config) ([]*listener, error) {
 	if err != nil {
 		return fail(err)
 	}
-	native.serve, native.refusal = serveNative, refuseNative
+	native.open, native.refusal, native.native = openNative, refuseNative, true
 	lns = append(lns, native)
 	if c.RESPSocket != "-" {
 		l, err := listenUnix(c.RESPSocket, c.SocketMode)
 		if err != nil {
 			return fail(err)
 		}
-		l.serve, l.refusal = serveRESP, refuseRESP
+		l.open, l.refusal = openRESP, refuseRESP
 		lns = append(lns, l)
 	}
 	if c.RESPAddr != "" {
@@ -66,7 +69,7 @@ func listenAll(c Config) ([]*listener, error) {
 		if err != nil {
 			return fail(fmt.Errorf("server: listen on %s: %w", c.RESPAddr, err))
 		}
-		lns = append(lns, &listener{ln: ln, serve: serveRESP, refusal: refuseRESP})
+		lns = append(lns, &listener{ln: ln, open: openRESP, refusal: refuseRESP})
 	}
 	return lns, nil
 }
@@ -91,9 +94,15 @@ func checkLoopback(addr string, allow bool) error {
 	return fmt.Errorf("%w: %s", ErrRemoteAddr, addr)
 }
 
-func serveNative(s *server, c net.Conn) {
+func openNative(s *server, c net.Conn) (*stream, func()) {
 	cn := &conn{stream: stream{s: s, c: c}}
-	cn.serve(cn.handle)
+	return &cn.stream, cn.handle
+}
+
+// serveNative runs a native-protocol connection on its own goroutine.
+func serveNative(s *server, c net.Conn) {
+	st, handle := openNative(s, c)
+	st.serve(handle)
 }
 
 // refuseNative is a response frame with one error result, in the oldest

@@ -38,10 +38,16 @@ type respConn struct {
 // respIDs numbers the Redis-protocol connections of the process, from 1.
 var respIDs atomic.Int64
 
-func serveRESP(s *server, c net.Conn) {
+func openRESP(s *server, c net.Conn) (*stream, func()) {
 	rc := &respConn{stream: stream{s: s, c: c}, args: make([][]byte, 0, resp.MaxArgs),
 		id: respIDs.Add(1), born: time.Now()}
-	rc.serve(rc.handle)
+	return &rc.stream, rc.handle
+}
+
+// serveRESP runs a Redis-protocol connection on its own goroutine.
+func serveRESP(s *server, c net.Conn) {
+	st, handle := openRESP(s, c)
+	st.serve(handle)
 }
 
 // refuseRESP is an error reply.

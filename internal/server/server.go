@@ -42,6 +42,7 @@ type server struct {
 	stats  counters
 
 	global      *globalLimits     // nil without Config.Global
+	loops       *loops            // nil with the goroutine transport
 	rec         *metrics.Recorder // nil without metrics
 	specMetrics *metrics.Limit    // the counters of requests that bring a spec
 	namedSet    atomic.Pointer[namedLimits]
@@ -99,6 +100,19 @@ func Run(ctx context.Context, cfg Config) error {
 			SlotCount: g.Slots, SlotSize: uint16(g.SlotSize),
 		},
 	}
+	if c.Transport == TransportEpoll {
+		if s.loops, err = startLoops(s, c.Loops); err != nil {
+			for _, l := range lns {
+				l.ln.Close()
+				l.close()
+			}
+			if gl != nil {
+				gl.close()
+			}
+			e.Close()
+			return err
+		}
+	}
 	if s.rec != nil {
 		s.specMetrics = s.rec.Limit(metrics.SpecLimit)
 		s.rec.SetTable(s.tableStats())
@@ -118,7 +132,7 @@ func Run(ctx context.Context, cfg Config) error {
 		"slot_size", g.SlotSize, "file_bytes", g.FileSize, "used_slots", st.Used,
 		"load", fmt.Sprintf("%.3f", float64(st.Used)/float64(g.Slots)),
 		"torn_slots_reset", st.Torn, "socket", c.SocketPath, "resp_socket", c.RESPSocket,
-		"resp_addr", c.RESPAddr, "sync_interval", c.SyncInterval)
+		"resp_addr", c.RESPAddr, "sync_interval", c.SyncInterval, "transport", c.Transport)
 
 	var accepting sync.WaitGroup
 	for _, l := range lns {
@@ -199,27 +213,54 @@ func (s *server) accept(l *listener) {
 		if counted {
 			s.perUID[uid]++
 		}
-		s.conns[c] = struct{}{}
 		s.wg.Add(1)
+		lp := s.loopFor(l)
+		if lp == nil {
+			s.conns[c] = struct{}{}
+		}
 		s.mu.Unlock()
+		if s.rec != nil {
+			s.rec.ConnOpened()
+		}
+		if lp != nil {
+			st, handle := l.open(s, c)
+			lp.add(st, handle, func() { s.release(c, uid, counted) })
+			continue
+		}
 		go func() {
-			defer s.wg.Done()
-			if s.rec != nil {
-				s.rec.ConnOpened()
-				defer s.rec.ConnClosed()
-			}
-			l.serve(s, c)
-			s.mu.Lock()
-			delete(s.conns, c)
-			if counted {
-				if s.perUID[uid]--; s.perUID[uid] == 0 {
-					delete(s.perUID, uid)
-				}
-			}
-			s.mu.Unlock()
-			s.stats.conns.Add(-1)
+			defer s.release(c, uid, counted)
+			st, handle := l.open(s, c)
+			st.serve(handle)
 		}()
 	}
+}
+
+// loopFor returns the event loop that serves a new connection of l, or nil
+// if it runs on its own goroutine: with the goroutine transport, and for
+// the native protocol when global limits are configured (deciding them
+// waits on Redis, which an event loop must not). Called with s.mu held.
+func (s *server) loopFor(l *listener) *loop {
+	if s.loops == nil || (l.native && s.global != nil) {
+		return nil
+	}
+	return s.loops.next()
+}
+
+// release forgets a connection that has been closed.
+func (s *server) release(c net.Conn, uid uint32, counted bool) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	if counted {
+		if s.perUID[uid]--; s.perUID[uid] == 0 {
+			delete(s.perUID, uid)
+		}
+	}
+	s.mu.Unlock()
+	s.stats.conns.Add(-1)
+	if s.rec != nil {
+		s.rec.ConnClosed()
+	}
+	s.wg.Done()
 }
 
 // admit reads the credentials of c's peer when the configuration needs
@@ -252,6 +293,7 @@ func (s *server) drain() {
 		c.SetReadDeadline(time.Now())
 	}
 	s.mu.Unlock()
+	s.loops.drain()
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
 	select {
@@ -262,8 +304,10 @@ func (s *server) drain() {
 			c.Close()
 		}
 		s.mu.Unlock()
+		s.loops.closeAll()
 		<-done
 	}
+	s.loops.stop()
 }
 
 // liveEvery bounds how often the table metrics count live buckets (a pass

@@ -51,9 +51,7 @@ type stream struct {
 // partial request) at the front of st.in, growing it if needed.
 func (st *stream) serve(handle func()) {
 	defer st.c.Close()
-	st.in = make([]byte, 0, initialBuffer)
-	st.out = make([]byte, 0, initialBuffer)
-	st.account()
+	st.begin()
 	defer st.s.stats.buffered.Add(-int64(st.accounted))
 	for !st.closed {
 		if st.more {
@@ -97,6 +95,13 @@ func (st *stream) serve(handle func()) {
 			return
 		}
 	}
+}
+
+// begin gives a new connection its buffers.
+func (st *stream) begin() {
+	st.in = make([]byte, 0, initialBuffer)
+	st.out = make([]byte, 0, initialBuffer)
+	st.account()
 }
 
 // handleBatch answers the complete requests at the front of st.in, up to
@@ -149,13 +154,19 @@ func (st *stream) flush() bool {
 	}
 	st.c.SetWriteDeadline(time.Now().Add(st.s.cfg.WriteTimeout))
 	_, err := st.c.Write(st.out)
+	st.written()
+	return err == nil && !st.closed
+}
+
+// written empties out once it has been written, replacing a large buffer
+// with a new one of the initial size.
+func (st *stream) written() {
 	if cap(st.out) > keepBuffer {
 		st.out = make([]byte, 0, initialBuffer)
 		st.account()
 	} else {
 		st.out = st.out[:0]
 	}
-	return err == nil && !st.closed
 }
 
 // when is the Time of a request with flags f: the batch's server clock,

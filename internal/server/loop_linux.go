@@ -1,0 +1,449 @@
+//go:build linux
+
+package server
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+const haveEpoll = true
+
+// loops are the event loops of the epoll transport. Each owns an epoll
+// instance on a locked OS thread and the connections given to it; a wake-up
+// serves every ready connection: one non-blocking read of what has
+// arrived, the protocol's handler over it (the same stream and handlers as
+// the goroutine transport), one non-blocking write of the answers. A write
+// the socket cannot take whole leaves the rest waiting for EPOLLOUT, and
+// the connection is not read until it has been written (the maxPending
+// bound holds as with goroutines).
+type loops struct {
+	all  []*loop
+	n    atomic.Uint32 // round robin over all
+	done sync.WaitGroup
+}
+
+// loop is one event loop.
+type loop struct {
+	s      *server
+	epfd   int
+	wakefd int // an eventfd: new connections, drain, close-all, stop
+
+	mu       sync.Mutex
+	incoming []*lconn // connections added since the last wake-up
+	kill     bool     // close every connection (drain timed out)
+	quit     bool     // exit once every connection is closed
+
+	// owned by the loop's goroutine
+	conns     map[int32]*lconn
+	events    []unix.EpollEvent
+	taken     []*lconn
+	draining  bool
+	nextCheck time.Time // the earliest deadline of a connection, zero if none
+	spinning  bool      // the last wait found events
+}
+
+// lconn is a connection served by a loop.
+type lconn struct {
+	fd       int
+	st       *stream
+	handle   func()
+	release  func()
+	wpos     int  // bytes of st.out already written
+	writing  bool // waiting for EPOLLOUT with st.out[wpos:] unwritten
+	deadline time.Time
+}
+
+// startLoops starts n event loops for s.
+func startLoops(s *server, n int) (*loops, error) {
+	ls := &loops{}
+	for range n {
+		lp, err := newLoop(s)
+		if err != nil {
+			for _, l := range ls.all {
+				l.stopNow()
+			}
+			ls.done.Wait()
+			return nil, fmt.Errorf("server: cannot start an event loop: %w", err)
+		}
+		ls.all = append(ls.all, lp)
+		ls.done.Add(1)
+		go func() { defer ls.done.Done(); lp.run() }()
+	}
+	return ls, nil
+}
+
+func newLoop(s *server) (*loop, error) {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, err
+	}
+	wakefd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		unix.Close(epfd)
+		return nil, err
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(wakefd)}
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, wakefd, &ev); err != nil {
+		unix.Close(epfd)
+		unix.Close(wakefd)
+		return nil, err
+	}
+	return &loop{s: s, epfd: epfd, wakefd: wakefd, conns: make(map[int32]*lconn),
+		events: make([]unix.EpollEvent, 256)}, nil
+}
+
+// next picks the loop of a new connection.
+func (ls *loops) next() *loop {
+	return ls.all[int(ls.n.Add(1))%len(ls.all)]
+}
+
+// drain tells every loop that the server is shutting down: each answers
+// what its connections have sent, writes the answers and closes them.
+func (ls *loops) drain() {
+	if ls == nil {
+		return
+	}
+	for _, lp := range ls.all {
+		lp.wake()
+	}
+}
+
+// closeAll closes every connection at once.
+func (ls *loops) closeAll() {
+	if ls == nil {
+		return
+	}
+	for _, lp := range ls.all {
+		lp.mu.Lock()
+		lp.kill = true
+		lp.mu.Unlock()
+		lp.wake()
+	}
+}
+
+// stop ends the loops once their connections are closed, and waits.
+func (ls *loops) stop() {
+	if ls == nil {
+		return
+	}
+	for _, lp := range ls.all {
+		lp.stopNow()
+	}
+	ls.done.Wait()
+}
+
+func (lp *loop) stopNow() {
+	lp.mu.Lock()
+	lp.quit = true
+	lp.mu.Unlock()
+	lp.wake()
+}
+
+func (lp *loop) wake() {
+	one := [8]byte{1}
+	unix.Write(lp.wakefd, one[:]) // EAGAIN: the counter is already set, a wake-up is due anyway
+}
+
+// add gives a connection, accepted and admitted, to the loop; release is
+// called once it is closed. The loop serves a duplicate of the socket's
+// descriptor, and the net.Conn is closed: Go's poller no longer sees it.
+func (lp *loop) add(st *stream, handle func(), release func()) {
+	fd, err := dupConn(st.c)
+	st.c.Close()
+	if err != nil {
+		lp.s.log.Warn("cannot take a connection into the event loop; closing it", "err", err)
+		release()
+		return
+	}
+	lp.mu.Lock()
+	lp.incoming = append(lp.incoming, &lconn{fd: fd, st: st, handle: handle, release: release})
+	lp.mu.Unlock()
+	lp.wake()
+}
+
+// dupConn returns a duplicate of c's descriptor (non-blocking, as c's is:
+// the flag belongs to the open file both share).
+func dupConn(c net.Conn) (int, error) {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return -1, errors.New("not a socket")
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	fd, dupErr := -1, error(nil)
+	if err := raw.Control(func(f uintptr) {
+		fd, dupErr = unix.FcntlInt(f, unix.F_DUPFD_CLOEXEC, 0)
+	}); err != nil {
+		return -1, err
+	}
+	return fd, dupErr
+}
+
+// run is the loop: wait for ready connections (or the next deadline), serve
+// each, expire the connections whose deadline has passed.
+func (lp *loop) run() {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	defer unix.Close(lp.epfd)
+	defer unix.Close(lp.wakefd)
+	for {
+		timeout := -1
+		if !lp.nextCheck.IsZero() {
+			d := time.Until(lp.nextCheck)
+			timeout = max(0, int((d+time.Millisecond-1)/time.Millisecond))
+		}
+		n, err := lp.wait(timeout)
+		if err != nil && err != unix.EINTR {
+			// Not expected (the descriptors are the loop's own); waiting
+			// out a moment keeps a repeating error from spinning.
+			lp.s.log.Error("waiting for events failed", "err", err)
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		now := time.Now()
+		woken := false
+		for i := range n {
+			ev := &lp.events[i]
+			if int(ev.Fd) == lp.wakefd {
+				woken = true
+				continue
+			}
+			lc := lp.conns[ev.Fd]
+			if lc == nil {
+				continue
+			}
+			if lc.writing {
+				if !lp.write(lc, now) {
+					continue
+				}
+				lp.pump(lc, now, false)
+			} else {
+				lp.pump(lc, now, true)
+			}
+		}
+		if woken && lp.woken(now) {
+			return
+		}
+		if !lp.nextCheck.IsZero() && !now.Before(lp.nextCheck) {
+			lp.expire(now)
+		}
+	}
+}
+
+// wait waits up to timeout milliseconds (-1: no limit) for events: first
+// polling, for up to Config.LoopSpin, if the last turn found work. A client
+// with one request in flight sends its next within microseconds, and
+// waking a sleeping thread costs more than that on a virtual machine.
+func (lp *loop) wait(timeout int) (int, error) {
+	if spin := lp.s.cfg.LoopSpin; lp.spinning && timeout != 0 && spin > 0 {
+		until := time.Now().Add(spin)
+		for {
+			n, err := unix.EpollWait(lp.epfd, lp.events, 0)
+			if n > 0 || (err != nil && err != unix.EINTR) {
+				return n, err
+			}
+			if !time.Now().Before(until) {
+				break
+			}
+		}
+	}
+	n, err := unix.EpollWait(lp.epfd, lp.events, timeout)
+	lp.spinning = n > 0
+	return n, err
+}
+
+// woken takes new connections and the server's requests; it reports whether
+// the loop is to exit.
+func (lp *loop) woken(now time.Time) bool {
+	var b [8]byte
+	unix.Read(lp.wakefd, b[:])
+	lp.mu.Lock()
+	lp.taken = append(lp.taken[:0], lp.incoming...)
+	clear(lp.incoming)
+	lp.incoming = lp.incoming[:0]
+	kill, quit := lp.kill, lp.quit
+	lp.mu.Unlock()
+	for i, lc := range lp.taken {
+		lp.taken[i] = nil
+		lc.st.begin()
+		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(lc.fd)}
+		if err := unix.EpollCtl(lp.epfd, unix.EPOLL_CTL_ADD, lc.fd, &ev); err != nil {
+			lp.s.log.Warn("cannot add a connection to the event loop; closing it", "err", err)
+			lp.close(lc)
+			continue
+		}
+		lp.conns[int32(lc.fd)] = lc
+		lp.pump(lc, now, true)
+	}
+	if kill {
+		lp.closeAll()
+	}
+	if lp.s.draining.Load() && !lp.draining {
+		lp.draining = true
+		for _, lc := range lp.conns {
+			if !lc.writing {
+				lp.pump(lc, now, true)
+			}
+		}
+	}
+	return quit && len(lp.conns) == 0
+}
+
+// pump serves a connection as far as it can go without waiting: answers
+// requests left from the last batch, reads what has arrived (if readable),
+// answers it and writes the answers; then it sets the connection's
+// deadline. Draining, a connection is closed once it has nothing left to
+// read and its answers are written.
+func (lp *loop) pump(lc *lconn, now time.Time, readable bool) {
+	st := lc.st
+	for !lc.writing {
+		if st.closed {
+			lp.close(lc)
+			return
+		}
+		if st.more {
+			st.more = false
+			st.handleBatch(lc.handle)
+			if !lp.write(lc, now) {
+				return
+			}
+			continue
+		}
+		if !readable {
+			if lp.draining {
+				lp.close(lc)
+				return
+			}
+			break
+		}
+		n, err := unix.Read(lc.fd, st.in[len(st.in):cap(st.in)])
+		switch {
+		case n > 0:
+			if len(st.in) == 0 {
+				st.started = now
+			}
+			st.in = st.in[:len(st.in)+n]
+			// One read per connection per wake-up, so that a client that
+			// never stops sending cannot starve the others: what is left
+			// is reported again (epoll is level-triggered). Draining,
+			// everything that has arrived is read now.
+			readable = lp.draining
+			st.handleBatch(lc.handle)
+			if !lp.write(lc, now) {
+				return
+			}
+		case err == unix.EAGAIN:
+			readable = false
+		case err == unix.EINTR:
+		default: // end of stream, or a reset
+			lp.close(lc)
+			return
+		}
+	}
+	lp.arm(lc, now)
+}
+
+// write writes what is left of st.out without waiting. If the socket takes
+// only part, the connection waits for EPOLLOUT (and is not read) until the
+// rest is written. It reports whether the connection is still open.
+func (lp *loop) write(lc *lconn, now time.Time) bool {
+	st := lc.st
+	for lc.wpos < len(st.out) {
+		n, err := unix.Write(lc.fd, st.out[lc.wpos:])
+		if n > 0 {
+			lc.wpos += n
+			continue
+		}
+		switch err {
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			if !lc.writing {
+				lc.writing = true
+				lc.deadline = now.Add(lp.s.cfg.WriteTimeout)
+				lp.watch(lc, unix.EPOLLOUT)
+				lp.arm(lc, now)
+			}
+			return true
+		}
+		lp.close(lc)
+		return false
+	}
+	lc.wpos = 0
+	st.written()
+	if lc.writing {
+		lc.writing = false
+		lp.watch(lc, unix.EPOLLIN)
+	}
+	return true
+}
+
+// watch sets the event a connection waits for.
+func (lp *loop) watch(lc *lconn, events uint32) {
+	ev := unix.EpollEvent{Events: events, Fd: int32(lc.fd)}
+	unix.EpollCtl(lp.epfd, unix.EPOLL_CTL_MOD, lc.fd, &ev)
+}
+
+// arm sets a connection's deadline: the write deadline while answers wait
+// to be written, the frame deadline once a request has begun to arrive,
+// else the idle deadline.
+func (lp *loop) arm(lc *lconn, now time.Time) {
+	if !lc.writing {
+		if len(lc.st.in) > 0 {
+			lc.deadline = lc.st.started.Add(lp.s.cfg.FrameTimeout)
+		} else {
+			lc.deadline = now.Add(lp.s.cfg.IdleTimeout)
+		}
+	}
+	if lp.nextCheck.IsZero() || lc.deadline.Before(lp.nextCheck) {
+		lp.nextCheck = lc.deadline
+	}
+}
+
+// expire closes the connections whose deadline has passed and finds the
+// next deadline.
+func (lp *loop) expire(now time.Time) {
+	var next time.Time
+	for _, lc := range lp.conns {
+		if !now.Before(lc.deadline) {
+			if !lc.writing && len(lc.st.in) > 0 && !lp.draining {
+				lp.s.stats.timeouts.Add(1)
+			}
+			lp.close(lc)
+			continue
+		}
+		if next.IsZero() || lc.deadline.Before(next) {
+			next = lc.deadline
+		}
+	}
+	lp.nextCheck = next
+}
+
+// close closes a connection and releases it.
+func (lp *loop) close(lc *lconn) {
+	if _, ok := lp.conns[int32(lc.fd)]; ok {
+		delete(lp.conns, int32(lc.fd))
+	}
+	unix.Close(lc.fd) // leaves the epoll set with its last descriptor
+	lp.s.stats.buffered.Add(-int64(lc.st.accounted))
+	lc.st.accounted = 0
+	lc.release()
+}
+
+// closeAll closes every connection of the loop.
+func (lp *loop) closeAll() {
+	for _, lc := range lp.conns {
+		lp.close(lc)
+	}
+}
