@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -78,6 +79,13 @@ func fleetChild() (int, bool) {
 func (p *fleetSidecar) run() int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
+	if dir := os.Getenv("SLUICE_FLEET_CPUPROFILE"); dir != "" { // profiling the sidecars of BenchmarkFleet
+		f, err := os.CreateTemp(dir, "sidecar-*.pprof")
+		if err == nil && pprof.StartCPUProfile(f) == nil {
+			defer f.Close()
+			defer pprof.StopCPUProfile()
+		}
+	}
 	set, err := config.Load(p.Config)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
