@@ -34,12 +34,13 @@ type Options struct {
 	SlotSize int    // 64, 128 or 256 bytes (DefaultSlotSize); above 64, keys are kept inline
 }
 
-// Geometry is a table's fixed shape.
-type Geometry struct {
-	Slots    uint64
-	SlotSize int
-	FileSize int64 // bytes
-}
+// Geometry is a table's fixed shape, and Stats its counters (kept in the
+// state file, so they survive restarts): the table's own, which the layers
+// above read through the engine.
+type (
+	Geometry = shm.Geometry
+	Stats    = shm.Stats
+)
 
 // Opened says what Open found and did, for the owner's log.
 type Opened struct {
@@ -123,34 +124,10 @@ func (e *Engine) Opened() Opened {
 }
 
 // Geometry returns the table's fixed shape.
-func (e *Engine) Geometry() Geometry {
-	g := e.t.Geometry()
-	return Geometry{Slots: g.SlotCount, SlotSize: g.SlotSize, FileSize: g.FileSize}
-}
-
-// Stats are the table's counters. They are kept in the state file, so they
-// survive restarts; they are statistics, read without ordering guarantees.
-type Stats struct {
-	Slots        uint64 // slots in the table
-	Used         uint64 // slots that ever held a bucket (never decreases)
-	Inserts      uint64 // buckets created
-	Reclaims     uint64 // slots taken over from another key's fresh bucket
-	TableFull    uint64 // creations refused with ErrTableFull
-	Torn         uint64 // slots found torn (on open or when first used) and repaired
-	LockedOnOpen uint64 // slots whose lock was held by a holder that is gone
-	Syncs        uint64 // successful syncs
-	SyncErrors   uint64 // failed syncs
-}
+func (e *Engine) Geometry() Geometry { return e.t.Geometry() }
 
 // Stats returns the table's counters.
-func (e *Engine) Stats() Stats {
-	s := e.t.Stats()
-	return Stats{
-		Slots: s.SlotCount, Used: s.Used, Inserts: s.Inserts, Reclaims: s.Reclaims,
-		TableFull: s.TableFull, Torn: s.Torn, LockedOnOpen: s.LockedOnOpen,
-		Syncs: s.Syncs, SyncErrors: s.SyncErrors,
-	}
-}
+func (e *Engine) Stats() Stats { return e.t.Stats() }
 
 // Entry is a live bucket as Scan reports it. Key is the bucket's key, valid
 // only during the call it is passed to.

@@ -60,7 +60,7 @@ func TestOpen_geometry(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Open(%+v): %v", o, err)
 		}
-		if g := e.Geometry(); g.Slots != 300 || g.SlotSize != 128 || e.Opened().Created {
+		if g := e.Geometry(); g.SlotCount != 300 || g.SlotSize != 128 || e.Opened().Created {
 			t.Errorf("Open(%+v): geometry %+v, opened %+v", o, g, e.Opened())
 		}
 		e.Close()

@@ -38,8 +38,8 @@ type globalLimits struct {
 	fallback *global.Fallback
 	timeout  time.Duration
 
-	mu     sync.Mutex
-	leases map[leaseOptions]*global.Leases
+	mu     sync.Mutex // serialises creating Leases (each runs a sweeper)
+	leases sync.Map   // leaseOptions -> *global.Leases, read without a lock per decision
 }
 
 // leaseOptions are the lease settings of a limit: limits with the same
@@ -59,20 +59,22 @@ func newGlobalLimits(o global.Options, log *slog.Logger) (*globalLimits, error) 
 	if timeout <= 0 {
 		timeout = global.DefaultTimeout
 	}
-	return &globalLimits{store: st, fallback: global.NewFallback(st, log, 0), timeout: timeout,
-		leases: make(map[leaseOptions]*global.Leases)}, nil
+	return &globalLimits{store: st, fallback: global.NewFallback(st, log, 0), timeout: timeout}, nil
 }
 
 // leasesFor returns the Leases of a leased limit's settings.
 func (g *globalLimits) leasesFor(l *config.Limit) *global.Leases {
 	k := leaseOptions{size: l.Lease, ttl: l.LeaseTTL}
+	if ls, ok := g.leases.Load(k); ok {
+		return ls.(*global.Leases)
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	ls := g.leases[k]
-	if ls == nil {
-		ls = global.NewLeases(g.store, global.LeaseOptions{Size: k.size, TTL: k.ttl})
-		g.leases[k] = ls
+	if ls, ok := g.leases.Load(k); ok {
+		return ls.(*global.Leases)
 	}
+	ls := global.NewLeases(g.store, global.LeaseOptions{Size: k.size, TTL: k.ttl})
+	g.leases.Store(k, ls)
 	return ls
 }
 
@@ -131,11 +133,10 @@ func (g *globalLimits) reset(l *config.Limit, key string) (bool, error) {
 func (g *globalLimits) close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	g.mu.Lock()
-	for _, ls := range g.leases {
-		ls.Close(ctx)
-	}
-	g.mu.Unlock()
+	g.leases.Range(func(_, ls any) bool {
+		ls.(*global.Leases).Close(ctx)
+		return true
+	})
 	g.store.Close()
 }
 
@@ -148,16 +149,15 @@ func (g *globalLimits) stats() metrics.GlobalStats {
 		ToFallback: fb.ToFallback, ToGlobal: fb.ToGlobal, Open: fb.Open, Closed: fb.Closed, Local: fb.Local,
 		ShardsDown: fb.Down,
 	}
-	g.mu.Lock()
-	for _, ls := range g.leases {
-		l := ls.Stats()
+	g.leases.Range(func(_, ls any) bool {
+		l := ls.(*global.Leases).Stats()
 		out.LeaseGrants += l.Grants
 		out.LeaseGranted += l.Granted
 		out.LeaseReturns += l.Returns
 		out.LeaseReturned += l.Returned
 		out.LeaseLocal += l.Local
-	}
-	g.mu.Unlock()
+		return true
+	})
 	return out
 }
 

@@ -336,7 +336,7 @@ func (s *server) appendStats(b []byte) []byte {
 	b, start := proto.BeginStatsResult(b)
 	n := 0
 	add := func(name string, v uint64) { b = proto.AppendStat(b, name, v); n++ }
-	add("slot_count", st.Slots)
+	add("slot_count", st.SlotCount)
 	add("slot_size", uint64(g.SlotSize))
 	add("used_slots", st.Used)
 	add("inserts", st.Inserts)

@@ -299,7 +299,7 @@ func (s *server) info(args [][]byte, now int64) string {
 	if section("memory") {
 		w("used_memory", g.FileSize)
 		w("slot_size", g.SlotSize)
-		w("slot_count", g.Slots)
+		w("slot_count", g.SlotCount)
 	}
 	if section("stats") {
 		w("total_connections_received", c.connsTotal.Load())

@@ -204,16 +204,7 @@ func TestCompat_redisCLI(t *testing.T) {
 	if out := run("MULTI\nCL.THROTTLE m 1 1 60\nRL.REDUCE m 2 60\nEXEC\n"); out != "OK\nQUEUED\nQUEUED\n0\n2\n1\n-1\n60\n2" {
 		t.Errorf("MULTI/EXEC: %q", out)
 	}
-	var pipe strings.Builder
-	for range 100 {
-		pipe.WriteString("*4\r\n$9\r\nRL.REDUCE\r\n$5\r\npiped\r\n$4\r\n1000\r\n$2\r\n60\r\n")
-	}
-	if out := run(pipe.String(), "--pipe"); !strings.Contains(out, "errors: 0, replies: 100") {
-		t.Errorf("--pipe: %q", out)
-	}
-	if out := run("", "RL.GET", "piped", "1000", "60"); out != "900" {
-		t.Errorf("after --pipe: %q", out)
-	}
+	checkRedisCliPipe(t, run)
 }
 
 // Ensure redis-benchmark runs its PING tests and the rate-limit commands,

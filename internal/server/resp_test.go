@@ -325,16 +325,7 @@ func TestRESP_redisCLI(t *testing.T) {
 	if out := run("", "PING"); out != "PONG" {
 		t.Errorf("PING: %q", out)
 	}
-	var pipe strings.Builder
-	for range 100 {
-		pipe.WriteString("*4\r\n$9\r\nRL.REDUCE\r\n$5\r\npiped\r\n$4\r\n1000\r\n$2\r\n60\r\n")
-	}
-	if out := run(pipe.String(), "--pipe"); !strings.Contains(out, "errors: 0, replies: 100") {
-		t.Errorf("--pipe: %q", out)
-	}
-	if out := run("", "RL.GET", "piped", "1000", "60"); out != "900" {
-		t.Errorf("after --pipe: %q", out)
-	}
+	checkRedisCliPipe(t, run)
 }
 
 // Ensure the Redis protocol's TCP listener stays on loopback unless remote
@@ -412,5 +403,21 @@ func TestRESP_futureTimestampsReclaimNothing(t *testing.T) {
 	sc.clock.Add(1e9)
 	if n, err := rdb.Do(ctx, "RL.REDUCE", "victim", 10, 86400).Int64(); err != nil || n != 0 {
 		t.Errorf("the drained bucket after 40 requests from 2100: %d, %v; want 0", n, err)
+	}
+}
+
+// checkRedisCliPipe sends 100 RL.REDUCE through redis-cli --pipe (run runs
+// redis-cli with stdin and arguments) and checks every one was decided.
+func checkRedisCliPipe(t *testing.T, run func(stdin string, args ...string) string) {
+	t.Helper()
+	var pipe strings.Builder
+	for range 100 {
+		pipe.WriteString("*4\r\n$9\r\nRL.REDUCE\r\n$5\r\npiped\r\n$4\r\n1000\r\n$2\r\n60\r\n")
+	}
+	if out := run(pipe.String(), "--pipe"); !strings.Contains(out, "errors: 0, replies: 100") {
+		t.Errorf("--pipe: %q", out)
+	}
+	if out := run("", "RL.GET", "piped", "1000", "60"); out != "900" {
+		t.Errorf("after --pipe: %q", out)
 	}
 }

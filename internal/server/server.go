@@ -97,7 +97,7 @@ func Run(ctx context.Context, cfg Config) error {
 		hello: proto.Hello{
 			Version: proto.Version, MaxFrame: proto.MaxFrameLen, MaxBatch: proto.MaxBatch,
 			MaxKey: proto.MaxKeyLen, MaxMulti: proto.MaxMulti,
-			SlotCount: g.Slots, SlotSize: uint16(g.SlotSize),
+			SlotCount: g.SlotCount, SlotSize: uint16(g.SlotSize),
 		},
 	}
 	if c.Transport == TransportEpoll {
@@ -128,9 +128,9 @@ func Run(ctx context.Context, cfg Config) error {
 		s.log.Info("state file recovered", "upgraded_from_version", o.UpgradedFrom, "scanned", o.Recovered,
 			"torn_slots", o.Torn, "dropped", o.Dropped, "released", o.Released)
 	}
-	s.log.Info("sluiced started", "state", c.StatePath, "created", o.Created, "slots", g.Slots,
+	s.log.Info("sluiced started", "state", c.StatePath, "created", o.Created, "slots", g.SlotCount,
 		"slot_size", g.SlotSize, "file_bytes", g.FileSize, "used_slots", st.Used,
-		"load", fmt.Sprintf("%.3f", float64(st.Used)/float64(g.Slots)),
+		"load", fmt.Sprintf("%.3f", float64(st.Used)/float64(g.SlotCount)),
 		"torn_slots_reset", st.Torn, "socket", c.SocketPath, "resp_socket", c.RESPSocket,
 		"resp_addr", c.RESPAddr, "sync_interval", c.SyncInterval, "transport", c.Transport)
 
@@ -326,7 +326,7 @@ func (s *server) tableStats() func() metrics.TableStats {
 			live, counted = s.engine.Live(s.now()), time.Now()
 		}
 		st := s.engine.Stats()
-		return metrics.TableStats{Slots: st.Slots, UsedSlots: st.Used, LiveBuckets: live,
+		return metrics.TableStats{Slots: st.SlotCount, UsedSlots: st.Used, LiveBuckets: live,
 			TableFull: st.TableFull, Reclaimed: st.Reclaims, Torn: st.Torn}
 	}
 }

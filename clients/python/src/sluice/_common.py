@@ -139,7 +139,7 @@ def cost_of(n: Any, what: str = "cost") -> int:
     raise InvalidCost(f"{what} {n} outside int64")
 
 
-def decide_frame(fid: int, code: int, key: Key, limit: LimitLike, n: Any, at: At, strict: int) -> bytes:
+def decide_frame(fid: int, code: int, key: Key, limit: LimitLike, n: Any, at: At, flags: int) -> bytes:
     """The whole request frame of one ACQUIRE or PEEK: the hot path, packed in one go."""
     k = key.encode() if type(key) is str else key_bytes(key)
     if not 0 < len(k) <= MAX_KEY_LEN:
@@ -147,7 +147,7 @@ def decide_frame(fid: int, code: int, key: Key, limit: LimitLike, n: Any, at: At
     lim = limit if isinstance(limit, Limit) else limit_of(limit)
     if type(n) is not int or not -(1 << 63) <= n <= _MAX_I64:
         n = cost_of(n)
-    f = int(strict)  # STRICT (True, 1), or the request's flags (SHADOW: see request_flags)
+    f = int(flags)  # request_flags: STRICT, SHADOW (a bool is STRICT)
     if type(lim) is Named:
         t = 0
         if at is not None:
@@ -175,7 +175,7 @@ class Call(NamedTuple):
     n: int = 0  #: MULTI: its items
 
 
-def item_call(code: int, key: Key, limit: LimitLike, n: Any, at: At, strict: int) -> Call:
+def item_call(code: int, key: Key, limit: LimitLike, n: Any, at: At, flags: int) -> Call:
     """An ACQUIRE, PEEK, REFUND or RESET (checked as decide_frame checks)."""
     k = key.encode() if type(key) is str else key_bytes(key)
     if not 0 < len(k) <= MAX_KEY_LEN:
@@ -183,7 +183,7 @@ def item_call(code: int, key: Key, limit: LimitLike, n: Any, at: At, strict: int
     lim = limit if isinstance(limit, Limit) else limit_of(limit)
     if type(n) is not int or not -(1 << 63) <= n <= _MAX_I64:
         n = cost_of(n)
-    flags = int(strict)  # STRICT, or the request's flags (request_flags)
+    flags = int(flags)  # request_flags: STRICT, SHADOW (a bool is STRICT)
     t = 0
     if at is not None:
         flags |= 4

@@ -334,9 +334,9 @@ class AsyncClient(c.Availability):
 
     # ---- internals -----------------------------------------------------------
 
-    async def _decide(self, code: int, key: Key, limit: LimitLike, n: Any, at: At, strict: int) -> Decision:
+    async def _decide(self, code: int, key: Key, limit: LimitLike, n: Any, at: At, flags: int) -> Decision:
         self._id = fid = (self._id + 1) & 0xFFFFFFFF
-        payload = c.decide_frame(fid, code, key, limit, n, at, strict)  # bad arguments raise before any I/O
+        payload = c.decide_frame(fid, code, key, limit, n, at, flags)  # bad arguments raise before any I/O
         brk = self._breaker
         ok, probe = brk.allow()
         if not ok:

@@ -231,7 +231,7 @@ class Client(c.Availability):
 
     # ---- internals -----------------------------------------------------------
 
-    def _decide(self, code: int, key: Key, limit: LimitLike, n: Any, at: At, strict: int) -> Decision:
+    def _decide(self, code: int, key: Key, limit: LimitLike, n: Any, at: At, flags: int) -> Decision:
         """An ACQUIRE or PEEK: the hot path. One frame out, one in, decoded in one unpack.
 
         Anything but the usual (no connection yet, a failure, an error result,
@@ -240,11 +240,11 @@ class Client(c.Availability):
         """
         brk = self._breaker
         if brk.state:  # not closed
-            return self._guarded(Call(b"", code, True), lambda: self._decide_slow(code, key, limit, n, at, strict))
+            return self._guarded(Call(b"", code, True), lambda: self._decide_slow(code, key, limit, n, at, flags))
         try:
             with self._lock:
                 self._id = fid = (self._id + 1) & 0xFFFFFFFF
-                payload = c.decide_frame(fid, code, key, limit, n, at, strict)
+                payload = c.decide_frame(fid, code, key, limit, n, at, flags)
                 sock = self._sock
                 f: Any = None
                 if sock is not None:
@@ -283,10 +283,10 @@ class Client(c.Availability):
         brk.done(False, None)
         return d  # type: ignore[no-any-return]
 
-    def _decide_slow(self, code: int, key: Key, limit: LimitLike, n: Any, at: At, strict: int) -> Decision:
+    def _decide_slow(self, code: int, key: Key, limit: LimitLike, n: Any, at: At, flags: int) -> Decision:
         with self._lock:
             self._id = fid = (self._id + 1) & 0xFFFFFFFF
-            payload = c.decide_frame(fid, code, key, limit, n, at, strict)
+            payload = c.decide_frame(fid, code, key, limit, n, at, flags)
             f = self._exchange(payload, 1)[0]
             return c.value(self._results(f, fid, (Call(b"", code, True),))[0])  # type: ignore[no-any-return]
 
