@@ -39,6 +39,14 @@ var (
 	ErrEmptyKey = errors.New("shm: empty key")
 	// ErrClosed is returned by operations on a closed table.
 	ErrClosed = errors.New("shm: table is closed")
+	// ErrArenaFull is returned when the arena has no run of free cells for
+	// a block, even after freeing the blocks of fresh buckets.
+	ErrArenaFull = errors.New("shm: arena full")
+
+	// ErrNoArena is returned for a block the arena cannot hold: the table
+	// has no arena, or the block is longer than MaxBlockWords.
+	ErrNoArena = errors.New("shm: no arena for the block")
+
 	// ErrOptions is returned by Create and NewHeap for invalid Options.
 	ErrOptions = errors.New("shm: invalid options")
 	// ErrCorrupt is returned by Verify when an invariant does not hold.

@@ -4,12 +4,18 @@ package shm
 // byte offset; every multi-byte field is little-endian. Other tools may read
 // the file from this description alone.
 //
-// The file is a header page followed by SlotCount fixed-size slots:
+// The file is a header page, SlotCount fixed-size slots, then the arena
+// (version 5): a bitmap of its cells and ArenaCells cells of 64 bytes, where
+// buckets whose state does not fit a slot keep the rest (their block):
 //
-//	offset 0            4096                4096+S            4096+N*S
-//	+-------------------+-------------------+-----+-------------------+
-//	| header (4096 B)   | slot 0 (S bytes)  | ... | slot N-1          |
-//	+-------------------+-------------------+-----+-------------------+
+//	offset 0           4096               4096+N*S     A          A+B        A+B+C*64
+//	+------------------+------------------+-----+------+----------+----------+
+//	| header (4096 B)  | slot 0 .. N-1 (S bytes each)  | bitmap   | cells    |
+//	+------------------+------------------+-----+------+----------+----------+
+//
+// where A = 4096+N*S rounded up to a multiple of 4096 (the gap is zero), B
+// = ceil(C/64)*8 rounded up to a multiple of 4096, and C = ArenaCells. A
+// file with C = 0 has no arena and ends at 4096+N*S.
 //
 // The header page:
 //
@@ -60,6 +66,17 @@ package shm
 //	                            attached holder's count is 0: from then on no
 //	                            attached table writes (each checks ownerTag
 //	                            after counting itself in)
+//	0x600  arenaCells  uint64   C, the arena's cells (version 5)
+//	0x608  arenaSum    uint64   xxhash64 (seed 0) of arenaCells (8 bytes,
+//	                            little-endian): the arena's geometry is fixed
+//	                            at creation like the slots'
+//	0x610  arenaLock   uint32   the allocation lock: bit 0 held, bits 1-15 the
+//	                            holder's tag; it guards the bitmap, and is
+//	                            taken with a slot lock held, never the reverse
+//	0x614  reserved    uint32   0
+//	0x618  arenaHint   uint64   the cell where the next allocation starts
+//	                            looking (a hint: any value is safe)
+//	0x620  arenaUsed   uint64   cells allocated (statistics)
 //	...    reserved    zero
 //	0x800  insertLocks [512]uint32  insert stripes: bit 0 locked, bits 1-15 the
 //	                            holder's tag, bits 16-31 the count of buckets
@@ -76,13 +93,33 @@ package shm
 //	0x08  fp0      uint64  fingerprint, first half  } both zero: the slot was never used
 //	0x10  fp1      uint64  fingerprint, second half }
 //	0x18  kind     uint8   the bucket's algorithm id (opaque to this package)
-//	0x19  flags    uint8   flagLive, flagConservative
+//	0x19  flags    uint8   flagLive, flagConservative, flagBlock
 //	0x1a  keyLen   uint16  length of the inline key, 0 if not stored
 //	0x1c  keySum   uint32  low 32 bits of xxhash64(key) (seed 0) when keyLen > 0
 //	0x20  freshAt  int64   Unix ns at or after which the bucket is back to its
 //	                       new state; the slot is then reclaimable
-//	0x28  state    [3]int64 the algorithm's words
+//	0x28  state    [3]int64 the algorithm's words; with flagBlock, word 1 is
+//	                       the block's checksum (below) and word 2 the block:
+//	                       its first cell (bits 0-39) and its length in
+//	                       words (bits 40-55; it spans ceil(words/8) cells)
 //	0x40  key      [S-64]byte inline key bytes (slot sizes 128 and 256 only)
+//
+// A block is a run of consecutive cells of the arena that one slot owns
+// while it has flagBlock: the words the slot's algorithm keeps beyond its
+// state words (int64, little-endian, from the block's first byte). Its
+// cells are set in the bitmap (bit i%64 of word i/64 for cell i) while
+// allocated. The block's checksum, state word 1 of its slot, is the wrapping
+// sum over its words w[i] (the algorithm's, not the whole cells) of
+// mix(w[i] ^ (i+1)*0x9E3779B97F4A7C15), where mix is splitmix64's
+// finalizer (x ^= x>>30; x *= 0xBF58476D1CE4E5B9; x ^= x>>27;
+// x *= 0x94D049BB133111EB; x ^= x>>31). The algorithm keeps it up to date
+// word by word as it writes; recovery recomputes it to detect a block torn
+// by a power loss, or written apart from its slot.
+//
+// The bitmap is derived: recovery rebuilds it from the slots that own a
+// sound block, so cells a crashed process allocated without giving them to
+// a slot are freed then. A slot whose block is out of the arena, overlaps
+// another's, or fails its checksum loses it and becomes conservative.
 //
 // The fingerprint's halves are xxhash64 (seed 0) of seed0^ident, respectively
 // seed1^ident (8 bytes, little-endian), followed by the key, where ident is
@@ -109,6 +146,13 @@ package shm
 //	4  the busy counts (0x500), in bytes that were zero: the upgrade changes
 //	   only the version. A version-3 attached table does not count itself
 //	   in, so it may not attach to a version-4 file (nor the reverse).
+//	5  the arena (0x600, and bytes after the slots). Open first extends
+//	   the file to its version-5 size with the default arena of its slot
+//	   count (DefaultArenaCells; the new bytes are zero, so the bitmap
+//	   says every cell is free), then the upgrade writes arenaCells and
+//	   arenaSum, then the version. A file of an earlier version that is
+//	   already that long is an upgrade a crash interrupted: it is upgraded
+//	   again. The slots do not move: every bucket is kept.
 //
 // An interrupted upgrade leaves the new version number under the old
 // header checksum (the two are written in that order); Open recognises it
@@ -116,7 +160,7 @@ package shm
 
 const (
 	magic         = "SLUICE\x1a\n" // identifies a Sluice state file
-	FormatVersion = 4              // the file format this package writes; it reads 1 to FormatVersion
+	FormatVersion = 5              // the file format this package writes; it reads 1 to FormatVersion
 	byteOrderMark = 0x01020304     // written little-endian; reads differently on a foreign order
 	HeaderSize    = 4096           // bytes before slot 0; one page, so slots are page-aligned
 	cleanMagic    = 0xC1EA7C1E     // cleanFlag value after a graceful close
@@ -150,6 +194,11 @@ const (
 	numHolders     = 64
 	holderSize     = 16    // tag uint32, pid uint32, started uint64
 	offBusy        = 0x500 // [numHolders]uint32
+	offArenaCells  = 0x600
+	offArenaSum    = 0x608
+	offArenaLock   = 0x610
+	offArenaHint   = 0x618
+	offArenaUsed   = 0x620
 	offInsertLocks = 0x800
 	numInsertLocks = 512
 )
@@ -180,6 +229,20 @@ const (
 const (
 	flagLive         = 1 << 0 // the state words hold the bucket's state
 	flagConservative = 1 << 1 // the slot was found torn; the owner must replace its state with a drained one
+	flagBlock        = 1 << 2 // the slot owns the arena block in state word 2
+)
+
+// Blocks and the arena.
+const (
+	CellSize      = 64   // bytes per arena cell
+	arenaAlign    = 4096 // the arena and its cells start on page boundaries
+	wordsPerCell  = CellSize / 8
+	blockStart    = 1<<40 - 1 // state word 2 of a slot with flagBlock: first cell
+	blockLenShift = 40        // and length in words, bits 40-55
+	MaxBlockWords = 1<<16 - 1 // the longest block, in words
+	MaxArenaCells = 1 << 40   // the most cells an arena may have
+	stateSum      = 1         // the state word holding a block's checksum
+	stateBlock    = 2         // the state word holding the block
 )
 
 // Counters kept in the header. They are statistics: updated with atomics,
@@ -193,6 +256,7 @@ const (
 	counterSyncs               // successful syncs
 	counterSyncErrors          // failed syncs
 	counterLockedOnOpen        // slots whose lock word was held when the file was opened
+	counterArenaFull           // blocks refused: no run of free cells long enough
 )
 
 // Lock word bits, for slots and insert stripes alike.

@@ -31,6 +31,7 @@ func writeHeader(hdr []byte, o Options, created int64) error {
 	le.PutUint64(hdr[offCreated:], uint64(created))
 	le.PutUint64(hdr[offChecksum:], headerSum(hdr))
 	le.PutUint32(hdr[offCleanFlag:], cleanMagic)
+	putArena(hdr, o.ArenaCells)
 	for i := range numHighMarks {
 		putHighMark(hdr, i, 0)
 	}
@@ -86,14 +87,34 @@ func validateHeader(hdr []byte, size int64) (uint32, error) {
 	case pc < 1 || pc > MaxProbeCap || uint64(pc) > n:
 		return 0, fmt.Errorf("%w: probe cap %d for %d slots", ErrGeometry, pc, n)
 	}
-	want := HeaderSize + int64(n)*int64(ss)
+	var cells uint64
+	if v >= arenaVersion {
+		cells = le.Uint64(hdr[offArenaCells:])
+		if le.Uint64(hdr[offArenaSum:]) != arenaSum(cells) || cells > MaxArenaCells {
+			return 0, fmt.Errorf("%w: arena geometry (%d cells) fails its checksum", ErrChecksum, cells)
+		}
+	}
+	want := fileSize(n, int(ss), cells)
+	if v < arenaVersion && size == upgradedSize(hdr) {
+		return v, nil // extended for its arena by an upgrade a crash interrupted
+	}
 	if size < want {
-		return 0, fmt.Errorf("%w: %d bytes, header declares %d slots of %d bytes (%d bytes)", ErrTruncated, size, n, ss, want)
+		return 0, fmt.Errorf("%w: %d bytes, header declares %d slots of %d bytes and %d arena cells (%d bytes)", ErrTruncated, size, n, ss, cells, want)
 	}
 	if size > want {
 		return 0, fmt.Errorf("%w: %d bytes, header declares %d bytes", ErrGeometry, size, want)
 	}
 	return v, nil
+}
+
+// arenaVersion is the first format version with an arena.
+const arenaVersion = 5
+
+// upgradedSize is the size of a validated file of a version before
+// arenaVersion once the upgrade has given it the default arena.
+func upgradedSize(hdr []byte) int64 {
+	n := binary.LittleEndian.Uint64(hdr[offSlotCount:])
+	return fileSize(n, int(binary.LittleEndian.Uint32(hdr[offSlotSize:])), DefaultArenaCells(n))
 }
 
 // sumWithVersion is the header checksum hdr would have with version v.
@@ -119,6 +140,12 @@ func (t *Table) upgrade(v uint32) {
 			for i := range numHighMarks {
 				putHighMark(hdr, i, 0)
 			}
+		case arenaVersion - 1:
+			// Open extended the file; the new bytes are zero, so every
+			// cell is free (format.go).
+			putArena(hdr, DefaultArenaCells(t.n))
+			binary.LittleEndian.PutUint64(hdr[offArenaUsed:], 0)
+			binary.LittleEndian.PutUint64(hdr[offArenaHint:], 0)
 		}
 		le.PutUint32(hdr[offVersion:], v+1)
 		le.PutUint64(hdr[offChecksum:], headerSum(hdr))
@@ -213,6 +240,9 @@ type Stats struct {
 	LockedOnOpen uint64 // slots whose lock was held by a holder that is gone
 	Syncs        uint64 // successful Syncs
 	SyncErrors   uint64 // failed Syncs
+	ArenaCells   uint64 // cells of the arena
+	ArenaUsed    uint64 // cells allocated to blocks
+	ArenaFull    uint64 // blocks refused with ErrArenaFull
 }
 
 // Stats returns the table's counters.
@@ -228,5 +258,8 @@ func (t *Table) Stats() Stats {
 		LockedOnOpen: c(counterLockedOnOpen),
 		Syncs:        c(counterSyncs),
 		SyncErrors:   c(counterSyncErrors),
+		ArenaCells:   t.cells,
+		ArenaUsed:    atomic.LoadUint64(u64at(t.base, offArenaUsed)),
+		ArenaFull:    c(counterArenaFull),
 	}
 }

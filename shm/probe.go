@@ -184,6 +184,7 @@ func (t *Table) claim(fp Fingerprint, kind uint8, key []byte, now int64) (Slot, 
 // fill writes a new, not yet live bucket for fp into the locked slot at p.
 func (t *Table) fill(p unsafe.Pointer, i uint64, fp Fingerprint, kind uint8, key []byte) Slot {
 	atomic.AddUint64(t.counter(counterInserts), 1)
+	t.freeBlock(p) // a reclaimed bucket's
 	*u8at(p, slotKind) = kind
 	*u8at(p, slotFlags) = 0
 	*stateAt(p) = [StateWords]int64{}

@@ -35,6 +35,9 @@ func (s Slot) Fingerprint() Fingerprint {
 	return Fingerprint{*u64at(s.p, slotFP0), *u64at(s.p, slotFP1)}
 }
 
+// HasExt reports whether the slot owns a block (see Ext).
+func (s Slot) HasExt() bool { return *u8at(s.p, slotFlags)&flagBlock != 0 }
+
 // Live reports whether the state words hold the bucket's state. A slot that
 // Claim has just taken, or that Clear has reset, is not live: its holder
 // must initialise the state.
@@ -70,7 +73,7 @@ func (s Slot) Key() []byte {
 // Commit marks the slot live with the state words as its holder left them,
 // records when the bucket will be fresh again, and unlocks it.
 func (s Slot) Commit(freshAt int64) {
-	*u8at(s.p, slotFlags) = flagLive
+	*u8at(s.p, slotFlags) = flagLive | *u8at(s.p, slotFlags)&flagBlock
 	atomic.StoreInt64(i64at(s.p, slotFreshAt), freshAt)
 	s.unlock()
 }
@@ -90,8 +93,10 @@ func (s Slot) Reserve() {
 
 // Clear forgets the bucket: the slot keeps its fingerprint (so probe
 // sequences through it stay intact) but is no longer live and is
-// reclaimable at once. It unlocks the slot.
+// reclaimable at once. Its block, if it has one, returns to the arena. It
+// unlocks the slot.
 func (s Slot) Clear() {
+	s.t.freeBlock(s.p)
 	*u8at(s.p, slotFlags) = 0
 	*stateAt(s.p) = [StateWords]int64{}
 	atomic.StoreInt64(i64at(s.p, slotFreshAt), math.MinInt64)

@@ -17,7 +17,8 @@ import (
 // recorded in the file's header.
 type Options struct {
 	// SlotCount is the number of slots, >= 1. Memory and file size are
-	// HeaderSize + SlotCount*SlotSize bytes.
+	// about HeaderSize + SlotCount*SlotSize + ArenaCells*CellSize bytes
+	// (FileSize).
 	SlotCount uint64
 	// SlotSize is 64, 128 or 256 bytes; 0 means 64. Slots above 64 bytes keep
 	// keys of up to SlotSize-64 bytes inline, for scan and inspection.
@@ -25,6 +26,10 @@ type Options struct {
 	// ProbeCap is the longest probe sequence; 0 means DefaultProbeCap. It is
 	// clamped to SlotCount.
 	ProbeCap int
+	// ArenaCells is the number of 64-byte cells of the arena, where buckets
+	// keep state that does not fit their slot; 0 means
+	// DefaultArenaCells(SlotCount).
+	ArenaCells uint64
 }
 
 // MaxSlotCount bounds SlotCount so that file offsets fit comfortably in int64.
@@ -33,7 +38,7 @@ const MaxSlotCount = 1 << 40
 // FileSize is the size of a state file created with o (after defaults).
 func (o Options) FileSize() int64 {
 	o = o.withDefaults()
-	return HeaderSize + int64(o.SlotCount)*int64(o.SlotSize)
+	return fileSize(o.SlotCount, o.SlotSize, o.ArenaCells)
 }
 
 func (o Options) withDefaults() Options {
@@ -42,6 +47,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.ProbeCap == 0 {
 		o.ProbeCap = DefaultProbeCap
+	}
+	if o.ArenaCells == 0 {
+		o.ArenaCells = DefaultArenaCells(o.SlotCount)
 	}
 	if o.ProbeCap > 0 && uint64(o.ProbeCap) > o.SlotCount {
 		o.ProbeCap = int(o.SlotCount)
@@ -55,6 +63,8 @@ func (o Options) validate() error {
 		return fmt.Errorf("%w: slot count %d out of range [1, 2^40]", ErrOptions, o.SlotCount)
 	case !ValidSlotSize(o.SlotSize):
 		return fmt.Errorf("%w: slot size %d is not 64, 128 or 256", ErrOptions, o.SlotSize)
+	case o.ArenaCells > MaxArenaCells:
+		return fmt.Errorf("%w: arena of %d cells, more than 2^40", ErrOptions, o.ArenaCells)
 	case o.ProbeCap < 1 || o.ProbeCap > MaxProbeCap:
 		return fmt.Errorf("%w: probe cap %d out of range [1, %d]", ErrOptions, o.ProbeCap, MaxProbeCap)
 	}
@@ -79,7 +89,11 @@ type Table struct {
 	probeCap  uint64
 	seed0     uint64
 	seed1     uint64
-	room      int // inline key bytes per slot
+	room      int            // inline key bytes per slot
+	cells     uint64         // arena cells; 0 without an arena
+	bitmap    unsafe.Pointer // the arena's bitmap
+	cellBase  unsafe.Pointer // cell 0
+	lastSweep atomic.Int64   // when an allocation failure last swept (sweepIfDue's clock)
 
 	file *os.File  // nil for heap tables
 	mm   mmap.MMap // nil for heap tables
@@ -109,19 +123,21 @@ func (t *Table) Opened() OpenReport { return t.opened }
 
 // Geometry describes an open table.
 type Geometry struct {
-	SlotCount uint64
-	SlotSize  int
-	ProbeCap  int
-	FileSize  int64
+	SlotCount  uint64
+	SlotSize   int
+	ProbeCap   int
+	ArenaCells uint64
+	FileSize   int64
 }
 
 // Geometry returns the table's fixed sizes.
 func (t *Table) Geometry() Geometry {
 	return Geometry{
-		SlotCount: t.n,
-		SlotSize:  int(t.slotSize),
-		ProbeCap:  int(t.probeCap),
-		FileSize:  HeaderSize + int64(t.n)*int64(t.slotSize),
+		SlotCount:  t.n,
+		SlotSize:   int(t.slotSize),
+		ProbeCap:   int(t.probeCap),
+		ArenaCells: t.cells,
+		FileSize:   fileSize(t.n, int(t.slotSize), t.cells),
 	}
 }
 
@@ -247,6 +263,13 @@ func Open(path string) (*Table, error) {
 	if err := allocateHoles(f, fi.Size()); err != nil {
 		return fail(fmt.Errorf("allocating the file's blocks: %w", err))
 	}
+	if version < arenaVersion {
+		// The upgrade to version 5 adds the arena after the slots: extend
+		// the file (with zeros) before mapping it.
+		if err := allocate(f, upgradedSize(hdr)); err != nil {
+			return fail(fmt.Errorf("extending the file for its arena: %w", err))
+		}
+	}
 	return mapTable(f, version, false)
 }
 
@@ -266,6 +289,7 @@ func mapTable(f *os.File, version uint32, created bool) (*Table, error) {
 	if version < FormatVersion {
 		t.upgrade(version)
 		t.opened.UpgradedFrom = version
+		t.load(t.headerBytes())
 	}
 	// Tables still attached to a previous owner (one that died) stop
 	// deciding before anything is repaired: they see the owner tag change.
@@ -275,12 +299,14 @@ func mapTable(f *os.File, version uint32, created bool) (*Table, error) {
 	// Insert locks are held only for an instant, but a process killed in that
 	// instant leaves one held: the file's single owner starts with them free.
 	clear(t.headerBytes()[offInsertLocks : offInsertLocks+numInsertLocks*4])
+	atomic.StoreUint32(u32at(t.base, offArenaLock), 0)
 	flag := t.cleanFlag()
 	if *flag != cleanMagic {
 		t.recover()
 	} else if !created {
 		t.checkOnUse.Store(true)
 	}
+	t.recoverArena()
 	// Record that the file is in use before anything else is written, so a
 	// crash from here on is detected by the next Open.
 	atomic.StoreUint32(flag, dirtyMagic)
@@ -367,6 +393,9 @@ func (t *Table) load(hdr []byte) {
 	t.seed1 = le.Uint64(hdr[offSeed1:])
 	t.probeCap = uint64(le.Uint32(hdr[offProbeCap:]))
 	t.room = inlineRoom(int(t.slotSize))
+	if le.Uint32(hdr[offVersion:]) >= arenaVersion {
+		t.loadArena(le.Uint64(hdr[offArenaCells:]))
+	}
 }
 
 // Sync writes every modified page of the table to disk and waits for the

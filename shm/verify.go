@@ -23,7 +23,10 @@ const maxProblems = 10
 //   - a slot that is not live has no state and FreshAt math.MinInt64;
 //   - no fingerprint occupies two slots;
 //   - every bucket is reachable: it lies within the probe cap and the reach
-//     of its home slot, with no empty slot in between.
+//     of its home slot, with no empty slot in between;
+//   - every block lies in the arena, overlaps no other, matches its
+//     checksum and is marked in the bitmap, and (on a table, not an image
+//     of a file in use) no cell is marked that no block holds.
 func (t *Table) Verify() error { return t.verify(nil) }
 
 // Image.Verify's patience with a slot that is being written: it reads a
@@ -49,7 +52,7 @@ func (t *Table) verify(im *Image) error {
 			problems = append(problems, err)
 		}
 	}
-	if v, err := validateHeader(t.headerBytes(), HeaderSize+int64(t.n)*int64(t.slotSize)); err != nil {
+	if v, err := validateHeader(t.headerBytes(), fileSize(t.n, int(t.slotSize), t.cells)); err != nil {
 		report(fmt.Errorf("header: %w", err))
 	} else if v != FormatVersion && im == nil {
 		report(fmt.Errorf("header: version %d, want %d", v, FormatVersion))
@@ -79,6 +82,9 @@ func (t *Table) verify(im *Image) error {
 				seen[fp] = i
 			}
 		}
+	}
+	if !live {
+		t.checkArena(report)
 	}
 	if total == 0 {
 		return nil
@@ -129,7 +135,7 @@ func (t *Table) checkSlot(i uint64, im *Image, seen map[Fingerprint]uint64) []er
 			report("inline key checksum mismatch")
 		}
 	}
-	if f := *u8at(p, slotFlags); f&^(flagLive|flagConservative) != 0 || f == flagConservative {
+	if f := *u8at(p, slotFlags); f&^(flagLive|flagConservative|flagBlock) != 0 || f&flagLive == 0 && f != 0 {
 		report("invalid flags %#02x", f)
 	}
 	if !s.Live() && (s.FreshAt() != math.MinInt64 || *s.State() != [StateWords]int64{}) {
@@ -151,4 +157,40 @@ func (t *Table) checkSlot(i uint64, im *Image, seen map[Fingerprint]uint64) []er
 		report("unreachable from its home slot %d (displacement %d, reach %d)", h, d, t.reach(h))
 	}
 	return problems
+}
+
+// checkArena reports blocks outside the arena, overlapping or failing their
+// checksum, and bitmap bits that disagree with the blocks.
+func (t *Table) checkArena(report func(error)) {
+	if t.cells == 0 {
+		return
+	}
+	owned := make([]uint64, (t.cells+63)/64)
+	for i := range t.n {
+		p := t.slotPtr(i)
+		if *u8at(p, slotFlags)&flagBlock == 0 {
+			continue
+		}
+		start, words := blockOf(stateAt(p)[stateBlock])
+		if !t.inArena(start, words) {
+			report(fmt.Errorf("slot %d: block of %d words at cell %d is outside the arena of %d cells", i, words, start, t.cells))
+			continue
+		}
+		if ExtSum(t.blockWords(start, words)) != stateAt(p)[stateSum] {
+			report(fmt.Errorf("slot %d: block at cell %d fails its checksum", i, start))
+		}
+		for c := start; c < start+cellsFor(words); c++ {
+			if owned[c/64]&(1<<(c%64)) != 0 {
+				report(fmt.Errorf("slot %d: block at cell %d overlaps another at cell %d", i, start, c))
+				break
+			}
+			owned[c/64] |= 1 << (c % 64)
+		}
+	}
+	for w := range owned {
+		if got := *t.bitmapWord(uint64(w)); got != owned[w] {
+			report(fmt.Errorf("arena bitmap word %d is %#016x, the blocks hold %#016x", w, got, owned[w]))
+			return
+		}
+	}
 }

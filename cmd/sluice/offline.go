@@ -109,6 +109,11 @@ func printReport(x *cli, path string, r *shm.Report) {
 	line("format", "version %d", r.Version)
 	line("created", "%s", time.Unix(0, r.Created).UTC().Format(time.RFC3339))
 	line("geometry", "%s slots of %d bytes, probe cap %d, %s", thousands(g.SlotCount), g.SlotSize, g.ProbeCap, bytesIEC(g.FileSize))
+	if g.ArenaCells > 0 {
+		st := r.Stats
+		line("arena", "%s cells of 64 bytes, %s in blocks (%.1f%%), %s blocks refused (arena full)",
+			thousands(g.ArenaCells), thousands(st.ArenaUsed), 100*float64(st.ArenaUsed)/float64(g.ArenaCells), thousands(st.ArenaFull))
+	}
 	line("state", "%s", describeState(r))
 	if len(r.Holders) > 0 {
 		pids := make([]string, len(r.Holders))

@@ -7,14 +7,17 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/shm"
 )
 
-// The files in testdata were written by the first release (state file
-// format version 1): a table of 64 slots of 128 bytes holding three buckets
-// of each limit below, created at t0 with costs 1 to 4; v1-clean.state was
-// closed cleanly, v1-dirty.state copied while its owner still had it open.
+// The files in testdata were written by earlier releases: v1-* by the first
+// (state file format version 1), v4-* by the last release of format version
+// 4, the one before the arena. Each is a table of 64 slots of 128 bytes
+// holding three buckets of each limit below, created at t0 with costs 1 to
+// 4; *-clean.state was closed cleanly, *-dirty.state copied while its owner
+// still had it open.
 var fixtureLimits = []bucket.Limit{
 	{Algorithm: bucket.TokenBucket, Max: 5, RefillTime: 3600e9, RefillAmount: 1},
 	{Algorithm: bucket.GCRA, Burst: 4, Count: 1, Period: 1e9},
@@ -36,19 +39,24 @@ func fixtureOps(t *testing.T, e *Engine) {
 
 func fixtureKey(b bucket.Limit, k int) []byte { return fmt.Appendf(nil, "%s-%d", b.Algorithm, k) }
 
-// Ensure a state file written by the first release opens, is upgraded in
+// Ensure a state file written by an earlier release opens, is upgraded in
 // place to the current format, and keeps every bucket: each answers as the
-// same bucket built by this release does.
-func TestUpgrade_version1(t *testing.T) {
+// same bucket built by this release does. From version 4 the file grows an
+// arena, in which the new bucket of an algorithm that keeps a block fits.
+func TestUpgrade(t *testing.T) {
 	model := newEngine(t, 64)
 	fixtureOps(t, model)
-	for _, name := range []string{"v1-clean.state", "v1-dirty.state"} {
+	for _, fx := range []struct {
+		name    string
+		version uint32
+	}{{"v1-clean.state", 1}, {"v1-dirty.state", 1}, {"v4-clean.state", 4}, {"v4-dirty.state", 4}} {
+		name := fx.name
 		t.Run(name, func(t *testing.T) {
 			b, err := os.ReadFile(filepath.Join("testdata", name))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if v := binary.LittleEndian.Uint32(b[8:]); v != 1 {
+			if v := binary.LittleEndian.Uint32(b[8:]); v != fx.version {
 				t.Fatalf("fixture has version %d", v)
 			}
 			path := filepath.Join(t.TempDir(), name)
@@ -59,8 +67,11 @@ func TestUpgrade_version1(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if o := tb.Opened(); o.UpgradedFrom != 1 || o.Torn != 0 || o.Dropped != 0 {
-				t.Errorf("opened: %+v, want upgraded from 1, nothing torn or dropped", o)
+			if o := tb.Opened(); o.UpgradedFrom != fx.version || o.Torn != 0 || o.Dropped != 0 {
+				t.Errorf("opened: %+v, want upgraded from %d, nothing torn or dropped", o, fx.version)
+			}
+			if g := tb.Geometry(); g.ArenaCells != shm.DefaultArenaCells(64) || g.FileSize != int64(12288+4096+1024*64) {
+				t.Errorf("geometry after the upgrade: %+v", g)
 			}
 			if h, ok := tb.HighTime(); h != 0 || !ok {
 				t.Errorf("HighTime = %d, %v: the unchecksummed version-1 high time must be dropped", h, ok)
@@ -122,4 +133,61 @@ func TestUpgrade_interrupted(t *testing.T) {
 	if err := tb.Verify(); err != nil {
 		t.Error(err)
 	}
+}
+
+// Ensure the upgrade to the arena's version, interrupted after Open
+// extended the file (and perhaps after the arena geometry or the version
+// were written), is redone and keeps the buckets.
+func TestUpgrade_arenaInterrupted(t *testing.T) {
+	model := newEngine(t, 64)
+	fixtureOps(t, model)
+	for _, step := range []string{"extended", "arena written", "version written"} {
+		t.Run(step, func(t *testing.T) {
+			b, err := os.ReadFile(filepath.Join("testdata", "v4-clean.state"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b = append(b, make([]byte, 4096+1024*64)...) // the default arena of 64 slots
+			le := binary.LittleEndian
+			if step != "extended" {
+				le.PutUint64(b[0x600:], 1024)
+				le.PutUint64(b[0x608:], arenaSumForTest(1024))
+			}
+			if step == "version written" {
+				le.PutUint32(b[8:], 5) // under the version-4 checksum
+			}
+			path := filepath.Join(t.TempDir(), "state")
+			if err := os.WriteFile(path, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			tb, err := shm.Open(path)
+			if err != nil {
+				t.Fatalf("an interrupted upgrade was refused: %v", err)
+			}
+			defer tb.Close()
+			if o := tb.Opened(); o.UpgradedFrom != 4 {
+				t.Errorf("opened: %+v, want upgraded from 4", o)
+			}
+			e := New(tb)
+			for _, bl := range fixtureLimits {
+				for k := range 3 {
+					got, _ := peek(e, fixtureKey(bl, k), lim(bl), t0)
+					want, _ := peek(model, fixtureKey(bl, k), lim(bl), t0)
+					if got != want {
+						t.Errorf("%s: %+v, want %+v", fixtureKey(bl, k), got, want)
+					}
+				}
+			}
+			if err := tb.Verify(); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+// arenaSumForTest is format.go's arenaSum: xxhash64 of the cell count.
+func arenaSumForTest(cells uint64) uint64 {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], cells)
+	return xxhash.Sum64(b[:])
 }
