@@ -151,17 +151,35 @@ func flagNames(v uint64) string {
 func (d *describer) limit(p string) {
 	alg := Algorithm(d.uint(1, p+"algorithm", func(v uint64) string { return Algorithm(v).String() }))
 	for i := range 3 {
-		name, dur := "p"+strconv.Itoa(i), false
-		if alg.Valid() && algorithms[alg].params[i] != "" {
-			name, dur = algorithms[alg].params[i], algorithms[alg].duration[i]
-		}
-		d.i64(p+name, func(v int64) string {
-			if dur {
-				return time.Duration(v).String()
-			}
-			return ""
-		})
+		name, meaning := wireParam(alg, i)
+		d.i64(p+name, meaning)
 	}
+}
+
+// wireParam returns the name of an algorithm's wire parameter i, and its
+// meaning: "p2" and none for a parameter it does not use; for
+// window_counters' P[2] both of the parameters it packs.
+func wireParam(alg Algorithm, i int) (string, func(int64) string) {
+	var names []string
+	var kind paramKind
+	if alg.Valid() {
+		for _, sp := range algorithms[alg].params {
+			if sp.p == i {
+				names, kind = append(names, sp.name), sp.kind
+			}
+		}
+	}
+	switch {
+	case len(names) == 0:
+		return "p" + strconv.Itoa(i), nil
+	case kind == durationParam:
+		return names[0], func(v int64) string { return time.Duration(v).String() }
+	case len(names) > 1: // counters | count_denied<<8
+		return strings.Join(names, "|"), func(v int64) string {
+			return fmt.Sprintf("counters %d, count_denied %v, other bits %#x", v&CountersMask, v&CountDeniedBit != 0, v&^WindowCountersBits)
+		}
+	}
+	return names[0], nil
 }
 
 // key describes a u16 length and the bytes it counts.
@@ -176,7 +194,11 @@ func (d *describer) op(p string) {
 	case isItemOp(code):
 		d.uint(1, p+"flags", flagNames)
 		d.limit(p + "limit.")
-		d.i64(p+"n", nil)
+		if code == OpRelease {
+			d.uint(8, p+"n (the lease id)", nil)
+		} else {
+			d.i64(p+"n", nil)
+		}
 		d.i64(p+"at", unixTime)
 		d.key(p, "keylen", "key")
 	case code == OpMulti:
@@ -227,6 +249,17 @@ func (d *describer) result(p string) {
 		d.uint(8, p+"slotCount", nil)
 		d.uint(2, p+"slotSize", nil)
 	case code == OpAcquire || code == OpPeek || code == OpRefund:
+		d.decision(p + "decision.")
+	case code == OpLease:
+		d.decision(p + "decision.")
+		d.uint(8, p+"lease", func(v uint64) string {
+			if v == 0 {
+				return "none: denied"
+			}
+			return ""
+		})
+	case code == OpRelease:
+		d.uint(1, p+"released", boolean)
 		d.decision(p + "decision.")
 	case code == OpReset:
 		d.uint(1, p+"existed", boolean)

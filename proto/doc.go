@@ -14,13 +14,18 @@
 //
 // # Format
 //
-// This section is the protocol's specification, version 2: an
-// implementation in another language needs nothing else. Version 1 is
-// version 2 without named limits (flag bit 3, NAMED, is reserved in it); a
-// server speaks both and answers each request frame in its version, so
-// clients of version 1 keep working unchanged. The files in
-// testdata/golden are byte-exact examples, each with a field-by-field
-// description.
+// This section is the protocol's specification, version 3: an
+// implementation in another language needs nothing else. Version 3 is
+// version 2 with three more algorithms (6 sliding_log, 7 window_counters,
+// 8 concurrency) and the operations that lease a concurrency limit's slots
+// (10 LEASE, 11 RELEASE). Version 2 is version 1 with named limits (flag
+// bit 3, NAMED, is reserved in version 1) and shadowing (flag bit 4,
+// SHADOW). A server speaks all three and answers each request frame in its
+// version, so clients of versions 1 and 2 keep working unchanged: in a
+// frame of version 1 or 2, opcodes 10 and 11 are unknown opcodes and
+// algorithms 6 to 8 unknown algorithms, exactly as any other value outside
+// that version's sets. The files in testdata/golden are byte-exact
+// examples, each with a field-by-field description.
 //
 // Conventions. All integers are little-endian. u8, u16, u32 and u64 are
 // unsigned; i64 is a two's complement int64. Times are i64 Unix
@@ -40,13 +45,13 @@
 //
 //	offset size field
 //	0      4    length   bytes after this field: 8 + body length; 8 <= length <= MaxFrameLen
-//	4      1    version  1 or 2 (Version); a response has its request's version
+//	4      1    version  1, 2 or 3 (Version); a response has its request's version
 //	5      1    kind     1 request (client to server), 2 response (server to client)
 //	6      2    count    operations (request) or results (response) in the body: 1..MaxBatch
 //	8      4    id       chosen by the client; a response carries its request's id
 //	12     ...  body     count operations, or count results, back to back, no padding
 //
-// The limits, the same in versions 1 and 2 (HELLO reports them too):
+// The limits, the same in every version (HELLO reports them too):
 //
 //	HeaderLen     12        bytes of the header, length field included
 //	MaxFrameLen   1048576   largest length field (1 MiB); a whole frame is at most 4+MaxFrameLen bytes
@@ -64,8 +69,8 @@
 // the operations, one each. Ids need not be unique; a client that matches
 // responses by order can send 0. Example, a PING and its answer (id 1):
 //
-//	request:  09000000 02 01 0100 01000000 | 02
-//	response: 0a000000 02 02 0100 01000000 | 02 00
+//	request:  09000000 03 01 0100 01000000 | 02
+//	response: 0a000000 03 02 0100 01000000 | 02 00
 //
 // Operations. An operation is an opcode u8 and its body:
 //
@@ -79,30 +84,38 @@
 //	7 MULTI     multi             up to MaxMulti acquires, all or nothing
 //	8 SCAN      scan              buckets whose key starts with a prefix
 //	9 STATS     empty             the server's counters
+//	10 LEASE    item              version 3: decision and lease id: take one slot of a concurrency limit
+//	11 RELEASE  item              version 3: released u8 and decision: give a lease's slot back
 //
 // PEEK's decision describes the bucket as it stands: remaining and
 // reset_after as they are now (remaining is what RL.GET reports), and
 // allowed, retry_after and delay as a request of cost 1 would get them.
-// Any other opcode is rejected (status UnknownOpcode). The item body (offsets from the
-// opcode byte; total 45 + keylen bytes):
+// Any other opcode, and LEASE and RELEASE in a frame of version 1 or 2, is
+// rejected (status UnknownOpcode). The item body (offsets from the opcode
+// byte; total 45 + keylen bytes):
 //
 //	offset size field
-//	0      1    opcode   3, 4, 5 or 6
+//	0      1    opcode   3, 4, 5, 6, 10 or 11
 //	1      1    flags    bit 0 STRICT, bit 1 SMYTE, bit 2 AT, bit 3 NAMED and bit 4 SHADOW (version 2);
-//	                     bits 5-7 must be 0 (bits 3-7 in version 1)
+//	                     bits 5-7 must be 0 (bits 3-7 in version 1). LEASE and RELEASE: bit 3
+//	                     NAMED only, the others must be 0
 //	2      25   limit    see below (with NAMED: the limit's name instead, 1 + namelen bytes,
 //	                     and every later offset moves by namelen - 24)
-//	27     8    n        i64: the cost (ACQUIRE, >= 0; 0 peeks), the amount (REFUND); 0 for PEEK and RESET
+//	27     8    n        i64: the cost (ACQUIRE, >= 0; 0 peeks), the amount (REFUND); 0 for PEEK and RESET;
+//	                     1 for LEASE (any other value is Malformed); for RELEASE, the lease id, a u64
+//	                     that is not 0 (0 is Malformed), its 64 bits stored as they are
 //	35     8    at       i64: the request time, read only with AT (else the server's clock); else 0.
 //	                     It decides this request only, and must lie in [0, 2190-01-01T00:00:00Z]
-//	                     (6942585600000000000): the server answers Malformed for a time outside
+//	                     (6942585600000000000): the server answers Malformed for a time outside.
+//	                     LEASE and RELEASE cannot set AT (a lease is about real time): 0
 //	43     2    keylen   u16: 1..MaxKeyLen
 //	45     k    key
 //
 // STRICT: a request that leaves a token_bucket at 0, or is denied, restarts
 // its refill clock. SMYTE: smyte/ratelimit compatibility for token_bucket: a
 // denial drains the bucket to 0 and remaining is the count before the
-// deduction. The other algorithms ignore both. SHADOW (ACQUIRE): decide
+// deduction. The other algorithms ignore both, and LEASE and RELEASE may
+// not set them. SHADOW (ACQUIRE): decide
 // and consume as usual, but answer a denial as allowed and shadow-denied
 // (the decision's first byte is 3), as a shadow limit's are; the server
 // counts it. NAMED: the limit field holds
@@ -114,21 +127,52 @@
 // is 0:
 //
 //	offset size field
-//	0      1    algorithm  1..5 below; any other value is rejected (InvalidLimit)
+//	0      1    algorithm  1..8 below (1..5 in versions 1 and 2); any other value is rejected (InvalidLimit)
 //	1      8    p0         i64
 //	9      8    p1         i64
 //	17     8    p2         i64
 //
-//	algorithm          p0                p1                p2
-//	1 token_bucket     max               refill_time ns    refill_amount
-//	2 gcra             burst             count             period ns
-//	3 fixed_window     limit             window ns         0
-//	4 sliding_window   limit             window ns         0
-//	5 pacer            rate              period ns         max_delay ns
+//	algorithm            p0       p1               p2
+//	1 token_bucket       max      refill_time ns   refill_amount
+//	2 gcra               burst    count            period ns
+//	3 fixed_window       limit    window ns        0
+//	4 sliding_window     limit    window ns        0
+//	5 pacer              rate     period ns        max_delay ns
+//	6 sliding_log        limit    window ns        0                                   (version 3)
+//	7 window_counters    limit    window ns        bits 0-7 counters, bit 8 count_denied  (version 3)
+//	8 concurrency        limit    lease ns         0                                   (version 3)
 //
-// The codec checks only that the algorithm is 1..5; the server validates
-// the parameters (StatusInvalidLimit) and the cost (StatusInvalidCost). A
-// MULTI is all-or-nothing across its items: allowed only if every item is
+// sliding_log counts limit tokens over any window exactly, from a log of
+// the requests' times. window_counters counts them over any window in
+// counters sub-windows (the server accepts 1 to 64); with count_denied a
+// denied request counts too. Its p2 packs both, counters | count_denied<<8;
+// bits 9-63 must be 0. concurrency holds at most limit leases at once, each
+// until RELEASE gives its slot back or, failing that, until lease after it
+// was taken: a lease a client never releases (it crashed) expires.
+//
+// The codec checks only that the algorithm is one of the frame's version;
+// the server validates the parameters (StatusInvalidLimit; a
+// window_counters p2 with a bit above 8 set included) and the cost
+// (StatusInvalidCost).
+//
+// Concurrency limits (version 3) are taken and given back with LEASE and
+// RELEASE, on the server's clock. A LEASE decides as an ACQUIRE of cost 1
+// and, if allowed, holds one slot under a new lease id, never 0; a RELEASE
+// of a lease still held frees its slot. Only a concurrency limit may be leased or released: a LEASE or
+// RELEASE of any other algorithm (or a named limit that is not a
+// concurrency limit) is answered InvalidLimit, with a message saying so
+// (the codec cannot tell: a name hides the algorithm). PEEK reports
+// a concurrency limit as it stands (remaining: the slots free) and RESET
+// forgets every lease of it; ACQUIRE, REFUND and a MULTI item of a
+// concurrency limit are answered InvalidLimit ("concurrency limits take
+// LEASE and RELEASE"). A RELEASE names the limit and key its LEASE named:
+// a lease id released under another limit or key is not held there
+// (released 0). A concurrency decision: remaining the slots still free,
+// limit the limit, retry_after (denied) until the earliest held lease
+// expires (a RELEASE may free a slot sooner), reset_after until the last
+// held lease expires (0 when none is held), delay 0.
+//
+// A MULTI is all-or-nothing across its items: allowed only if every item is
 // allowed, and then every item consumes; if any is denied, nothing changes.
 // Its body (total 11 + the items):
 //
@@ -192,6 +236,19 @@
 //	25     8    reset_after  i64 ns until the bucket is back to its fresh state; 0 if fresh
 //	33     8    delay        i64 ns to wait before acting (pacer); 0 for the other algorithms
 //
+// LEASE (version 3; total 51):
+//
+//	offset size field
+//	2      41   decision   as an ACQUIRE of cost 1 gets it (allowed is 0 or 1: a lease is never shadowed)
+//	43     8    lease      u64: the lease's id when allowed, never 0; 0 when denied (nothing to release)
+//
+// RELEASE (version 3; total 44):
+//
+//	offset size field
+//	2      1    released   boolean: 1 if the lease was held and its slot is free now; 0 if the
+//	                       server holds no such lease (unknown, already released, or expired)
+//	3      41   decision   the limit as PEEK reports it afterwards
+//
 // MULTI (total 4 + 41n):
 //
 //	offset size field
@@ -209,7 +266,8 @@
 //	2      8    next       u64: the cursor to continue from; 0 when the scan is complete
 //	10     2    n          u16: entries, 0..MaxScanCount
 //	12     ...  n entries, each 11 + keylen bytes:
-//	            0   1   algorithm  u8: 1..5
+//	            0   1   algorithm  u8: 1..8; in a frame of version 1 or 2 the server leaves
+//	                                   out buckets of algorithms 6-8, which that version lacks
 //	            1   8   fresh_at   i64: when the bucket is back to its fresh state (reclaimable)
 //	            9   2   keylen     u16: 1..MaxKeyLen
 //	            11  k   key
@@ -233,8 +291,8 @@
 //	2  BadVersion     the frame's version is not one the server speaks
 //	3  FrameTooLarge  the length field is above MaxFrameLen
 //	4  BatchTooLarge  the count field is above MaxBatch
-//	5  UnknownOpcode  an opcode this version does not define
-//	6  InvalidLimit   unknown algorithm, or parameters the algorithm rejects
+//	5  UnknownOpcode  an opcode the frame's version does not define
+//	6  InvalidLimit   unknown algorithm, parameters the algorithm rejects, a limit the operation does not take
 //	7  InvalidKey     a key of 0 or more than MaxKeyLen bytes, or a prefix above MaxKeyLen
 //	8  InvalidCost    a negative cost or refund amount
 //	9  TableFull      no free slot for a new bucket; existing buckets still work
@@ -257,8 +315,8 @@
 //     frame with the request's id (as read), count 1 and one error result
 //     of opcode 0 (BadVersion, Malformed, FrameTooLarge or BatchTooLarge).
 //   - An operation the codec rejects (Malformed, UnknownOpcode, an
-//     algorithm byte outside 1..5 as InvalidLimit, a key length as
-//     InvalidKey, TooManyItems) hides where the next one starts: it and
+//     algorithm byte outside the frame version's as InvalidLimit, a key
+//     length as InvalidKey, TooManyItems) hides where the next one starts: it and
 //     every later operation of the frame are answered with its error
 //     result; the earlier ones are answered normally.
 //   - Bytes after the last operation of a frame make it malformed; its
@@ -292,23 +350,32 @@
 //	fixed_window:limit=100,window=1m
 //	sliding_window:limit=100,window=1m
 //	pacer:rate=4,period=1s,max_delay=2s
+//	sliding_log:limit=100,window=1m
+//	window_counters:limit=100,window=1h,counters=60,count_denied=true
+//	concurrency:limit=10,lease=30s
 //
 // The parameters are those of the wire, by name: token_bucket max,
-// refill_time, refill_amount; gcra burst, count, period; fixed_window and
-// sliding_window limit, window; pacer rate, period, max_delay. They may
-// come in any order, each at most once; all are required except
-// token_bucket's refill_amount, which defaults to max. Names are lower
-// case. refill_time, window, period and max_delay are durations: a Go
+// refill_time, refill_amount; gcra burst, count, period; fixed_window,
+// sliding_window and sliding_log limit, window; pacer rate, period,
+// max_delay; window_counters limit, window, counters, count_denied (the
+// two parts of p2); concurrency limit, lease. They may come in any order,
+// each at most once; all are required except token_bucket's
+// refill_amount, which defaults to max, and window_counters' counters and
+// count_denied, which default to 60 and false. Names are lower case.
+// refill_time, window, period, max_delay and lease are durations: a Go
 // duration (time.ParseDuration: decimal numbers with units ns, us or µs,
 // ms, s, m, h, in sequence: "1h30m", "1.5s", "250ms", "10us") or a bare
-// integer of nanoseconds. The others are decimal integers. No value may be
-// negative. ParseLimit checks the syntax only, not whether the server will
-// accept the values.
+// integer of nanoseconds. count_denied is true or false. The others are
+// decimal integers; counters is at most 255, what its 8 bits hold. No value
+// may be negative. ParseLimit checks the syntax only, not whether the
+// server will accept the values (counters 0, or above 64, parses).
 //
 // The canonical form (Limit.String) lists every parameter in wire order,
-// refill_amount included, durations as time.Duration.String writes them
-// ("1h0m0s", "1.5s", "10µs" with U+00B5, "0s"); ParseLimit reads it back to
-// the same Limit.
+// refill_amount and counters included, count_denied only when true,
+// durations as time.Duration.String writes them ("1h0m0s", "1.5s", "10µs"
+// with U+00B5, "0s"); ParseLimit reads it back to the same Limit.
+// testdata/limits.txt holds canonical, other and invalid specs with their
+// wire forms and errors, for other implementations to check against.
 //
 // A spec without a colon that is not an algorithm's name is the name of a
 // limit the sidecar's configuration defines ("login"): ParseLimit returns

@@ -34,8 +34,9 @@ var (
 	// opcode this version does not define.
 	ErrUnknownOpcode = errors.New("proto: unknown opcode")
 
-	// ErrInvalidLimit: an algorithm outside 1..5, or a limit spec that
-	// ParseLimit rejects.
+	// ErrInvalidLimit: an algorithm the frame's version does not define
+	// (1..5 in versions 1 and 2, 1..8 from version 3), or a limit spec
+	// that ParseLimit rejects.
 	ErrInvalidLimit = errors.New("proto: invalid limit")
 
 	// ErrInvalidKey: a key of 0 or more than MaxKeyLen bytes, or a scan

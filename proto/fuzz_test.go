@@ -121,24 +121,40 @@ func FuzzSplitFrame(f *testing.F) {
 	})
 }
 
-// FuzzItemRoundTrip encodes an item operation from arbitrary fields, a
-// model of the rules decides whether it is valid, and DecodeOp must agree
-// and, if valid, give back the fields.
+// FuzzItemRoundTrip encodes an item operation from arbitrary fields, in a
+// frame of an arbitrary version, a model of the rules decides whether it is
+// valid, and DecodeOpVersion must agree and, if valid, give back the
+// fields.
 func FuzzItemRoundTrip(f *testing.F) {
-	f.Add(uint8(OpAcquire), uint8(FlagStrict|FlagAt), uint8(TokenBucket), int64(10), int64(3600e9), int64(1), int64(1), t0, []byte("login:alice"))
-	f.Add(uint8(OpReset), uint8(8), uint8(9), int64(-1), int64(-1), int64(-1), int64(-1), int64(-1), []byte{})
-	f.Fuzz(func(t *testing.T, code, flags, alg uint8, p0, p1, p2, n, at int64, key []byte) {
-		c := OpAcquire + Opcode(code%4)
+	f.Add(uint8(OpAcquire), uint8(FlagStrict|FlagAt), uint8(TokenBucket), int64(10), int64(3600e9), int64(1), int64(1), t0, []byte("login:alice"), uint8(Version))
+	f.Add(uint8(OpReset), uint8(8), uint8(9), int64(-1), int64(-1), int64(-1), int64(-1), int64(-1), []byte{}, uint8(1))
+	f.Add(uint8(4), uint8(0), uint8(Concurrency), int64(10), int64(30e9), int64(0), int64(1), int64(0), []byte("k"), uint8(3))
+	f.Add(uint8(5), uint8(0), uint8(Concurrency), int64(10), int64(30e9), int64(0), int64(7), int64(0), []byte("k"), uint8(3))
+	f.Fuzz(func(t *testing.T, code, flags, alg uint8, p0, p1, p2, n, at int64, key []byte, version uint8) {
+		c := []Opcode{OpAcquire, OpPeek, OpRefund, OpReset, OpLease, OpRelease}[code%6]
+		v := MinVersion + version%(Version-MinVersion+1)
 		// The encoder sets FlagNamed from the limit alone (here it has no name).
 		want := Op{Code: c, Flags: Flags(flags) &^ FlagNamed, Limit: Limit{Algorithm: Algorithm(alg), P: [3]int64{p0, p1, p2}}, N: n, At: at, Key: key}
 		if len(key) > 1<<16-1 {
 			return
 		}
-		valid := Flags(flags)&^itemFlags == 0 && Algorithm(alg).Valid() && len(key) >= 1 && len(key) <= MaxKeyLen
+		b := AppendItem(nil, c, want.Flags, want.Limit, n, at, key)
+		mask := itemFlags
+		if v < 2 {
+			mask &^= FlagShadow
+		}
+		switch c {
+		case OpLease:
+			mask = 0
+		case OpRelease:
+			mask, want.Lease, want.N = 0, uint64(n), 0
+		}
+		valid := c.ValidIn(v) && want.Flags&^mask == 0 && Algorithm(alg).ValidIn(v) && len(key) >= 1 && len(key) <= MaxKeyLen &&
+			(c != OpLease || n == 1) && (c != OpRelease || n != 0)
 		var got Op
-		rest, err := DecodeOp(encodeOp(nil, &want), &got)
+		rest, err := DecodeOpVersion(b, v, &got)
 		if (err == nil) != valid {
-			t.Fatalf("valid %v, error %v", valid, err)
+			t.Fatalf("%v in version %d: valid %v, error %v", c, v, valid, err)
 		}
 		if err == nil && (len(rest) != 0 || !reflect.DeepEqual(viewOp(&got), viewOp(&want))) {
 			t.Fatalf("decoded %+v, want %+v", viewOp(&got), viewOp(&want))
@@ -153,6 +169,9 @@ func FuzzParseLimit(f *testing.F) {
 		"token_bucket:max=10,refill_time=1h,refill_amount=1", "gcra:burst=4,count=1,period=1s",
 		"fixed_window:limit=100,window=1m", "sliding_window:limit=100,window=1m",
 		"pacer:rate=4,period=1s,max_delay=2s", "gcra:burst=x", "pacer:rate=1,period=1.5h,max_delay=0",
+		"sliding_log:limit=100,window=1m", "window_counters:limit=100,window=1h",
+		"window_counters:limit=100,window=1h,counters=12,count_denied=true", "window_counters:count_denied=false,limit=1,window=1s",
+		"window_counters:limit=1,window=1s,counters=256", "concurrency:limit=10,lease=30s",
 	} {
 		f.Add(s)
 	}
@@ -178,14 +197,19 @@ func FuzzParseLimit(f *testing.F) {
 }
 
 // FuzzLimitString formats arbitrary limits of valid algorithms and
-// non-negative parameters: the spec parses back to the same limit.
+// non-negative parameters (those ParseLimit can return): the spec parses
+// back to the same limit.
 func FuzzLimitString(f *testing.F) {
 	f.Add(uint8(TokenBucket), int64(10), int64(3600e9), int64(1))
 	f.Add(uint8(Pacer), int64(1<<63-1), int64(1), int64(1<<63-1))
+	f.Add(uint8(WindowCounters), int64(100), int64(3600e9), int64(60|CountDeniedBit))
 	f.Fuzz(func(t *testing.T, alg uint8, p0, p1, p2 int64) {
-		l := Limit{Algorithm: Algorithm(alg%5 + 1), P: [3]int64{p0 & (1<<63 - 1), p1 & (1<<63 - 1), p2 & (1<<63 - 1)}}
-		if l.Algorithm == FixedWindow || l.Algorithm == SlidingWindow {
+		l := Limit{Algorithm: Algorithm(alg%(numAlgorithms-1) + 1), P: [3]int64{p0 & (1<<63 - 1), p1 & (1<<63 - 1), p2 & (1<<63 - 1)}}
+		switch l.Algorithm {
+		case FixedWindow, SlidingWindow, SlidingLog, Concurrency:
 			l.P[2] = 0
+		case WindowCounters:
+			l.P[2] &= WindowCountersBits
 		}
 		got, err := ParseLimit(l.String())
 		if err != nil || got != l {

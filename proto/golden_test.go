@@ -68,6 +68,8 @@ func goldenCases() []goldenCase {
 	gcra := GCRALimit(4, 1, time.Second)
 	acquire := item(OpAcquire, FlagStrict|FlagAt, tb, 1, t0, "login:alice")
 	ping := req("ping_request", "", 2, Op{Code: OpPing})
+	v3 := func(c goldenCase) goldenCase { c.version = 3; return c }
+	conc := ConcurrencyLimit(10, 30*time.Second)
 	bad := func(name, desc string, want error, c goldenCase, f func([]byte) []byte) goldenCase {
 		c.name, c.desc, c.want = name, desc, want
 		if f != nil {
@@ -116,10 +118,24 @@ func goldenCases() []goldenCase {
 			decisionResult(OpAcquire, Decision{true, 7, 9, -1, 500 * int64(time.Millisecond), 250 * int64(time.Millisecond)}),
 			errResult(OpAcquire, StatusInvalidCost, "engine: negative cost"), Result{Code: OpPing}),
 		resp("frame_error_response", "A frame-level error, the answer to bad_version: opcode 0, count 1, the request's id; the server then closes the connection.", 11,
-			errResult(0, StatusBadVersion, "proto: unsupported protocol version: version 3, this side speaks 1 to 2")),
+			errResult(0, StatusBadVersion, "proto: unsupported protocol version: version 4, this side speaks 1 to 3")),
+		v3(req("lease_request", "Version 3. LEASE a slot of concurrency limit=10 lease=30s for key \"upload:erin\": n is 1, at is 0 (no flag AT: a lease is on the server's clock).", 19,
+			lease(0, conc, "upload:erin"))),
+		v3(resp("lease_response_allowed", "Version 3. LEASE result, allowed: 9 of 10 slots still free, the last lease held expires in 30s; the lease's id is 7, to RELEASE.", 19,
+			leaseResult(Decision{true, 9, 10, -1, 30 * sec, 0}, 7))),
+		v3(resp("lease_response_denied", "Version 3. LEASE result, denied: no slot free, the earliest lease held expires in 12s (a RELEASE may free one sooner); lease 0: nothing to release.", 19,
+			leaseResult(Decision{false, 0, 10, 12 * sec, 30 * sec, 0}, 0))),
+		v3(req("release_request", "Version 3. RELEASE lease 7 of concurrency limit=10 lease=30s for key \"upload:erin\": n holds the lease id.", 20,
+			release(0, conc, 7, "upload:erin"))),
+		v3(resp("release_response", "Version 3. RELEASE result: the lease was held and is free now; the decision as PEEK reports it afterwards: 10 of 10 slots free, fresh.", 20,
+			releaseResult(true, Decision{true, 10, 10, -1, 0, 0}))),
+		v3(req("peek_version_3_algorithms_request", "Version 3. A batch of 3 PEEKs showing the limits of version 3: sliding_log limit=100 window=1m, window_counters limit=100 window=1h counters=60 count_denied=true (p2 = 60 | 1<<8), and concurrency limit=10 lease=30s (PEEK works on any algorithm).", 21,
+			item(OpPeek, 0, SlidingLogLimit(100, time.Minute), 0, 0, "search:carol"),
+			item(OpPeek, 0, WindowCountersLimit(100, time.Hour, 60, true), 0, 0, "api:tenant-7"),
+			item(OpPeek, 0, conc, 0, 0, "upload:erin"))),
 
-		bad("bad_version", "A PING frame with version 3.", ErrBadVersion, req("", "", 11, Op{Code: OpPing}),
-			func(b []byte) []byte { b[4] = 3; return b }),
+		bad("bad_version", "A PING frame with version 4.", ErrBadVersion, req("", "", 11, Op{Code: OpPing}),
+			func(b []byte) []byte { b[4] = 4; return b }),
 		bad("bad_kind", "A PING frame with kind 3.", ErrMalformed, ping,
 			func(b []byte) []byte { b[5] = 3; return b }),
 		bad("bad_length_too_large", "A header alone whose length is MaxFrameLen+1: refused before reading the body.", ErrFrameTooLarge, ping,
@@ -134,6 +150,16 @@ func goldenCases() []goldenCase {
 			req("", "", 16, item(OpAcquire, 16, tb, 1, 0, "login:alice")), nil),
 		bad("bad_named_in_version_1", "A version-1 frame with an ACQUIRE of the named limit \"login\": NAMED (flag bit 3) is version 2's.", ErrMalformed,
 			req("", "", 16, item(OpAcquire, 0, Named("login"), 1, 0, "login:alice")), nil),
+		bad("bad_lease_in_version_2", "A version-2 frame with a LEASE: opcode 10 is version 3's, an unknown opcode in version 2.", ErrUnknownOpcode,
+			goldenCase{kind: KindRequest, id: 22, ops: []Op{lease(0, conc, "upload:erin")}, version: 2}, nil),
+		bad("bad_algorithm_in_version_2", "A version-2 frame with an ACQUIRE of sliding_log (algorithm 6), which is version 3's: an unknown algorithm in version 2.", ErrInvalidLimit,
+			goldenCase{kind: KindRequest, id: 23, ops: []Op{item(OpAcquire, 0, SlidingLogLimit(100, time.Minute), 1, 0, "search:carol")}, version: 2}, nil),
+		bad("bad_lease_n", "A LEASE whose n is 2: a lease takes exactly one slot.", ErrMalformed,
+			v3(req("", "", 24, item(OpLease, 0, conc, 2, 0, "upload:erin"))), nil),
+		bad("bad_lease_at", "A LEASE with flag AT: a lease is on the server's clock, so AT is reserved for LEASE and RELEASE.", ErrMalformed,
+			v3(req("", "", 25, item(OpLease, FlagAt, conc, 1, t0, "upload:erin"))), nil),
+		bad("bad_release_lease_0", "A RELEASE of lease 0, which no LEASE returns.", ErrMalformed,
+			v3(req("", "", 26, Op{Code: OpRelease, Limit: conc, Key: []byte("upload:erin")})), nil),
 		bad("bad_empty_key", "An ACQUIRE with keylen 0.", ErrInvalidKey, req("", "", 17, item(OpAcquire, 0, tb, 1, 0, "")), nil),
 		bad("bad_algorithm", "An ACQUIRE whose limit has algorithm 0.", ErrInvalidLimit,
 			req("", "", 18, item(OpAcquire, 0, Limit{}, 1, 0, "login:alice")), nil),
@@ -253,8 +279,9 @@ func goldenReadme(cases []goldenCase) string {
 	var b strings.Builder
 	b.WriteString(`# Golden frames
 
-Shared test vectors of every Sluice client and server, protocol version 1 (the
-specification is the package documentation of proto, proto/doc.go).
+Shared test vectors of every Sluice client and server, protocol versions 1 to 3,
+each frame in the version its header's version byte says (the specification is
+the package documentation of proto, proto/doc.go).
 
 - NAME.hex: one whole frame, header included, as lowercase hex; whitespace is
   not significant.

@@ -26,12 +26,16 @@ func encodeOp(dst []byte, op *Op) []byte {
 		return AppendPing(dst)
 	case OpStats:
 		return AppendStats(dst)
-	case OpAcquire, OpPeek, OpRefund, OpReset:
+	case OpAcquire, OpPeek, OpRefund, OpReset, OpLease, OpRelease:
 		l := op.Limit
 		if op.Name != nil { // decoded: the name aliases the frame
 			l = Named(string(op.Name))
 		}
-		return AppendItem(dst, op.Code, op.Flags, l, op.N, op.At, op.Key)
+		n := op.N
+		if op.Code == OpRelease {
+			n = int64(op.Lease)
+		}
+		return AppendItem(dst, op.Code, op.Flags, l, n, op.At, op.Key)
 	case OpMulti:
 		items := op.Items[:op.NItems]
 		if slices.ContainsFunc(items, func(it MultiItem) bool { return it.Name != nil }) {
@@ -61,9 +65,16 @@ func encodeResult(dst []byte, r *Result) []byte {
 	case OpPing:
 		return AppendPong(dst)
 	case OpAcquire, OpPeek, OpRefund:
+		if r.ShadowDenied {
+			return AppendShadowDecision(dst, r.Code, &r.Decision)
+		}
 		return AppendDecision(dst, r.Code, &r.Decision)
 	case OpReset:
 		return AppendReset(dst, r.Existed)
+	case OpLease:
+		return AppendLeaseResult(dst, &r.Decision, r.Lease)
+	case OpRelease:
+		return AppendReleaseResult(dst, r.Released, &r.Decision)
 	case OpMulti:
 		return AppendMultiResult(dst, r.Allowed, r.Decisions[:r.NDecisions])
 	case OpScan:
@@ -98,6 +109,7 @@ type opView struct {
 	Limit  Limit
 	N, At  int64
 	Key    string
+	Lease  uint64
 	Items  []itemView
 	Cursor uint64
 	Count  uint16
@@ -113,7 +125,7 @@ type itemView struct {
 
 func viewOp(op *Op) opView {
 	v := opView{Code: op.Code, Flags: op.Flags, Limit: op.Limit, N: op.N, At: op.At, Key: string(op.Key),
-		Cursor: op.Cursor, Count: op.Count, Prefix: string(op.Prefix)}
+		Lease: op.Lease, Cursor: op.Cursor, Count: op.Count, Prefix: string(op.Prefix)}
 	for _, it := range op.Items[:op.NItems] {
 		v.Items = append(v.Items, itemView{it.Flags, it.Limit, it.Cost, string(it.Key)})
 	}
@@ -127,7 +139,10 @@ type resultView struct {
 	Status    Status
 	Message   string
 	Decision  Decision
+	Shadow    bool
 	Existed   bool
+	Lease     uint64
+	Released  bool
 	Allowed   bool
 	Decisions []Decision
 	Hello     Hello
@@ -149,7 +164,7 @@ type statView struct {
 
 func viewResult(r *Result) resultView {
 	v := resultView{Code: r.Code, Status: r.Status, Message: string(r.Message), Decision: r.Decision,
-		Existed: r.Existed, Allowed: r.Allowed, Hello: r.Hello, Next: r.Next}
+		Shadow: r.ShadowDenied, Existed: r.Existed, Lease: r.Lease, Released: r.Released, Allowed: r.Allowed, Hello: r.Hello, Next: r.Next}
 	v.Decisions = append(v.Decisions, r.Decisions[:r.NDecisions]...)
 	for e := r.Entries; len(e) > 0; {
 		alg, freshAt, key, rest, err := NextScanEntry(e)
@@ -174,6 +189,16 @@ func item(code Opcode, f Flags, l Limit, n, at int64, key string) Op {
 	return Op{Code: code, Flags: f, Limit: l, N: n, At: at, Key: []byte(key)}
 }
 
+// lease returns a LEASE as DecodeOp gives it: n is 1.
+func lease(f Flags, l Limit, key string) Op {
+	return Op{Code: OpLease, Flags: f, Limit: l, N: 1, Key: []byte(key)}
+}
+
+// release returns a RELEASE as DecodeOp gives it: the id in Lease, n 0.
+func release(f Flags, l Limit, id uint64, key string) Op {
+	return Op{Code: OpRelease, Flags: f, Limit: l, Lease: id, Key: []byte(key)}
+}
+
 func multi(f Flags, at int64, items ...MultiItem) Op {
 	op := Op{Code: OpMulti, Flags: f, At: at, NItems: len(items)}
 	copy(op.Items[:], items)
@@ -189,6 +214,12 @@ func errResult(code Opcode, s Status, msg string) Result {
 }
 
 func decisionResult(code Opcode, d Decision) Result { return Result{Code: code, Decision: d} }
+
+func leaseResult(d Decision, id uint64) Result { return Result{Code: OpLease, Decision: d, Lease: id} }
+
+func releaseResult(released bool, d Decision) Result {
+	return Result{Code: OpRelease, Released: released, Decision: d}
+}
 
 func multiResult(allowed bool, ds ...Decision) Result {
 	r := Result{Code: OpMulti, Allowed: allowed, NDecisions: len(ds)}
@@ -230,6 +261,15 @@ func sampleOps() []Op {
 		item(OpRefund, FlagAt, FixedWindowLimit(100, time.Minute), 3, t0, "upload:bob"),
 		item(OpReset, 0, SlidingWindowLimit(100, time.Minute), 0, 0, "search:carol"),
 		item(OpAcquire, 0, PacerLimit(4, time.Second, 2*time.Second), 1, 0, "\x00\xff binary"),
+		item(OpAcquire, FlagAt, SlidingLogLimit(100, time.Minute), 2, t0, "search:carol"),
+		item(OpRefund, 0, WindowCountersLimit(100, time.Hour, 60, true), 1, 0, "api:tenant-7"),
+		item(OpReset, 0, Limit{Algorithm: WindowCounters, P: [3]int64{1, 1, 1<<63 - 1}}, 0, 0, "k"),
+		item(OpPeek, 0, ConcurrencyLimit(10, 30*time.Second), 0, 0, "upload:erin"),
+		lease(0, ConcurrencyLimit(10, 30*time.Second), "upload:erin"),
+		lease(0, ConcurrencyLimit(1<<63-1, 1<<63-1), long),
+		release(0, ConcurrencyLimit(10, 30*time.Second), 7, "upload:erin"),
+		release(0, ConcurrencyLimit(0, 0), 1<<64-1, "k"),
+		{Code: OpRelease, Limit: ConcurrencyLimit(1, 1), Lease: 1, At: -1, Key: []byte("at is not read")},
 		multi(FlagAt, t0,
 			MultiItem{Flags: FlagStrict, Limit: TokenBucketLimit(10, time.Hour, 1), Cost: 1, Key: []byte("login:alice")},
 			MultiItem{Flags: 0, Limit: GCRALimit(4, 1, time.Second), Cost: 2, Key: []byte("api:tenant-7")}),
@@ -249,9 +289,15 @@ func sampleResults() []Result {
 		{Code: OpHello, Hello: testHello},
 		{Code: OpPing},
 		decisionResult(OpAcquire, Decision{true, 9, 10, -1, 3600 * sec, 0}),
+		{Code: OpAcquire, ShadowDenied: true, Decision: Decision{true, 0, 10, -1, 3600 * sec, 0}},
 		decisionResult(OpPeek, Decision{false, 0, 5, 1 << 62, -1 << 63, 1<<63 - 1}),
 		decisionResult(OpRefund, Decision{true, 50, 100, -1, 42 * sec, 0}),
 		{Code: OpReset, Existed: true}, {Code: OpReset},
+		leaseResult(Decision{true, 9, 10, -1, 30 * sec, 0}, 7),
+		leaseResult(Decision{false, 0, 10, 12 * sec, 30 * sec, 0}, 0),
+		leaseResult(Decision{true, 0, 1 << 62, -1, 0, 0}, 1<<64-1),
+		releaseResult(true, Decision{true, 10, 10, -1, 0, 0}),
+		releaseResult(false, Decision{false, 0, 3, 5 * sec, 9 * sec, 0}),
 		multiResult(true, Decision{true, 9, 10, -1, 3600 * sec, 0}, Decision{true, 2, 5, -1, 3 * sec, 0}),
 		multiResult(false, ds...),
 		scanResult(4096, entryView{TokenBucket, t0 + 3600*sec, "login:alice"}, entryView{Pacer, t0, long}),

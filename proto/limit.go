@@ -15,35 +15,95 @@ import (
 type Algorithm uint8
 
 // The algorithms, with their parameters P[0], P[1], P[2] (durations in
-// nanoseconds).
+// nanoseconds). Those from SlidingLog on are version 3's: a frame of an
+// earlier version may not carry them.
 const (
-	TokenBucket   Algorithm = 1 // max, refill_time, refill_amount
-	GCRA          Algorithm = 2 // burst, count, period
-	FixedWindow   Algorithm = 3 // limit, window, 0
-	SlidingWindow Algorithm = 4 // limit, window, 0
-	Pacer         Algorithm = 5 // rate, period, max_delay
+	TokenBucket    Algorithm = 1 // max, refill_time, refill_amount
+	GCRA           Algorithm = 2 // burst, count, period
+	FixedWindow    Algorithm = 3 // limit, window, 0
+	SlidingWindow  Algorithm = 4 // limit, window, 0
+	Pacer          Algorithm = 5 // rate, period, max_delay
+	SlidingLog     Algorithm = 6 // limit, window, 0 (version 3)
+	WindowCounters Algorithm = 7 // limit, window, counters | count_denied<<8 (version 3)
+	Concurrency    Algorithm = 8 // limit, lease, 0 (version 3)
 
-	numAlgorithms = 6 // one past the last Algorithm
+	numAlgorithms = 9 // one past the last Algorithm
 )
 
-// algorithmInfo is an algorithm's name and its parameters' names, "" for
-// an unused one, and which of them are durations.
-type algorithmInfo struct {
+// A window_counters limit's P[2] packs two parameters: the number of
+// counters the window is divided into in bits 0-7, and count_denied in bit
+// 8. Its other bits must be 0; the server refuses a limit that sets one.
+const (
+	CountersMask       = 0xff                          // the bits of P[2] holding counters
+	CountDeniedBit     = 1 << 8                        // the bit of P[2] holding count_denied
+	WindowCountersBits = CountersMask | CountDeniedBit // the bits P[2] may set
+	DefaultCounters    = 60                            // counters when a spec leaves them out
+
+	maxSpecParams = 4 // the most parameters of one algorithm's spec
+)
+
+// paramKind says how a spec parameter is written and where the wire keeps
+// it.
+type paramKind uint8
+
+const (
+	intParam      paramKind = iota // a decimal integer: the whole wire parameter
+	durationParam                  // a duration: the whole wire parameter, in nanoseconds
+	countersParam                  // a decimal integer 0..255: bits 0-7 of P[2]
+	boolParam                      // true or false: bit 8 of P[2] (CountDeniedBit)
+)
+
+// specParam is one parameter of a limit spec: its name, the wire parameter
+// (0, 1 or 2) that holds it, how, and whether a spec may leave it out
+// (token_bucket's refill_amount then defaults to max, window_counters'
+// counters to DefaultCounters and count_denied to false).
+type specParam struct {
 	name     string
-	params   [3]string
-	duration [3]bool
+	p        int
+	kind     paramKind
+	optional bool
+}
+
+// algorithmInfo is an algorithm's name and its spec's parameters, in
+// canonical order (wire order).
+type algorithmInfo struct {
+	name   string
+	params []specParam
 }
 
 var algorithms = [numAlgorithms]algorithmInfo{
-	TokenBucket:   {"token_bucket", [3]string{"max", "refill_time", "refill_amount"}, [3]bool{false, true, false}},
-	GCRA:          {"gcra", [3]string{"burst", "count", "period"}, [3]bool{false, false, true}},
-	FixedWindow:   {"fixed_window", [3]string{"limit", "window", ""}, [3]bool{false, true, false}},
-	SlidingWindow: {"sliding_window", [3]string{"limit", "window", ""}, [3]bool{false, true, false}},
-	Pacer:         {"pacer", [3]string{"rate", "period", "max_delay"}, [3]bool{false, true, true}},
+	TokenBucket: {"token_bucket", []specParam{
+		{"max", 0, intParam, false}, {"refill_time", 1, durationParam, false}, {"refill_amount", 2, intParam, true}}},
+	GCRA: {"gcra", []specParam{
+		{"burst", 0, intParam, false}, {"count", 1, intParam, false}, {"period", 2, durationParam, false}}},
+	FixedWindow:   {"fixed_window", windowParams},
+	SlidingWindow: {"sliding_window", windowParams},
+	Pacer: {"pacer", []specParam{
+		{"rate", 0, intParam, false}, {"period", 1, durationParam, false}, {"max_delay", 2, durationParam, false}}},
+	SlidingLog: {"sliding_log", windowParams},
+	WindowCounters: {"window_counters", []specParam{
+		{"limit", 0, intParam, false}, {"window", 1, durationParam, false},
+		{"counters", 2, countersParam, true}, {"count_denied", 2, boolParam, true}}},
+	Concurrency: {"concurrency", []specParam{
+		{"limit", 0, intParam, false}, {"lease", 1, durationParam, false}}},
 }
 
-// Valid reports whether a is one of the algorithms of this version.
+// windowParams are the parameters of fixed_window, sliding_window and
+// sliding_log.
+var windowParams = []specParam{{"limit", 0, intParam, false}, {"window", 1, durationParam, false}}
+
+// Valid reports whether a is one of the algorithms of this version
+// (Version).
 func (a Algorithm) Valid() bool { return a >= TokenBucket && a < numAlgorithms }
+
+// ValidIn reports whether a is one of the algorithms of protocol version v:
+// 1..5 (TokenBucket..Pacer) in versions 1 and 2, 1..8 from version 3.
+func (a Algorithm) ValidIn(v uint8) bool {
+	if v < 3 {
+		return a >= TokenBucket && a <= Pacer
+	}
+	return a.Valid()
+}
 
 // String returns the algorithm's name in limit specs ("token_bucket", ...),
 // or "algorithm(N)" for a value outside the enum.
@@ -76,9 +136,11 @@ func algorithmNamed(s string) Algorithm {
 
 // Limit is an algorithm and its three parameters, in the order of the
 // Algorithm constants; durations are nanoseconds and a parameter the
-// algorithm does not use is 0. Limit is comparable and is exactly what the
-// wire carries. proto checks only that the algorithm is valid; the server
-// validates the parameters. The zero Limit is invalid.
+// algorithm does not use is 0; window_counters packs two parameters in
+// P[2] (CountersMask, CountDeniedBit). Limit is comparable and is exactly
+// what the wire carries. proto checks only that the algorithm is valid;
+// the server validates the parameters (window_counters' unused bits of
+// P[2] included). The zero Limit is invalid.
 //
 // A named limit (protocol version 2) has only a Name: the sidecar looks it
 // up in its configuration. Its Algorithm and P are zero.
@@ -142,41 +204,89 @@ func PacerLimit(rate int64, period, maxDelay time.Duration) Limit {
 	return Limit{Algorithm: Pacer, P: [3]int64{rate, int64(period), int64(maxDelay)}}
 }
 
+// SlidingLogLimit returns a sliding_log limit (version 3): limit tokens
+// over any window, exactly, from a log of the requests' times.
+func SlidingLogLimit(limit int64, window time.Duration) Limit {
+	return Limit{Algorithm: SlidingLog, P: [3]int64{limit, int64(window), 0}}
+}
+
+// WindowCountersLimit returns a window_counters limit (version 3): limit
+// tokens over any window, counted in counters sub-windows (the server
+// accepts 1 to 64); with countDenied, denied requests count too.
+func WindowCountersLimit(limit int64, window time.Duration, counters uint8, countDenied bool) Limit {
+	p2 := int64(counters)
+	if countDenied {
+		p2 |= CountDeniedBit
+	}
+	return Limit{Algorithm: WindowCounters, P: [3]int64{limit, int64(window), p2}}
+}
+
+// ConcurrencyLimit returns a concurrency limit (version 3): at most limit
+// leases held at once, each freed by RELEASE or, failing that, lease after
+// it was taken.
+func ConcurrencyLimit(limit int64, lease time.Duration) Limit {
+	return Limit{Algorithm: Concurrency, P: [3]int64{limit, int64(lease), 0}}
+}
+
 // String returns the limit's canonical spec: the algorithm, then every
 // parameter in order, durations as time.Duration.String gives them:
-// "gcra:burst=4,count=1,period=1s". For every Limit ParseLimit returns,
-// ParseLimit(l.String()) == l. A limit ParseLimit cannot return still
-// formats readably (a negative value, "p2=N" for a third parameter a window
-// does not use, "algorithm(N):p0=..." for an invalid algorithm) but does not
-// parse back.
+// "gcra:burst=4,count=1,period=1s"; window_counters' count_denied only when
+// true ("window_counters:limit=100,window=1h0m0s,counters=60"). For every
+// Limit ParseLimit returns, ParseLimit(l.String()) == l. A limit ParseLimit
+// cannot return still formats readably (a negative value, "p2=N" for a
+// third parameter a window does not use or a window_counters P[2] with
+// bits outside WindowCountersBits, "algorithm(N):p0=..." for an invalid
+// algorithm) but does not parse back.
 func (l Limit) String() string {
 	if l.Name != "" {
 		return l.Name
 	}
 	b := make([]byte, 0, 64)
-	var info algorithmInfo
-	if l.Algorithm.Valid() {
-		info = algorithms[l.Algorithm]
-	}
 	b = append(b, l.Algorithm.String()...)
 	sep := byte(':')
-	for i, v := range l.P {
-		name := info.params[i]
-		if name == "" {
-			if v == 0 && l.Algorithm.Valid() {
-				continue
-			}
-			name = "p" + strconv.Itoa(i)
-		}
+	param := func(name string) {
 		b = append(b, sep)
 		b = append(b, name...)
 		b = append(b, '=')
-		if info.duration[i] {
-			b = append(b, time.Duration(v).String()...)
-		} else {
+		sep = ','
+	}
+	if !l.Algorithm.Valid() {
+		for i, v := range l.P {
+			param("p" + strconv.Itoa(i))
 			b = strconv.AppendInt(b, v, 10)
 		}
-		sep = ','
+		return string(b)
+	}
+	var shown [3]bool // the wire parameters the named ones showed
+	for _, sp := range algorithms[l.Algorithm].params {
+		v := l.P[sp.p]
+		switch sp.kind {
+		case intParam:
+			param(sp.name)
+			b = strconv.AppendInt(b, v, 10)
+		case durationParam:
+			param(sp.name)
+			b = append(b, time.Duration(v).String()...)
+		case countersParam:
+			if v&^WindowCountersBits != 0 {
+				continue // shown whole, as p2
+			}
+			param(sp.name)
+			b = strconv.AppendInt(b, v&CountersMask, 10)
+		case boolParam:
+			if v&^WindowCountersBits != 0 || v&CountDeniedBit == 0 {
+				continue
+			}
+			param(sp.name)
+			b = append(b, "true"...)
+		}
+		shown[sp.p] = true
+	}
+	for i, v := range l.P {
+		if !shown[i] && v != 0 {
+			param("p" + strconv.Itoa(i))
+			b = strconv.AppendInt(b, v, 10)
+		}
 	}
 	return string(b)
 }
@@ -191,9 +301,11 @@ func (e *limitError) Unwrap() error { return ErrInvalidLimit }
 // ParseLimit parses a limit spec, "ALGORITHM:name=value,...", as package doc
 // describes under "Limit spec". Parameters are order-free, each at most
 // once, all required except token_bucket's refill_amount, which defaults to
-// max. Durations are time.ParseDuration strings or a bare integer of
-// nanoseconds; no value may be negative. Only the syntax is checked: the
-// server decides whether the values make a usable limit. The error wraps
+// max, and window_counters' counters and count_denied, which default to
+// DefaultCounters and false. Durations are time.ParseDuration strings or a
+// bare integer of nanoseconds; no value may be negative. Only the syntax
+// and what the wire can hold are checked (counters 0..255): the server
+// decides whether the values make a usable limit. The error wraps
 // ErrInvalidLimit and names the bad part:
 //
 //	proto: limit "gcra:burst=x,count=1,period=1s": burst: invalid integer "x"
@@ -214,7 +326,7 @@ func ParseLimit(s string) (Limit, error) {
 		return fail("unknown algorithm %q", name)
 	}
 	info := &algorithms[l.Algorithm]
-	var seen [3]bool
+	var seen [maxSpecParams]bool
 	for hasParams {
 		var p string
 		p, params, hasParams = strings.Cut(params, ",")
@@ -233,28 +345,32 @@ func ParseLimit(s string) (Limit, error) {
 			return fail("duplicate parameter %q", key)
 		}
 		seen[i] = true
-		v, err := parseValue(value, info.duration[i])
+		sp := &info.params[i]
+		v, err := parseValue(value, sp.kind)
 		if err != "" {
 			return fail("%s: %s", key, err)
 		}
-		l.P[i] = v
+		l.P[sp.p] |= v // only window_counters' P[2] holds two parameters, in distinct bits
 	}
-	for i, name := range info.params {
-		if name != "" && !seen[i] {
-			if l.Algorithm == TokenBucket && i == 2 {
-				l.P[2] = l.P[0] // refill_amount defaults to max
-				continue
-			}
-			return fail("missing parameter %q", name)
+	for i, sp := range info.params {
+		switch {
+		case seen[i]:
+		case !sp.optional:
+			return fail("missing parameter %q", sp.name)
+		case l.Algorithm == TokenBucket:
+			l.P[2] = l.P[0] // refill_amount defaults to max
+		case sp.kind == countersParam:
+			l.P[2] |= DefaultCounters
 		}
 	}
 	return l, nil
 }
 
-// paramIndex returns the index of the parameter named key, or -1.
+// paramIndex returns the index in info.params of the parameter named key,
+// or -1.
 func paramIndex(info *algorithmInfo, key string) int {
-	for i, name := range info.params {
-		if name != "" && name == key {
+	for i := range info.params {
+		if info.params[i].name == key {
 			return i
 		}
 	}
@@ -263,26 +379,33 @@ func paramIndex(info *algorithmInfo, key string) int {
 
 // paramList returns the algorithm's parameter names for a message.
 func paramList(info *algorithmInfo) string {
-	var names []string
-	for _, name := range info.params {
-		if name != "" {
-			names = append(names, name)
-		}
+	names := make([]string, len(info.params))
+	for i := range info.params {
+		names[i] = info.params[i].name
 	}
 	return strings.Join(names, ", ")
 }
 
-// parseValue parses a parameter value, a duration or an integer, and
-// returns what is wrong with it, "" if nothing is.
-func parseValue(s string, duration bool) (int64, string) {
+// parseValue parses a parameter value of the given kind to the bits it
+// puts in its wire parameter, and returns what is wrong with it, "" if
+// nothing is.
+func parseValue(s string, kind paramKind) (int64, string) {
 	var v int64
 	switch {
+	case kind == boolParam:
+		switch s {
+		case "true":
+			return CountDeniedBit, ""
+		case "false":
+			return 0, ""
+		}
+		return 0, "invalid boolean " + strconv.Quote(s) + ", want true or false"
 	case isInteger(s):
 		var err error
 		if v, err = strconv.ParseInt(s, 10, 64); err != nil {
 			return 0, "integer out of range " + strconv.Quote(s)
 		}
-	case duration:
+	case kind == durationParam:
 		d, err := time.ParseDuration(s)
 		if err != nil {
 			return 0, "invalid duration " + strconv.Quote(s)
@@ -293,6 +416,9 @@ func parseValue(s string, duration bool) (int64, string) {
 	}
 	if v < 0 {
 		return 0, "negative value " + s
+	}
+	if kind == countersParam && v > CountersMask {
+		return 0, "value " + s + " out of range, want 0..255"
 	}
 	return v, ""
 }
@@ -334,14 +460,14 @@ func appendLimit(dst []byte, l *Limit) []byte {
 
 // decodeLimit decodes the limit at the start of b, which holds at least
 // limitLen bytes, into l. It returns an error wrapping ErrInvalidLimit for
-// an algorithm outside 1..5.
-func decodeLimit(b []byte, l *Limit) error {
+// an algorithm that is not one of version v's.
+func decodeLimit(b []byte, v uint8, l *Limit) error {
 	_ = b[limitLen-1] // bounds check hint to compiler; see golang.org/issue/14808
 	l.Algorithm = Algorithm(b[0])
 	l.P[0] = int64(binary.LittleEndian.Uint64(b[1:]))
 	l.P[1] = int64(binary.LittleEndian.Uint64(b[9:]))
 	l.P[2] = int64(binary.LittleEndian.Uint64(b[17:]))
-	if !l.Algorithm.Valid() {
+	if !l.Algorithm.ValidIn(v) {
 		return errorf(ErrInvalidLimit, "unknown algorithm %d", b[0])
 	}
 	return nil

@@ -25,6 +25,19 @@ func TestParseLimit(t *testing.T) {
 		{"pacer:rate=9223372036854775807,period=2562047h47m16.854775807s,max_delay=10us",
 			PacerLimit(1<<63-1, 1<<63-1, 10*time.Microsecond),
 			"pacer:rate=9223372036854775807,period=2562047h47m16.854775807s,max_delay=10µs"},
+		{"sliding_log:limit=100,window=1m", SlidingLogLimit(100, time.Minute), "sliding_log:limit=100,window=1m0s"},
+		{"window_counters:limit=100,window=1h", WindowCountersLimit(100, time.Hour, DefaultCounters, false),
+			"window_counters:limit=100,window=1h0m0s,counters=60"},
+		{"window_counters:count_denied=true,window=1h,counters=+12,limit=100", WindowCountersLimit(100, time.Hour, 12, true),
+			"window_counters:limit=100,window=1h0m0s,counters=12,count_denied=true"},
+		{"window_counters:limit=1,window=1s,count_denied=false", WindowCountersLimit(1, time.Second, 60, false),
+			"window_counters:limit=1,window=1s,counters=60"},
+		{"window_counters:limit=1,window=1s,counters=0,count_denied=true", Limit{Algorithm: WindowCounters, P: [3]int64{1, 1e9, CountDeniedBit}},
+			"window_counters:limit=1,window=1s,counters=0,count_denied=true"},
+		{"window_counters:limit=1,window=1s,counters=255", WindowCountersLimit(1, time.Second, 255, false),
+			"window_counters:limit=1,window=1s,counters=255"},
+		{"concurrency:lease=30s,limit=10", ConcurrencyLimit(10, 30*time.Second), "concurrency:limit=10,lease=30s"},
+		{"concurrency:limit=0,lease=0", ConcurrencyLimit(0, 0), "concurrency:limit=0,lease=0s"},
 	} {
 		t.Run(tc.spec, func(t *testing.T) {
 			got, err := ParseLimit(tc.spec)
@@ -67,6 +80,20 @@ func TestParseLimitErrors(t *testing.T) {
 		{"gcra:burst=1,count=1,period=3000000h", `proto: limit "gcra:burst=1,count=1,period=3000000h": period: invalid duration "3000000h"`},
 		{"fixed_window:limit=1,window=1s,p2=0", `proto: limit "fixed_window:limit=1,window=1s,p2=0": unknown parameter "p2" for fixed_window (want limit, window)`},
 		{"token_bucket:max=1, refill_time=1s", `proto: limit "token_bucket:max=1, refill_time=1s": unknown parameter " refill_time" for token_bucket (want max, refill_time, refill_amount)`},
+		{"sliding_log:limit=1", `proto: limit "sliding_log:limit=1": missing parameter "window"`},
+		{"sliding_log:limit=1,window=1s,counters=2", `proto: limit "sliding_log:limit=1,window=1s,counters=2": unknown parameter "counters" for sliding_log (want limit, window)`},
+		{"window_counters:limit=1,window=1s,counters=256", `proto: limit "window_counters:limit=1,window=1s,counters=256": counters: value 256 out of range, want 0..255`},
+		{"window_counters:limit=1,window=1s,counters=-1", `proto: limit "window_counters:limit=1,window=1s,counters=-1": counters: negative value -1`},
+		{"window_counters:limit=1,window=1s,counters=1s", `proto: limit "window_counters:limit=1,window=1s,counters=1s": counters: invalid integer "1s"`},
+		{"window_counters:limit=1,window=1s,count_denied=1", `proto: limit "window_counters:limit=1,window=1s,count_denied=1": count_denied: invalid boolean "1", want true or false`},
+		{"window_counters:limit=1,window=1s,count_denied=True", `proto: limit "window_counters:limit=1,window=1s,count_denied=True": count_denied: invalid boolean "True", want true or false`},
+		{"window_counters:limit=1,window=1s,count_denied", `proto: limit "window_counters:limit=1,window=1s,count_denied": count_denied: missing "=value"`},
+		{"window_counters:limit=1,window=1s,counters=1,counters=2", `proto: limit "window_counters:limit=1,window=1s,counters=1,counters=2": duplicate parameter "counters"`},
+		{"window_counters:limit=1,counters=1", `proto: limit "window_counters:limit=1,counters=1": missing parameter "window"`},
+		{"window_counters:limit=1,window=1s,p2=1", `proto: limit "window_counters:limit=1,window=1s,p2=1": unknown parameter "p2" for window_counters (want limit, window, counters, count_denied)`},
+		{"concurrency:limit=1", `proto: limit "concurrency:limit=1": missing parameter "lease"`},
+		{"concurrency:limit=1,window=1s", `proto: limit "concurrency:limit=1,window=1s": unknown parameter "window" for concurrency (want limit, lease)`},
+		{"concurrency:limit=1,lease=forever", `proto: limit "concurrency:limit=1,lease=forever": lease: invalid duration "forever"`},
 	} {
 		t.Run(tc.spec, func(t *testing.T) {
 			l, err := ParseLimit(tc.spec)
@@ -92,6 +119,10 @@ func TestLimitStringUnparseable(t *testing.T) {
 		{Limit{Algorithm: 9, P: [3]int64{1, 2, 3}}, "algorithm(9):p0=1,p1=2,p2=3"},
 		{Limit{Algorithm: FixedWindow, P: [3]int64{1, 2, 3}}, "fixed_window:limit=1,window=2ns,p2=3"},
 		{GCRALimit(-1, 1, -time.Second), "gcra:burst=-1,count=1,period=-1s"},
+		{Limit{Algorithm: WindowCounters, P: [3]int64{1, 2, 1 << 9}}, "window_counters:limit=1,window=2ns,p2=512"},
+		{Limit{Algorithm: WindowCounters, P: [3]int64{1, 2, -1}}, "window_counters:limit=1,window=2ns,p2=-1"},
+		{Limit{Algorithm: SlidingLog, P: [3]int64{1, 2, 3}}, "sliding_log:limit=1,window=2ns,p2=3"},
+		{Limit{Algorithm: Concurrency, P: [3]int64{1, 2, 3}}, "concurrency:limit=1,lease=2ns,p2=3"},
 	} {
 		if got := tc.l.String(); got != tc.want {
 			t.Errorf("%+v.String() = %q, want %q", tc.l, got, tc.want)
@@ -103,7 +134,7 @@ func TestLimitStringUnparseable(t *testing.T) {
 }
 
 func TestParseAlgorithm(t *testing.T) {
-	for a := TokenBucket; a <= Pacer; a++ {
+	for a := TokenBucket; a <= Concurrency; a++ {
 		got, err := ParseAlgorithm(a.String())
 		if err != nil || got != a {
 			t.Fatalf("ParseAlgorithm(%q) = %v, %v", a.String(), got, err)
@@ -113,10 +144,20 @@ func TestParseAlgorithm(t *testing.T) {
 		t.Fatalf("ParseAlgorithm(invalid): %v", err)
 	}
 	names := map[Algorithm]string{TokenBucket: "token_bucket", GCRA: "gcra", FixedWindow: "fixed_window",
-		SlidingWindow: "sliding_window", Pacer: "pacer", 0: "algorithm(0)", 6: "algorithm(6)"}
+		SlidingWindow: "sliding_window", Pacer: "pacer", SlidingLog: "sliding_log", WindowCounters: "window_counters",
+		Concurrency: "concurrency", 0: "algorithm(0)", 9: "algorithm(9)"}
 	for a, want := range names {
 		if a.String() != want {
 			t.Errorf("Algorithm(%d).String() = %q, want %q", a, a.String(), want)
+		}
+	}
+	// The version each algorithm needs.
+	for a := Algorithm(0); a < 10; a++ {
+		for v := uint8(1); v <= Version; v++ {
+			want := a >= TokenBucket && (a <= Pacer || v >= 3 && a <= Concurrency)
+			if a.ValidIn(v) != want {
+				t.Errorf("Algorithm(%d).ValidIn(%d) = %v", a, v, !want)
+			}
 		}
 	}
 }

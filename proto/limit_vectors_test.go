@@ -1,18 +1,26 @@
 package proto
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 )
 
-// limitVectors is the limit table's shared test vectors: every algorithm's
-// canonical spec and its wire form, one per line, "SPEC ALGORITHM P0 P1
-// P2". The Python client reads the same file (clients/python/tests/
-// test_limit_vectors.py), so the two copies of the algorithms' names,
-// parameter names, order and durations cannot drift apart.
+// limitVectors is the limit table's shared test vectors. The Python client
+// reads the same file (clients/python/tests/test_limit_vectors.py), so the
+// two copies of the algorithms' names, parameter names, order, defaults,
+// durations and error messages cannot drift apart. One vector a line:
+//
+//	algorithm N NAME               an algorithm of this version: a reader must know every one
+//	ok SPEC A P0 P1 P2             a canonical spec: it parses to the wire form, which formats back to SPEC
+//	parse SPEC A P0 P1 P2          a spec that is not canonical (order, defaults, units) and its wire form
+//	invalid SPEC MESSAGE...        a spec ParseLimit refuses: its error is `limit "SPEC": MESSAGE`
+//
+// Specs hold no whitespace; # starts a comment line.
 const limitVectors = "testdata/limits.txt"
 
 func vectorLimits() []Limit {
@@ -26,18 +34,90 @@ func vectorLimits() []Limit {
 		SlidingWindowLimit(100, 24*time.Hour),
 		PacerLimit(4, time.Second, 2*time.Second),
 		PacerLimit(1, 10*time.Nanosecond, 0),
+		SlidingLogLimit(100, time.Minute),
+		SlidingLogLimit(1, 250*time.Millisecond),
+		WindowCountersLimit(100, time.Hour, DefaultCounters, false),
+		WindowCountersLimit(1000, 24*time.Hour, 64, true),
+		WindowCountersLimit(5, time.Second, 1, false),
+		WindowCountersLimit(0, 0, 0, true),
+		ConcurrencyLimit(10, 30*time.Second),
+		ConcurrencyLimit(1, 1500*time.Microsecond),
 	}
+}
+
+// vectorParses are specs that are not canonical.
+var vectorParses = []string{
+	"token_bucket:refill_time=1s,max=5",
+	"gcra:period=1500000000,count=+3,burst=0",
+	"sliding_log:window=1us,limit=2",
+	"window_counters:limit=100,window=1h",
+	"window_counters:count_denied=false,counters=8,window=90s,limit=3",
+	"window_counters:limit=1,window=1s,count_denied=true",
+	"concurrency:lease=1500ms,limit=4",
+}
+
+// vectorInvalid are specs ParseLimit refuses.
+var vectorInvalid = []string{
+	"leaky:rate=1",
+	"1abc",
+	"gcra:burst=x,count=1,period=1s",
+	"token_bucket:max=1",
+	"fixed_window:limit=1,window=1s,p2=0",
+	"sliding_log:limit=1",
+	"sliding_log:limit=1,window=-1s",
+	"window_counters:limit=1,window=1s,counters=256",
+	"window_counters:limit=1,window=1s,counters=-1",
+	"window_counters:limit=1,window=1s,counters=99999999999999999999",
+	"window_counters:limit=1,window=1s,count_denied=yes",
+	"window_counters:limit=1,window=1s,count_denied=True",
+	"window_counters:limit=1,window=1s,counters=1,counters=1",
+	"window_counters:window=1s,counters=1",
+	"window_counters:limit=1,window=1s,count_denied",
+	"concurrency:limit=1,window=1s",
+	"concurrency:limit=1",
+	"concurrency:limit=1,lease=1x",
 }
 
 func TestLimitVectors(t *testing.T) {
 	var b strings.Builder
-	b.WriteString("# SPEC ALGORITHM P0 P1 P2: a canonical limit spec and its wire form (proto/limit_vectors_test.go)\n")
+	b.WriteString("# Shared limit-spec vectors, written by go test ./proto -run TestLimitVectors -update;\n")
+	b.WriteString("# proto/limit_vectors_test.go describes the lines.\n")
+	for a := TokenBucket; a < numAlgorithms; a++ {
+		fmt.Fprintf(&b, "algorithm %d %s\n", a, a)
+	}
+	covered := map[Algorithm]bool{}
 	for _, l := range vectorLimits() {
 		back, err := ParseLimit(l.String())
 		if err != nil || back != l {
 			t.Fatalf("%v does not parse back: %+v, %v", l, back, err)
 		}
-		fmt.Fprintf(&b, "%s %d %d %d %d\n", l, l.Algorithm, l.P[0], l.P[1], l.P[2])
+		covered[l.Algorithm] = true
+		fmt.Fprintf(&b, "ok %s %d %d %d %d\n", l, l.Algorithm, l.P[0], l.P[1], l.P[2])
+	}
+	for a := TokenBucket; a < numAlgorithms; a++ {
+		if !covered[a] {
+			t.Errorf("no canonical vector of %v", a)
+		}
+	}
+	for _, spec := range vectorParses {
+		l, err := ParseLimit(spec)
+		if err != nil || l.String() == spec {
+			t.Fatalf("%q: %v, or it is canonical", spec, err)
+		}
+		fmt.Fprintf(&b, "parse %s %d %d %d %d\n", spec, l.Algorithm, l.P[0], l.P[1], l.P[2])
+	}
+	for _, spec := range vectorInvalid {
+		_, err := ParseLimit(spec)
+		prefix := "proto: limit " + strconv.Quote(spec) + ": "
+		if !errors.Is(err, ErrInvalidLimit) || !strings.HasPrefix(err.Error(), prefix) {
+			t.Fatalf("%q: %v", spec, err)
+		}
+		fmt.Fprintf(&b, "invalid %s %s\n", spec, strings.TrimPrefix(err.Error(), prefix))
+	}
+	for _, spec := range append(vectorParses, vectorInvalid...) {
+		if strings.ContainsAny(spec, " \t") || spec == "" {
+			t.Fatalf("vector %q: a spec in the file may not be empty or hold whitespace", spec)
+		}
 	}
 	if *update {
 		if err := os.WriteFile(limitVectors, []byte(b.String()), 0o644); err != nil {

@@ -12,21 +12,23 @@ type Opcode uint8
 
 // The opcodes. doc.go gives each body layout.
 const (
-	OpHello   Opcode = 1 // protocol version and server limits
-	OpPing    Opcode = 2 // liveness
-	OpAcquire Opcode = 3 // decide and, if allowed, consume n
-	OpPeek    Opcode = 4 // the bucket as it stands, changing nothing
-	OpRefund  Opcode = 5 // give n tokens back
-	OpReset   Opcode = 6 // forget the bucket
-	OpMulti   Opcode = 7 // up to MaxMulti acquires, all or nothing
-	OpScan    Opcode = 8 // list buckets by key prefix
-	OpStats   Opcode = 9 // server counters
+	OpHello   Opcode = 1  // protocol version and server limits
+	OpPing    Opcode = 2  // liveness
+	OpAcquire Opcode = 3  // decide and, if allowed, consume n
+	OpPeek    Opcode = 4  // the bucket as it stands, changing nothing
+	OpRefund  Opcode = 5  // give n tokens back
+	OpReset   Opcode = 6  // forget the bucket
+	OpMulti   Opcode = 7  // up to MaxMulti acquires, all or nothing
+	OpScan    Opcode = 8  // list buckets by key prefix
+	OpStats   Opcode = 9  // server counters
+	OpLease   Opcode = 10 // version 3: take a slot of a concurrency limit, for a lease id
+	OpRelease Opcode = 11 // version 3: give a lease's slot back
 
-	numOpcodes = 10 // one past the last Opcode
+	numOpcodes = 12 // one past the last Opcode
 )
 
 var opNames = [numOpcodes]string{
-	"", "HELLO", "PING", "ACQUIRE", "PEEK", "REFUND", "RESET", "MULTI", "SCAN", "STATS",
+	"", "HELLO", "PING", "ACQUIRE", "PEEK", "REFUND", "RESET", "MULTI", "SCAN", "STATS", "LEASE", "RELEASE",
 }
 
 // String returns the operation's name ("ACQUIRE"), or "opcode(N)" for a
@@ -38,11 +40,23 @@ func (c Opcode) String() string {
 	return "opcode(" + strconv.Itoa(int(c)) + ")"
 }
 
-// Valid reports whether c is one of the opcodes of this version.
+// Valid reports whether c is one of the opcodes of this version (Version).
 func (c Opcode) Valid() bool { return c >= OpHello && c < numOpcodes }
 
+// ValidIn reports whether c is one of the opcodes of protocol version v:
+// LEASE and RELEASE are version 3's.
+func (c Opcode) ValidIn(v uint8) bool {
+	if v < 3 {
+		return c >= OpHello && c <= OpStats
+	}
+	return c.Valid()
+}
+
 // isItemOp reports whether c's body is the item layout.
-func isItemOp(c Opcode) bool { return c >= OpAcquire && c <= OpReset }
+func isItemOp(c Opcode) bool { return c >= OpAcquire && c <= OpReset || isLeaseOp(c) }
+
+// isLeaseOp reports whether c is LEASE or RELEASE.
+func isLeaseOp(c Opcode) bool { return c == OpLease || c == OpRelease }
 
 // Flags modify an operation. Bits not defined for an operation must be 0.
 type Flags uint8
@@ -67,6 +81,7 @@ const (
 	FlagShadow Flags = 16
 
 	itemFlags      = FlagStrict | FlagSmyte | FlagAt | FlagNamed | FlagShadow // item operations
+	leaseFlags     = FlagNamed                                                // LEASE and RELEASE
 	multiFlags     = FlagAt                                                   // the MULTI as a whole
 	multiItemFlags = FlagStrict | FlagSmyte | FlagNamed                       // each MULTI item
 )
@@ -105,12 +120,16 @@ type MultiItem struct {
 //
 //	HELLO, PING, STATS         none
 //	ACQUIRE, PEEK, REFUND, RESET  Flags, Limit, N, At, Key
+//	LEASE                      Flags (FlagNamed only), Limit, N (always 1), Key
+//	RELEASE                    Flags (FlagNamed only), Limit, Lease, Key
 //	MULTI                      Flags (FlagAt only), At, Items[:NItems]
 //	SCAN                       Cursor, Count, Prefix
 //
-// At is meaningful only with FlagAt; N is the cost (ACQUIRE), the amount
-// (REFUND), and ignored for PEEK and RESET. Key, Prefix and Items[i].Key
-// alias the decoded bytes: they are valid until the buffer is reused.
+// At is meaningful only with FlagAt, which LEASE and RELEASE may not set
+// (leases are on the server's clock; At then holds the field as sent, which
+// a server ignores); N is the cost (ACQUIRE), the amount (REFUND), and
+// ignored for PEEK and RESET. Key, Prefix and Items[i].Key alias the
+// decoded bytes: they are valid until the buffer is reused.
 // DecodeOp sets every field that applies and zeroes the others, but leaves
 // Items[NItems:] unspecified. An Op is large (about 1.3 KiB): reuse one.
 type Op struct {
@@ -121,6 +140,7 @@ type Op struct {
 	N     int64
 	At    int64
 	Key   []byte
+	Lease uint64 // RELEASE: the lease to give back, never 0
 
 	Items  [MaxMulti]MultiItem
 	NItems int
@@ -139,11 +159,13 @@ func AppendPing(dst []byte) []byte { return append(dst, byte(OpPing)) }
 // AppendStats appends a STATS operation.
 func AppendStats(dst []byte) []byte { return append(dst, byte(OpStats)) }
 
-// AppendItem appends an ACQUIRE, PEEK, REFUND or RESET operation: op, then
-// flags, the limit, n (the cost or amount; 0 for PEEK and RESET), at (Unix
-// ns, read only with FlagAt; else 0) and the key. It writes what it is
-// given, checking nothing a peer would reject, and panics if op is not one
-// of the four or the key is longer than its u16 length can say.
+// AppendItem appends an operation of the item layout, ACQUIRE, PEEK,
+// REFUND or RESET (or LEASE and RELEASE, for which AppendLease and
+// AppendRelease are simpler): op, then flags, the limit, n (the cost or
+// amount; 0 for PEEK and RESET), at (Unix ns, read only with FlagAt; else
+// 0) and the key. It writes what it is given, checking nothing a peer
+// would reject, and panics if op is not one of the six or the key is
+// longer than its u16 length can say.
 func AppendItem(dst []byte, op Opcode, f Flags, l Limit, n, at int64, key []byte) []byte {
 	if !isItemOp(op) {
 		panic("proto: AppendItem: " + op.String() + " is not an item operation")
@@ -153,6 +175,20 @@ func AppendItem(dst []byte, op Opcode, f Flags, l Limit, n, at int64, key []byte
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(n))
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(at))
 	return appendBytes16(dst, key)
+}
+
+// AppendLease appends a LEASE operation (version 3): take one slot of the
+// concurrency limit l for key. f is 0, or FlagNamed, which the encoder sets
+// from l anyway. The item's n is 1 and its at 0.
+func AppendLease(dst []byte, f Flags, l Limit, key []byte) []byte {
+	return AppendItem(dst, OpLease, f, l, 1, 0, key)
+}
+
+// AppendRelease appends a RELEASE operation (version 3): give back the slot
+// of lease, the id a LEASE of the same limit and key returned (never 0). f
+// is as AppendLease's. The item's n holds the lease id's 64 bits, its at 0.
+func AppendRelease(dst []byte, f Flags, l Limit, lease uint64, key []byte) []byte {
+	return AppendItem(dst, OpRelease, f, l, int64(lease), 0, key)
 }
 
 // AppendMulti appends a MULTI operation: flags (FlagAt or 0), at, and the
@@ -197,10 +233,12 @@ func appendBytes16(dst, p []byte) []byte {
 
 // DecodeOp decodes the operation at the start of b into op and returns the
 // bytes after it. It checks every length against the bytes present and
-// against the limits, the flag bits, the algorithm (1..5) and the counts,
-// and nothing else: the server judges costs and parameters. Errors wrap
-// ErrMalformed (truncated, reserved flags, counts out of range),
-// ErrUnknownOpcode, ErrInvalidLimit, ErrInvalidKey or ErrTooManyItems; on
+// against the limits, the flag bits, the opcode and the algorithm (those
+// of the frame's version), the counts, and a LEASE's n (1) and a RELEASE's
+// lease id (not 0), and nothing else: the server judges costs and
+// parameters. Errors wrap ErrMalformed (truncated, reserved flags, counts
+// out of range, a LEASE's n, a RELEASE's lease 0), ErrUnknownOpcode,
+// ErrInvalidLimit, ErrInvalidKey or ErrTooManyItems; on
 // error rest is nil, because the operations after a bad one cannot be
 // located, and op.Code is the opcode byte if b has one. DecodeOp allocates nothing; the
 // slices it stores alias b (see Op).
@@ -209,7 +247,10 @@ func DecodeOp(b []byte, op *Op) (rest []byte, err error) {
 }
 
 // DecodeOpVersion is DecodeOp for an operation of a frame of version v
-// (MinVersion..Version): a version-1 operation may not use FlagNamed.
+// (MinVersion..Version): a version-1 operation may not use FlagNamed, and
+// an operation of version 1 or 2 may not be a LEASE or RELEASE (they are
+// unknown opcodes there) nor carry an algorithm of version 3 (an invalid
+// limit there).
 func DecodeOpVersion(b []byte, v uint8, op *Op) (rest []byte, err error) {
 	if len(b) == 0 {
 		return nil, truncated("operation", 1, 0)
@@ -217,19 +258,19 @@ func DecodeOpVersion(b []byte, v uint8, op *Op) (rest []byte, err error) {
 	code := Opcode(b[0])
 	b = b[1:]
 	oldItems := op.NItems
-	op.Code, op.Flags, op.Limit, op.Name, op.N, op.At, op.Key = code, 0, Limit{}, nil, 0, 0, nil
+	op.Code, op.Flags, op.Limit, op.Name, op.N, op.At, op.Key, op.Lease = code, 0, Limit{}, nil, 0, 0, nil, 0
 	op.NItems, op.Cursor, op.Count, op.Prefix = 0, 0, 0, nil
 	switch {
+	case !code.ValidIn(v):
+		err = errorf(ErrUnknownOpcode, "%d", code)
 	case isItemOp(code):
 		rest, err = decodeItem(b, v, op)
 	case code == OpMulti:
 		rest, err = decodeMulti(b, v, op)
 	case code == OpScan:
 		rest, err = decodeScan(b, op)
-	case code == OpHello || code == OpPing || code == OpStats:
+	default: // HELLO, PING, STATS
 		rest = b
-	default:
-		err = errorf(ErrUnknownOpcode, "%d", code)
 	}
 	// Drop references to an earlier frame's keys.
 	clear(op.Items[min(op.NItems, oldItems):oldItems])
@@ -245,10 +286,14 @@ func decodeItem(b []byte, v uint8, op *Op) ([]byte, error) {
 		return nil, truncated(op.Code.String(), itemFixed, len(b))
 	}
 	op.Flags = Flags(b[0])
-	if bad := op.Flags &^ allowedFlags(itemFlags, v); bad != 0 {
+	mask := itemFlags
+	if isLeaseOp(op.Code) {
+		mask = leaseFlags // STRICT, SMYTE and SHADOW mean nothing to a lease; AT is refused: leases are on the server's clock
+	}
+	if bad := op.Flags &^ allowedFlags(mask, v); bad != 0 {
 		return nil, errorf(ErrMalformed, "%v: reserved flag bits %#02x", op.Code, byte(bad))
 	}
-	b, err := decodeLimitField(b[1:], op.Flags, op.Code, &op.Limit, &op.Name)
+	b, err := decodeLimitField(b[1:], op.Flags, op.Code, v, &op.Limit, &op.Name)
 	if err != nil {
 		return nil, err
 	}
@@ -257,15 +302,23 @@ func decodeItem(b []byte, v uint8, op *Op) ([]byte, error) {
 	}
 	op.N = int64(binary.LittleEndian.Uint64(b))
 	op.At = int64(binary.LittleEndian.Uint64(b[8:]))
+	switch {
+	case op.Code == OpLease && op.N != 1:
+		return nil, errorf(ErrMalformed, "LEASE with n %d, want 1", op.N)
+	case op.Code == OpRelease && op.N == 0:
+		return nil, errorf(ErrMalformed, "RELEASE of lease 0")
+	case op.Code == OpRelease:
+		op.Lease, op.N = uint64(op.N), 0
+	}
 	key, rest, err := bytes16(b[itemTail-2:], 1, op.Code, "key")
 	op.Key = key
 	return rest, err
 }
 
-// decodeLimitField decodes an operation's limit field at the start of b:
-// a name with FlagNamed in f, else an algorithm and its parameters. It
-// returns the bytes after it.
-func decodeLimitField(b []byte, f Flags, code Opcode, l *Limit, name *[]byte) ([]byte, error) {
+// decodeLimitField decodes an operation's limit field at the start of b, in
+// a frame of version v: a name with FlagNamed in f, else an algorithm and
+// its parameters. It returns the bytes after it.
+func decodeLimitField(b []byte, f Flags, code Opcode, v uint8, l *Limit, name *[]byte) ([]byte, error) {
 	if f&FlagNamed != 0 {
 		n, rest, err := decodeName(b, code)
 		*name = n
@@ -274,7 +327,7 @@ func decodeLimitField(b []byte, f Flags, code Opcode, l *Limit, name *[]byte) ([
 	if len(b) < limitLen {
 		return nil, truncated(code.String()+" limit", limitLen, len(b))
 	}
-	if err := decodeLimit(b, l); err != nil {
+	if err := decodeLimit(b, v, l); err != nil {
 		return nil, err
 	}
 	return b[limitLen:], nil
@@ -310,7 +363,7 @@ func decodeMulti(b []byte, v uint8, op *Op) ([]byte, error) {
 		}
 		it.Limit, it.Name = Limit{}, nil
 		var err error
-		if b, err = decodeLimitField(b[1:], it.Flags, OpMulti, &it.Limit, &it.Name); err != nil {
+		if b, err = decodeLimitField(b[1:], it.Flags, OpMulti, v, &it.Limit, &it.Name); err != nil {
 			return nil, err
 		}
 		if len(b) < multiItemTail {

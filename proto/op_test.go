@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -87,14 +88,14 @@ func TestDecodeOpErrors(t *testing.T) {
 	}{
 		{"empty", nil, ErrMalformed},
 		{"opcode 0", []byte{0}, ErrUnknownOpcode},
-		{"opcode 10", []byte{10}, ErrUnknownOpcode},
+		{"opcode 12", []byte{12}, ErrUnknownOpcode},
 		{"opcode 255", []byte{255, 1, 2, 3}, ErrUnknownOpcode},
 		{"item truncated", acquire[:44], ErrMalformed},
 		{"item key truncated", acquire[:len(acquire)-1], ErrMalformed},
 		{"item flag bit 5", set(acquire, 1, 0x20), ErrMalformed},
 		{"item flag bit 7", set(acquire, 1, 0x80), ErrMalformed},
 		{"item algorithm 0", set(acquire, 2, 0), ErrInvalidLimit},
-		{"item algorithm 6", set(acquire, 2, 6), ErrInvalidLimit},
+		{"item algorithm 9", set(acquire, 2, 9), ErrInvalidLimit},
 		{"item key empty", set(acquire, 43, u16(0)...)[:45], ErrInvalidKey},
 		{"item key too long", append(set(acquire, 43, u16(MaxKeyLen+1)...)[:45], make([]byte, MaxKeyLen+1)...), ErrInvalidKey},
 		{"multi truncated", twoItems[:10], ErrMalformed},
@@ -142,7 +143,7 @@ func TestDecodeOpTruncated(t *testing.T) {
 }
 
 func TestAppendItemPanics(t *testing.T) {
-	for _, code := range []Opcode{OpPing, OpMulti, 0, 10} {
+	for _, code := range []Opcode{OpPing, OpMulti, OpScan, 0, 12} {
 		func() {
 			defer func() {
 				if recover() == nil {
@@ -161,7 +162,8 @@ func TestAppendItemPanics(t *testing.T) {
 }
 
 func TestOpcodeString(t *testing.T) {
-	want := []string{"opcode(0)", "HELLO", "PING", "ACQUIRE", "PEEK", "REFUND", "RESET", "MULTI", "SCAN", "STATS", "opcode(10)"}
+	want := []string{"opcode(0)", "HELLO", "PING", "ACQUIRE", "PEEK", "REFUND", "RESET", "MULTI", "SCAN", "STATS",
+		"LEASE", "RELEASE", "opcode(12)"}
 	for i, w := range want {
 		if got := Opcode(i).String(); got != w {
 			t.Errorf("Opcode(%d).String() = %q, want %q", i, got, w)
@@ -249,5 +251,101 @@ func TestShadowDecision(t *testing.T) {
 	denied[2] = shadowDeniedBit // shadowed but not allowed: never sent
 	if _, err := DecodeResult(denied, &r); !errors.Is(err, ErrMalformed) {
 		t.Errorf("shadow bit without allowed = %v, want ErrMalformed", err)
+	}
+}
+
+// Version 3: LEASE and RELEASE, and the algorithms from sliding_log on,
+// which a frame of version 1 or 2 may not carry.
+func TestDecodeOp_version3(t *testing.T) {
+	conc := ConcurrencyLimit(10, 30*time.Second)
+	l := AppendLease(nil, 0, conc, []byte("upload:erin"))
+	if want := AppendItem(nil, OpLease, 0, conc, 1, 0, []byte("upload:erin")); !bytes.Equal(l, want) {
+		t.Fatalf("AppendLease %x, want %x", l, want)
+	}
+	r := AppendRelease(nil, 0, conc, 1<<64-1, []byte("upload:erin"))
+	if want := AppendItem(nil, OpRelease, 0, conc, -1, 0, []byte("upload:erin")); !bytes.Equal(r, want) {
+		t.Fatalf("AppendRelease %x, want %x", r, want)
+	}
+	var op Op
+	if rest, err := DecodeOp(r, &op); err != nil || len(rest) != 0 || op.Lease != 1<<64-1 || op.N != 0 || op.Limit != conc {
+		t.Fatalf("RELEASE decoded %+v, %v", viewOp(&op), err)
+	}
+	named := AppendLease(nil, 0, Named("uploads"), []byte("k"))
+	if _, err := DecodeOp(named, &op); err != nil || string(op.Name) != "uploads" || op.Flags != FlagNamed || op.N != 1 {
+		t.Fatalf("named LEASE decoded %+v, %v", viewOp(&op), err)
+	}
+	namedRelease := AppendRelease(nil, FlagNamed, Named("uploads"), 3, []byte("k"))
+	if _, err := DecodeOp(namedRelease, &op); err != nil || string(op.Name) != "uploads" || op.Lease != 3 {
+		t.Fatalf("named RELEASE decoded %+v, %v", viewOp(&op), err)
+	}
+	// at is not read without AT, which a lease may not set: a stray value passes.
+	if _, err := DecodeOp(AppendItem(nil, OpLease, 0, conc, 1, t0, []byte("k")), &op); err != nil || op.At != t0 {
+		t.Fatalf("LEASE with at: %+v, %v", viewOp(&op), err)
+	}
+
+	acquire := func(l Limit) []byte { return AppendItem(nil, OpAcquire, 0, l, 1, 0, []byte("k")) }
+	multiOf := func(l Limit) []byte {
+		return AppendMulti(nil, 0, 0, []MultiItem{{Limit: GCRALimit(1, 1, 1), Cost: 1, Key: []byte("a")}, {Limit: l, Cost: 1, Key: []byte("b")}})
+	}
+	v3 := []Limit{SlidingLogLimit(5, time.Second), WindowCountersLimit(5, time.Second, 60, true), conc}
+	type tc struct {
+		name string
+		b    []byte
+		v    uint8
+		want error
+	}
+	var cases []tc
+	for _, v := range []uint8{1, 2} {
+		cases = append(cases,
+			tc{"LEASE", l, v, ErrUnknownOpcode},
+			tc{"RELEASE", r, v, ErrUnknownOpcode})
+		for _, lim := range v3 {
+			cases = append(cases,
+				tc{"ACQUIRE " + lim.Algorithm.String(), acquire(lim), v, ErrInvalidLimit},
+				tc{"MULTI item " + lim.Algorithm.String(), multiOf(lim), v, ErrInvalidLimit})
+		}
+	}
+	for _, lim := range v3 {
+		cases = append(cases,
+			tc{"ACQUIRE " + lim.Algorithm.String(), acquire(lim), 3, nil},
+			tc{"MULTI item " + lim.Algorithm.String(), multiOf(lim), 3, nil})
+	}
+	for _, f := range []Flags{FlagStrict, FlagSmyte, FlagAt, FlagShadow, 32, 128} {
+		cases = append(cases,
+			tc{fmt.Sprintf("LEASE flags %#x", f), AppendItem(nil, OpLease, f, conc, 1, 0, []byte("k")), 3, ErrMalformed},
+			tc{fmt.Sprintf("RELEASE flags %#x", f), AppendItem(nil, OpRelease, f, conc, 1, 0, []byte("k")), 3, ErrMalformed})
+	}
+	for _, n := range []int64{0, 2, -1, 1 << 62} {
+		cases = append(cases, tc{fmt.Sprint("LEASE n ", n), AppendItem(nil, OpLease, 0, conc, n, 0, []byte("k")), 3, ErrMalformed})
+	}
+	cases = append(cases,
+		tc{"RELEASE of lease 0", AppendRelease(nil, 0, conc, 0, []byte("k")), 3, ErrMalformed},
+		tc{"LEASE of algorithm 9", AppendLease(nil, 0, Limit{Algorithm: 9}, []byte("k")), 3, ErrInvalidLimit},
+		tc{"LEASE without a key", AppendLease(nil, 0, conc, nil), 3, ErrInvalidKey},
+		tc{"RELEASE truncated", r[:len(r)-1], 3, ErrMalformed},
+		// proto checks the algorithm, not which one a lease takes: the server answers InvalidLimit.
+		tc{"LEASE of a gcra", AppendLease(nil, 0, GCRALimit(1, 1, 1), []byte("k")), 3, nil},
+		tc{"LEASE in version 3", l, 3, nil},
+	)
+	for _, c := range cases {
+		t.Run(fmt.Sprintf("%s in version %d", c.name, c.v), func(t *testing.T) {
+			var op Op
+			rest, err := DecodeOpVersion(c.b, c.v, &op)
+			checkErr(t, err, c.want)
+			if err != nil && (rest != nil || op.Code != Opcode(c.b[0])) {
+				t.Fatalf("rest %x, code %v on error", rest, op.Code)
+			}
+			if err == nil && len(rest) != 0 {
+				t.Fatalf("rest %x", rest)
+			}
+		})
+	}
+	for _, c := range []Opcode{OpLease, OpRelease} {
+		if c.ValidIn(2) || !c.ValidIn(3) || !c.Valid() {
+			t.Errorf("%v valid in 2: %v, in 3: %v", c, c.ValidIn(2), c.ValidIn(3))
+		}
+	}
+	if !OpStats.ValidIn(1) || Opcode(12).ValidIn(3) || Opcode(0).ValidIn(3) {
+		t.Error("ValidIn at the edges")
 	}
 }

@@ -10,6 +10,8 @@ import (
 // Result body sizes, not counting the opcode and status bytes.
 const (
 	decisionLen    = 1 + 5*8                   // allowed, remaining, limit, retry_after, reset_after, delay: 41
+	leaseResLen    = decisionLen + 8           // decision, lease
+	releaseResLen  = 1 + decisionLen           // released, decision
 	helloLen       = 1 + 4 + 2 + 2 + 1 + 8 + 2 // 20
 	multiResFixed  = 1 + 1                     // allowed, n
 	scanResFixed   = 8 + 2                     // next, n
@@ -18,10 +20,10 @@ const (
 	statFixed      = 1 + 8                     // namelen, value (around the name)
 )
 
-// Decision is the outcome of an ACQUIRE, PEEK or REFUND, or of one MULTI
-// item. Durations are nanoseconds, -1 where not applicable. It has the
-// fields of bucket.Decision, in the same order, so a server converts one to
-// the other with a type conversion.
+// Decision is the outcome of an ACQUIRE, PEEK, REFUND, LEASE or RELEASE,
+// or of one MULTI item. Durations are nanoseconds, -1 where not
+// applicable. It has the fields of bucket.Decision, in the same order, so
+// a server converts one to the other with a type conversion.
 type Decision struct {
 	Allowed    bool  // the request may proceed (for the pacer: after Delay)
 	Remaining  int64 // cost-1 requests still allowed now, in [0, Limit]
@@ -49,6 +51,8 @@ type Hello struct {
 //	HELLO                  Hello
 //	PING                   none
 //	ACQUIRE, PEEK, REFUND  Decision
+//	LEASE                  Decision, Lease
+//	RELEASE                Released, Decision
 //	RESET                  Existed
 //	MULTI                  Allowed, Decisions[:NDecisions]
 //	SCAN                   Next, Entries (NEntries of them: iterate with NextScanEntry)
@@ -67,7 +71,9 @@ type Result struct {
 	// shadow limit, or FlagShadow) and would have been denied; Decision
 	// says allowed.
 	ShadowDenied bool
-	Existed      bool // RESET: the bucket existed
+	Existed      bool   // RESET: the bucket existed
+	Lease        uint64 // LEASE (version 3): the lease's id when allowed, to RELEASE; 0 when denied
+	Released     bool   // RELEASE (version 3): the lease was held and its slot is free now
 
 	Allowed    bool // MULTI: every item was allowed, and so every item consumed
 	Decisions  [MaxMulti]Decision
@@ -117,6 +123,21 @@ func AppendError(dst []byte, op Opcode, s Status, msg string) []byte {
 // carrying d.
 func AppendDecision(dst []byte, op Opcode, d *Decision) []byte {
 	return appendDecision(append(dst, byte(op), byte(StatusOK)), d)
+}
+
+// AppendLeaseResult appends the OK result of a LEASE (version 3): d, the
+// decision as an ACQUIRE of cost 1 gets it (Remaining: the slots still
+// free), and the lease's id, never 0 when d allows and 0 when it denies.
+func AppendLeaseResult(dst []byte, d *Decision, lease uint64) []byte {
+	dst = AppendDecision(dst, OpLease, d)
+	return binary.LittleEndian.AppendUint64(dst, lease)
+}
+
+// AppendReleaseResult appends the OK result of a RELEASE (version 3):
+// whether the lease was held (and is now free), then d, the decision as a
+// PEEK reports it afterwards.
+func AppendReleaseResult(dst []byte, released bool, d *Decision) []byte {
+	return appendDecision(append(dst, byte(OpRelease), byte(StatusOK), boolByte(released)), d)
 }
 
 // AppendShadowDecision appends the OK result of an ACQUIRE that a shadow
@@ -253,6 +274,7 @@ func DecodeResult(b []byte, r *Result) (rest []byte, err error) {
 	oldN := r.NDecisions
 	r.Code, r.Status, r.Message = Opcode(b[0]), Status(b[1]), nil
 	r.Decision, r.ShadowDenied, r.Existed, r.Allowed, r.NDecisions, r.Hello = Decision{}, false, false, false, 0, Hello{}
+	r.Lease, r.Released = 0, false
 	r.Next, r.Entries, r.NEntries, r.Stats, r.NStats = 0, nil, 0, nil, 0
 	rest, err = decodeResultBody(b[2:], r)
 	clear(r.Decisions[min(r.NDecisions, oldN):oldN])
@@ -308,6 +330,25 @@ func decodeResultBody(b []byte, r *Result) ([]byte, error) {
 		return decodeDecision(b, &r.Decision, r.Code)
 	case OpPeek, OpRefund:
 		return decodeDecision(b, &r.Decision, r.Code)
+	case OpLease:
+		if len(b) < leaseResLen {
+			return nil, truncated("LEASE result", leaseResLen, len(b))
+		}
+		rest, err := decodeDecision(b, &r.Decision, r.Code)
+		if err != nil {
+			return nil, err
+		}
+		r.Lease = binary.LittleEndian.Uint64(rest)
+		return rest[8:], nil
+	case OpRelease:
+		if len(b) < releaseResLen {
+			return nil, truncated("RELEASE result", releaseResLen, len(b))
+		}
+		var err error
+		if r.Released, err = decodeBool(b[0], "RELEASE released"); err != nil {
+			return nil, err
+		}
+		return decodeDecision(b[1:], &r.Decision, r.Code)
 	case OpReset:
 		if len(b) < 1 {
 			return nil, truncated("RESET result", 1, 0)
@@ -424,7 +465,7 @@ func decodeStatsResult(b []byte, r *Result) ([]byte, error) {
 // NextScanEntry decodes the SCAN entry at the start of b (Result.Entries,
 // then the rest it returns) and returns its fields and the bytes after it.
 // key aliases b. Errors wrap ErrMalformed, ErrInvalidLimit (an algorithm
-// outside 1..5) or ErrInvalidKey (a key of 0 or more than MaxKeyLen bytes).
+// outside 1..8) or ErrInvalidKey (a key of 0 or more than MaxKeyLen bytes).
 // Iterate with "for e := r.Entries; len(e) > 0; e = rest { ... }".
 func NextScanEntry(b []byte) (alg Algorithm, freshAt int64, key []byte, rest []byte, err error) {
 	if len(b) < scanEntryFixed {

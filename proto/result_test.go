@@ -63,6 +63,8 @@ func TestDecodeResultErrors(t *testing.T) {
 		return b[:len(b)-n]
 	}
 	acq := decisionResult(OpAcquire, Decision{true, 1, 2, -1, 0, 0})
+	lea := leaseResult(Decision{true, 1, 2, -1, 0, 0}, 5)
+	rel := releaseResult(true, Decision{true, 2, 2, -1, 0, 0})
 	mul := multiResult(true, Decision{}, Decision{})
 	sc := scanResult(5, entryView{GCRA, 1, "a"}, entryView{GCRA, 2, "b"})
 	st := statsResult(statView{"a", 1}, statView{"b", 2})
@@ -79,10 +81,17 @@ func TestDecodeResultErrors(t *testing.T) {
 		{"error message too long", append([]byte{2, 9, 0x01, 0x04}, make([]byte, 1025)...), ErrMalformed},
 		{"error message truncated", cut(errResult(OpPing, StatusInternal, "oops"), 1), ErrMalformed},
 		{"OK opcode 0", []byte{0, 0}, ErrUnknownOpcode},
-		{"OK opcode 10", []byte{10, 0}, ErrUnknownOpcode},
+		{"OK opcode 12", []byte{12, 0}, ErrUnknownOpcode},
 		{"hello truncated", cut(Result{Code: OpHello, Hello: testHello}, 1), ErrMalformed},
 		{"decision truncated", cut(acq, 1), ErrMalformed},
 		{"decision allowed 2", set(acq, 2, 2), ErrMalformed},
+		{"lease truncated", cut(lea, 1), ErrMalformed},
+		{"lease decision truncated", cut(lea, 9), ErrMalformed},
+		{"lease allowed 2", set(lea, 2, 2), ErrMalformed},
+		{"lease allowed and shadow-denied", set(lea, 2, 3), ErrMalformed},
+		{"release truncated", cut(rel, 1), ErrMalformed},
+		{"release released 2", set(rel, 2, 2), ErrMalformed},
+		{"release allowed 2", set(rel, 3, 2), ErrMalformed},
 		{"reset truncated", cut(Result{Code: OpReset}, 1), ErrMalformed},
 		{"reset existed 2", set(Result{Code: OpReset}, 2, 2), ErrMalformed},
 		{"multi truncated", cut(mul, 83), ErrMalformed},

@@ -16,6 +16,9 @@ import (
 
 var errNotRequest = fmt.Errorf("%w: a client may only send request frames", proto.ErrMalformed)
 
+// errNoLeases answers LEASE and RELEASE, which this server does not serve.
+var errNoLeases = fmt.Errorf("%w: this server does not support concurrency leases (LEASE, RELEASE)", proto.ErrStatusUnsupported)
+
 // conn is a connection speaking the native protocol.
 type conn struct {
 	stream
@@ -26,6 +29,7 @@ type conn struct {
 	multi multiScratch
 
 	frameStart int           // where the response frame being built starts in out
+	version    uint8         // the protocol version of the frame being answered
 	opIndex    int           // the operation of the frame being answered
 	opsLeft    int           // operations of the frame still to answer after this one
 	globals    *frameGlobals // the frame's global operations, decided first (nil until one)
@@ -105,7 +109,7 @@ func (c *conn) frame(frame []byte, h proto.Header) {
 		began = time.Now()
 	}
 	b, start := proto.BeginFrameVersion(c.out, h.Version, proto.KindResponse, h.ID)
-	c.frameStart = start
+	c.frameStart, c.version = start, h.Version
 	body := frame[proto.HeaderLen:]
 	if c.s.global != nil && c.s.named().global {
 		c.decideGlobals(body, h) // in Redis, all at once: they share pipelines
@@ -164,9 +168,11 @@ func (s *server) do(b []byte, op *proto.Op, c *conn) []byte {
 	case proto.OpStats:
 		return s.appendStats(b)
 	case proto.OpScan:
-		return s.scan(b, op, c.room(b))
+		return s.scan(b, op, c.room(b), c.version)
 	case proto.OpMulti:
 		return s.multi(b, op, c)
+	case proto.OpLease, proto.OpRelease:
+		return c.fail(b, op.Code, errNoLeases)
 	}
 	l, nl, err := c.limit(op.Limit, op.Name)
 	if err != nil {
@@ -264,13 +270,14 @@ func (s *server) multi(b []byte, op *proto.Op, c *conn) []byte {
 }
 
 // scan lists live buckets whose inline key starts with the prefix, adding at
-// most room bytes to b; the cursor it returns resumes where it stopped.
-func (s *server) scan(b []byte, op *proto.Op, room int) []byte {
+// most room bytes to b; the cursor it returns resumes where it stopped. A
+// frame of version v lists only the algorithms v defines.
+func (s *server) scan(b []byte, op *proto.Op, room int, v uint8) []byte {
 	b, start := proto.BeginScanResult(b, 0)
 	limit := len(b) + room
 	n, full, resume := 0, false, uint64(0)
 	next, err := s.engine.Scan(op.Cursor, scanSpan, func(e *engine.Entry) bool {
-		if !bytes.HasPrefix(e.Key, op.Prefix) {
+		if !bytes.HasPrefix(e.Key, op.Prefix) || !proto.Algorithm(e.Algorithm).ValidIn(v) {
 			return true
 		}
 		if len(b)+scanEntryLen(e.Key) > limit {

@@ -200,8 +200,9 @@ func RetryAfterSeconds(d Decision) int64 {
 // q is d.Limit, the most requests of cost 1 the bucket holds, and w the
 // seconds a bucket takes to go from empty back to full at l's rate:
 // token_bucket ceil(max/refill_amount)*refill_time, gcra
-// (burst+1)*period/count, the windows their window, pacer
-// q*period/rate; w is left out if l's parameters make no window.
+// (burst+1)*period/count, the windows (fixed_window, sliding_window,
+// sliding_log, window_counters) their window, pacer q*period/rate; w is
+// left out if l's parameters make no window (a concurrency limit has none).
 //
 // r is d.Remaining. t is the draft's "effective window", the seconds
 // within which the client can use no more than r: for an allowed request
@@ -243,7 +244,7 @@ func policyWindow(l Limit, q int64) int64 {
 		if p[0] < math.MaxInt64 {
 			ns, ok = mulDivCeil(p[0]+1, p[2], p[1])
 		}
-	case proto.FixedWindow, proto.SlidingWindow: // limit, window
+	case proto.FixedWindow, proto.SlidingWindow, proto.SlidingLog, proto.WindowCounters: // limit, window
 		ns, ok = uint64(max(p[1], 0)), true
 	case proto.Pacer: // rate, period, max_delay
 		ns, ok = mulDivCeil(q, p[1], p[0])
