@@ -68,6 +68,9 @@ func capacity(l Limit) int64 {
 func TestNeverWedges(t *testing.T) {
 	const steps = 60
 	for a := TokenBucket; a < numAlgorithms; a++ {
+		if a.Extended() {
+			continue // TestExtNeverWedges
+		}
 		for seed := range uint64(300) {
 			r := newRand(seed)
 			l := wideLimit(r, a)
