@@ -4,7 +4,9 @@ import "fmt"
 
 // The entry points: one switch on the algorithm each, no interface (STYLE
 // rule 10). All of them require that l passed Validate, take time as
-// Unix nanoseconds, never read the clock, and allocate nothing.
+// Unix nanoseconds, never read the clock, and allocate nothing. Those of
+// this file are for the algorithms whose State holds everything; on an
+// extended algorithm (Algorithm.Extended) they panic: see ext.go.
 
 // Init sets s to the state of a brand-new bucket at now: token_bucket full
 // with its refill phase anchored at now; gcra tat = now; fixed_window and
@@ -154,8 +156,15 @@ func refundTAT(now int64, s *State, d int64) {
 	}
 }
 
-// badAlgorithm panics: the Limit did not pass Validate, a broken invariant
-// of the caller.
+// badAlgorithm panics: the Limit did not pass Validate, or an extended
+// algorithm went to a method without its extension, or the other way round:
+// a broken invariant of the caller.
 func badAlgorithm(a Algorithm) {
+	switch {
+	case a.Extended():
+		panic(fmt.Sprintf("bucket: %v keeps an extension: use the Ext methods", a))
+	case a != Invalid && a < numAlgorithms:
+		panic(fmt.Sprintf("bucket: %v has no extension: use the methods without Ext", a))
+	}
 	panic(fmt.Sprintf("bucket: %v: Limit used without Validate", a))
 }

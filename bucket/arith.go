@@ -104,6 +104,15 @@ func windowStart(now, w int64) int64 {
 	return satSub(now, m)
 }
 
+// floorDiv returns floor(a/b) for b >= 1 (for negative a too).
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b < 0 {
+		q--
+	}
+	return q
+}
+
 // u128 is an unsigned 128-bit integer for exact comparisons of products of
 // two int64 values (the sliding window's weighted counts).
 type u128 struct{ hi, lo uint64 }

@@ -61,6 +61,67 @@ func (fb *floatBucket) allowN(now int64, n float64) bool {
 	return true
 }
 
+// BenchmarkDecideExt measures one decision of an extended algorithm, with
+// the traffic of BenchmarkApply (one request every 50 µs against 10 or 1000
+// per second), beside token_bucket's Decide for scale. window_counters_60
+// sums up to 61 counters per decision; sliding_log searches its log for
+// Remaining.
+func BenchmarkDecideExt(b *testing.B) {
+	tb := testLimits[0]
+	if err := tb.Validate(); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("token_bucket", func(b *testing.B) {
+		b.ReportAllocs()
+		s := newBucket(tb, t0)
+		var d Decision
+		now := t0
+		for b.Loop() {
+			now += 50_000
+			tb.Decide(now, s, 1, 0, &d)
+		}
+	})
+	for _, c := range []struct {
+		name string
+		l    Limit
+	}{
+		{"sliding_log_10", Limit{Algorithm: SlidingLog, Max: 10, Window: sec}},
+		{"sliding_log_1000", Limit{Algorithm: SlidingLog, Max: 1000, Window: sec}},
+		{"window_counters_60", Limit{Algorithm: WindowCounters, Max: 10, Window: sec, Counters: 60}},
+	} {
+		l := c.l
+		if err := l.Validate(); err != nil { // prepares its divisions
+			b.Fatal(err)
+		}
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			e := newExtBucket(l, t0)
+			var d Decision
+			now := t0
+			for b.Loop() {
+				now += 50_000
+				l.DecideExt(now, &e.s, e.ext, 1, 0, &d)
+			}
+		})
+	}
+	b.Run("concurrency_16", func(b *testing.B) {
+		b.ReportAllocs()
+		l := Limit{Algorithm: Concurrency, Max: 16, Lease: sec}
+		if err := l.Validate(); err != nil {
+			b.Fatal(err)
+		}
+		e := newExtBucket(l, t0)
+		var d Decision
+		now := t0
+		for b.Loop() {
+			now += 50_000
+			if lease, _ := l.AcquireLease(now, &e.s, e.ext, &d); lease != 0 {
+				l.ReleaseLease(now, &e.s, e.ext, lease, &d)
+			}
+		}
+	})
+}
+
 // BenchmarkValidate: the server validates each request's limit.
 func BenchmarkValidate(b *testing.B) {
 	for _, l := range testLimits {

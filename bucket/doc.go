@@ -12,6 +12,16 @@
 //	// under the slot lock: s is the slot's State, or l.Init(now, &s) for a new bucket
 //	d, changed := l.Apply(now, &s, cost, flags)
 //
+// Three algorithms keep more state than a State holds: sliding_log,
+// window_counters and concurrency (Algorithm.Extended). Theirs lives in an
+// extension, a block of Limit.ExtWords int64 words that the table allocates
+// beside the slot, and they are used through the methods named Ext
+// (InitExt, DecideExt, PeekExt, DecideRefundExt, FreshAtExt, DrainedExt) and,
+// for concurrency, AcquireLease and ReleaseLease:
+//
+//	// under the slot lock: ext is the bucket's block, len(ext) == l.ExtWords()
+//	changed := l.DecideExt(now, &s, ext, cost, flags, &d)
+//
 // The package imports only the standard library, reads no clock, does no
 // I/O and allocates nothing on the decision path. Arithmetic is integer
 // only; every intermediate value that could overflow either is ruled out by
@@ -62,6 +72,75 @@
 // request of cost n takes n slots. State: [0] next, the Unix ns of the next
 // free slot; [1], [2] unused.
 //
+// sliding_log (Max, Window) is the exact rolling window of CALLR's sorted
+// sets: the tokens admitted in any Window-long span never exceed Max. The
+// extension is a ring of the last Max admission times, one entry per token
+// (a request of cost c writes c entries). A request of cost c is allowed iff
+// fewer than Max-c+1 entries are later than now-Window, which the
+// (Max-c+1)-th most recent entry alone decides, in O(1); an entry later than
+// now (time went backwards) counts too, and an admission is recorded at
+// max(now, the newest entry), so the ring stays in order. Decision.Remaining
+// is Max minus the entries that count after the request, found by binary
+// search; a denied RetryAfter is exact: the (Max-c+1)-th most recent entry
+// plus Window, minus now; a cost above Max is never allowed. A denial
+// changes nothing; a refund un-admits the newest entries that still count.
+// The bucket is fresh Window after its newest entry.
+// State: [0] the ring's position, head | fill<<32: head in [0, Max) the
+// index the next entry is written to (the oldest once the ring is full),
+// fill in [0, Max] the entries stored, the k-th most recent at
+// (head-k) mod Max. Max is capped at MaxLogLimit.
+//
+// window_counters (Max, Window, Counters, CountDenied) is Figma's sliding
+// window counters: sub-windows of w = ceil(Window/Counters) ns aligned to
+// multiples of w since the Unix epoch, each with a counter. A request sees
+// the sum of the counters of every sub-window that overlaps
+// (now-Window, now] (sub-window j stops counting at (j+1)*w + Window), which
+// holds every admission of that span and some before: harsh, never lenient.
+// A request is allowed iff sum+cost <= Max, and then adds cost to now's
+// sub-window; with CountDenied a denied request adds its cost too, so a
+// caller who keeps hammering stays limited. If time went backwards, the
+// stored sub-windows after now's count as well and the count goes into the
+// newest one. Decision.RetryAfter is exact for the counters as they stand
+// after the request: the time the sub-windows that must leave for the
+// request to fit have left. The extension is a ring of Counters+1 counters,
+// sub-window j at index j mod (Counters+1) (Counters*w >= Window, so at most
+// Counters+1 overlap). Decision.Remaining is max(Max-sum, 0). A refund
+// takes from the newest sub-window first. The bucket is fresh Window after
+// the end of its newest sub-window with a count.
+// State: [0] the number j of the newest stored sub-window. Counters is
+// capped at MaxCounters.
+//
+// concurrency (Max, Lease) is nginx limit_conn's slots in flight: at most
+// Max leases are held at once. AcquireLease takes a free entry, held until
+// now+Lease, and returns its id, the caller's handle; ReleaseLease frees it
+// by id (an unknown, released or expired id does nothing); an entry whose
+// expiry has passed is free again. A lease's expiry is absolute, so an
+// earlier now only finds more entries held. Leases are taken only through
+// AcquireLease: DecideExt, whatever the cost, is a peek (Remaining the
+// entries free, Allowed whether one is), and a refund changes nothing. The
+// bucket is fresh when its latest expiry passes. The
+// extension is Max entries of two words, [expiry, id]; an entry is held iff
+// expiry > now, and a released entry's expiry is 0. State: [0] the latest
+// lease id, seeded with now by InitExt, so the ids issued after a bucket is
+// reset exceed every earlier one as long as fewer than one lease per ns was
+// issued. Max is capped at MaxConcurrency.
+//
+// For all three, Decision.Limit is Max, State word [1] is ExtSum(ext),
+// updated word by word with every change to the extension, so the table can
+// tell a torn block on recovery (and then use DrainedExt), and word [2]
+// belongs to the table, which keeps the block's reference there: it is
+// never read or written by this package.
+//
+// # Space
+//
+// A bucket takes one slot of 64 bytes. The table stores an extension's
+// words as 8 bytes each in cells of 64 bytes, so an extended bucket takes
+// 64 bytes plus 8*ExtWords rounded up to 64: sliding_log 64 + 8*Max rounded
+// up (a limit of 10: 192 bytes; of MaxLogLimit, 4096: 32832 bytes);
+// window_counters 64 + 8*(Counters+1) rounded up (Counters 60: 576 bytes; 64:
+// 640); concurrency 64 + 16*Max rounded up (a limit of 16: 320 bytes; of
+// MaxConcurrency, 1024: 16448 bytes).
+//
 // # Time
 //
 // Time is always a parameter: now is Unix nanoseconds (int64), the
@@ -72,7 +151,10 @@
 // tokens. A token bucket keeps its refill clock (native Strict restarts it
 // at the later of the two times); a fixed window keeps the later stored
 // window; a sliding window keeps it too, with its previous count at full
-// weight; gcra and pacer keep their later tat. This holds in smyte
+// weight; gcra and pacer keep their later tat; a sliding log counts its
+// entries later than now and records at its newest; window counters count
+// their sub-windows later than now's and count into the newest; leases keep
+// their absolute expiry. This holds in smyte
 // compatibility too: smyte/ratelimit's STRICT restarts the refill clock at a
 // backwards client time, moving it back (anchor-semantics.md 1.7), which
 // refills the bucket early; Strict|Smyte keeps the later clock instead.
@@ -86,10 +168,16 @@
 //
 // # Caveats
 //
-// The zero State is not a new bucket; use Limit.Init. A State written by
-// one algorithm means nothing to another, and a token_bucket or window
-// State means nothing under other values of the parameters in
-// Limit.Identity: the table must key buckets by those.
+// The zero State is not a new bucket; use Limit.Init (Limit.InitExt). A
+// State written by one algorithm means nothing to another, and a
+// token_bucket, window, sliding_log, window_counters or concurrency State
+// means nothing under other values of the parameters in Limit.Identity: the
+// table must key buckets by those.
+//
+// The methods without Ext panic on an extended algorithm, and the Ext
+// methods (AcquireLease and ReleaseLease too) on the others, as on a Limit
+// that did not pass Validate; so do the Ext methods given an extension whose
+// length is not ExtWords.
 //
 // gcra replies are exact in nanoseconds; redis-cell's CL.THROTTLE rounds
 // durations up to whole seconds (at millisecond granularity) and truncates
@@ -98,7 +186,8 @@
 //
 // Cost 0 is a peek: Apply then never writes (unlike redis-cell's quantity
 // 0). SPEC's peek operation, the decision for cost 1 without consuming, is
-// Apply with cost 1 on a copy of the State.
+// Apply with cost 1 on a copy of the State; for the extended algorithms it
+// is PeekExt, which copies nothing.
 //
 // Outside the exact ranges, values near the ends of the int64 range never
 // wrap around. Durations, refill times and window ends saturate at
@@ -107,7 +196,10 @@
 // at a time past MaxTime, or for a cost larger than the limit's capacity)
 // is denied with RetryAfter -1 rather than stored saturated, which would
 // forget its debt. Comparisons of the sliding window's weighted counts use
-// 128-bit products.
+// 128-bit products. window_counters requires Window plus one sub-window to
+// be at most MaxDuration, so the time a counter stops counting fits too. A
+// lease taken within Lease of math.MaxInt64 expires at math.MaxInt64.
+// Before 1970, a released entry's expiry 0 is still ahead: it counts as held.
 //
 // Methods on Limit assume it passed Validate; an Invalid or unknown
 // algorithm panics. They are safe for simultaneous use on distinct States;

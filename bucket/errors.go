@@ -14,8 +14,9 @@ var (
 	// ParseAlgorithm does not know.
 	ErrUnknownAlgorithm = errors.New("unknown algorithm")
 
-	// ErrOutOfRange: a parameter is negative or below its minimum
-	// (for example Max < 1 or RefillTime < 1 ms).
+	// ErrOutOfRange: a parameter is negative, below its minimum or above its
+	// cap (for example Max < 1, RefillTime < 1 ms, or a sliding_log Max above
+	// MaxLogLimit).
 	ErrOutOfRange = errors.New("parameter out of range")
 
 	// ErrZeroRate: the limit would never refill (RefillAmount, Count or
@@ -28,7 +29,8 @@ var (
 
 	// ErrOverflow: a quantity derived from the parameters is longer than
 	// MaxDuration (gcra: (Burst+1) * Period/Count; pacer: MaxDelay plus one
-	// interval), so a decision could overflow at an accepted time.
+	// interval; window_counters: Window plus one sub-window), so a decision
+	// could overflow at an accepted time.
 	ErrOverflow = errors.New("parameters out of the supported range")
 )
 
@@ -47,6 +49,15 @@ func (l *Limit) atLeast(name string, v, lo int64, unit string) error {
 func (l *Limit) atMost(name string, v, hi int64) error {
 	if v > hi {
 		return fmt.Errorf("%w: %v %s = %d ns, want <= %d ns (%d s)", ErrOutOfRange, l.Algorithm, name, v, hi, hi/1e9)
+	}
+	return nil
+}
+
+// atMostCap checks a count against one of the package's caps: ErrOutOfRange
+// naming the field and the cap otherwise.
+func (l *Limit) atMostCap(name string, v, hi int64, capName string) error {
+	if v > hi {
+		return fmt.Errorf("%w: %v %s = %d, want <= %d (%s)", ErrOutOfRange, l.Algorithm, name, v, hi, capName)
 	}
 	return nil
 }

@@ -123,3 +123,125 @@ func flagNames(f Flags) string {
 	}
 	return out[1:]
 }
+
+// extLimits is one valid Limit per extended algorithm, for the tests that
+// cover every one.
+var extLimits = []Limit{
+	{Algorithm: SlidingLog, Max: 10, Window: sec},
+	{Algorithm: WindowCounters, Max: 10, Window: sec, Counters: 10},
+	{Algorithm: WindowCounters, Max: 10, Window: sec, Counters: 60, CountDenied: true},
+	{Algorithm: Concurrency, Max: 3, Lease: sec},
+}
+
+// extBucket is an extended algorithm's State with its extension.
+type extBucket struct {
+	s   State
+	ext []int64
+}
+
+// newExtBucket returns a new bucket of l at now; l must be valid.
+func newExtBucket(l Limit, now int64) *extBucket {
+	b := &extBucket{ext: make([]int64, l.ExtWords())}
+	l.InitExt(now, &b.s, b.ext)
+	return b
+}
+
+// clone returns a copy of b that shares nothing with it.
+func (b *extBucket) clone() *extBucket {
+	return &extBucket{s: b.s, ext: append([]int64(nil), b.ext...)}
+}
+
+// equal reports whether b and c hold the same words.
+func (b *extBucket) equal(c *extBucket) bool {
+	if b.s != c.s || len(b.ext) != len(c.ext) {
+		return false
+	}
+	for i := range b.ext {
+		if b.ext[i] != c.ext[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// extOp is what one step of an extended algorithm's script does.
+type extOp uint8
+
+const (
+	opDecide  extOp = iota // DecideExt with cost n
+	opPeek                 // PeekExt
+	opRefund               // DecideRefundExt with amount n
+	opAcquire              // AcquireLease, wanting lease n
+	opRelease              // ReleaseLease of lease n, wanting it released iff changed
+)
+
+var extOpNames = [...]string{"DecideExt", "PeekExt", "DecideRefundExt", "AcquireLease", "ReleaseLease"}
+
+// extStep is one step of a script for an extended algorithm: op at time at
+// with argument n, the Decision wanted (its Limit is filled in by runExt)
+// and whether the state must change.
+type extStep struct {
+	op      extOp
+	at      int64
+	n       int64
+	want    Decision
+	changed bool
+}
+
+// do applies one operation to b and returns its Decision, whether it
+// reported a change, and the lease AcquireLease returned.
+func (b *extBucket) do(l *Limit, op extOp, at, n int64) (d Decision, changed bool, lease int64) {
+	switch op {
+	case opDecide:
+		changed = l.DecideExt(at, &b.s, b.ext, n, 0, &d)
+	case opPeek:
+		l.PeekExt(at, &b.s, b.ext, &d)
+	case opRefund:
+		changed = l.DecideRefundExt(at, &b.s, b.ext, n, 0, &d)
+	case opAcquire:
+		lease, changed = l.AcquireLease(at, &b.s, b.ext, &d)
+	case opRelease:
+		_, changed = l.ReleaseLease(at, &b.s, b.ext, n, &d)
+	}
+	return d, changed, lease
+}
+
+// runExt applies the steps in order to b under l and reports every
+// Decision, changed flag or lease that is not as wanted. At every step it
+// also checks that the operation is deterministic, that changed tells the
+// truth, that word 1 is the extension's ExtSum and that word 2 is untouched.
+func runExt(t *testing.T, l Limit, b *extBucket, steps []extStep) {
+	t.Helper()
+	if err := l.Validate(); err != nil {
+		t.Fatalf("Validate(%+v) = %v", l, err)
+	}
+	for i, st := range steps {
+		before := b.clone()
+		again := b.clone()
+		d, changed, lease := b.do(&l, st.op, st.at, st.n)
+		want := st.want
+		want.Limit = l.Max
+		if d != want || changed != st.changed || (st.op == opAcquire && lease != st.n) {
+			t.Errorf("step %d: %s(at=%d (t0%+d), %d) =\n\t%+v, changed %v, lease %d; want\n\t%+v, changed %v",
+				i, extOpNames[st.op], st.at, st.at-t0, st.n, d, changed, lease, want, st.changed)
+		}
+		if changed != !b.equal(before) {
+			t.Errorf("step %d: changed = %v but the state went %v %v -> %v %v", i, changed, before.s, before.ext, b.s, b.ext)
+		}
+		if d2, c2, l2 := again.do(&l, st.op, st.at, st.n); d2 != d || c2 != changed || l2 != lease || !again.equal(b) {
+			t.Errorf("step %d: %s is not deterministic", i, extOpNames[st.op])
+		}
+		checkExtSum(t, b)
+		if b.s[2] != before.s[2] {
+			t.Errorf("step %d: word 2 went %d -> %d", i, before.s[2], b.s[2])
+		}
+	}
+}
+
+// checkExtSum reports a bucket whose word 1 is not its extension's ExtSum.
+func checkExtSum(t *testing.T, b *extBucket) {
+	t.Helper()
+	if sum := ExtSum(b.ext); b.s[1] != sum {
+		t.Fatalf("state %v: word 1 is not ExtSum(ext) = %d; ext %v", b.s, sum, b.ext)
+	}
+}

@@ -12,23 +12,29 @@ type Algorithm uint8
 // The algorithms. See the package documentation for their semantics and the
 // layout of their State.
 const (
-	Invalid       Algorithm = iota // never valid; the zero value
-	TokenBucket                    // "token_bucket": smyte/ratelimit's discrete-refill token bucket
-	GCRA                           // "gcra": redis-cell's generic cell rate algorithm
-	FixedWindow                    // "fixed_window": a counter per epoch-aligned window
-	SlidingWindow                  // "sliding_window": two-window weighted counter
-	Pacer                          // "pacer": leaky bucket as a queue; replies carry a delay
+	Invalid        Algorithm = iota // never valid; the zero value
+	TokenBucket                     // "token_bucket": smyte/ratelimit's discrete-refill token bucket
+	GCRA                            // "gcra": redis-cell's generic cell rate algorithm
+	FixedWindow                     // "fixed_window": a counter per epoch-aligned window
+	SlidingWindow                   // "sliding_window": two-window weighted counter
+	Pacer                           // "pacer": leaky bucket as a queue; replies carry a delay
+	SlidingLog                      // "sliding_log": exact rolling window over a log of admissions
+	WindowCounters                  // "window_counters": sub-window counters summed over the last window
+	Concurrency                     // "concurrency": leases held at once, released or expiring
 
 	numAlgorithms // one past the last valid Algorithm
 )
 
 var algorithmNames = [numAlgorithms]string{
-	Invalid:       "invalid",
-	TokenBucket:   "token_bucket",
-	GCRA:          "gcra",
-	FixedWindow:   "fixed_window",
-	SlidingWindow: "sliding_window",
-	Pacer:         "pacer",
+	Invalid:        "invalid",
+	TokenBucket:    "token_bucket",
+	GCRA:           "gcra",
+	FixedWindow:    "fixed_window",
+	SlidingWindow:  "sliding_window",
+	Pacer:          "pacer",
+	SlidingLog:     "sliding_log",
+	WindowCounters: "window_counters",
+	Concurrency:    "concurrency",
 }
 
 // String returns the algorithm's name as used in configuration and on the
@@ -59,11 +65,15 @@ const StateWords = 3
 // State is an algorithm's words inside a slot. Their meaning depends on the
 // Limit's algorithm; the package documentation gives each layout. Words an
 // algorithm does not use are set to 0 by Init and Drained and otherwise
-// never read or written.
+// never read or written. The extended algorithms (see Algorithm.Extended)
+// keep most of their state in an extension instead, and their State is
+// word 0 for the algorithm, word 1 the extension's checksum ExtSum, and
+// word 2 the table's, never read or written here.
 //
-// The zero State is not a new bucket: use Limit.Init. Every method accepts
-// any State, including words torn or corrupted on disk, without panicking;
-// out-of-range counts are clamped when read.
+// The zero State is not a new bucket: use Limit.Init (Limit.InitExt). Every
+// method accepts any State, and any extension, including words torn or
+// corrupted on disk, without panicking; out-of-range counts are clamped
+// when read.
 type State [StateWords]int64
 
 // Flags modify a request. Strict and Smyte are read by token_bucket
@@ -86,7 +96,8 @@ const (
 )
 
 // Limit is an algorithm and its parameters. Durations are nanoseconds. The
-// parameters an algorithm does not use must be 0. The zero Limit is invalid.
+// parameters an algorithm does not use must be 0 (CountDenied false). The
+// zero Limit is invalid.
 //
 // Call Validate once before using a Limit; the other methods assume it
 // passed and may panic otherwise (for example on a division by a zero
@@ -94,16 +105,19 @@ const (
 // simultaneous use by multiple goroutines.
 type Limit struct {
 	Algorithm    Algorithm
-	Max          int64 // token_bucket: capacity; fixed_window, sliding_window: the limit per window (>= 1)
+	Max          int64 // token_bucket: capacity; the window algorithms: the limit per window; concurrency: leases at once (>= 1)
 	RefillTime   int64 // token_bucket: ns per refill step (>= 1 ms)
 	RefillAmount int64 // token_bucket: tokens per refill step (>= 1; callers default it to Max)
 	Burst        int64 // gcra: max_burst (>= 0); limit = Burst+1
 	Count        int64 // gcra: count per Period; pacer: events per Period (>= 1)
 	Period       int64 // gcra, pacer: ns (>= 1)
-	Window       int64 // fixed_window, sliding_window: ns (>= 1 ms)
+	Window       int64 // fixed_window, sliding_window, sliding_log, window_counters: ns (>= 1 ms)
 	MaxDelay     int64 // pacer: longest delay a caller may be asked to wait, ns (>= 0)
+	Counters     int64 // window_counters: sub-windows per Window (1 to MaxCounters; callers default it to 60)
+	CountDenied  bool  // window_counters: a denied request counts too
+	Lease        int64 // concurrency: how long a lease is held unless released, ns (>= 1 ms)
 
-	step  int64   // gcra T, pacer I: recorded by Validate; 0 means compute it
+	step  int64   // gcra T, pacer I, window_counters sub-window: recorded by Validate; 0 means compute it
 	stepD divider // division by step, prepared by Validate
 }
 
@@ -122,9 +136,22 @@ const (
 	MaxTime int64 = 6_942_585_600 * 1e9
 	// MaxDuration is the longest duration a Limit may hold or derive: 2^31
 	// seconds (68 years, the longest refill time smyte/ratelimit accepts).
-	// It bounds RefillTime, Period, Window and MaxDelay, the gcra tolerance
-	// (Burst+1)*Period/Count and the pacer's MaxDelay plus one interval.
+	// It bounds RefillTime, Period, Window, MaxDelay and Lease, the gcra
+	// tolerance (Burst+1)*Period/Count, the pacer's MaxDelay plus one
+	// interval and window_counters' Window plus one sub-window.
 	MaxDuration int64 = 1 << 31 * 1e9
+)
+
+// The caps of the extended algorithms, whose extension grows with a
+// parameter: each bounds the words one bucket takes in the state file.
+const (
+	// MaxLogLimit is the largest Max of a sliding_log: one word per unit.
+	MaxLogLimit = 4096
+	// MaxConcurrency is the largest Max of a concurrency limit: two words per lease.
+	MaxConcurrency = 1024
+	// MaxCounters is the largest Counters of window_counters: one word per
+	// counter, plus one.
+	MaxCounters = 64
 )
 
 // ValidTime reports whether now is in the range decisions are exact for:
@@ -144,14 +171,20 @@ const (
 	pPeriod
 	pWindow
 	pMaxDelay
+	pCounters
+	pCountDenied
+	pLease
 )
 
-var usedParams = [numAlgorithms]uint8{
-	TokenBucket:   pMax | pRefillTime | pRefillAmount,
-	GCRA:          pBurst | pCount | pPeriod,
-	FixedWindow:   pMax | pWindow,
-	SlidingWindow: pMax | pWindow,
-	Pacer:         pCount | pPeriod | pMaxDelay,
+var usedParams = [numAlgorithms]uint16{
+	TokenBucket:    pMax | pRefillTime | pRefillAmount,
+	GCRA:           pBurst | pCount | pPeriod,
+	FixedWindow:    pMax | pWindow,
+	SlidingWindow:  pMax | pWindow,
+	Pacer:          pCount | pPeriod | pMaxDelay,
+	SlidingLog:     pMax | pWindow,
+	WindowCounters: pMax | pWindow | pCounters | pCountDenied,
+	Concurrency:    pMax | pLease,
 }
 
 // param is a parameter's name and value, for Validate's messages.
@@ -160,12 +193,17 @@ type param struct {
 	v    int64
 }
 
-// params returns the parameters in field order.
-func (l *Limit) params() [8]param {
-	return [8]param{
+// params returns the parameters in field order; CountDenied is 1 if set.
+func (l *Limit) params() [11]param {
+	countDenied := int64(0)
+	if l.CountDenied {
+		countDenied = 1
+	}
+	return [11]param{
 		{"max", l.Max}, {"refill_time", l.RefillTime}, {"refill_amount", l.RefillAmount},
 		{"burst", l.Burst}, {"count", l.Count}, {"period", l.Period},
 		{"window", l.Window}, {"max_delay", l.MaxDelay},
+		{"counters", l.Counters}, {"count_denied", countDenied}, {"lease", l.Lease},
 	}
 }
 
@@ -173,11 +211,13 @@ func (l *Limit) params() [8]param {
 // quantities its decisions derive from the parameters (so l must not be
 // modified afterwards without validating it again). It checks, in this order: the
 // algorithm; each parameter the algorithm uses, in field order (negative,
-// below its minimum or, for a duration, above MaxDuration: ErrOutOfRange; a
+// below its minimum, above its cap (MaxLogLimit, MaxConcurrency,
+// MaxCounters) or, for a duration, above MaxDuration: ErrOutOfRange; a
 // zero RefillAmount, Count or Period: ErrZeroRate); the derived quantities
 // (gcra: Period/Count truncating to 0 ns is ErrZeroRate, a tolerance
 // (Burst+1)*Period/Count above MaxDuration is ErrOverflow; pacer: MaxDelay
-// plus one interval above MaxDuration is ErrOverflow); then that every
+// plus one interval above MaxDuration is ErrOverflow; window_counters:
+// Window plus one sub-window above MaxDuration is ErrOverflow); then that every
 // parameter it does not use is 0 (ErrUnusedParameter). The error names the
 // algorithm, the field and the value.
 func (l *Limit) Validate() error {
@@ -208,6 +248,28 @@ func (l *Limit) Validate() error {
 			l.atLeast("limit", l.Max, 1, ""),
 			l.duration("window", l.Window, Millisecond, " ns (1 ms)"),
 		)
+	case SlidingLog:
+		err = firstErr(
+			l.atLeast("limit", l.Max, 1, ""),
+			l.atMostCap("limit", l.Max, MaxLogLimit, "MaxLogLimit"),
+			l.duration("window", l.Window, Millisecond, " ns (1 ms)"),
+		)
+	case WindowCounters:
+		err = firstErr(
+			l.atLeast("limit", l.Max, 1, ""),
+			l.duration("window", l.Window, Millisecond, " ns (1 ms)"),
+			l.atLeast("counters", l.Counters, 1, ""),
+			l.atMostCap("counters", l.Counters, MaxCounters, "MaxCounters"),
+		)
+		if err == nil {
+			err = l.validateCounters()
+		}
+	case Concurrency:
+		err = firstErr(
+			l.atLeast("limit", l.Max, 1, ""),
+			l.atMostCap("limit", l.Max, MaxConcurrency, "MaxConcurrency"),
+			l.duration("lease", l.Lease, Millisecond, " ns (1 ms)"),
+		)
 	case Pacer:
 		err = firstErr(
 			l.rate("rate", l.Count),
@@ -233,6 +295,8 @@ func (l *Limit) Validate() error {
 		l.step = l.interval()
 	case Pacer:
 		l.step = l.pacerInterval()
+	case WindowCounters:
+		l.step = l.subWindow()
 	}
 	l.stepD = newDivider(uint64(l.step))
 	return nil
@@ -240,15 +304,23 @@ func (l *Limit) Validate() error {
 
 // Identity returns the parameters that are part of a bucket's identity
 // (SPEC section 2): token_bucket {Max, RefillTime, RefillAmount};
-// fixed_window and sliding_window {Window, 0, 0}; gcra, pacer and Invalid
-// {0, 0, 0}, because their state is read under whatever parameters a request
-// brings.
+// fixed_window and sliding_window {Window, 0, 0}; sliding_log {Max,
+// Window, 0} (Max sizes its log); window_counters {Window, Counters, 0};
+// concurrency {Max, 0, 0} (Max sizes its leases; a lease's expiry is
+// absolute, so Lease may change); gcra, pacer and Invalid {0, 0, 0},
+// because their state is read under whatever parameters a request brings.
 func (l *Limit) Identity() [3]int64 {
 	switch l.Algorithm {
 	case TokenBucket:
 		return [3]int64{l.Max, l.RefillTime, l.RefillAmount}
 	case FixedWindow, SlidingWindow:
 		return [3]int64{l.Window, 0, 0}
+	case SlidingLog:
+		return [3]int64{l.Max, l.Window, 0}
+	case WindowCounters:
+		return [3]int64{l.Window, l.Counters, 0}
+	case Concurrency:
+		return [3]int64{l.Max, 0, 0}
 	}
 	return [3]int64{}
 }
@@ -261,11 +333,12 @@ type Decision struct {
 	// Remaining is, for most algorithms, how many more cost-1 requests
 	// would be allowed right now after this one. token_bucket: the tokens
 	// left after the request if allowed, the tokens available if denied;
-	// with Smyte, the tokens available before the deduction. Always in
-	// [0, Limit].
+	// with Smyte, the tokens available before the deduction; concurrency:
+	// the entries free for a lease. Always in [0, Limit].
 	Remaining int64
 	// Limit is the largest Remaining can be: token_bucket, fixed_window,
-	// sliding_window: Max; gcra: Burst+1; pacer: MaxDelay/interval + 1.
+	// sliding_window, sliding_log, window_counters, concurrency: Max; gcra:
+	// Burst+1; pacer: MaxDelay/interval + 1.
 	Limit int64
 	// RetryAfter is the time until this same request would be allowed with
 	// no other traffic: -1 if it is allowed, -1 if it can never be (cost

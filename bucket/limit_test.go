@@ -12,7 +12,8 @@ func TestAlgorithmString(t *testing.T) {
 		want string
 	}{
 		{Invalid, "invalid"}, {TokenBucket, "token_bucket"}, {GCRA, "gcra"}, {FixedWindow, "fixed_window"},
-		{SlidingWindow, "sliding_window"}, {Pacer, "pacer"}, {6, "algorithm(6)"}, {255, "algorithm(255)"},
+		{SlidingWindow, "sliding_window"}, {Pacer, "pacer"}, {SlidingLog, "sliding_log"},
+		{WindowCounters, "window_counters"}, {Concurrency, "concurrency"}, {9, "algorithm(9)"}, {255, "algorithm(255)"},
 	} {
 		if got := tt.a.String(); got != tt.want {
 			t.Errorf("Algorithm(%d).String() = %q, want %q", uint8(tt.a), got, tt.want)
@@ -97,6 +98,37 @@ func TestValidate(t *testing.T) {
 		{Limit{Algorithm: Pacer, Count: 1, Period: 0}, ErrZeroRate, "pacer period = 0"},
 		{Limit{Algorithm: Pacer, Count: 1, Period: 1, MaxDelay: -1}, ErrOutOfRange, "pacer max_delay = -1"},
 		{Limit{Algorithm: Pacer, Count: 1, Period: 1, Burst: 1}, ErrUnusedParameter, "pacer does not use burst"},
+		{Limit{Algorithm: Pacer, Count: 1, Period: 1, Lease: sec}, ErrUnusedParameter, "pacer does not use lease, got 1000000000"},
+		{Limit{Algorithm: FixedWindow, Max: 1, Window: sec, CountDenied: true}, ErrUnusedParameter, "fixed_window does not use count_denied, got 1"},
+
+		{Limit{Algorithm: SlidingLog, Max: 1, Window: ms}, nil, ""},
+		{Limit{Algorithm: SlidingLog, Max: MaxLogLimit, Window: MaxDuration}, nil, ""},
+		{Limit{Algorithm: SlidingLog, Max: 0, Window: sec}, ErrOutOfRange, "sliding_log limit = 0, want >= 1"},
+		{Limit{Algorithm: SlidingLog, Max: MaxLogLimit + 1, Window: sec}, ErrOutOfRange, "sliding_log limit = 4097, want <= 4096 (MaxLogLimit)"},
+		{Limit{Algorithm: SlidingLog, Max: 1, Window: ms - 1}, ErrOutOfRange, "sliding_log window = 999999, want >= 1000000 ns (1 ms)"},
+		{Limit{Algorithm: SlidingLog, Max: 1, Window: MaxDuration + 1}, ErrOutOfRange, "sliding_log window = 2147483648000000001 ns"},
+		{Limit{Algorithm: SlidingLog, Max: 1, Window: sec, Counters: 60}, ErrUnusedParameter, "sliding_log does not use counters, got 60"},
+		{Limit{Algorithm: SlidingLog, Max: 1, Window: sec, CountDenied: true}, ErrUnusedParameter, "sliding_log does not use count_denied"},
+
+		{Limit{Algorithm: WindowCounters, Max: 1, Window: ms, Counters: 1}, nil, ""},
+		{Limit{Algorithm: WindowCounters, Max: maxI64, Window: sec, Counters: MaxCounters, CountDenied: true}, nil, ""},
+		{Limit{Algorithm: WindowCounters, Max: 0, Window: sec, Counters: 60}, ErrOutOfRange, "window_counters limit = 0"},
+		{Limit{Algorithm: WindowCounters, Max: 1, Window: 0, Counters: 60}, ErrOutOfRange, "window_counters window = 0"},
+		{Limit{Algorithm: WindowCounters, Max: 1, Window: sec, Counters: 0}, ErrOutOfRange, "window_counters counters = 0, want >= 1"},
+		{Limit{Algorithm: WindowCounters, Max: 1, Window: sec, Counters: MaxCounters + 1}, ErrOutOfRange, "window_counters counters = 65, want <= 64 (MaxCounters)"},
+		{Limit{Algorithm: WindowCounters, Max: 1, Window: MaxDuration / 2, Counters: 1}, nil, ""},
+		{Limit{Algorithm: WindowCounters, Max: 1, Window: MaxDuration/2 + 1, Counters: 1}, ErrOverflow,
+			"window_counters window + window/counters = 1073741824000000001 + 1073741824000000001 ns, want <= 2147483648000000000 ns"},
+		{Limit{Algorithm: WindowCounters, Max: 1, Window: MaxDuration, Counters: MaxCounters}, ErrOverflow, "window + window/counters"},
+		{Limit{Algorithm: WindowCounters, Max: 1, Window: sec, Counters: 60, Lease: sec}, ErrUnusedParameter, "window_counters does not use lease"},
+
+		{Limit{Algorithm: Concurrency, Max: 1, Lease: ms}, nil, ""},
+		{Limit{Algorithm: Concurrency, Max: MaxConcurrency, Lease: MaxDuration}, nil, ""},
+		{Limit{Algorithm: Concurrency, Max: 0, Lease: sec}, ErrOutOfRange, "concurrency limit = 0, want >= 1"},
+		{Limit{Algorithm: Concurrency, Max: MaxConcurrency + 1, Lease: sec}, ErrOutOfRange, "concurrency limit = 1025, want <= 1024 (MaxConcurrency)"},
+		{Limit{Algorithm: Concurrency, Max: 1, Lease: ms - 1}, ErrOutOfRange, "concurrency lease = 999999, want >= 1000000 ns (1 ms)"},
+		{Limit{Algorithm: Concurrency, Max: 1, Lease: MaxDuration + 1}, ErrOutOfRange, "concurrency lease = 2147483648000000001 ns"},
+		{Limit{Algorithm: Concurrency, Max: 1, Lease: sec, Window: sec}, ErrUnusedParameter, "concurrency does not use window"},
 	} {
 		err := tt.l.Validate()
 		if tt.err == nil {
@@ -121,6 +153,9 @@ func TestIdentity(t *testing.T) {
 		{Limit{Algorithm: FixedWindow, Max: 5, Window: sec}, [3]int64{sec, 0, 0}},
 		{Limit{Algorithm: SlidingWindow, Max: 5, Window: minute}, [3]int64{minute, 0, 0}},
 		{Limit{Algorithm: Pacer, Count: 5, Period: sec, MaxDelay: sec}, [3]int64{}},
+		{Limit{Algorithm: SlidingLog, Max: 5, Window: minute}, [3]int64{5, minute, 0}},
+		{Limit{Algorithm: WindowCounters, Max: 5, Window: hour, Counters: 60, CountDenied: true}, [3]int64{hour, 60, 0}},
+		{Limit{Algorithm: Concurrency, Max: 5, Lease: minute}, [3]int64{5, 0, 0}},
 		{Limit{}, [3]int64{}},
 	} {
 		if got := tt.l.Identity(); got != tt.want {

@@ -271,6 +271,9 @@ func TestFreshAtNeverEarly(t *testing.T) {
 	for seed := uint64(1); seed <= seeds; seed++ {
 		r := newRand(seed)
 		for a := TokenBucket; a < numAlgorithms; a++ {
+			if a.Extended() {
+				continue // TestExtFreshAtNeverEarly
+			}
 			l := randomLimit(r, a)
 			f := Flags(r.IntN(4))
 			s, _, _, latest := traffic(r, l, f, 1+r.IntN(40), true)
@@ -304,6 +307,9 @@ func TestPeekNeverChanges(t *testing.T) {
 	words := []int64{minI64, minI64 + 1, -sec, -1, 0, 1, 3, t0, maxI64 - 1, maxI64}
 	r := newRand(1)
 	for a := TokenBucket; a < numAlgorithms; a++ {
+		if a.Extended() {
+			continue // TestExtCorruptState
+		}
 		l := randomLimit(r, a)
 		for range 2000 {
 			s := State{words[r.IntN(len(words))], words[r.IntN(len(words))], words[r.IntN(len(words))]}

@@ -49,6 +49,17 @@ func wideLimit(r *rand.Rand, a Algorithm) Limit {
 		l.Period = wide(r, 1, MaxDuration)
 		l.Count = wide(r, 1, maxI64)
 		l.MaxDelay = wide(r, 0, MaxDuration-ceilDiv(l.Period, l.Count))
+	case SlidingLog:
+		l.Max = wide(r, 1, MaxLogLimit)
+		l.Window = wide(r, ms, MaxDuration)
+	case WindowCounters:
+		l.Max = wide(r, 1, maxI64)
+		l.Counters = wide(r, 1, MaxCounters)
+		l.Window = wide(r, ms, widestCounters(l.Counters))
+		l.CountDenied = r.IntN(2) == 0
+	case Concurrency:
+		l.Max = wide(r, 1, MaxConcurrency)
+		l.Lease = wide(r, ms, MaxDuration)
 	}
 	return l
 }
@@ -68,6 +79,9 @@ func capacity(l Limit) int64 {
 func TestNeverWedges(t *testing.T) {
 	const steps = 60
 	for a := TokenBucket; a < numAlgorithms; a++ {
+		if a.Extended() {
+			continue // TestExtNeverWedges
+		}
 		for seed := range uint64(300) {
 			r := newRand(seed)
 			l := wideLimit(r, a)
@@ -130,6 +144,81 @@ func TestNeverWedges(t *testing.T) {
 					t.Fatalf("seed %d step %d %v %+v: Remaining %d at %d but a cost of 1 is denied: %+v (state %v)",
 						seed, i, a, l, p.Remaining, now, d1, s)
 				}
+			}
+		}
+	}
+}
+
+// TestExtNeverWedges is TestNeverWedges for the extended algorithms: within
+// [0, MaxTime], a bucket that reports Remaining > 0 admits a cost of 1 (for
+// concurrency: a lease), and a denied cost that fits the limit has a finite
+// RetryAfter at which it passes with no other traffic (for window_counters
+// with CountDenied, no other traffic after the denied request, which
+// counted).
+func TestExtNeverWedges(t *testing.T) {
+	const steps = 60
+	for a := SlidingLog; a < numAlgorithms; a++ {
+		for seed := range uint64(300) {
+			r := newRand(seed)
+			l := wideLimit(r, a)
+			if err := l.Validate(); err != nil {
+				t.Fatalf("seed %d: drawn limit %+v is invalid: %v", seed, l, err)
+			}
+			sp := extSpan(l)
+			now := wide(r, 0, MaxTime)
+			b := newExtBucket(l, now)
+			// request applies a request of cost at now to c: a lease for
+			// concurrency, whatever the cost.
+			request := func(c *extBucket, at, cost int64) (d Decision) {
+				if a == Concurrency {
+					l.AcquireLease(at, &c.s, c.ext, &d)
+				} else {
+					l.DecideExt(at, &c.s, c.ext, cost, 0, &d)
+				}
+				return d
+			}
+			for i := range steps {
+				switch r.IntN(5) {
+				case 0: // same instant
+				case 1:
+					now = min(now+wide(r, 0, sp), MaxTime)
+				case 2:
+					now = wide(r, 0, MaxTime) // anywhere, backwards included
+				case 3:
+					now = max(now-wide(r, 0, sp), 0)
+				case 4:
+					now = MaxTime
+				}
+				cost := []int64{0, 1, 1, l.Max, wide(r, 0, maxI64)}[r.IntN(5)]
+				if a == Concurrency {
+					cost = 1
+				}
+				if r.IntN(6) == 0 {
+					var d Decision
+					l.DecideRefundExt(now, &b.s, b.ext, cost, 0, &d)
+					continue
+				}
+				before := b.clone()
+				d := request(b, now, cost)
+				if !d.Allowed && cost >= 1 && cost <= l.Max {
+					if d.RetryAfter < 1 || d.RetryAfter > maxI64-now {
+						t.Fatalf("seed %d step %d %v %+v: cost %d at %d denied with RetryAfter %d (state %v %v)",
+							seed, i, a, l, cost, now, d.RetryAfter, before.s, before.ext)
+					}
+					if later := now + d.RetryAfter; later <= MaxTime {
+						if again := request(b.clone(), later, cost); !again.Allowed {
+							t.Fatalf("seed %d step %d %v %+v: cost %d at %d denied, RetryAfter %d, still denied then: %+v (state %v %v)",
+								seed, i, a, l, cost, now, d.RetryAfter, again, b.s, b.ext)
+						}
+					}
+				}
+				var p Decision
+				l.PeekExt(now, &b.s, b.ext, &p)
+				if one := request(b.clone(), now, 1); p.Remaining > 0 && !one.Allowed {
+					t.Fatalf("seed %d step %d %v %+v: Remaining %d at %d but a cost of 1 is denied: %+v (state %v %v)",
+						seed, i, a, l, p.Remaining, now, one, b.s, b.ext)
+				}
+				checkExtSum(t, b)
 			}
 		}
 	}
