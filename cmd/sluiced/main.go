@@ -51,6 +51,7 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 	fs.BoolVar(&c.RESPAllowRemote, "resp-allow-remote", false, "allow --resp-addr on a non-loopback address (no authentication!)")
 	fs.Uint64Var(&c.Slots, "slots", 0, fmt.Sprintf("slot count of a new state file (default %d); an existing file keeps its own", server.DefaultSlots))
 	fs.IntVar(&c.SlotSize, "slot-size", 0, "slot size of a new state file: 64, 128 or 256 (default 64); an existing file keeps its own")
+	fs.Uint64Var(&c.ArenaCells, "arena-cells", 0, "64-byte cells of a new state file's arena, where sliding_log, window_counters and concurrency buckets keep their state (default a quarter of the slot count, at least 1024); an existing file keeps its own")
 	fs.DurationVar(&c.SyncInterval, "sync-interval", server.DefaultSyncInterval, "how often the state file is synced to disk")
 	mode := fs.String("socket-mode", "0660", "permissions of the socket file, octal")
 	fs.IntVar(&c.MaxConns, "max-conns", server.DefaultMaxConns, "connections served at once; more are refused with Busy")

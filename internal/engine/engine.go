@@ -113,7 +113,17 @@ func store(sl shm.Slot, l *Limit, s *bucket.State, d *bucket.Decision, t Time) {
 // times would find it gone and new, admitting its limit again.
 func commit(sl shm.Slot, l *Limit, d *bucket.Decision, t Time) {
 	if t.At != t.Now {
-		freshAt := l.b.FreshAt((*bucket.State)(sl.State()))
+		commitAt(sl, d, t, func() int64 { return l.b.FreshAt((*bucket.State)(sl.State())) })
+		return
+	}
+	commitAt(sl, d, t, nil)
+}
+
+// commitAt is commit with the algorithm's FreshAt of the slot's bucket
+// given as a function, called only for a request at its own time.
+func commitAt(sl shm.Slot, d *bucket.Decision, t Time, freshAtOf func() int64) {
+	if t.At != t.Now {
+		freshAt := freshAtOf()
 		if t.At < t.Now && freshAt > t.At {
 			if wait := freshAt - t.At; wait <= math.MaxInt64-t.Now {
 				freshAt = max(freshAt, t.Now+wait)
@@ -143,6 +153,9 @@ func (e *Engine) Acquire(d *bucket.Decision, key []byte, l *Limit, cost int64, t
 		return err
 	}
 	defer e.t.Exit()
+	if l.ext > 0 {
+		return e.acquireExt(d, key, l, cost, t, f)
+	}
 	if cost == 0 {
 		e.decideCopy(d, key, l, 0, t)
 		return nil
@@ -203,6 +216,9 @@ func (e *Engine) Peek(d *bucket.Decision, key []byte, l *Limit, t Time) error {
 		return err
 	}
 	defer e.t.Exit()
+	if l.ext > 0 {
+		return e.peekExt(d, key, l, t, false)
+	}
 	s := e.stateCopy(key, l, t)
 	peekState(d, l, &s, t.At)
 	return nil
@@ -255,6 +271,9 @@ func (e *Engine) Refund(d *bucket.Decision, key []byte, l *Limit, amount int64, 
 		return err
 	}
 	defer e.t.Exit()
+	if l.ext > 0 {
+		return e.refundExt(d, key, l, amount, t, f)
+	}
 	cell := f&bucket.Cell != 0 && l.b.Algorithm == bucket.GCRA
 	sl, ok := e.t.Lookup(e.fingerprint(key, l))
 	if !ok || amount == 0 && !cell {

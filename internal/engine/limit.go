@@ -21,6 +21,7 @@ const identLen = 1 + 3*8
 type Limit struct {
 	b     bucket.Limit
 	ident uint64 // the bucket identity digest
+	ext   int    // words of the bucket's block: 0 for a fixed-size algorithm
 	valid bool
 }
 
@@ -36,7 +37,7 @@ func NewLimit(b bucket.Limit) (Limit, error) {
 	binary.LittleEndian.PutUint64(enc[1:], uint64(id[0]))
 	binary.LittleEndian.PutUint64(enc[9:], uint64(id[1]))
 	binary.LittleEndian.PutUint64(enc[17:], uint64(id[2]))
-	return Limit{b: b, ident: xxhash.Sum64(enc[:]), valid: true}, nil
+	return Limit{b: b, ident: xxhash.Sum64(enc[:]), ext: b.ExtWords(), valid: true}, nil
 }
 
 // MustLimit is NewLimit for limits known to be valid, as in tests and
@@ -80,6 +81,22 @@ func bucketLimit(w proto.Limit) (bucket.Limit, error) {
 		return bucket.Limit{Algorithm: alg, Max: p[0], Window: p[1]}, nil
 	case proto.Pacer:
 		return bucket.Limit{Algorithm: bucket.Pacer, Count: p[0], Period: p[1], MaxDelay: p[2]}, nil
+	case proto.SlidingLog:
+		if p[2] != 0 {
+			return bucket.Limit{}, invalidLimit{fmt.Errorf("%v takes two parameters, got a third: %d", w.Algorithm, p[2])}
+		}
+		return bucket.Limit{Algorithm: bucket.SlidingLog, Max: p[0], Window: p[1]}, nil
+	case proto.WindowCounters:
+		if p[2]&^proto.WindowCountersBits != 0 {
+			return bucket.Limit{}, invalidLimit{fmt.Errorf("%v: third parameter %#x sets bits other than counters (0-7) and count_denied (8)", w.Algorithm, p[2])}
+		}
+		return bucket.Limit{Algorithm: bucket.WindowCounters, Max: p[0], Window: p[1],
+			Counters: p[2] & proto.CountersMask, CountDenied: p[2]&proto.CountDeniedBit != 0}, nil
+	case proto.Concurrency:
+		if p[2] != 0 {
+			return bucket.Limit{}, invalidLimit{fmt.Errorf("%v takes two parameters, got a third: %d", w.Algorithm, p[2])}
+		}
+		return bucket.Limit{Algorithm: bucket.Concurrency, Max: p[0], Lease: p[1]}, nil
 	}
 	return bucket.Limit{}, invalidLimit{fmt.Errorf("unknown algorithm %d", w.Algorithm)}
 }

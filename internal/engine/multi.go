@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"slices"
 
 	"github.com/sluicehq/sluice/bucket"
@@ -71,6 +72,12 @@ func (e *Engine) multi(dst []bucket.Decision, items []Item, t Time, each bool) (
 		it := &items[i]
 		if err := check(it.Key, it.Limit, it.Cost, t); err != nil {
 			return dst, false, err
+		}
+		if it.Limit.ext > 0 {
+			if it.Limit.b.Algorithm == bucket.Concurrency {
+				return dst, false, ErrLeaseOnly
+			}
+			return dst, false, fmt.Errorf("%w: %v limits cannot be items of a MULTI; acquire them on their own", ErrInvalidLimit, it.Limit.b.Algorithm)
 		}
 		fps[i] = e.fingerprint(it.Key, it.Limit)
 	}

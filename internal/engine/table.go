@@ -18,9 +18,10 @@ import (
 
 // Limits on a state file's geometry.
 const (
-	MaxSlots        = shm.MaxSlotCount // the most slots a state file may have
-	DefaultSlots    = 1 << 21          // 2,097,152 slots: about 1.5M buckets at a load of 0.7
-	DefaultSlotSize = shm.MinSlotSize  // 64 bytes: 128 MiB for DefaultSlots
+	MaxSlots        = shm.MaxSlotCount  // the most slots a state file may have
+	DefaultSlots    = 1 << 21           // 2,097,152 slots: about 1.5M buckets at a load of 0.7
+	DefaultSlotSize = shm.MinSlotSize   // 64 bytes: 128 MiB for DefaultSlots
+	MaxArenaCells   = shm.MaxArenaCells // the most arena cells a state file may have
 )
 
 // ValidSlotSize reports whether n bytes is a slot size a state file may have:
@@ -32,6 +33,10 @@ func ValidSlotSize(n int) bool { return shm.ValidSlotSize(n) }
 type Options struct {
 	Slots    uint64 // slot count (DefaultSlots)
 	SlotSize int    // 64, 128 or 256 bytes (DefaultSlotSize); above 64, keys are kept inline
+	// ArenaCells is the number of 64-byte cells of the arena, where
+	// sliding_log, window_counters and concurrency buckets keep their
+	// blocks (shm.DefaultArenaCells of the slot count).
+	ArenaCells uint64
 }
 
 // Geometry is a table's fixed shape, and Stats its counters (kept in the
@@ -70,7 +75,7 @@ func Open(path string, o Options, now int64) (*Engine, error) {
 		if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 			return nil, err
 		}
-		c := shm.Options{SlotCount: o.Slots, SlotSize: o.SlotSize}
+		c := shm.Options{SlotCount: o.Slots, SlotSize: o.SlotSize, ArenaCells: o.ArenaCells}
 		if c.SlotCount == 0 {
 			c.SlotCount = DefaultSlots
 		}
@@ -84,10 +89,10 @@ func Open(path string, o Options, now int64) (*Engine, error) {
 		return nil, err
 	}
 	g := t.Geometry()
-	if o.Slots != 0 && g.SlotCount != o.Slots || o.SlotSize != 0 && g.SlotSize != o.SlotSize {
+	if o.Slots != 0 && g.SlotCount != o.Slots || o.SlotSize != 0 && g.SlotSize != o.SlotSize || o.ArenaCells != 0 && g.ArenaCells != o.ArenaCells {
 		t.Close()
-		return nil, fmt.Errorf("%w: %s has %d slots of %d bytes; leave --slots and --slot-size unset to use it, or move it away to create another",
-			ErrGeometryMismatch, path, g.SlotCount, g.SlotSize)
+		return nil, fmt.Errorf("%w: %s has %d slots of %d bytes and %d arena cells; leave --slots, --slot-size and --arena-cells unset to use it, or move it away to create another",
+			ErrGeometryMismatch, path, g.SlotCount, g.SlotSize, g.ArenaCells)
 	}
 	return New(t), nil
 }

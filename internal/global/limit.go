@@ -60,6 +60,10 @@ func Check(l bucket.Limit) error {
 		derived, what = 2*l.Window, "twice the window"
 	case bucket.Pacer:
 		derived, what = l.MaxDelay+pacerInterval(l), "max_delay plus one interval"
+	default:
+		// sliding_log, window_counters and concurrency keep a block of state
+		// per bucket that has no global form (yet): they are local only.
+		return fmt.Errorf("%w: %v has no global form; use it with scope: local", ErrUnsupported, l.Algorithm)
 	}
 	if l.Algorithm == bucket.FixedWindow || l.Algorithm == bucket.SlidingWindow {
 		if err := count("limit", l.Max); err != nil {

@@ -50,6 +50,7 @@ type Config struct {
 	RESPAllowRemote bool
 	Slots           uint64        // slot count of a new state file
 	SlotSize        int           // slot size of a new state file: 64, 128 or 256
+	ArenaCells      uint64        // arena cells of a new state file (engine.Options.ArenaCells)
 	SyncInterval    time.Duration // how often the table is synced to disk
 	SocketMode      fs.FileMode   // permissions of the socket file
 	MaxConns        int           // connections served at once; more are answered Busy and closed
@@ -203,6 +204,8 @@ func (c *Config) Validate() error {
 		return bad("Slots", "slots", c.Slots, fmt.Sprintf("want a slot count from 1 to %d", uint64(engine.MaxSlots)))
 	case c.SlotSize != 0 && !engine.ValidSlotSize(c.SlotSize):
 		return bad("SlotSize", "slot-size", c.SlotSize, "want 64, 128 or 256")
+	case c.ArenaCells > engine.MaxArenaCells:
+		return bad("ArenaCells", "arena-cells", c.ArenaCells, fmt.Sprintf("want a cell count from 1 to %d", uint64(engine.MaxArenaCells)))
 	case c.SocketMode&^fs.ModePerm != 0:
 		return bad("SocketMode", "socket-mode", fmt.Sprintf("%#o", c.SocketMode), "want octal permissions such as 0660")
 	case c.MaxConns < 0 || c.MaxConns > 1_000_000:

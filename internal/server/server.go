@@ -67,7 +67,7 @@ func Run(ctx context.Context, cfg Config) error {
 	c := cfg.withDefaults()
 	// An existing file keeps its geometry: only what cfg sets explicitly
 	// (before defaults) must match it.
-	e, err := engine.Open(c.StatePath, engine.Options{Slots: cfg.Slots, SlotSize: cfg.SlotSize}, time.Now().UnixNano())
+	e, err := engine.Open(c.StatePath, engine.Options{Slots: cfg.Slots, SlotSize: cfg.SlotSize, ArenaCells: cfg.ArenaCells}, time.Now().UnixNano())
 	if err != nil {
 		return err
 	}
@@ -224,13 +224,14 @@ func (s *server) accept(l *listener) {
 		}
 		if lp != nil {
 			st, handle := l.open(s, c)
-			lp.add(st, handle, func() { s.release(c, uid, counted) })
+			lp.add(st, handle, func() { st.releaseLeases(); s.release(c, uid, counted) })
 			continue
 		}
 		go func() {
 			defer s.release(c, uid, counted)
 			st, handle := l.open(s, c)
 			st.serve(handle)
+			st.releaseLeases()
 		}()
 	}
 }

@@ -1,0 +1,265 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/shm"
+)
+
+// Extended algorithms (sliding_log, window_counters, concurrency) keep words
+// beyond the slot's three in a block of the state file's arena (shm.Slot.Ext):
+// the slot holds state word 0 (the algorithm's), word 1 (the block's
+// checksum, which the algorithm keeps) and word 2 (the block, the table's).
+// The paths below mirror the fixed-size ones: decide on the slot's own
+// words when the bucket is there and sound, decide a new bucket before
+// claiming a slot for it, and write a repair whatever the outcome.
+
+var (
+	// ErrArenaFull is returned when a new bucket of an extended algorithm
+	// finds no room for its block in the state file's arena. It is an
+	// ErrTableFull.
+	ErrArenaFull = fmt.Errorf("%w: the arena has no room for the new bucket's block (sliding_log, window_counters, concurrency); create the state file with more --arena-cells", ErrTableFull)
+	// ErrLeaseOnly is returned for an acquire, refund or MULTI item with a
+	// concurrency limit: its slots are taken with Lease and given back with
+	// Release. It is an ErrInvalidLimit.
+	ErrLeaseOnly = fmt.Errorf("%w: concurrency limits take LEASE and RELEASE", ErrInvalidLimit)
+	// ErrNotConcurrency is returned by Lease and Release for a limit that is
+	// not a concurrency limit. It is an ErrInvalidLimit.
+	ErrNotConcurrency = fmt.Errorf("%w: only concurrency limits take leases", ErrInvalidLimit)
+)
+
+// extErr translates the table's errors for a block.
+func extErr(err error) error {
+	if errors.Is(err, shm.ErrArenaFull) || errors.Is(err, shm.ErrNoArena) {
+		return ErrArenaFull
+	}
+	return tableErr(err)
+}
+
+// maxExtWords is the longest block of any limit (bucket.Limit.ExtWords).
+const maxExtWords = max(bucket.MaxLogLimit, bucket.MaxCounters+1, 2*bucket.MaxConcurrency)
+
+// scratch holds the words of a new bucket decided before a slot is claimed
+// for it, and of peeks at buckets that do not exist.
+var scratch = sync.Pool{New: func() any { return new([maxExtWords]int64) }}
+
+// loadExt readies the locked slot's block for l's algorithm: the block as it
+// stands for a sound bucket of l's algorithm, a new bucket's (at t.At) for a
+// slot that holds none, a drained one for a slot found torn or of another
+// algorithm. replaced reports that the slot must be written whatever the
+// algorithm then does (a repair). On an error the slot is released, or
+// cleared if it held no bucket.
+func loadExt(t Time, l *Limit, sl shm.Slot) (ext []int64, replaced bool, err error) {
+	ext, fresh, err := sl.Ext(l.ext, t.Now)
+	if err != nil {
+		if sl.Live() {
+			sl.Release()
+		} else {
+			sl.Clear()
+		}
+		return nil, false, extErr(err)
+	}
+	s := (*bucket.State)(sl.State())
+	switch {
+	case !sl.Live():
+		l.b.InitExt(t.At, s, ext)
+	case fresh || !inPlace(l, sl):
+		l.b.DrainedExt(max(t.Now, t.At), s, ext)
+		return ext, true, nil
+	}
+	return ext, false, nil
+}
+
+// finishExt ends a decision on the locked slot: commits it if the decision
+// changed it or it was repaired, clears it if it holds no bucket (a new
+// bucket that nothing was consumed from stays absent), else releases it.
+func finishExt(sl shm.Slot, l *Limit, ext []int64, d *bucket.Decision, t Time, write bool) {
+	switch {
+	case write:
+		commitExt(sl, l, ext, d, t)
+	case !sl.Live():
+		sl.Clear()
+	default:
+		sl.Release()
+	}
+}
+
+// commitExt is commit for an extended algorithm.
+func commitExt(sl shm.Slot, l *Limit, ext []int64, d *bucket.Decision, t Time) {
+	commitAt(sl, d, t, func() int64 { return l.b.FreshAtExt((*bucket.State)(sl.State()), ext) })
+}
+
+// acquireExt is Acquire for an extended algorithm.
+func (e *Engine) acquireExt(d *bucket.Decision, key []byte, l *Limit, cost int64, t Time, f bucket.Flags) error {
+	if l.b.Algorithm == bucket.Concurrency {
+		return ErrLeaseOnly
+	}
+	if cost == 0 {
+		return e.peekExt(d, key, l, t, true)
+	}
+	fp := e.fingerprint(key, l)
+	sl, ok, pr := e.t.Find(fp)
+	if ok && e.probe != nil {
+		e.probe(sl.Displacement())
+	}
+	if !ok {
+		// Decide on a new bucket first; claim a slot only if it changes.
+		buf := scratch.Get().(*[maxExtWords]int64)
+		defer scratch.Put(buf)
+		var s bucket.State
+		w := buf[:l.ext]
+		l.b.InitExt(t.At, &s, w)
+		if !l.b.DecideExt(t.At, &s, w, cost, f, d) {
+			return nil
+		}
+		var created bool
+		var err error
+		if sl, created, err = e.t.Claim(&pr, uint8(l.b.Algorithm), key, t.Now); err != nil {
+			return tableErr(err)
+		}
+		if created {
+			if e.probe != nil {
+				e.probe(sl.Displacement())
+			}
+			ext, _, err := sl.Ext(l.ext, t.Now)
+			if err != nil {
+				sl.Clear()
+				return extErr(err)
+			}
+			copy(ext, w)
+			st := sl.State()
+			st[0], st[1] = s[0], s[1]
+			commitExt(sl, l, ext, d, t)
+			return nil
+		}
+		// Another request created the bucket since the Find: decide on it.
+	}
+	ext, replaced, err := loadExt(t, l, sl)
+	if err != nil {
+		return err
+	}
+	changed := l.b.DecideExt(t.At, (*bucket.State)(sl.State()), ext, cost, f, d)
+	finishExt(sl, l, ext, d, t, changed || replaced)
+	return nil
+}
+
+// peekExt writes to *d what Peek reports of key's bucket of an extended
+// algorithm (cost0: what an acquire of cost 0 reports), repairing a slot
+// found torn on the way.
+func (e *Engine) peekExt(d *bucket.Decision, key []byte, l *Limit, t Time, cost0 bool) error {
+	look := func(s *bucket.State, ext []int64) {
+		if cost0 {
+			l.b.DecideExt(t.At, s, ext, 0, 0, d)
+		} else {
+			l.b.PeekExt(t.At, s, ext, d)
+		}
+	}
+	sl, ok := e.t.Lookup(e.fingerprint(key, l))
+	if ok && sl.Live() {
+		ext, replaced, err := loadExt(t, l, sl)
+		if err != nil {
+			return err
+		}
+		look((*bucket.State)(sl.State()), ext)
+		finishExt(sl, l, ext, d, t, replaced)
+		return nil
+	}
+	if ok {
+		sl.Release()
+	}
+	buf := scratch.Get().(*[maxExtWords]int64)
+	defer scratch.Put(buf)
+	var s bucket.State
+	l.b.InitExt(t.At, &s, buf[:l.ext])
+	look(&s, buf[:l.ext])
+	return nil
+}
+
+// refundExt is Refund for an extended algorithm.
+func (e *Engine) refundExt(d *bucket.Decision, key []byte, l *Limit, amount int64, t Time, f bucket.Flags) error {
+	if l.b.Algorithm == bucket.Concurrency {
+		return ErrLeaseOnly
+	}
+	sl, ok := e.t.Lookup(e.fingerprint(key, l))
+	if !ok || !sl.Live() || amount == 0 {
+		if ok {
+			sl.Release()
+		}
+		return e.peekExt(d, key, l, t, false)
+	}
+	ext, replaced, err := loadExt(t, l, sl)
+	if err != nil {
+		return err
+	}
+	s := (*bucket.State)(sl.State())
+	changed := l.b.DecideRefundExt(t.At, s, ext, amount, f, d)
+	l.b.PeekExt(t.At, s, ext, d)
+	finishExt(sl, l, ext, d, t, changed || replaced)
+	return nil
+}
+
+// Lease takes one of the slots of key's concurrency bucket under l at the
+// server's clock t.Now (a lease is about real time: t.At is not read). It
+// writes the decision to *d and returns the lease's id, > 0, if it was
+// allowed, else 0.
+func (e *Engine) Lease(d *bucket.Decision, key []byte, l *Limit, t Time) (lease int64, err error) {
+	t.At = t.Now
+	if err := check(key, l, 1, t); err != nil {
+		return 0, err
+	}
+	if l.b.Algorithm != bucket.Concurrency {
+		return 0, ErrNotConcurrency
+	}
+	if err := e.enter(); err != nil {
+		return 0, err
+	}
+	defer e.t.Exit()
+	sl, _, err := e.t.LookupOrInsert(e.fingerprint(key, l), uint8(l.b.Algorithm), key, t.Now)
+	if err != nil {
+		return 0, tableErr(err)
+	}
+	ext, replaced, err := loadExt(t, l, sl)
+	if err != nil {
+		return 0, err
+	}
+	lease, changed := l.b.AcquireLease(t.Now, (*bucket.State)(sl.State()), ext, d)
+	finishExt(sl, l, ext, d, t, changed || replaced)
+	return lease, nil
+}
+
+// Release gives back the lease of key's concurrency bucket under l, at the
+// server's clock t.Now. It reports whether the lease was held (false for a
+// lease unknown, released already or expired), and writes to *d the bucket
+// afterwards, as Peek reports it.
+func (e *Engine) Release(d *bucket.Decision, key []byte, l *Limit, lease int64, t Time) (released bool, err error) {
+	t.At = t.Now
+	if err := check(key, l, 0, t); err != nil {
+		return false, err
+	}
+	if l.b.Algorithm != bucket.Concurrency {
+		return false, ErrNotConcurrency
+	}
+	if err := e.enter(); err != nil {
+		return false, err
+	}
+	defer e.t.Exit()
+	sl, ok := e.t.Lookup(e.fingerprint(key, l))
+	if !ok || !sl.Live() {
+		if ok {
+			sl.Release()
+		}
+		return false, e.peekExt(d, key, l, t, false)
+	}
+	ext, replaced, err := loadExt(t, l, sl)
+	if err != nil {
+		return false, err
+	}
+	s := (*bucket.State)(sl.State())
+	released, changed := l.b.ReleaseLease(t.Now, s, ext, lease, d)
+	l.b.PeekExt(t.Now, s, ext, d)
+	finishExt(sl, l, ext, d, t, changed || replaced)
+	return released, nil
+}

@@ -1,0 +1,221 @@
+package engine
+
+import (
+	"errors"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/shm"
+)
+
+func slidingLog(n, windowSec int64) *Limit {
+	return lim(bucket.Limit{Algorithm: bucket.SlidingLog, Max: n, Window: windowSec * sec})
+}
+
+func windowCounters(n, windowSec, k int64) *Limit {
+	return lim(bucket.Limit{Algorithm: bucket.WindowCounters, Max: n, Window: windowSec * sec, Counters: k})
+}
+
+func concurrency(n, leaseSec int64) *Limit {
+	return lim(bucket.Limit{Algorithm: bucket.Concurrency, Max: n, Lease: leaseSec * sec})
+}
+
+// Ensure the algorithms' block checksum is the one the table verifies: the
+// state file's format defines it once, and both packages compute it.
+func TestExtSum_bucketAndTableAgree(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for n := range 200 {
+		w := make([]int64, n)
+		for i := range w {
+			w[i] = int64(rng.Uint64())
+		}
+		if got, want := bucket.ExtSum(w), shm.ExtSum(w); got != want {
+			t.Fatalf("%d words: bucket %#x, table %#x", n, got, want)
+		}
+	}
+}
+
+// Ensure each extended algorithm decides through the engine as it does on
+// its own, keeps its block from one request to the next, and gives the
+// block back when reset.
+func TestExt_acquirePeekRefundReset(t *testing.T) {
+	e := newEngine(t, 64)
+	key := []byte("caller")
+	for _, l := range []*Limit{slidingLog(5, 1), windowCounters(5, 60, 60)} {
+		used := e.Stats().ArenaUsed
+		for i := range 5 {
+			if d, err := acquire(e, key, l, 1, t0+int64(i), 0); err != nil || !d.Allowed || d.Remaining != int64(4-i) {
+				t.Fatalf("%v: acquire %d: %+v, %v", l.b.Algorithm, i, d, err)
+			}
+		}
+		d, err := acquire(e, key, l, 1, t0+10, 0)
+		if err != nil || d.Allowed || d.RetryAfter <= 0 {
+			t.Errorf("%v: sixth acquire: %+v, %v; want denied with a retry", l.b.Algorithm, d, err)
+		}
+		if d, err := peek(e, key, l, t0+10); err != nil || d.Allowed || d.Remaining != 0 {
+			t.Errorf("%v: peek: %+v, %v", l.b.Algorithm, d, err)
+		}
+		if d, err := refund(e, key, l, 2, t0+10); err != nil || d.Remaining != 2 {
+			t.Errorf("%v: refund 2: %+v, %v", l.b.Algorithm, d, err)
+		}
+		if d, err := acquire(e, key, l, 0, t0+10, 0); err != nil || !d.Allowed || d.Remaining != 2 {
+			t.Errorf("%v: acquire of cost 0: %+v, %v", l.b.Algorithm, d, err)
+		}
+		if existed, err := e.Reset(key, l); !existed || err != nil {
+			t.Errorf("%v: reset: %v, %v", l.b.Algorithm, existed, err)
+		}
+		if now := e.Stats().ArenaUsed; now != used {
+			t.Errorf("%v: %d arena cells used after the reset, %d before the bucket", l.b.Algorithm, now, used)
+		}
+		if d, err := acquire(e, key, l, 5, t0+10, 0); err != nil || !d.Allowed {
+			t.Errorf("%v: after the reset: %+v, %v", l.b.Algorithm, d, err)
+		}
+	}
+	// A denied request on a bucket that does not exist creates nothing.
+	if d, err := acquire(e, []byte("new"), slidingLog(5, 1), 6, t0, 0); err != nil || d.Allowed {
+		t.Errorf("cost above the limit: %+v, %v", d, err)
+	}
+	if sl, ok := e.Table().Lookup(e.fingerprint([]byte("new"), slidingLog(5, 1))); ok {
+		sl.Release()
+		t.Error("a denied request created a bucket")
+	}
+}
+
+// Ensure concurrency slots are taken with Lease and given back with
+// Release, a stale or unknown lease releases nothing, a lease expires, and
+// the other operations refuse a concurrency limit.
+func TestExt_leases(t *testing.T) {
+	e := newEngine(t, 64)
+	key, l := []byte("jobs"), concurrency(2, 10)
+	var d bucket.Decision
+	a, err := e.Lease(&d, key, l, At(t0))
+	if err != nil || a <= 0 || !d.Allowed || d.Remaining != 1 {
+		t.Fatalf("first lease: %d, %+v, %v", a, d, err)
+	}
+	b, _ := e.Lease(&d, key, l, At(t0+1))
+	if c, _ := e.Lease(&d, key, l, At(t0+2)); c != 0 || d.Allowed || d.RetryAfter != 10*sec-2 {
+		t.Errorf("third lease: %d, %+v; want denied until the first expires", c, d)
+	}
+	if ok, err := e.Release(&d, key, l, a, At(t0+3)); !ok || err != nil || d.Remaining != 1 {
+		t.Errorf("release: %v, %v, %+v", ok, err, d)
+	}
+	if ok, _ := e.Release(&d, key, l, a, At(t0+4)); ok {
+		t.Error("a lease released twice")
+	}
+	if ok, _ := e.Release(&d, key, l, 12345, At(t0+4)); ok {
+		t.Error("an unknown lease released")
+	}
+	if c, _ := e.Lease(&d, key, l, At(t0+5)); c == 0 {
+		t.Error("no lease after a release")
+	}
+	if c, _ := e.Lease(&d, key, l, At(t0+1+10*sec)); c == 0 || d.Remaining != 0 {
+		t.Errorf("after the second lease expired: %d, %+v", c, d)
+	}
+	if ok, _ := e.Release(&d, key, l, b, At(t0+2+10*sec)); ok {
+		t.Error("an expired lease released")
+	}
+	if _, err := acquire(e, key, l, 1, t0, 0); !errors.Is(err, ErrLeaseOnly) || !errors.Is(err, ErrInvalidLimit) {
+		t.Errorf("acquire of a concurrency limit: %v", err)
+	}
+	if _, err := e.Lease(&d, key, slidingLog(2, 1), At(t0)); !errors.Is(err, ErrNotConcurrency) {
+		t.Errorf("lease of a sliding_log limit: %v", err)
+	}
+	if _, _, err := e.Multi(nil, []Item{{Key: key, Limit: slidingLog(2, 1), Cost: 1}}, At(t0)); !errors.Is(err, ErrInvalidLimit) {
+		t.Errorf("MULTI of a sliding_log limit: %v", err)
+	}
+}
+
+// Ensure a full arena refuses a new bucket with ErrArenaFull, an
+// ErrTableFull, and changes nothing.
+func TestExt_arenaFull(t *testing.T) {
+	tb, err := shm.NewHeap(shm.Options{SlotCount: 64, ArenaCells: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := New(tb)
+	l := slidingLog(16, 60) // 2 cells
+	if _, err := acquire(e, []byte("a"), l, 1, t0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := acquire(e, []byte("b"), l, 1, t0, 0); !errors.Is(err, ErrArenaFull) || !errors.Is(err, ErrTableFull) {
+		t.Errorf("a second bucket in a full arena: %v", err)
+	}
+	if sl, ok := tb.Lookup(e.fingerprint([]byte("b"), l)); ok {
+		if sl.Live() || sl.HasExt() {
+			t.Error("the refused bucket is live")
+		}
+		sl.Release()
+	}
+	if err := tb.Verify(); err != nil {
+		t.Error(err)
+	}
+}
+
+// Ensure a crash keeps every answered admission of an extended algorithm,
+// and that a block torn by the crash drains its bucket: never lenient.
+func TestExt_crash(t *testing.T) {
+	for _, l := range []*Limit{slidingLog(4, 60), windowCounters(4, 60, 10), concurrency(4, 60)} {
+		t.Run(l.b.Algorithm.String(), func(t *testing.T) {
+			e, path := fileEngine(t, 64)
+			take := func(e *Engine, key string, at int64) bool {
+				if l.b.Algorithm == bucket.Concurrency {
+					var d bucket.Decision
+					lease, err := e.Lease(&d, []byte(key), l, At(at))
+					if err != nil {
+						t.Fatal(err)
+					}
+					return lease > 0
+				}
+				d, err := acquire(e, []byte(key), l, 1, at, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return d.Allowed
+			}
+			for i := range 3 {
+				take(e, "kept", t0+int64(i))
+				take(e, "torn", t0+int64(i))
+			}
+			// A word of the torn bucket's block written apart from its slot,
+			// as a power loss can leave the file.
+			flip := func() {
+				sl, _ := e.Table().Lookup(e.fingerprint([]byte("torn"), l))
+				ext, _, _ := sl.Ext(l.ext, t0)
+				ext[len(ext)-1] ^= 1
+				sl.Release()
+			}
+			flip()
+			img, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			flip()
+			crashed := filepath.Join(t.TempDir(), "crashed")
+			if err := os.WriteFile(crashed, img, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			tb, err := shm.Open(crashed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tb.Close()
+			if o := tb.Opened(); o.Torn != 1 {
+				t.Errorf("opened: %+v, want 1 torn", o)
+			}
+			e2 := New(tb)
+			if !take(e2, "kept", t0+10) || take(e2, "kept", t0+11) {
+				t.Error("the sound bucket did not keep its 3 admissions")
+			}
+			if take(e2, "torn", t0+10) {
+				t.Error("the torn bucket admitted a request: it must be drained")
+			}
+			if err := tb.Verify(); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
