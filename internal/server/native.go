@@ -16,8 +16,6 @@ import (
 
 var errNotRequest = fmt.Errorf("%w: a client may only send request frames", proto.ErrMalformed)
 
-// errNoLeases answers LEASE and RELEASE, which this server does not serve.
-var errNoLeases = fmt.Errorf("%w: this server does not support concurrency leases (LEASE, RELEASE)", proto.ErrStatusUnsupported)
 
 // conn is a connection speaking the native protocol.
 type conn struct {
@@ -171,8 +169,6 @@ func (s *server) do(b []byte, op *proto.Op, c *conn) []byte {
 		return s.scan(b, op, c.room(b), c.version)
 	case proto.OpMulti:
 		return s.multi(b, op, c)
-	case proto.OpLease, proto.OpRelease:
-		return c.fail(b, op.Code, errNoLeases)
 	}
 	l, nl, err := c.limit(op.Limit, op.Name)
 	if err != nil {
@@ -188,6 +184,10 @@ func (s *server) do(b []byte, op *proto.Op, c *conn) []byte {
 		start = time.Now() // durations are sampled: a clock read costs more than a decision's counters
 	}
 	switch op.Code {
+	case proto.OpLease:
+		return s.leaseOp(b, op, c, l, nl, start)
+	case proto.OpRelease:
+		return s.releaseOp(b, op, c, l)
 	case proto.OpAcquire:
 		err = s.engine.Acquire(&d, op.Key, l, op.N, when, engine.FlagsFromProto(op.Flags))
 	case proto.OpPeek:

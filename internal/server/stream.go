@@ -32,6 +32,9 @@ type stream struct {
 	in     []byte // bytes read and not yet handled: at most one partial request
 	out    []byte
 	closed bool  // close after writing out
+	// leases are the concurrency leases taken on this connection and not
+	// given back: given back when it closes (leases.go)
+	leases []heldLease
 	now    int64 // the server clock, read once per batch
 	// started is when the first byte of the partial request at the front of
 	// in arrived (or, once a batch was handled, when the read that left it

@@ -64,23 +64,57 @@ func TestServer_version3InOlderFrames(t *testing.T) {
 	}
 }
 
-// This server does not serve concurrency leases yet: LEASE and RELEASE
-// (version 3) get an Unsupported error, and the connection goes on.
-func TestServer_leaseUnsupported(t *testing.T) {
+// LEASE takes a concurrency limit's slots, RELEASE gives one back (from any
+// connection), and a connection that closes gives back the leases it
+// still holds; the other operations refuse a concurrency limit.
+func TestServer_leases(t *testing.T) {
 	sc := start(t, Config{})
-	c := dial(t, sc)
-	conc := proto.ConcurrencyLimit(10, 30*time.Second)
-	for _, op := range []func(b []byte) []byte{
-		func(b []byte) []byte { return proto.AppendLease(b, 0, conc, []byte("k")) },
-		func(b []byte) []byte { return proto.AppendRelease(b, 0, conc, 7, []byte("k")) },
-	} {
-		h, rs := c.sendVersion(3, 1, op)
-		if h.Version != 3 || len(rs) != 1 || rs[0].Status != proto.StatusUnsupported ||
-			!strings.Contains(string(rs[0].Message), "LEASE") {
-			t.Errorf("answered %+v", rs)
-		}
+	conc := proto.ConcurrencyLimit(2, 30*time.Second)
+	lease := func(c *client) proto.Result {
+		_, rs := c.sendVersion(3, 1, func(b []byte) []byte { return proto.AppendLease(b, 0, conc, []byte("jobs")) })
+		return rs[0]
 	}
-	if r := c.acquire("k", tb10, 1, 0); r.Status != proto.StatusOK {
-		t.Errorf("after LEASE and RELEASE: %+v", r)
+	release := func(c *client, id uint64) proto.Result {
+		_, rs := c.sendVersion(3, 1, func(b []byte) []byte { return proto.AppendRelease(b, 0, conc, id, []byte("jobs")) })
+		return rs[0]
+	}
+	holder, other := dial(t, sc), dial(t, sc)
+	a := lease(holder)
+	if a.Status != proto.StatusOK || !a.Decision.Allowed || a.Lease == 0 || a.Decision.Remaining != 1 {
+		t.Fatalf("first lease: %+v", a)
+	}
+	if b := lease(holder); !b.Decision.Allowed || b.Lease == 0 || b.Lease == a.Lease {
+		t.Fatalf("second lease: %+v", b)
+	}
+	if r := lease(other); r.Status != proto.StatusOK || r.Decision.Allowed || r.Lease != 0 || r.Decision.RetryAfter <= 0 {
+		t.Errorf("third lease: %+v, want denied", r)
+	}
+	if r := release(other, a.Lease); r.Status != proto.StatusOK || !r.Released || r.Decision.Remaining != 1 {
+		t.Errorf("release from another connection: %+v", r)
+	}
+	if r := release(other, a.Lease); r.Status != proto.StatusOK || r.Released {
+		t.Errorf("second release of one lease: %+v", r)
+	}
+	if r := holder.acquire("jobs", conc, 1, 0); r.Status != proto.StatusInvalidLimit ||
+		!strings.Contains(string(r.Message), "LEASE") {
+		t.Errorf("ACQUIRE of a concurrency limit: %+v", r)
+	}
+	// The holder's connection closes with one lease held: it comes back.
+	holder.c.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, rs := other.sendVersion(3, 1, func(b []byte) []byte {
+			return proto.AppendItem(b, proto.OpPeek, 0, conc, 0, 0, []byte("jobs"))
+		})
+		if rs[0].Status != proto.StatusOK {
+			t.Fatalf("PEEK of a concurrency limit: %+v", rs[0])
+		}
+		if rs[0].Decision.Remaining == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the closed connection's lease was not given back")
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -1,0 +1,98 @@
+package server
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/proto"
+)
+
+// Concurrency leases. A connection remembers the leases it took and has not
+// given back; when it closes (its client exited or died), the server gives
+// them back. A lease the sidecar cannot give back (the sidecar itself was
+// killed) expires at its limit's lease time.
+
+// maxLeasesPerConn bounds the leases one connection holds at once, so a
+// client cannot grow the server's memory without bound: LEASE beyond it is
+// refused.
+const maxLeasesPerConn = 4096
+
+var errTooManyLeases = fmt.Errorf("%w: this connection holds %d leases already; release some first",
+	proto.ErrStatusBusy, maxLeasesPerConn)
+
+// heldLease is a lease a connection took.
+type heldLease struct {
+	limit engine.Limit
+	key   string
+	id    int64
+}
+
+// leaseOp answers LEASE.
+func (s *server) leaseOp(b []byte, op *proto.Op, c *conn, l *engine.Limit, nl *namedLimit, start time.Time) []byte {
+	var d bucket.Decision
+	id, err := s.engine.Lease(&d, op.Key, l, engine.At(c.now))
+	if err != nil {
+		s.recordError(nl, l, err)
+		return c.fail(b, op.Code, err)
+	}
+	if id > 0 {
+		if len(c.leases) >= maxLeasesPerConn {
+			s.engine.Release(&d, op.Key, l, id, engine.At(c.now))
+			return c.fail(b, op.Code, errTooManyLeases)
+		}
+		c.leases = append(c.leases, heldLease{*l, string(op.Key), id})
+		c.n.allowed++
+	} else {
+		c.n.denied++
+	}
+	s.record(nl, l.Bucket().Algorithm, d.Allowed, false, start)
+	w := proto.Decision(d)
+	return proto.AppendLeaseResult(b, &w, uint64(id))
+}
+
+// releaseOp answers RELEASE. Any connection may give a lease back, not only
+// the one that took it.
+func (s *server) releaseOp(b []byte, op *proto.Op, c *conn, l *engine.Limit) []byte {
+	var d bucket.Decision
+	id := int64(op.Lease)
+	released, err := s.engine.Release(&d, op.Key, l, id, engine.At(c.now))
+	if err != nil {
+		return c.fail(b, op.Code, err)
+	}
+	c.forget(op.Key, id)
+	w := proto.Decision(d)
+	return proto.AppendReleaseResult(b, released, &w)
+}
+
+// forget drops lease id of key from the connection's leases, if it is there.
+func (st *stream) forget(key []byte, id int64) {
+	for i := range st.leases {
+		if h := &st.leases[i]; h.id == id && h.key == string(key) {
+			last := len(st.leases) - 1
+			st.leases[i] = st.leases[last]
+			st.leases = st.leases[:last]
+			return
+		}
+	}
+}
+
+// releaseLeases gives back every lease the connection still holds: it has
+// closed. Leases given back meanwhile by another connection, or expired,
+// are not held any more and release nothing. A connection closed because
+// the sidecar is stopping keeps its leases: its client is still running
+// what it leased, and gives the lease back through the next sidecar (the
+// leases are in the state file), or it expires.
+func (st *stream) releaseLeases() {
+	if len(st.leases) == 0 || st.s.draining.Load() {
+		return
+	}
+	now := engine.At(st.s.now())
+	var d bucket.Decision
+	for i := range st.leases {
+		h := &st.leases[i]
+		st.s.engine.Release(&d, []byte(h.key), &h.limit, h.id, now)
+	}
+	st.leases = nil
+}
