@@ -31,7 +31,7 @@ type stream struct {
 	c      net.Conn
 	in     []byte // bytes read and not yet handled: at most one partial request
 	out    []byte
-	closed bool  // close after writing out
+	closed bool // close after writing out
 	// leases are the concurrency leases taken on this connection and not
 	// given back: given back when it closes (leases.go)
 	leases []heldLease
