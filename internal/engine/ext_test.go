@@ -218,3 +218,29 @@ func TestExt_crash(t *testing.T) {
 		})
 	}
 }
+
+// Ensure the extended algorithms' paths allocate nothing either, new
+// buckets (decided in pooled scratch words) included.
+func TestExtAllocs(t *testing.T) {
+	e := newEngine(t, 1<<12)
+	sl, wc, cc := slidingLog(1000, 1), windowCounters(100, 60, 60), concurrency(10, 1)
+	key := []byte("hot")
+	now := t0
+	var d bucket.Decision
+	keys := drawKeys(300)
+	i := 0
+	for name, fn := range map[string]func(){
+		"sliding_log acquire":     func() { now += 1e6; e.Acquire(&d, key, sl, 1, At(now), 0) },
+		"sliding_log peek":        func() { e.Peek(&d, key, sl, At(now)) },
+		"sliding_log new bucket":  func() { i++; e.Acquire(&d, keys[i%len(keys)], sl, 1, At(now), 0) },
+		"window_counters acquire": func() { now += 1e6; e.Acquire(&d, key, wc, 1, At(now), 0) },
+		"lease and release": func() {
+			id, _ := e.Lease(&d, key, cc, At(now))
+			e.Release(&d, key, cc, id, At(now))
+		},
+	} {
+		if n := testing.AllocsPerRun(100, fn); n != 0 {
+			t.Errorf("%s: %v allocs/op", name, n)
+		}
+	}
+}
