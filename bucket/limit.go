@@ -2,6 +2,7 @@ package bucket
 
 import (
 	"fmt"
+	"math/bits"
 	"strconv"
 )
 
@@ -193,7 +194,26 @@ type param struct {
 	v    int64
 }
 
-// params returns the parameters in field order; CountDenied is 1 if set.
+// setParams returns the parameter bits of the parameters that are not 0
+// (CountDenied: set).
+func (l *Limit) setParams() uint16 {
+	var m uint16
+	for i, v := range [...]int64{l.Max, l.RefillTime, l.RefillAmount, l.Burst, l.Count, l.Period, l.Window, l.MaxDelay, l.Counters} {
+		if v != 0 {
+			m |= 1 << i
+		}
+	}
+	if l.CountDenied {
+		m |= pCountDenied
+	}
+	if l.Lease != 0 {
+		m |= pLease
+	}
+	return m
+}
+
+// params returns the parameters in field order, for messages; CountDenied
+// is 1 if set.
 func (l *Limit) params() [11]param {
 	countDenied := int64(0)
 	if l.CountDenied {
@@ -284,10 +304,9 @@ func (l *Limit) Validate() error {
 	if err != nil {
 		return err
 	}
-	for i, p := range l.params() {
-		if usedParams[a]&(1<<i) == 0 && p.v != 0 {
-			return fmt.Errorf("%w: %v does not use %s, got %d", ErrUnusedParameter, a, p.name, p.v)
-		}
+	if unused := l.setParams() &^ usedParams[a]; unused != 0 {
+		p := l.params()[bits.TrailingZeros16(unused)] // the first in field order
+		return fmt.Errorf("%w: %v does not use %s, got %d", ErrUnusedParameter, a, p.name, p.v)
 	}
 	// Record the derived interval so decisions need not divide by Count.
 	switch l.step = 0; a {
