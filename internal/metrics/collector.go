@@ -63,6 +63,15 @@ var (
 	descTorn = prometheus.NewDesc("sluice_torn_slots_total",
 		"Slots found torn (after a crash or by a checksum on use) and reset to a conservative state.",
 		nil, nil)
+	descArenaCells = prometheus.NewDesc("sluice_arena_cells",
+		"64-byte cells of the state file's arena, where sliding_log, window_counters and concurrency buckets keep their blocks.",
+		nil, nil)
+	descArenaUsed = prometheus.NewDesc("sluice_arena_used_cells",
+		"Arena cells held by buckets' blocks.",
+		nil, nil)
+	descArenaFull = prometheus.NewDesc("sluice_arena_full_total",
+		"Bucket creations refused because the arena had no room for their block.",
+		nil, nil)
 )
 
 // collector exports a Recorder's counters at scrape time.
@@ -71,7 +80,8 @@ type collector struct{ r *Recorder }
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descDecisions, descShadowDenied, descDecisionDur, descRequestDur,
 		descProtoErrors, descProbe, descSyncDur, descSyncErrors, descConns, descPeersDenied, descReloads,
-		descSlots, descUsed, descLive, descTableFull, descReclaimed, descTorn} {
+		descSlots, descUsed, descLive, descTableFull, descReclaimed, descTorn,
+		descArenaCells, descArenaUsed, descArenaFull} {
 		ch <- d
 	}
 	for _, d := range globalDescs {
@@ -140,6 +150,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descTableFull, st.TableFull)
 		counter(descReclaimed, st.Reclaimed)
 		counter(descTorn, st.Torn)
+		gauge(descArenaCells, float64(st.ArenaCells))
+		gauge(descArenaUsed, float64(st.ArenaUsed))
+		counter(descArenaFull, st.ArenaFull)
 	}
 	r.collectGlobal(ch)
 }

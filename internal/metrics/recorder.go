@@ -49,7 +49,7 @@ var protocolNames = [numProtocols]string{"native", "resp"}
 func (p Protocol) String() string { return protocolNames[p] }
 
 // numAlgorithms bounds bucket.Algorithm values, which are stable and small.
-const numAlgorithms = 8
+const numAlgorithms = 16
 
 // Limit holds the counters of one limit label. Get it once with
 // Recorder.Limit and keep it (a named limit's compiled form can hold it):
@@ -77,6 +77,9 @@ type TableStats struct {
 	TableFull   uint64 // bucket creations refused for want of a slot (counter)
 	Reclaimed   uint64 // slots taken over from another key's fresh bucket (counter)
 	Torn        uint64 // slots found torn and repaired (counter)
+	ArenaCells  uint64 // cells of the arena
+	ArenaUsed   uint64 // cells held by blocks
+	ArenaFull   uint64 // blocks refused for want of cells (counter)
 }
 
 // Recorder holds the sidecar's counters. Make it with New; the zero value

@@ -352,6 +352,9 @@ func (s *server) appendStats(b []byte) []byte {
 	add("locked_on_open", st.LockedOnOpen)
 	add("syncs", st.Syncs)
 	add("sync_errors", st.SyncErrors)
+	add("arena_cells", st.ArenaCells)
+	add("arena_used_cells", st.ArenaUsed)
+	add("arena_full", st.ArenaFull)
 	c := &s.stats
 	for _, kv := range []struct {
 		name string

@@ -300,6 +300,8 @@ func (s *server) info(args [][]byte, now int64) string {
 		w("used_memory", g.FileSize)
 		w("slot_size", g.SlotSize)
 		w("slot_count", g.SlotCount)
+		w("arena_cells", g.ArenaCells)
+		w("arena_used_cells", st.ArenaUsed)
 	}
 	if section("stats") {
 		w("total_connections_received", c.connsTotal.Load())

@@ -328,6 +328,7 @@ func (s *server) tableStats() func() metrics.TableStats {
 		}
 		st := s.engine.Stats()
 		return metrics.TableStats{Slots: st.SlotCount, UsedSlots: st.Used, LiveBuckets: live,
-			TableFull: st.TableFull, Reclaimed: st.Reclaims, Torn: st.Torn}
+			TableFull: st.TableFull, Reclaimed: st.Reclaims, Torn: st.Torn,
+			ArenaCells: st.ArenaCells, ArenaUsed: st.ArenaUsed, ArenaFull: st.ArenaFull}
 	}
 }
