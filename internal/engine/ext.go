@@ -53,13 +53,24 @@ var scratch = sync.Pool{New: func() any { return new([maxExtWords]int64) }}
 // algorithm then does (a repair). On an error the slot is released, or
 // cleared if it held no bucket.
 func loadExt(t Time, l *Limit, sl shm.Slot) (ext []int64, replaced bool, err error) {
-	ext, fresh, err := sl.Ext(l.ext, t.Now)
+	ext, replaced, err = loadExtHeld(t, l, sl)
 	if err != nil {
 		if sl.Live() {
 			sl.Release()
 		} else {
 			sl.Clear()
 		}
+	}
+	return ext, replaced, err
+}
+
+// loadExtHeld is loadExt for a slot held among others (Multi): it leaves
+// the slot locked on an error. A new bucket's state is written in place
+// (the slot is not live: cleared if nothing is committed), a drained one
+// too (replaced: it must be committed whatever happens).
+func loadExtHeld(t Time, l *Limit, sl shm.Slot) (ext []int64, replaced bool, err error) {
+	ext, fresh, err := sl.Ext(l.ext, t.Now)
+	if err != nil {
 		return nil, false, extErr(err)
 	}
 	s := (*bucket.State)(sl.State())

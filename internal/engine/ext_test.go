@@ -123,8 +123,8 @@ func TestExt_leases(t *testing.T) {
 	if _, err := e.Lease(&d, key, slidingLog(2, 1), At(t0)); !errors.Is(err, ErrNotConcurrency) {
 		t.Errorf("lease of a sliding_log limit: %v", err)
 	}
-	if _, _, err := e.Multi(nil, []Item{{Key: key, Limit: slidingLog(2, 1), Cost: 1}}, At(t0)); !errors.Is(err, ErrInvalidLimit) {
-		t.Errorf("MULTI of a sliding_log limit: %v", err)
+	if _, _, err := e.Multi(nil, []Item{{Key: key, Limit: l, Cost: 1}}, At(t0)); !errors.Is(err, ErrLeaseOnly) {
+		t.Errorf("MULTI of a concurrency limit: %v", err)
 	}
 }
 
@@ -229,11 +229,16 @@ func TestExtAllocs(t *testing.T) {
 	var d bucket.Decision
 	keys := drawKeys(300)
 	i := 0
+	dst := make([]bucket.Decision, 0, 4)
 	for name, fn := range map[string]func(){
 		"sliding_log acquire":     func() { now += 1e6; e.Acquire(&d, key, sl, 1, At(now), 0) },
 		"sliding_log peek":        func() { e.Peek(&d, key, sl, At(now)) },
 		"sliding_log new bucket":  func() { i++; e.Acquire(&d, keys[i%len(keys)], sl, 1, At(now), 0) },
 		"window_counters acquire": func() { now += 1e6; e.Acquire(&d, key, wc, 1, At(now), 0) },
+		"multi": func() {
+			now += 1e6
+			dst, _, _ = e.Multi(dst[:0], []Item{{Key: key, Limit: sl, Cost: 1}, {Key: key, Limit: wc, Cost: 1}}, At(now))
+		},
 		"lease and release": func() {
 			id, _ := e.Lease(&d, key, cc, At(now))
 			e.Release(&d, key, cc, id, At(now))
@@ -242,5 +247,57 @@ func TestExtAllocs(t *testing.T) {
 		if n := testing.AllocsPerRun(100, fn); n != 0 {
 			t.Errorf("%s: %v allocs/op", name, n)
 		}
+	}
+}
+
+// Ensure a MULTI of extended limits is all or nothing like any other: "10
+// per second and 100 per minute" admits only while both do, and a denied
+// MULTI changes no block; a full arena fails it without a trace.
+func TestExt_multi(t *testing.T) {
+	e := newEngine(t, 64)
+	perSec, perMin := slidingLog(10, 1), windowCounters(15, 60, 60)
+	items := func(key string) []Item {
+		return []Item{{Key: []byte(key), Limit: perSec, Cost: 1}, {Key: []byte(key), Limit: perMin, Cost: 1},
+			{Key: []byte("shared"), Limit: tokenBucket(100, 1, 100), Cost: 1}}
+	}
+	admitted := 0
+	for i := range 40 {
+		at := t0 + int64(i)*(sec/8) // 8 per second
+		_, ok, err := e.Multi(nil, items("k"), At(at))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			admitted++
+		}
+	}
+	if admitted != 15 {
+		t.Errorf("admitted %d of 40 at 8/s, want 15 (the per-minute limit)", admitted)
+	}
+	// The second's log holds only the admitted requests: 8 per second for
+	// the first 15, so at t0+5s nothing of it is in its window.
+	if d, _ := peek(e, []byte("k"), perSec, t0+5*sec); d.Remaining != 10 {
+		t.Errorf("sliding_log after the denied MULTIs: %+v", d)
+	}
+	// All or nothing: one item over its limit, the others unchanged.
+	_, ok, err := e.Multi(nil, []Item{{Key: []byte("a"), Limit: perSec, Cost: 3}, {Key: []byte("a"), Limit: perSec, Cost: 8}}, At(t0))
+	if err != nil || ok {
+		t.Errorf("11 of 10 in one MULTI: %v, %v", ok, err)
+	}
+	if d, _ := peek(e, []byte("a"), perSec, t0); d.Remaining != 10 {
+		t.Errorf("a denied MULTI changed the log: %+v", d)
+	}
+	tb, _ := shm.NewHeap(shm.Options{SlotCount: 64, ArenaCells: 2})
+	small := New(tb)
+	big := slidingLog(9, 60) // 2 cells
+	ds, ok, err := small.Multi(nil, []Item{{Key: []byte("x"), Limit: big, Cost: 1}, {Key: []byte("y"), Limit: big, Cost: 1}}, At(t0))
+	if !errors.Is(err, ErrArenaFull) || ok || len(ds) != 0 {
+		t.Errorf("MULTI in a full arena: %v, %v, %d decisions", ok, err, len(ds))
+	}
+	if used := small.Stats().ArenaUsed; used != 0 {
+		t.Errorf("the failed MULTI left %d cells used", used)
+	}
+	if err := tb.Verify(); err != nil {
+		t.Error(err)
 	}
 }

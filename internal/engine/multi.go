@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/shm"
@@ -60,6 +61,7 @@ func (e *Engine) multi(dst []bucket.Decision, items []Item, t Time, each bool) (
 		return dst, false, err
 	}
 	defer e.t.Exit()
+	words := 0 // of the items' blocks, copied to be decided on
 	var (
 		fps   [MaxMultiItems]shm.Fingerprint
 		idx   [MaxMultiItems]uint64 // slot of each item
@@ -73,16 +75,24 @@ func (e *Engine) multi(dst []bucket.Decision, items []Item, t Time, each bool) (
 		if err := check(it.Key, it.Limit, it.Cost, t); err != nil {
 			return dst, false, err
 		}
-		if it.Limit.ext > 0 {
-			if it.Limit.b.Algorithm == bucket.Concurrency {
-				return dst, false, ErrLeaseOnly
-			}
-			return dst, false, fmt.Errorf("%w: %v limits cannot be items of a MULTI; acquire them on their own", ErrInvalidLimit, it.Limit.b.Algorithm)
+		if it.Limit.b.Algorithm == bucket.Concurrency {
+			return dst, false, ErrLeaseOnly
 		}
+		if it.Limit.ext > 0 && each {
+			return dst, false, fmt.Errorf("%w: %v limits cannot be part of a transaction", ErrInvalidLimit, it.Limit.b.Algorithm)
+		}
+		words += it.Limit.ext
 		fps[i] = e.fingerprint(it.Key, it.Limit)
 	}
-	// Room for the decisions now: nothing allocates while slots are locked.
+	// Room for the decisions and the blocks' copies now: nothing allocates
+	// while slots are locked.
 	dst = slices.Grow(dst, len(items))
+	var copies *[]int64
+	if words > 0 {
+		copies = multiScratch.Get().(*[]int64)
+		defer multiScratch.Put(copies)
+		*copies = slices.Grow((*copies)[:0], words)[:words]
+	}
 	var reserved [MaxMultiItems]bool // item i's slot is reserved by this call
 	for range multiAttempts {
 		// Find or create each bucket's slot. A slot that holds no bucket yet is
@@ -119,7 +129,11 @@ func (e *Engine) multi(dst []bucket.Decision, items []Item, t Time, each bool) (
 		if each {
 			return e.decideEach(dst, items, t, distinct, held, state[:len(distinct)], idx[:len(items)])
 		}
-		return e.decide(dst, items, t, distinct, held, state[:len(distinct)], dirty[:len(distinct)], idx[:len(items)])
+		var buf []int64
+		if copies != nil {
+			buf = *copies
+		}
+		return e.decide(dst, items, t, distinct, held, state[:len(distinct)], dirty[:len(distinct)], idx[:len(items)], buf)
 	}
 	e.unreserve(fps[:len(items)], idx[:len(items)], reserved[:len(items)])
 	return dst, false, ErrContended
@@ -152,51 +166,93 @@ func (e *Engine) holds(held []shm.Slot, distinct []uint64, fps []shm.Fingerprint
 	return true
 }
 
-// decide runs the items on copies of the locked slots' states and writes them
-// back only if every item is allowed; if not, it writes back only the
-// repairs of slots found torn. It releases every slot.
+// decide runs the items on copies of the locked slots' states (and of
+// their blocks, in copies) and writes them back only if every item is
+// allowed; if not, it writes back only the repairs of slots found torn. It
+// releases every slot.
 func (e *Engine) decide(dst []bucket.Decision, items []Item, t Time, distinct []uint64, held []shm.Slot,
-	state []bucket.State, dirty []bool, idx []uint64) ([]bucket.Decision, bool, error) {
+	state []bucket.State, dirty []bool, idx []uint64, copies []int64) ([]bucket.Decision, bool, error) {
 	for j := range held {
 		dirty[j] = false
 	}
+	start := len(dst)
 	var (
 		loaded   [MaxMultiItems]bool
 		repaired [MaxMultiItems]bool
 		limit    [MaxMultiItems]*Limit          // the limit that loaded each slot
 		before   [MaxMultiItems]bucket.State    // each slot's state as loaded
 		last     [MaxMultiItems]bucket.Decision // the last decision on each slot
+		block    [MaxMultiItems][]int64         // an extended algorithm's block in the slot
+		copied   [MaxMultiItems][]int64         // and the copy decided on
 	)
 	allowed := true
+	var failed error
 	for i := range items {
 		it := &items[i]
 		j, _ := slices.BinarySearch(distinct, idx[i])
 		if !loaded[j] {
 			loaded[j], limit[j] = true, it.Limit
-			repaired[j] = load(t, it.Limit, held[j], &state[j])
+			if it.Limit.ext > 0 {
+				var err error
+				if block[j], repaired[j], err = loadExtHeld(t, it.Limit, held[j]); err != nil {
+					failed, allowed = err, false
+					break
+				}
+				copied[j], copies = copies[:it.Limit.ext], copies[it.Limit.ext:]
+				copy(copied[j], block[j])
+				state[j] = bucket.State(*held[j].State())
+			} else {
+				repaired[j] = load(t, it.Limit, held[j], &state[j])
+			}
 			before[j], dirty[j] = state[j], repaired[j]
 		}
-		changed := it.Limit.b.Decide(t.At, &state[j], it.Cost, it.Flags&^bucket.Smyte, &last[j])
+		var changed bool
+		if it.Limit.ext > 0 {
+			changed = it.Limit.b.DecideExt(t.At, &state[j], copied[j], it.Cost, it.Flags, &last[j])
+		} else {
+			changed = it.Limit.b.Decide(t.At, &state[j], it.Cost, it.Flags&^bucket.Smyte, &last[j])
+		}
 		dirty[j] = dirty[j] || changed
 		allowed = allowed && last[j].Allowed
 		dst = append(dst, last[j])
 	}
 	for j, sl := range held {
+		l := limit[j]
 		switch {
-		case allowed && dirty[j]:
-			store(sl, limit[j], &state[j], &last[j], t)
+		case !loaded[j] && !sl.Live():
+			sl.Clear() // a reservation, left when a block could not be had
+		case !loaded[j]:
+			sl.Release()
+		case failed == nil && allowed && dirty[j] && l.ext > 0:
+			copy(block[j], copied[j])
+			st := sl.State()
+			st[0], st[1] = state[j][0], state[j][1] // word 2 is the block's
+			commitExt(sl, l, block[j], &last[j], t)
+		case failed == nil && allowed && dirty[j]:
+			store(sl, l, &state[j], &last[j], t)
+		case repaired[j] && l.ext > 0:
+			// Drained in place by loadExtHeld.
+			var d bucket.Decision
+			l.b.DecideExt(t.At, (*bucket.State)(sl.State()), block[j], 0, 0, &d)
+			commitExt(sl, l, block[j], &d, t)
 		case repaired[j]:
 			var d bucket.Decision
-			limit[j].b.Decide(t.At, &before[j], 0, 0, &d)
-			store(sl, limit[j], &before[j], &d, t)
+			l.b.Decide(t.At, &before[j], 0, 0, &d)
+			store(sl, l, &before[j], &d, t)
 		case !sl.Live():
-			sl.Clear() // end the reservation: reclaimable again
+			sl.Clear() // end the reservation (and free a block given to it): reclaimable again
 		default:
 			sl.Release()
 		}
 	}
+	if failed != nil {
+		return dst[:start], false, failed
+	}
 	return dst, allowed, nil
 }
+
+// multiScratch holds the copies of the blocks a Multi decides on.
+var multiScratch = sync.Pool{New: func() any { return new([]int64) }}
 
 // decideEach runs the items one after the other on the locked slots'
 // states, each with its own flags, and writes back every slot an item
