@@ -118,3 +118,30 @@ func TestServer_leases(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// The algorithms of version 3 are served on every path: ACQUIRE, PEEK,
+// REFUND and a MULTI of a sliding_log and a window_counters limit.
+func TestServer_version3Algorithms(t *testing.T) {
+	sc := start(t, Config{})
+	c := dial(t, sc)
+	log := proto.SlidingLogLimit(3, time.Minute)
+	counters := proto.WindowCountersLimit(10, time.Hour, 60, true)
+	for i := range 4 {
+		_, rs := c.sendVersion(3, 1, func(b []byte) []byte {
+			return proto.AppendMulti(b, 0, 0, []proto.MultiItem{{Limit: log, Cost: 1, Key: []byte("k")}, {Limit: counters, Cost: 1, Key: []byte("k")}})
+		})
+		if rs[0].Status != proto.StatusOK || rs[0].Allowed != (i < 3) {
+			t.Errorf("MULTI %d: %+v", i, rs[0])
+		}
+	}
+	_, rs := c.sendVersion(3, 2, func(b []byte) []byte {
+		b = proto.AppendItem(b, proto.OpRefund, 0, log, 1, 0, []byte("k"))
+		return proto.AppendItem(b, proto.OpPeek, 0, counters, 0, 0, []byte("k"))
+	})
+	if rs[0].Status != proto.StatusOK || rs[0].Decision.Remaining != 1 {
+		t.Errorf("REFUND of the log: %+v", rs[0])
+	}
+	if rs[1].Status != proto.StatusOK || rs[1].Decision.Remaining != 7 {
+		t.Errorf("PEEK of the counters (3 admitted): %+v", rs[1])
+	}
+}
