@@ -115,10 +115,9 @@
 // its refill clock. SMYTE: smyte/ratelimit compatibility for token_bucket: a
 // denial drains the bucket to 0 and remaining is the count before the
 // deduction. The other algorithms ignore both, and LEASE and RELEASE may
-// not set them. SHADOW (ACQUIRE): decide
-// and consume as usual, but answer a denial as allowed and shadow-denied
-// (the decision's first byte is 3), as a shadow limit's are; the server
-// counts it. NAMED: the limit field holds
+// not set them. SHADOW (ACQUIRE): decide and consume as usual, but answer a
+// denial as allowed and shadow-denied (the decision's first byte is 3), as
+// a shadow limit's are; the server counts it. NAMED: the limit field holds
 // the name of a limit the server's configuration defines (its config file),
 // as a u8 length (1..MaxNameLen = 64) and that many bytes: ASCII letters,
 // digits, '_', '-' and '.', starting with a letter. A name the server does
@@ -138,9 +137,9 @@
 //	3 fixed_window       limit    window ns        0
 //	4 sliding_window     limit    window ns        0
 //	5 pacer              rate     period ns        max_delay ns
-//	6 sliding_log        limit    window ns        0                                   (version 3)
-//	7 window_counters    limit    window ns        bits 0-7 counters, bit 8 count_denied  (version 3)
-//	8 concurrency        limit    lease ns         0                                   (version 3)
+//	6 sliding_log        limit    window ns        0                                     (version 3)
+//	7 window_counters    limit    window ns        bits 0-7 counters, bit 8 count_denied (version 3)
+//	8 concurrency        limit    lease ns         0                                     (version 3)
 //
 // sliding_log counts limit tokens over any window exactly, from a log of
 // the requests' times. window_counters counts them over any window in
@@ -158,12 +157,12 @@
 // Concurrency limits (version 3) are taken and given back with LEASE and
 // RELEASE, on the server's clock. A LEASE decides as an ACQUIRE of cost 1
 // and, if allowed, holds one slot under a new lease id, never 0; a RELEASE
-// of a lease still held frees its slot. Only a concurrency limit may be leased or released: a LEASE or
-// RELEASE of any other algorithm (or a named limit that is not a
-// concurrency limit) is answered InvalidLimit, with a message saying so
-// (the codec cannot tell: a name hides the algorithm). PEEK reports
-// a concurrency limit as it stands (remaining: the slots free) and RESET
-// forgets every lease of it; ACQUIRE, REFUND and a MULTI item of a
+// of a lease still held frees its slot. Only a concurrency limit may be
+// leased or released: a LEASE or RELEASE of any other algorithm (or a named
+// limit that is not a concurrency limit) is answered InvalidLimit, with a
+// message saying so (the codec cannot tell: a name hides the algorithm).
+// PEEK reports a concurrency limit as it stands (remaining: the slots
+// free) and RESET forgets every lease of it; ACQUIRE, REFUND and a MULTI item of a
 // concurrency limit are answered InvalidLimit ("concurrency limits take
 // LEASE and RELEASE"). A RELEASE names the limit and key its LEASE named:
 // a lease id released under another limit or key is not held there

@@ -15,8 +15,8 @@ import pytest
 from conftest import GOLDEN
 
 from sluice import errors, proto
-from sluice.limits import GCRA, FixedWindow, Pacer, SlidingWindow, TokenBucket
-from sluice.results import Decision, Hello
+from sluice.limits import GCRA, Concurrency, FixedWindow, Pacer, SlidingLog, SlidingWindow, TokenBucket, WindowCounters
+from sluice.results import Decision, Hello, Lease, Released
 
 ERRORS: Dict[str, Type[errors.StatusError]] = {
     "ErrMalformed": errors.Malformed,
@@ -46,8 +46,8 @@ def expectation(name: str) -> str:
 
 def test_every_vector_is_here() -> None:
     # A directory that went missing or empty must not pass as "no cases".
-    assert len(NAMES) >= 36, NAMES
-    assert sum(n.startswith("bad_") for n in NAMES) >= 13
+    assert len(NAMES) >= 48, NAMES
+    assert sum(n.startswith("bad_") for n in NAMES) >= 19
     for n in NAMES:
         assert os.path.exists(os.path.join(GOLDEN, n + ".txt"))
 
@@ -136,6 +136,57 @@ def test_result_fields() -> None:
     assert ok.value.delay == 0.25 and isinstance(bad.error(), errors.InvalidCost) and pong.value is None
     _, (r,) = proto.decode_frame(load("frame_error_response"))
     assert r.code == 0 and isinstance(r.error(), errors.BadVersion)
+
+
+def test_lease_and_release_requests() -> None:
+    conc = Concurrency(10, 30)
+    h, (op,) = proto.decode_frame(load("lease_request"))
+    assert (h.version, h.id, op.code, op.flags, op.n, op.at, op.key) == (3, 19, proto.Opcode.LEASE, 0, 1, 0,
+                                                                          b"upload:erin")
+    assert op.limit == conc and str(op.limit) == "concurrency:limit=10,lease=30s"
+    assert proto.frame(proto.Kind.REQUEST, 19, 1, proto.encode_lease(conc, b"upload:erin"), version=3) == \
+        load("lease_request")
+    h, (op,) = proto.decode_frame(load("release_request"))
+    assert (h.version, op.code, op.lease, op.n, op.key) == (3, proto.Opcode.RELEASE, 7, 0, b"upload:erin")
+    assert proto.frame(proto.Kind.REQUEST, 20, 1, proto.encode_release(conc, 7, b"upload:erin"), version=3) == \
+        load("release_request")
+    # The largest lease id travels as the i64 of its 64 bits.
+    big = proto.encode_release(conc, (1 << 64) - 1, b"k")
+    assert proto.decode_op(big)[0].lease == (1 << 64) - 1
+    # In a frame of version 1 or 2, LEASE and RELEASE are unknown opcodes, the version-3 algorithms unknown.
+    for name in ("lease_request", "release_request"):
+        for v in (1, 2):
+            with pytest.raises(errors.UnknownOpcode):
+                proto.decode_op(load(name), proto.HEADER_LEN, None, v)
+    _, ops = proto.decode_frame(load("peek_version_3_algorithms_request"))
+    assert [o.limit for o in ops] == [SlidingLog(100, 60), WindowCounters(100, 3600, 60, True), conc]
+    with pytest.raises(errors.InvalidLimit):
+        proto.decode_op(load("peek_version_3_algorithms_request"), proto.HEADER_LEN, None, 2)
+
+
+def test_lease_and_release_results() -> None:
+    h, (r,) = proto.decode_frame(load("lease_response_allowed"))
+    lease = r.value
+    assert h.version == 3 and isinstance(lease, Lease) and lease
+    assert (lease.id, lease.remaining, lease.limit, lease.retry_after, lease.reset_after) == (7, 9, 10, None, 30.0)
+    assert proto.frame(proto.Kind.RESPONSE, 19, 1, proto.encode_lease_result(lease), version=3) == \
+        load("lease_response_allowed")
+    _, (r,) = proto.decode_frame(load("lease_response_denied"))
+    assert not r.value and r.value.id == 0 and r.value.retry_after == 12.0
+    _, (r,) = proto.decode_frame(load("release_response"))
+    rel = r.value
+    assert isinstance(rel, Released) and rel and rel.decision == Decision(True, 10, 10, -1, 0, 0)
+    assert proto.frame(proto.Kind.RESPONSE, 20, 1, proto.encode_release_result(rel), version=3) == \
+        load("release_response")
+    # A lease is never shadowed: allowed 3 is malformed; so is released 2.
+    b = bytearray(proto.encode_lease_result(lease))
+    b[2] = 3
+    with pytest.raises(errors.Malformed):
+        proto.decode_result(bytes(b))
+    b = bytearray(proto.encode_release_result(rel))
+    b[2] = 2
+    with pytest.raises(errors.Malformed):
+        proto.decode_result(bytes(b))
 
 
 def test_every_status_maps_to_its_exception() -> None:

@@ -1,44 +1,94 @@
 """The limit table's shared vectors (proto/testdata/limits.txt, written by Go).
 
-Each line is a canonical spec and its wire form: the Python client parses
-the spec to the same wire form, and formats the wire form back to the same
-spec, so its copy of the algorithms' names, parameters, order and duration
-formatting cannot drift from proto's.
+proto/limit_vectors_test.go describes the lines: every algorithm Go knows,
+canonical specs and their wire forms, other specs that parse (defaults,
+order, units), and invalid specs with their errors. The Python client must
+know every algorithm Go lists, under the same name and number, parse every
+spec to the same wire form, format every wire form back to the same
+canonical spec, and refuse every invalid spec with the same message: its
+copy of the algorithms' names, parameters, order, defaults, duration
+formatting and errors cannot drift from proto's.
 """
 
 from __future__ import annotations
 
 import os
-from typing import List, Tuple
+from typing import Dict, List, Tuple
 
 import pytest
 from conftest import REPO
 
-from sluice.limits import Limit
+from sluice import InvalidLimit
+from sluice._gotime import quote
+from sluice.limits import Algorithm, Limit
 
 VECTORS = os.path.join(REPO, "proto", "testdata", "limits.txt")
 
+Wire = Tuple[int, int, int, int]
 
-def vectors() -> List[Tuple[str, Tuple[int, int, int, int]]]:
-    out = []
+
+def read() -> Dict[str, List[Tuple[str, ...]]]:
+    """The vectors by kind: algorithm (number, name), ok and parse (spec, wire), invalid (spec, message)."""
+    out: Dict[str, List[Tuple[str, ...]]] = {"algorithm": [], "ok": [], "parse": [], "invalid": []}
     with open(VECTORS) as f:
-        for line in f:
+        for n, line in enumerate(f, 1):
+            line = line.rstrip("\n")
             if not line.strip() or line.startswith("#"):
                 continue
-            spec, *wire = line.split()
-            a, p0, p1, p2 = (int(v) for v in wire)
-            out.append((spec, (a, p0, p1, p2)))
+            kind, _, rest = line.partition(" ")
+            if kind not in out:
+                raise AssertionError(f"limits.txt:{n}: a vector of unknown kind {kind!r}: update this test")
+            if kind == "invalid":
+                spec, _, msg = rest.partition(" ")
+                out[kind].append((spec, msg))
+            else:
+                out[kind].append(tuple(rest.split()))
     return out
 
 
-@pytest.mark.parametrize("spec,wire", vectors())
-def test_limit_vector(spec: str, wire: Tuple[int, int, int, int]) -> None:
-    parsed = Limit.parse(spec)
-    assert (int(parsed.algorithm),) + parsed.params == wire
-    assert str(Limit.from_wire(*wire)) == spec
+VECTORS_BY_KIND = read()
+
+
+def wire(fields: Tuple[str, ...]) -> Wire:
+    a, p0, p1, p2 = (int(v) for v in fields)
+    return a, p0, p1, p2
+
+
+def test_python_knows_every_go_algorithm() -> None:
+    go = {int(num): name for num, name in VECTORS_BY_KIND["algorithm"]}
+    assert go, "limits.txt lists no algorithm"
+    for num, name in go.items():
+        try:
+            a = Algorithm(num)
+        except ValueError:
+            pytest.fail(f"proto defines algorithm {num} ({name}), which the Python client does not know")
+        assert a.spec_name == name, f"algorithm {num}: Go calls it {name!r}, Python {a.spec_name!r}"
+    assert {int(a) for a in Algorithm} == set(go), "the Python client knows an algorithm proto does not"
 
 
 def test_vectors_cover_every_algorithm() -> None:
-    from sluice.limits import Algorithm
+    assert {wire(f[1:])[0] for f in VECTORS_BY_KIND["ok"]} == {int(a) for a in Algorithm}
 
-    assert {w[0] for _, w in vectors()} == {int(a) for a in Algorithm}
+
+@pytest.mark.parametrize("fields", VECTORS_BY_KIND["ok"], ids=[f[0] for f in VECTORS_BY_KIND["ok"]])
+def test_canonical_spec(fields: Tuple[str, ...]) -> None:
+    spec, w = fields[0], wire(fields[1:])
+    parsed = Limit.parse(spec)
+    assert (int(parsed.algorithm),) + parsed.params == w
+    assert str(parsed) == spec
+    assert str(Limit.from_wire(*w)) == spec
+
+
+@pytest.mark.parametrize("fields", VECTORS_BY_KIND["parse"], ids=[f[0] for f in VECTORS_BY_KIND["parse"]])
+def test_other_spec(fields: Tuple[str, ...]) -> None:
+    spec, w = fields[0], wire(fields[1:])
+    parsed = Limit.parse(spec)
+    assert (int(parsed.algorithm),) + parsed.params == w
+    assert str(parsed) != spec and Limit.parse(str(parsed)) == parsed
+
+
+@pytest.mark.parametrize("spec,message", VECTORS_BY_KIND["invalid"], ids=[v[0] for v in VECTORS_BY_KIND["invalid"]])
+def test_invalid_spec(spec: str, message: str) -> None:
+    with pytest.raises(InvalidLimit) as info:
+        Limit.parse(spec)
+    assert str(info.value) == f"invalid limit: limit {quote(spec)}: {message}"

@@ -13,7 +13,10 @@ from fractions import Fraction
 
 import pytest
 
-from sluice import GCRA, FixedWindow, InvalidLimit, Limit, Pacer, SlidingWindow, TokenBucket, duration_ns
+from sluice import (
+    GCRA, Concurrency, FixedWindow, InvalidLimit, Limit, Pacer, SlidingLog, SlidingWindow, TokenBucket,
+    WindowCounters, duration_ns,
+)
 from sluice._gotime import format_duration, parse_duration, quote
 from sluice.limits import Algorithm
 
@@ -33,6 +36,18 @@ MAX = (1 << 63) - 1
     ("pacer:rate=9223372036854775807,period=2562047h47m16.854775807s,max_delay=10us",
      Pacer(MAX, period_ns=MAX, max_delay_ns=10_000),
      "pacer:rate=9223372036854775807,period=2562047h47m16.854775807s,max_delay=10\u00b5s"),
+    ("sliding_log:limit=100,window=1m", SlidingLog(100, 60), "sliding_log:limit=100,window=1m0s"),
+    ("window_counters:limit=100,window=1h", WindowCounters(100, 3600), "window_counters:limit=100,window=1h0m0s,counters=60"),
+    ("window_counters:count_denied=true,window=1h,counters=+12,limit=100", WindowCounters(100, 3600, 12, True),
+     "window_counters:limit=100,window=1h0m0s,counters=12,count_denied=true"),
+    ("window_counters:limit=1,window=1s,count_denied=false", WindowCounters(1, 1),
+     "window_counters:limit=1,window=1s,counters=60"),
+    ("window_counters:limit=1,window=1s,counters=0,count_denied=true", WindowCounters(1, 1, 0, True),
+     "window_counters:limit=1,window=1s,counters=0,count_denied=true"),
+    ("window_counters:limit=1,window=1s,counters=255", WindowCounters(1, 1, 255),
+     "window_counters:limit=1,window=1s,counters=255"),
+    ("concurrency:lease=30s,limit=10", Concurrency(10, 30), "concurrency:limit=10,lease=30s"),
+    ("concurrency:limit=0,lease=0", Concurrency(0, 0), "concurrency:limit=0,lease=0s"),
 ])
 def test_parse_limit(spec: str, want: Limit, canonical: str) -> None:
     got = Limit.parse(spec)
@@ -72,6 +87,16 @@ def test_parse_limit(spec: str, want: Limit, canonical: str) -> None:
     ("token_bucket:max=1, refill_time=1s",
      'invalid limit: limit "token_bucket:max=1, refill_time=1s": unknown parameter " refill_time" for token_bucket '
      '(want max, refill_time, refill_amount)'),
+    ("window_counters:limit=1,window=1s,counters=256",
+     'invalid limit: limit "window_counters:limit=1,window=1s,counters=256": counters: value 256 out of range, want 0..255'),
+    ("window_counters:limit=1,window=1s,count_denied=1",
+     'invalid limit: limit "window_counters:limit=1,window=1s,count_denied=1": count_denied: invalid boolean "1", '
+     'want true or false'),
+    ("window_counters:limit=1,window=1s,p2=1",
+     'invalid limit: limit "window_counters:limit=1,window=1s,p2=1": unknown parameter "p2" for window_counters '
+     '(want limit, window, counters, count_denied)'),
+    ("concurrency:limit=1,window=1s",
+     'invalid limit: limit "concurrency:limit=1,window=1s": unknown parameter "window" for concurrency (want limit, lease)'),
 ])
 def test_parse_limit_errors(spec: str, want: str) -> None:
     with pytest.raises(InvalidLimit) as info:
@@ -89,13 +114,40 @@ def test_unparseable_limits_still_format() -> None:
         Limit.from_wire(9, 1, 2, 3)
     with pytest.raises(InvalidLimit, match="does not use p2"):
         Limit.from_wire(3, 1, 2, 3)
+    for alg in (6, 8):
+        with pytest.raises(InvalidLimit, match="does not use p2"):
+            Limit.from_wire(alg, 1, 2, 3)
+    with pytest.raises(InvalidLimit, match="bits other than"):
+        Limit.from_wire(7, 1, 2, 1 << 9)
 
 
 def test_algorithms() -> None:
-    assert [a.spec_name for a in Algorithm] == ["token_bucket", "gcra", "fixed_window", "sliding_window", "pacer"]
-    for cls in (TokenBucket, GCRA, FixedWindow, SlidingWindow, Pacer):
+    assert [a.spec_name for a in Algorithm] == ["token_bucket", "gcra", "fixed_window", "sliding_window", "pacer",
+                                                "sliding_log", "window_counters", "concurrency"]
+    assert [a.version for a in Algorithm] == [1, 1, 1, 1, 1, 3, 3, 3]
+    for cls in (TokenBucket, GCRA, FixedWindow, SlidingWindow, Pacer, SlidingLog, WindowCounters, Concurrency):
         assert str(cls.algorithm) in str(Limit.parse(str(cls.algorithm) + ":" + ",".join(
-            f"{p}=1" for p in cls._params if p)))
+            f"{p.name}={'true' if p.kind == 'bool' else 1}" for p in cls._spec)))
+
+
+def test_version_3_limits() -> None:
+    wc = WindowCounters(limit=100, window="1h", counters=12, count_denied=True)
+    assert (wc.limit, wc.window, wc.counters, wc.count_denied) == (100, 3600.0, 12, True)
+    assert wc.params == (100, 3_600_000_000_000, 12 | 256)
+    assert WindowCounters(100, 3600).params[2] == 60
+    assert dataclasses.replace(wc, counters=5) == WindowCounters(100, 3600, 5, True)
+    assert [f.name for f in dataclasses.fields(wc)] == ["limit", "window_ns", "counters", "count_denied"]
+    assert Limit.from_wire(7, 100, 3_600_000_000_000, 268) == wc
+    c = Concurrency(limit=10, lease=datetime.timedelta(seconds=30))
+    assert (c.limit, c.lease, c.lease_ns, c.params) == (10, 30.0, 30_000_000_000, (10, 30_000_000_000, 0))
+    assert SlidingLog(5, 1) != SlidingWindow(5, 1) and SlidingLog(5, 1).params == (5, 1_000_000_000, 0)
+    for lim in (wc, c, SlidingLog(5, "250ms"), WindowCounters(1, 1, 0)):
+        assert eval(repr(lim), {type(lim).__name__: type(lim)}) == lim
+        assert Limit.parse(str(lim)) == lim
+    for bad in (lambda: WindowCounters(1, 1, 256), lambda: WindowCounters(1, 1, -1),
+                lambda: WindowCounters(1, 1, 60, 1), lambda: Concurrency(-1, 1), lambda: Concurrency(1, -1)):  # type: ignore[arg-type]
+        with pytest.raises(InvalidLimit):
+            bad()
 
 
 @pytest.mark.parametrize("value,ns", [

@@ -13,12 +13,15 @@ holds across gunicorn/uwsgi workers and restarts::
         return too_many(retry_after=decision.retry_after)   # seconds
 
 - :class:`Client` (threads) and :class:`AsyncClient` (asyncio): acquire,
-  peek, refund, reset, multi, scan, stats, ping, hello, pipelines.
+  peek, refund, reset, multi, lease, release, scan, stats, ping, hello,
+  pipelines.
 - Limits: :class:`TokenBucket`, :class:`GCRA`, :class:`FixedWindow`,
-  :class:`SlidingWindow`, :class:`Pacer`, or a spec string
+  :class:`SlidingWindow`, :class:`Pacer`, :class:`SlidingLog`,
+  :class:`WindowCounters`, :class:`Concurrency`, or a spec string
   (``Limit.parse("gcra:burst=4,count=1,period=1s")``).
 - ``client.limit(key, limit)``: a context manager and decorator raising
-  :class:`RateLimited`.
+  :class:`RateLimited`; ``client.concurrency(key, limit)`` holds a lease
+  of a concurrency limit for its block.
 - :mod:`sluice.wsgi` and :mod:`sluice.asgi`: middleware answering 429 with
   ``Retry-After`` and the IETF ``RateLimit`` headers (:mod:`sluice.headers`).
 - :mod:`sluice.proto`: the wire codec.
@@ -33,17 +36,22 @@ from .errors import (
     InvalidKey, InvalidLimit, Malformed, ProtocolError, RateLimited, ShuttingDown, SluiceError,
     Status, StatusError, TableFull, TooManyItems, Unavailable, UnknownOpcode, Unsupported,
 )
-from .guard import AsyncGuard, Guard
+from .guard import AsyncConcurrencyGuard, AsyncGuard, ConcurrencyGuard, Guard
 from .headers import policy, ratelimit_headers, response_headers, retry_after
-from .limits import GCRA, Algorithm, FixedWindow, Limit, Named, Pacer, SlidingWindow, TokenBucket, duration_ns
-from .results import Decision, Hello, MultiDecision, MultiItem, ScanEntry, ScanPage
+from .limits import (
+    GCRA, Algorithm, Concurrency, FixedWindow, Limit, Named, Pacer, SlidingLog, SlidingWindow, TokenBucket,
+    WindowCounters, duration_ns,
+)
+from .results import Decision, Hello, Lease, MultiDecision, MultiItem, Released, ScanEntry, ScanPage
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Client", "AsyncClient", "Pipeline", "AsyncPipeline", "Guard", "AsyncGuard",
-    "Limit", "Algorithm", "TokenBucket", "GCRA", "FixedWindow", "SlidingWindow", "Pacer", "Named", "duration_ns",
-    "Decision", "MultiDecision", "MultiItem", "Hello", "ScanEntry", "ScanPage",
+    "Client", "AsyncClient", "Pipeline", "AsyncPipeline", "Guard", "AsyncGuard", "ConcurrencyGuard",
+    "AsyncConcurrencyGuard",
+    "Limit", "Algorithm", "TokenBucket", "GCRA", "FixedWindow", "SlidingWindow", "Pacer", "SlidingLog",
+    "WindowCounters", "Concurrency", "Named", "duration_ns",
+    "Decision", "Lease", "Released", "MultiDecision", "MultiItem", "Hello", "ScanEntry", "ScanPage",
     "policy", "ratelimit_headers", "response_headers", "retry_after",
     "SluiceError", "StatusError", "Status", "Malformed", "BadVersion", "FrameTooLarge",
     "BatchTooLarge", "UnknownOpcode", "InvalidLimit", "InvalidKey", "InvalidCost", "TableFull",

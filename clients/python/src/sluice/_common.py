@@ -26,12 +26,15 @@ from typing import Any, Callable, Iterable, List, NamedTuple, Optional, Sequence
 
 from . import proto
 from .errors import (
-    InvalidCost, InvalidKey, ProtocolError, SluiceError, Status, TooManyItems,
+    InvalidCost, InvalidKey, InvalidLimit, ProtocolError, SluiceError, Status, TooManyItems,
     Unavailable, status_error,
 )
-from .limits import Limit, Named, parse_limit
+from .limits import Concurrency, Limit, Named, parse_limit
 from .proto import HEADER_LEN, MAX_BATCH, MAX_FRAME_LEN, MAX_KEY_LEN, MAX_MULTI, VERSION, Flags, Opcode
-from .results import DEGRADED_CLOSED, DEGRADED_OPEN, Decision, MultiDecision, MultiItem, make_decision
+from .results import (
+    DEGRADED_CLOSED, DEGRADED_CLOSED_LEASE, DEGRADED_OPEN, DEGRADED_OPEN_LEASE, Decision, Lease, MultiDecision,
+    MultiItem, make_decision,
+)
 
 log = logging.getLogger("sluice")
 
@@ -171,7 +174,7 @@ class Call(NamedTuple):
 
     body: bytes
     code: int
-    decides: bool  #: acquire, peek and multi: the on_unavailable policy may answer it
+    decides: bool  #: acquire, peek, multi and lease: the on_unavailable policy may answer it
     n: int = 0  #: MULTI: its items
 
 
@@ -192,6 +195,35 @@ def item_call(code: int, key: Key, limit: LimitLike, n: Any, at: At, flags: int)
         return _tuple_new(Call, (proto.encode_item(code, flags, lim, n, t, k), code, code <= 4, 0))
     a, p0, p1, p2 = lim._wire
     return _tuple_new(Call, (proto.ITEM.pack(code, flags, a, p0, p1, p2, n, t, len(k)) + k, code, code <= 4, 0))
+
+
+def _leasable(limit: LimitLike) -> Limit:
+    """The limit, if it can be leased: a Concurrency limit, or a named one (the sidecar checks
+    that its config defines a concurrency limit under the name)."""
+    lim = limit_of(limit)
+    if not isinstance(lim, (Concurrency, Named)):
+        raise InvalidLimit(f"only a concurrency limit can be leased, not {lim}")
+    return lim
+
+
+def lease_call(key: Key, limit: LimitLike) -> Call:
+    """A LEASE (protocol version 3): the on_unavailable policy may answer it, as an acquire."""
+    return Call(proto.encode_lease(_leasable(limit), key_bytes(key)), Opcode.LEASE, True)
+
+
+def lease_id(lease: Union[int, Lease]) -> int:
+    """The id of a lease, given as a Lease or its id: 0..2**64-1 (0: a lease that holds nothing)."""
+    v = lease.id if isinstance(lease, Lease) else lease
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError(f"a lease is a Lease or its int id, got {lease!r}")
+    if not 0 <= v < 1 << 64:
+        raise ValueError(f"a lease id is 1..2**64-1, got {v}")
+    return int(v)
+
+
+def release_call(key: Key, limit: LimitLike, lease: int) -> Call:
+    """A RELEASE (protocol version 3) of lease ``lease`` (not 0)."""
+    return Call(proto.encode_release(_leasable(limit), lease, key_bytes(key)), Opcode.RELEASE, False)
 
 
 def multi_call(items: Iterable[Union[MultiItem, Sequence[Any]]], at: At) -> Call:
@@ -347,6 +379,8 @@ def degraded(policy: str, call: Call, exc: Unavailable) -> Any:
     """The answer of the on_unavailable policy to a call the sidecar could not answer."""
     if policy == "raise" or not call.decides:
         raise exc
+    if call.code == Opcode.LEASE:  # a lease granted by policy holds nothing to release
+        return DEGRADED_OPEN_LEASE if policy == "open" else DEGRADED_CLOSED_LEASE
     d = DEGRADED_OPEN if policy == "open" else DEGRADED_CLOSED
     if call.code == Opcode.MULTI:
         return MultiDecision(d.allowed, (d,) * call.n, degraded=True)

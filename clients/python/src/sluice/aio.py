@@ -13,7 +13,7 @@ pipeline without a lock. Used from a different event loop (a new
 
 As the sync client: lazy connect, reconnect after a restart, one retry of
 requests a reused connection lost before any answer arrived, and the
-``on_unavailable`` policy for acquire, peek and multi. ``timeout`` bounds
+``on_unavailable`` policy for acquire, peek, multi and lease. ``timeout`` bounds
 connecting and the wait for each answer; when the oldest outstanding answer
 is late, the connection is closed and every outstanding request fails with
 :class:`Unavailable` (answers arrive in order, so the rest are stuck
@@ -33,9 +33,9 @@ from . import _common as c
 from ._common import At, Call, Key, LimitLike
 from .client import PipelineBase
 from .errors import ProtocolError, SluiceError, Unavailable
-from .guard import AsyncGuard, KeyOrFunc
+from .guard import AsyncConcurrencyGuard, AsyncGuard, KeyOrFunc
 from .proto import Opcode
-from .results import Decision, Hello, MultiDecision, MultiItem, ScanEntry, ScanPage, Stats
+from .results import Decision, Hello, Lease, MultiDecision, MultiItem, ScanEntry, ScanPage, Stats
 
 __all__ = ["AsyncClient", "AsyncPipeline"]
 
@@ -280,6 +280,23 @@ class AsyncClient(c.Availability):
     async def multi(self, items: Iterable[Union[MultiItem, Sequence[Any]]], *, at: At = None) -> MultiDecision:
         """Acquire up to 16 items all or nothing. See :meth:`Client.multi`."""
         return await self._one(c.multi_call(items, at))  # type: ignore[no-any-return]
+
+    async def lease(self, key: Key, limit: LimitLike) -> Lease:
+        """Take one slot of a concurrency limit; falsy when every slot is held. See :meth:`Client.lease`."""
+        return await self._one(c.lease_call(key, limit))  # type: ignore[no-any-return]
+
+    async def release(self, key: Key, limit: LimitLike, lease: Union[int, Lease]) -> bool:
+        """Give a lease's slot back: True if it was held and is free now. See :meth:`Client.release`."""
+        lease_id = c.lease_id(lease)
+        if lease_id == 0:
+            return False
+        return (await self._one(c.release_call(key, limit, lease_id))).released  # type: ignore[no-any-return]
+
+    def concurrency(self, key: KeyOrFunc, limit: LimitLike) -> AsyncConcurrencyGuard:
+        """``async with client.concurrency(key, lim) as lease:``, or ``@client.concurrency(...)`` on a
+        coroutine function: hold a lease for the block, released on exit; raises :class:`RateLimited`
+        if every slot is held. See :meth:`Client.concurrency`."""
+        return AsyncConcurrencyGuard(self, key, limit)
 
     async def scan(self, prefix: Key = "", *, count: int = 100) -> AsyncIterator[ScanEntry]:
         """Iterate the buckets whose key starts with ``prefix``: ``async for e in client.scan("login:")``."""

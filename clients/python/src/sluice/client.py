@@ -17,11 +17,11 @@ sidecar restarts. A request sent on a reused connection that fails before
 any byte of the answer arrives (the sidecar restarted or closed an idle
 connection) is retried once on a new connection. When the sidecar cannot
 be asked (no socket, the connection broke, no answer within ``timeout``,
-50 ms by default, it is shutting down or busy), acquire, peek and multi
-answer by the ``on_unavailable`` policy: "open" (the default, as the Go
-client's) returns an allowed decision with ``degraded=True``, "closed" a
-denied one, "raise" raises :class:`Unavailable`; the other operations
-always raise it. ``degraded_decisions`` counts the policy's answers, and
+50 ms by default, it is shutting down or busy), acquire, peek, multi and
+lease answer by the ``on_unavailable`` policy: "open" (the default, as the
+Go client's) returns an allowed decision with ``degraded=True`` (a lease
+that holds nothing), "closed" a denied one, "raise" raises
+:class:`Unavailable`; the other operations always raise it. ``degraded_decisions`` counts the policy's answers, and
 the ``sluice`` logger says how many at most every 10 seconds.
 
 A sidecar that accepts connections but does not answer (stopped,
@@ -52,9 +52,9 @@ from . import _common as c
 from . import proto
 from ._common import At, Call, Key, LimitLike
 from .errors import ProtocolError, SluiceError, Unavailable
-from .guard import Guard, KeyOrFunc
+from .guard import ConcurrencyGuard, Guard, KeyOrFunc
 from .proto import Opcode
-from .results import Decision, Hello, MultiDecision, MultiItem, ScanEntry, ScanPage, Stats, make_decision
+from .results import Decision, Hello, Lease, MultiDecision, MultiItem, ScanEntry, ScanPage, Stats, make_decision
 
 __all__ = ["Client", "Pipeline", "PipelineBase"]
 
@@ -92,7 +92,7 @@ class Client(c.Availability):
             directory).
         timeout: seconds to wait for the sidecar on connect and on each read
             and write (default 0.05); None waits for ever.
-        on_unavailable: what acquire, peek and multi do when the sidecar
+        on_unavailable: what acquire, peek, multi and lease do when the sidecar
             cannot be asked: "open" (allow, ``degraded=True``; the default),
             "closed" (deny, ``degraded=True``) or "raise" (:class:`Unavailable`).
         breaker: the circuit breaker's (threshold, first open period, longest
@@ -169,6 +169,47 @@ class Client(c.Availability):
         tuples ``(key, limit[, cost[, strict]])``.
         """
         return self._one(c.multi_call(items, at))  # type: ignore[no-any-return]
+
+    # ---- concurrency limits (protocol version 3) -----------------------------
+
+    def lease(self, key: Key, limit: LimitLike) -> Lease:
+        """Take one slot of a concurrency limit: a :class:`Lease`, falsy when every slot is held.
+
+        ``limit`` is a :class:`~sluice.Concurrency` limit (or the name of
+        one in the sidecar's config). An allowed lease holds its slot until
+        :meth:`release` gives ``lease.id`` back or, failing that, until the
+        limit's ``lease`` duration has passed. A denied one (``allowed``
+        False, ``id`` 0) holds nothing; ``retry_after`` is when the earliest
+        held lease expires at the latest. The on_unavailable policy answers
+        as for :meth:`acquire`, with a ``degraded`` lease that holds nothing.
+        :meth:`concurrency` does both for a block.
+        """
+        return self._one(c.lease_call(key, limit))  # type: ignore[no-any-return]
+
+    def release(self, key: Key, limit: LimitLike, lease: Union[int, Lease]) -> bool:
+        """Give a lease's slot back: True if it was held and is free now.
+
+        ``key`` and ``limit`` are those of the :meth:`lease`, ``lease`` the
+        :class:`Lease` or its id. False: the sidecar holds no such lease
+        (already released, expired, or never granted); a lease of id 0
+        (denied, or granted by the on_unavailable policy) returns False
+        without asking. The on_unavailable policy does not apply: an
+        unreachable sidecar raises :class:`Unavailable`.
+        """
+        lease_id = c.lease_id(lease)
+        if lease_id == 0:
+            return False
+        return self._one(c.release_call(key, limit, lease_id)).released  # type: ignore[no-any-return]
+
+    def concurrency(self, key: KeyOrFunc, limit: LimitLike) -> ConcurrencyGuard:
+        """A context manager (and decorator) holding a lease of a concurrency limit for a block.
+
+        ``with client.concurrency(key, lim) as lease:`` leases, raising
+        :class:`RateLimited` if every slot is held (the block does not run),
+        and releases on exit, even when the block raises. See
+        :class:`sluice.guard.ConcurrencyGuard`.
+        """
+        return ConcurrencyGuard(self, key, limit)
 
     # ---- the rest ------------------------------------------------------------
 

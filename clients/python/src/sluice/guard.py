@@ -16,6 +16,29 @@
 The guard holds no state between uses: one guard can serve many threads or
 tasks at once, each use acquiring afresh. Nothing is refunded on exit: a
 request that was let through was spent, even if it failed.
+
+``client.concurrency(...)``: hold a lease of a concurrency limit for a block,
+as nginx's limit_conn holds a connection's slot for the request::
+
+    uploads = Concurrency(limit=10, lease="5m")
+
+    with client.concurrency(f"upload:{user}", uploads) as lease:   # raises RateLimited if all 10 are held
+        store(upload)                                              # released on exit, even on an exception
+
+    @client.concurrency(lambda user, **kw: f"report:{user}", Concurrency(2, "10m"))
+    def build_report(user, **kw): ...
+
+A denied lease raises :class:`RateLimited` (its ``decision`` is the
+:class:`~sluice.Lease`, ``retry_after`` when the earliest held lease
+expires), so the block never runs without its slot; nothing is released
+then. On exit the lease is released, whatever the block raised. A release
+that fails because the sidecar cannot be asked is logged, not raised: the
+lease expires on its own ``lease`` after it was taken. A lease the
+``on_unavailable`` policy granted (``degraded``) holds nothing and releases
+nothing. Unlike ``client.limit``, a concurrency guard holds its lease
+between entering and leaving: one ``with`` at a time per guard (each
+``client.concurrency(...)`` call makes a new one; the decorator makes one
+per call).
 """
 
 from __future__ import annotations
@@ -23,12 +46,17 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import logging
 import time
 from typing import Any, Callable, Optional, TypeVar, Union
 
 from ._common import Key, LimitLike, limit_of
-from .errors import RateLimited
-from .results import Decision
+from ._gotime import format_duration
+from .errors import RateLimited, SluiceError, Unavailable
+from .limits import Concurrency
+from .results import Decision, Lease
+
+log = logging.getLogger("sluice")
 
 F = TypeVar("F", bound=Callable[..., Any])
 KeyOrFunc = Union[Key, Callable[..., Key]]
@@ -128,5 +156,114 @@ class AsyncGuard(_Base):
         async def wrapper(*args: Any, **kwargs: Any) -> Any:
             await self.acquire(self._key(args, kwargs))
             return await fn(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+
+class _ConcurrencyBase:
+    def __init__(self, client: Any, key: KeyOrFunc, limit: LimitLike) -> None:
+        self.client = client
+        self.key = key
+        self.limit = limit_of(limit)
+        self._held: Optional[Lease] = None
+        self._held_key: Optional[Key] = None
+
+    def _fixed_key(self) -> Key:
+        if callable(self.key):
+            raise TypeError("a concurrency guard with a key function works as a decorator only")
+        return self.key
+
+    def _take(self, key: Key, lease: Lease) -> Lease:
+        """Hold an allowed lease; raise RateLimited for a denied one (nothing to release)."""
+        if not lease.allowed:
+            raise RateLimited(key, lease)
+        self._held, self._held_key = lease, key
+        return lease
+
+    def _check_free(self) -> None:
+        if self._held is not None:
+            raise RuntimeError("this concurrency guard holds a lease already: make one per use "
+                               "(client.concurrency(...) in each with)")
+
+    def _release_failed(self, key: Key, lease: Lease, e: SluiceError, raising: bool) -> None:
+        """A release that failed: logged when the sidecar could not be asked or the block is
+        raising already (its exception goes on), else raised."""
+        if not isinstance(e, Unavailable) and not raising:
+            raise e
+        within = format_duration(self.limit.lease_ns) if isinstance(self.limit, Concurrency) else "its lease time"
+        log.warning("could not release lease %d of %s for %r (%s); it expires on its own within %s",
+                    lease.id, self.limit, key, e, within)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.key!r}, {self.limit!r})"
+
+
+class ConcurrencyGuard(_ConcurrencyBase):
+    """Hold a lease of a concurrency limit for a block, with a sync :class:`~sluice.Client`.
+
+    ``with guard as lease:`` leases (raising :class:`RateLimited` if every
+    slot is held) and releases on exit, even on an exception. ``@guard``
+    does the same around every call of a function; the key may then be a
+    function of the call's arguments.
+    """
+
+    def __enter__(self) -> Lease:
+        self._check_free()
+        key = self._fixed_key()
+        return self._take(key, self.client.lease(key, self.limit))
+
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        lease, key = self._held, self._held_key
+        self._held = self._held_key = None
+        if lease is None or not lease.id:
+            return None
+        try:
+            self.client.release(key, self.limit, lease.id)
+        except SluiceError as e:
+            self._release_failed(key, lease, e, exc_type is not None)  # type: ignore[arg-type]
+        return None
+
+    def __call__(self, fn: F) -> F:
+        if inspect.iscoroutinefunction(fn):
+            raise TypeError("decorate coroutine functions with AsyncClient.concurrency")
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            key = self.key(*args, **kwargs) if callable(self.key) else self.key
+            with ConcurrencyGuard(self.client, key, self.limit):
+                return fn(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+
+class AsyncConcurrencyGuard(_ConcurrencyBase):
+    """:class:`ConcurrencyGuard` for an :class:`~sluice.AsyncClient`: ``async with`` and ``@guard`` on
+    coroutine functions."""
+
+    async def __aenter__(self) -> Lease:
+        self._check_free()
+        key = self._fixed_key()
+        return self._take(key, await self.client.lease(key, self.limit))
+
+    async def __aexit__(self, exc_type: Any, *exc: Any) -> None:
+        lease, key = self._held, self._held_key
+        self._held = self._held_key = None
+        if lease is None or not lease.id:
+            return None
+        try:
+            await self.client.release(key, self.limit, lease.id)
+        except SluiceError as e:
+            self._release_failed(key, lease, e, exc_type is not None)  # type: ignore[arg-type]
+        return None
+
+    def __call__(self, fn: F) -> F:
+        if not inspect.iscoroutinefunction(fn):
+            raise TypeError("AsyncClient.concurrency decorates coroutine functions; use Client.concurrency")
+
+        @functools.wraps(fn)
+        async def wrapper(*args: Any, **kwargs: Any) -> Any:
+            key = self.key(*args, **kwargs) if callable(self.key) else self.key
+            async with AsyncConcurrencyGuard(self.client, key, self.limit):
+                return await fn(*args, **kwargs)
 
         return wrapper  # type: ignore[return-value]

@@ -1,12 +1,15 @@
 """Limits: an algorithm and its parameters, as small immutable values.
 
-Five classes, one per algorithm, each a frozen dataclass::
+One class per algorithm, each a frozen dataclass::
 
     TokenBucket(max, refill_time, refill_amount=None)  # refill_amount defaults to max
     GCRA(burst, count, period)
     FixedWindow(limit, window)
     SlidingWindow(limit, window)
     Pacer(rate, period, max_delay)
+    SlidingLog(limit, window)                                   # protocol version 3
+    WindowCounters(limit, window, counters=60, count_denied=False)  # protocol version 3
+    Concurrency(limit, lease)                                   # protocol version 3: lease/release
 
 Durations may be a :class:`datetime.timedelta`, a number of seconds (int,
 float, Decimal, Fraction) or a Go duration string ("1h30m", "250ms"); they
@@ -33,7 +36,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
 from numbers import Real
-from typing import Any, ClassVar, Dict, Optional, Tuple, Type, Union
+from typing import Any, ClassVar, Dict, NamedTuple, Optional, Tuple, Type, Union
 
 from ._gotime import MAX_INT64, format_duration, parse_duration, quote
 from .errors import InvalidLimit
@@ -52,6 +55,14 @@ class Algorithm(enum.IntEnum):
     FIXED_WINDOW = 3
     SLIDING_WINDOW = 4
     PACER = 5
+    SLIDING_LOG = 6  #: protocol version 3
+    WINDOW_COUNTERS = 7  #: protocol version 3
+    CONCURRENCY = 8  #: protocol version 3
+
+    @property
+    def version(self) -> int:
+        """The protocol version that introduced the algorithm: a frame of an older one cannot carry it."""
+        return 3 if self >= Algorithm.SLIDING_LOG else 1
 
     @property
     def spec_name(self) -> str:
@@ -110,9 +121,29 @@ def _count(value: Any, name: str) -> int:
 
 _object_setattr = object.__setattr__
 
+#: A window_counters limit's p2 packs counters (bits 0-7) and count_denied (bit 8); its other
+#: bits must be 0 (proto.CountersMask, proto.CountDeniedBit).
+COUNTERS_MASK = 0xFF
+COUNT_DENIED_BIT = 1 << 8
+#: window_counters' counters when a spec or the constructor leaves them out.
+DEFAULT_COUNTERS = 60
+
+# How a spec parameter is written and where the wire keeps it (proto's paramKind).
+_INT, _DURATION, _COUNTERS, _BOOL = "int", "duration", "counters", "bool"
+
+
+class _Param(NamedTuple):
+    """One parameter of a limit spec: its name, the wire parameter (0..2) holding it, how, and
+    whether a spec may leave it out."""
+
+    name: str
+    p: int
+    kind: str
+    optional: bool = False
+
 
 class Limit:
-    """An algorithm and its three wire parameters; the base of the five limit classes.
+    """An algorithm and its three wire parameters; the base of the limit classes.
 
     Instances are immutable, hashable and compare by value. ``str(limit)``
     is the canonical spec; ``Limit.parse`` reads any spec back.
@@ -124,13 +155,23 @@ class Limit:
     #: The spec names of the parameters, "" for an unused one.
     _params: ClassVar[Tuple[str, str, str]]
     _durations: ClassVar[Tuple[bool, bool, bool]]
+    #: The spec's parameters in canonical (wire) order; built from _params and _durations
+    #: unless a class packs several into one wire parameter (window_counters).
+    _spec: ClassVar[Tuple[_Param, ...]] = ()
 
     #: (algorithm, p0, p1, p2), set once by every constructor: what the wire carries.
     _wire: Tuple[int, int, int, int]
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "_spec" not in cls.__dict__ and "_params" in cls.__dict__:
+            refill_amount = cls.__dict__.get("algorithm") == Algorithm.TOKEN_BUCKET  # defaults to max
+            cls._spec = tuple(_Param(n, i, _DURATION if d else _INT, refill_amount and i == 2)
+                              for i, (n, d) in enumerate(zip(cls._params, cls._durations)) if n)
+
     def __init__(self) -> None:
         raise TypeError("Limit is abstract: use TokenBucket, GCRA, FixedWindow, SlidingWindow, "
-                        "Pacer or Limit.parse")
+                        "Pacer, SlidingLog, WindowCounters, Concurrency or Limit.parse")
 
     def _set(self, *values: int) -> None:
         for field, v in zip(self._fields, values):
@@ -157,34 +198,56 @@ class Limit:
     def from_wire(algorithm: int, p0: int, p1: int, p2: int) -> Limit:
         """Build the limit a wire limit holds, without checking the values.
 
-        Raises :class:`InvalidLimit` for an algorithm outside 1..5, or a
-        non-zero parameter the algorithm does not use (which the sidecar
-        would reject as well).
+        Raises :class:`InvalidLimit` for an algorithm outside 1..8, or a
+        non-zero parameter the algorithm does not use, or bits of a
+        window_counters p2 outside counters and count_denied (which the
+        sidecar would reject as well).
         """
         cls = _CLASSES.get(algorithm)
         if cls is None:
             raise InvalidLimit(f"invalid limit: unknown algorithm {algorithm}")
-        if not cls._fields[2] and p2 != 0:
+        if cls is WindowCounters:
+            if p2 & ~(COUNTERS_MASK | COUNT_DENIED_BIT):
+                raise InvalidLimit(f"invalid limit: window_counters p2 {p2} sets bits other than counters "
+                                   "(0-7) and count_denied (8)")
+        elif not cls._fields[2] and p2 != 0:
             raise InvalidLimit(f"invalid limit: {cls.algorithm.spec_name} does not use p2, got {p2}")
         obj = object.__new__(cls)
         obj._set(p0, p1, p2)
         return obj
 
+    def _spec_values(self) -> Tuple[Tuple[_Param, Any], ...]:
+        """Each spec parameter shown in the canonical form, with its value: an int (durations
+        in ns), or True for count_denied, which is shown only when true."""
+        out = []
+        for sp in self._spec:
+            v = self._wire[1 + sp.p]
+            if sp.kind == _COUNTERS:
+                v &= COUNTERS_MASK
+            elif sp.kind == _BOOL:
+                if not v & COUNT_DENIED_BIT:
+                    continue
+                v = True
+            out.append((sp, v))
+        return tuple(out)
+
     def __str__(self) -> str:
         parts = []
-        for name, is_duration, v in zip(self._params, self._durations, self._wire[1:]):
-            if not name:
-                continue
-            parts.append(f"{name}={format_duration(v) if is_duration else v}")
+        for sp, v in self._spec_values():
+            if sp.kind == _DURATION:
+                parts.append(f"{sp.name}={format_duration(v)}")
+            elif sp.kind == _BOOL:
+                parts.append(f"{sp.name}=true")
+            else:
+                parts.append(f"{sp.name}={v}")
         return f"{self.algorithm.spec_name}:{','.join(parts)}"
 
     def __repr__(self) -> str:
         # Durations as Go duration strings, which the constructors accept: the
         # repr rebuilds the same limit to the nanosecond.
         args = []
-        for name, is_duration, v in zip(self._params, self._durations, self._wire[1:]):
-            if name:
-                args.append(f"{name}={format_duration(v)!r}" if is_duration else f"{name}={v}")
+        for sp, v in self._spec_values():
+            args.append(f"{sp.name}={format_duration(v)!r}" if sp.kind == _DURATION else f"{sp.name}={v!r}")
         return f"{type(self).__name__}({', '.join(args)})"
 
 
@@ -320,6 +383,87 @@ class Pacer(Limit):
         return _seconds(self.max_delay_ns)
 
 
+@dataclass(frozen=True, init=False, repr=False)
+class SlidingLog(_Window):
+    """sliding_log: ``limit`` tokens over any ``window``, exactly, from a log of the requests' times
+    (protocol version 3)."""
+
+    algorithm = Algorithm.SLIDING_LOG
+
+
+@dataclass(frozen=True, init=False, repr=False)
+class WindowCounters(Limit):
+    """window_counters: ``limit`` tokens over any ``window``, counted in ``counters`` sub-windows
+    (protocol version 3).
+
+    ``counters`` defaults to 60 (the sidecar accepts 1 to 64); with
+    ``count_denied`` a denied request counts too. The wire packs both into
+    its third parameter: ``counters | count_denied << 8``.
+    """
+
+    limit: int
+    window_ns: int
+    counters: int
+    count_denied: bool
+
+    algorithm = Algorithm.WINDOW_COUNTERS
+    _fields = ("limit", "window_ns", "")
+    _params = ("limit", "window", "")
+    _durations = (False, True, False)
+    _spec = (_Param("limit", 0, _INT), _Param("window", 1, _DURATION),
+             _Param("counters", 2, _COUNTERS, True), _Param("count_denied", 2, _BOOL, True))
+
+    def __init__(self, limit: int, window: Optional[DurationLike] = None, counters: int = DEFAULT_COUNTERS,
+                 count_denied: bool = False, *, window_ns: Optional[int] = None) -> None:
+        n = _count(counters, "counters")
+        if n > COUNTERS_MASK:
+            raise InvalidLimit(f"counters: {n} out of range, want 0..255")
+        if not isinstance(count_denied, bool):
+            raise InvalidLimit(f"count_denied: want a bool, got {count_denied!r}")
+        self._set(_count(limit, "limit"), _ns_arg(window, window_ns, "window"),
+                  n | (COUNT_DENIED_BIT if count_denied else 0))
+
+    def _set(self, *values: int) -> None:
+        limit, window_ns, p2 = values
+        _object_setattr(self, "limit", limit)
+        _object_setattr(self, "window_ns", window_ns)
+        _object_setattr(self, "counters", p2 & COUNTERS_MASK)
+        _object_setattr(self, "count_denied", bool(p2 & COUNT_DENIED_BIT))
+        _object_setattr(self, "_wire", (int(self.algorithm), limit, window_ns, p2))
+
+    @property
+    def window(self) -> float:
+        """The window's length in seconds."""
+        return _seconds(self.window_ns)
+
+
+@dataclass(frozen=True, init=False, repr=False)
+class Concurrency(Limit):
+    """concurrency: at most ``limit`` leases held at once (protocol version 3).
+
+    Taken with ``client.lease`` (or ``client.concurrency``) and given back
+    with ``client.release``; a lease never released (its holder crashed)
+    expires ``lease`` after it was taken. ``peek`` and ``reset`` work on it;
+    ``acquire``, ``refund`` and ``multi`` do not (:class:`InvalidLimit`).
+    """
+
+    limit: int
+    lease_ns: int
+
+    algorithm = Algorithm.CONCURRENCY
+    _fields = ("limit", "lease_ns", "")
+    _params = ("limit", "lease", "")
+    _durations = (False, True, False)
+
+    def __init__(self, limit: int, lease: Optional[DurationLike] = None, *, lease_ns: Optional[int] = None) -> None:
+        self._set(_count(limit, "limit"), _ns_arg(lease, lease_ns, "lease"), 0)
+
+    @property
+    def lease(self) -> float:
+        """Seconds after which a lease not released expires."""
+        return _seconds(self.lease_ns)
+
+
 #: The longest name of a named limit, in bytes (proto.MaxNameLen).
 MAX_NAME_LEN = 64
 
@@ -373,7 +517,8 @@ def _ns_arg(value: Optional[DurationLike], ns: Optional[int], name: str) -> int:
 
 
 _CLASSES: Dict[int, Type[Limit]] = {
-    c.algorithm: c for c in (TokenBucket, GCRA, FixedWindow, SlidingWindow, Pacer)
+    c.algorithm: c for c in (TokenBucket, GCRA, FixedWindow, SlidingWindow, Pacer, SlidingLog, WindowCounters,
+                             Concurrency)
 }
 _BY_NAME: Dict[str, Type[Limit]] = {c.algorithm.spec_name: c for c in _CLASSES.values()}
 
@@ -385,13 +530,22 @@ def _is_integer(s: str) -> bool:
     return s != "" and all(c in "0123456789" for c in s)
 
 
-def _parse_value(s: str, duration: bool) -> Union[int, str]:
-    """A parameter value, or what is wrong with it (Go's parseValue)."""
+def _parse_value(s: str, duration: Union[bool, str]) -> Union[int, str]:
+    """A parameter value, as the bits it puts in its wire parameter, or what is wrong with it
+    (Go's parseValue). ``duration`` is a kind (_INT, _DURATION, _COUNTERS, _BOOL), or a bool:
+    a duration or an integer."""
+    kind = duration if isinstance(duration, str) else _DURATION if duration else _INT
+    if kind == _BOOL:
+        if s == "true":
+            return COUNT_DENIED_BIT
+        if s == "false":
+            return 0
+        return f"invalid boolean {quote(s)}, want true or false"
     if _is_integer(s):
         v = int(s)
         if not -(1 << 63) <= v <= MAX_INT64:
             return f"integer out of range {quote(s)}"
-    elif duration:
+    elif kind == _DURATION:
         d = parse_duration(s)
         if d is None:
             return f"invalid duration {quote(s)}"
@@ -400,6 +554,8 @@ def _parse_value(s: str, duration: bool) -> Union[int, str]:
         return f"invalid integer {quote(s)}"
     if v < 0:
         return f"negative value {s}"
+    if kind == _COUNTERS and v > COUNTERS_MASK:
+        return f"value {s} out of range, want 0..255"
     return v
 
 
@@ -420,31 +576,35 @@ def parse_limit(spec: str) -> Limit:
         return Named(spec)
     if cls is None:
         raise fail(f"unknown algorithm {quote(name)}")
-    names = cls._params
+    spec_params = cls._spec
+    names = [sp.name for sp in spec_params]
     values = [0, 0, 0]
-    seen = [False, False, False]
+    seen = [False] * len(spec_params)
     if colon:
         for p in params.split(","):
             key, eq, value = p.partition("=")
             if not eq:
                 raise fail("empty parameter" if p == "" else f'{p}: missing "=value"')
-            i = names.index(key) if key and key in names else -1
+            i = names.index(key) if key in names else -1
             if i < 0:
-                want = ", ".join(n for n in names if n)
-                raise fail(f"unknown parameter {quote(key)} for {name} (want {want})")
+                raise fail(f"unknown parameter {quote(key)} for {name} (want {', '.join(names)})")
             if seen[i]:
                 raise fail(f"duplicate parameter {quote(key)}")
             seen[i] = True
-            v = _parse_value(value, cls._durations[i])
+            sp = spec_params[i]
+            v = _parse_value(value, sp.kind)
             if isinstance(v, str):
                 raise fail(f"{key}: {v}")
-            values[i] = v
-    for i, n in enumerate(names):
-        if n and not seen[i]:
-            if cls is TokenBucket and i == 2:
-                values[2] = values[0]  # refill_amount defaults to max
-                continue
-            raise fail(f"missing parameter {quote(n)}")
+            values[sp.p] |= v  # only window_counters' p2 holds two parameters, in distinct bits
+    for i, sp in enumerate(spec_params):
+        if seen[i]:
+            continue
+        if not sp.optional:
+            raise fail(f"missing parameter {quote(sp.name)}")
+        if cls is TokenBucket:
+            values[2] = values[0]  # refill_amount defaults to max
+        elif sp.kind == _COUNTERS:
+            values[2] |= DEFAULT_COUNTERS
     obj = object.__new__(cls)
     obj._set(*values)
     return obj

@@ -1,4 +1,4 @@
-"""The native wire format, version 1: frames, operations and results as bytes.
+"""The native wire format, version 3: frames, operations and results as bytes.
 
 A port of the Go package proto; its package documentation (proto/doc.go)
 is the specification, and the golden frames in proto/testdata/golden are
@@ -15,11 +15,15 @@ status a server would answer for the same bytes (:class:`Malformed`,
 :class:`UnknownOpcode`, :class:`InvalidLimit`, :class:`InvalidKey`,
 :class:`TooManyItems`); they never raise anything else on bad bytes.
 
+It writes frames of version 3 and reads versions 1 to 3: in a frame of
+version 1 or 2, LEASE and RELEASE are unknown opcodes and the algorithms of
+version 3 (sliding_log, window_counters, concurrency) unknown algorithms.
+
 Frame::
 
     offset size field
     0      4    length   u32: bytes after this field, 8 + body; 8..MAX_FRAME_LEN
-    4      1    version  1
+    4      1    version  1, 2 or 3
     5      1    kind     1 request, 2 response
     6      2    count    u16: operations or results in the body, 1..MAX_BATCH
     8      4    id       u32: chosen by the client, echoed by the server
@@ -40,12 +44,14 @@ from .errors import (
     StatusError, TooManyItems, UnknownOpcode, error_class,
 )
 from .limits import MAX_NAME_LEN, Algorithm, Limit, Named
-from .results import Decision, Hello, MultiDecision, ScanEntry, ScanPage, Stats, Value, make_decision
+from .results import (
+    Decision, Hello, Lease, MultiDecision, Released, ScanEntry, ScanPage, Stats, Value, make_decision, make_lease,
+)
 
 Buffer = Union[bytes, bytearray, memoryview]
 
-VERSION = 2  #: the version byte of the frames this side writes
-MIN_VERSION = 1  #: the oldest version this side reads (version 1 has no named limits)
+VERSION = 3  #: the version byte of the frames this side writes
+MIN_VERSION = 1  #: the oldest version this side reads (version 1 has no named limits, 2 no leases)
 HEADER_LEN = 12  #: bytes of the frame header, the length field included
 MAX_FRAME_LEN = 1 << 20  #: the largest length field: bytes after it
 MAX_BATCH = 256  #: the most operations (or results) in one frame
@@ -76,6 +82,8 @@ class Opcode(enum.IntEnum):
     MULTI = 7
     SCAN = 8
     STATS = 9
+    LEASE = 10  #: version 3: take a slot of a concurrency limit, for a lease id
+    RELEASE = 11  #: version 3: give a lease's slot back
 
 
 class Flags(enum.IntFlag):
@@ -91,6 +99,7 @@ class Flags(enum.IntFlag):
 _NAMED = 8  # Flags.NAMED as a plain int: IntFlag's ~ keeps only defined bits
 _SHADOW = 16
 _ITEM_FLAGS = 31
+_LEASE_FLAGS = 8  # LEASE and RELEASE: NAMED only
 _MULTI_FLAGS = 4
 _MULTI_ITEM_FLAGS = 11
 
@@ -102,6 +111,8 @@ MULTI_ITEM = struct.Struct("<BBqqqqH")  # flags, alg, p0, p1, p2, cost, keylen: 
 SCAN = struct.Struct("<BQHH")  # opcode, cursor, count, prefixlen: 13
 ERROR = struct.Struct("<BBH")  # opcode, status, msglen
 DECISION = struct.Struct("<Bqqqqq")  # allowed, remaining, limit, retry_after, reset_after, delay: 41
+LEASE_RESULT = struct.Struct("<BqqqqqQ")  # the decision, lease: 49
+RELEASE_RESULT = struct.Struct("<BBqqqqq")  # released, the decision: 42
 HELLO = struct.Struct("<BIHHBQH")  # version, max_frame, max_batch, max_key, max_multi, slots, slot_size: 20
 SCAN_RESULT = struct.Struct("<QH")  # next, n
 SCAN_ENTRY = struct.Struct("<BqH")  # algorithm, fresh_at, keylen: 11
@@ -137,7 +148,9 @@ class Op:
     """A decoded request operation. Which fields apply depends on ``code``.
 
     HELLO, PING, STATS: none. ACQUIRE, PEEK, REFUND, RESET: flags, limit, n,
-    at, key. MULTI: flags (AT only), at, items. SCAN: cursor, count, prefix.
+    at, key. LEASE: flags (NAMED only), limit, n (1), key. RELEASE: flags
+    (NAMED only), limit, lease, key (n is 0: the wire's n holds the lease).
+    MULTI: flags (AT only), at, items. SCAN: cursor, count, prefix.
     """
 
     code: int
@@ -150,6 +163,7 @@ class Op:
     cursor: int = 0
     count: int = 0
     prefix: bytes = b""
+    lease: int = 0  #: RELEASE: the lease id, 1..2**64-1
 
 
 @dataclass
@@ -157,7 +171,8 @@ class Result:
     """A decoded result: its opcode, status, and message or value.
 
     ``value`` holds, by opcode: Hello (HELLO), None (PING), Decision
-    (ACQUIRE, PEEK, REFUND), bool (RESET: the bucket existed),
+    (ACQUIRE, PEEK, REFUND), Lease (LEASE), Released (RELEASE), bool
+    (RESET: the bucket existed),
     MultiDecision (MULTI), ScanPage (SCAN), dict of counters (STATS).
     """
 
@@ -287,9 +302,27 @@ def _limit_field(flags: int, limit: Limit) -> Tuple[int, bytes]:
 
 
 def encode_item(code: int, flags: int, limit: Limit, n: int, at: int, key: bytes) -> bytes:
-    """Encode an ACQUIRE, PEEK, REFUND or RESET: flags, limit, n (cost or amount), at, key."""
+    """Encode an operation of the item layout, ACQUIRE, PEEK, REFUND or RESET (or LEASE and
+    RELEASE, which encode_lease and encode_release write more simply): flags, limit, n (cost or
+    amount), at, key."""
     flags, field = _limit_field(flags, limit)
     return bytes((code, flags)) + field + _ITEM_TAIL.pack(n, at, len(key)) + key
+
+
+def encode_lease(limit: Limit, key: bytes) -> bytes:
+    """Encode a LEASE (version 3): take one slot of the concurrency ``limit`` for ``key``; n is 1."""
+    return encode_item(Opcode.LEASE, 0, limit, 1, 0, key)
+
+
+def encode_release(limit: Limit, lease: int, key: bytes) -> bytes:
+    """Encode a RELEASE (version 3) of ``lease`` (1..2**64-1, the id its LEASE returned); n
+    holds the id's 64 bits."""
+    return encode_item(Opcode.RELEASE, 0, limit, _i64(lease), 0, key)
+
+
+def _i64(u: int) -> int:
+    """A u64 as the i64 of the same 64 bits."""
+    return u - (1 << 64) if u >= 1 << 63 else u
 
 
 def encode_multi(flags: int, at: int, items: Sequence[WireMultiItem]) -> bytes:
@@ -310,9 +343,12 @@ def encode_scan(cursor: int, count: int, prefix: bytes) -> bytes:
 def encode_op(op: Op) -> bytes:
     """Encode any decoded operation back to its bytes."""
     c = op.code
-    if Opcode.ACQUIRE <= c <= Opcode.RESET:
+    if Opcode.ACQUIRE <= c <= Opcode.RESET or c == Opcode.LEASE:
         assert op.limit is not None
         return encode_item(c, op.flags, op.limit, op.n, op.at, op.key)
+    if c == Opcode.RELEASE:
+        assert op.limit is not None
+        return encode_item(c, op.flags, op.limit, _i64(op.lease), op.at, op.key)
     if c == Opcode.MULTI:
         return encode_multi(op.flags, op.at, op.items)
     if c == Opcode.SCAN:
@@ -331,13 +367,13 @@ def _key(b: Buffer, off: int, end: int, min_len: int, code: int, what: str) -> T
     return bytes(b[off:off + n]), off + n
 
 
-def _limit(alg: int, p0: int, p1: int, p2: int) -> Limit:
-    if not 1 <= alg <= 5:
+def _limit(alg: int, p0: int, p1: int, p2: int, version: int = VERSION) -> Limit:
+    if not 1 <= alg <= (8 if version >= 3 else 5):
         raise InvalidLimit(f"invalid limit: unknown algorithm {alg}")
     return Limit.from_wire(alg, p0, p1, p2)
 
 
-def _decode_limit_field(b: Buffer, off: int, end: int, flags: int, code: int) -> Tuple[Limit, int]:
+def _decode_limit_field(b: Buffer, off: int, end: int, flags: int, code: int, version: int) -> Tuple[Limit, int]:
     """The limit field at b[off:]: a name with NAMED, else an algorithm and its parameters."""
     if flags & _NAMED:
         if end - off < 1:
@@ -353,14 +389,16 @@ def _decode_limit_field(b: Buffer, off: int, end: int, flags: int, code: int) ->
             raise InvalidLimit(f"invalid limit: {_name(code)} limit name: {e}") from None
     if end - off < _LIMIT.size:
         raise _truncated(f"{_name(code)} limit", _LIMIT.size, end - off)
-    return _limit(*_LIMIT.unpack_from(b, off)), off + _LIMIT.size
+    return _limit(*_LIMIT.unpack_from(b, off), version), off + _LIMIT.size
 
 
 def decode_op(b: Buffer, off: int = 0, end: Optional[int] = None, version: int = VERSION) -> Tuple[Op, int]:
     """Decode the operation at ``b[off:end]``; return it and the offset after it.
 
-    Checks lengths, limits, flag bits, the algorithm and the counts, as
-    proto's DecodeOp, and nothing the server judges (costs, parameters).
+    Checks lengths, limits, flag bits, the opcode and the algorithm (those
+    of the frame's ``version``), the counts, a LEASE's n (1) and a
+    RELEASE's lease (not 0), as proto's DecodeOpVersion, and nothing the
+    server judges (costs, parameters).
     """
     if end is None:
         end = len(b)
@@ -368,23 +406,34 @@ def decode_op(b: Buffer, off: int = 0, end: Optional[int] = None, version: int =
         raise _truncated("operation", 1, 0)
     code = b[off]
     named = _NAMED if version >= 2 else 0
-    if Opcode.ACQUIRE <= code <= Opcode.RESET:
+    leases = version >= 3
+    if Opcode.ACQUIRE <= code <= Opcode.RESET or leases and code in (Opcode.LEASE, Opcode.RELEASE):
         if end - off < 2:
             raise _truncated(_name(code), ITEM.size - 1, end - off - 1)
         flags = b[off + 1]
-        bad = flags & ~((_ITEM_FLAGS & ~(_NAMED | _SHADOW)) | (named and _NAMED | _SHADOW))
+        if code >= Opcode.LEASE:
+            bad = flags & ~_LEASE_FLAGS  # a lease is on the server's clock: no AT
+        else:
+            bad = flags & ~((_ITEM_FLAGS & ~(_NAMED | _SHADOW)) | (named and _NAMED | _SHADOW))
         if bad:
             raise Malformed(f"malformed: {_name(code)}: reserved flag bits 0x{bad:02x}")
         if not flags & _NAMED and end - off < ITEM.size:
             raise _truncated(_name(code), ITEM.size - 1, end - off - 1)
-        limit, off = _decode_limit_field(b, off + 2, end, flags, code)
+        limit, off = _decode_limit_field(b, off + 2, end, flags, code, version)
         if end - off < _ITEM_TAIL.size:
             raise _truncated(_name(code), ITEM.size - 1, end - off)
         n, at, _ = _ITEM_TAIL.unpack_from(b, off)
+        lease = 0
+        if code == Opcode.LEASE and n != 1:
+            raise Malformed(f"malformed: LEASE with n {n}, want 1")
+        if code == Opcode.RELEASE:
+            if n == 0:
+                raise Malformed("malformed: RELEASE of lease 0")
+            lease, n = n & 0xFFFFFFFFFFFFFFFF, 0
         key, off = _key(b, off + _ITEM_TAIL.size - 2, end, 1, code, "key")
-        return Op(Opcode(code), flags=flags, limit=limit, n=n, at=at, key=key), off
+        return Op(Opcode(code), flags=flags, limit=limit, n=n, at=at, key=key, lease=lease), off
     if code == Opcode.MULTI:
-        return _decode_multi(b, off, end, named)
+        return _decode_multi(b, off, end, named, version)
     if code == Opcode.SCAN:
         if end - off < SCAN.size:
             raise _truncated("SCAN", SCAN.size - 1, end - off - 1)
@@ -398,7 +447,7 @@ def decode_op(b: Buffer, off: int = 0, end: Optional[int] = None, version: int =
     raise UnknownOpcode(f"unknown opcode: {code}")
 
 
-def _decode_multi(b: Buffer, off: int, end: int, named: int) -> Tuple[Op, int]:
+def _decode_multi(b: Buffer, off: int, end: int, named: int, version: int) -> Tuple[Op, int]:
     if end - off < MULTI.size:
         raise _truncated("MULTI", MULTI.size - 1, end - off - 1)
     _, flags, at, n = MULTI.unpack_from(b, off)
@@ -419,7 +468,7 @@ def _decode_multi(b: Buffer, off: int, end: int, named: int) -> Tuple[Op, int]:
             raise Malformed(f"malformed: MULTI item {i}: reserved flag bits 0x{iflags & ~allowed:02x}")
         if not iflags & _NAMED and end - off < MULTI_ITEM.size:
             raise _truncated(f"MULTI item {i}", MULTI_ITEM.size, end - off)
-        limit, off = _decode_limit_field(b, off + 1, end, iflags, Opcode.MULTI)
+        limit, off = _decode_limit_field(b, off + 1, end, iflags, Opcode.MULTI, version)
         if end - off < _MULTI_ITEM_TAIL.size:
             raise _truncated(f"MULTI item {i}", MULTI_ITEM.size, end - off)
         cost, _ = _MULTI_ITEM_TAIL.unpack_from(b, off)
@@ -448,6 +497,16 @@ def encode_decision(code: int, d: Decision) -> bytes:
     return bytes((code, 0)) + _pack_decision(d)
 
 
+def encode_lease_result(lease: Lease) -> bytes:
+    """Encode the OK result of a LEASE: the decision and the lease's id (0 when denied)."""
+    return bytes((Opcode.LEASE, 0)) + _pack_decision(lease) + _U64.pack(lease.id)
+
+
+def encode_release_result(r: Released) -> bytes:
+    """Encode the OK result of a RELEASE: released, then the decision as PEEK reports it afterwards."""
+    return bytes((Opcode.RELEASE, 0, 1 if r.released else 0)) + _pack_decision(r.decision)
+
+
 def _pack_decision(d: Decision) -> bytes:
     return DECISION.pack(3 if d.shadow_denied else 1 if d.allowed else 0, d.remaining, d.limit,
                          d.retry_after_ns, d.reset_after_ns, d.delay_ns)
@@ -470,6 +529,12 @@ def encode_result(r: Result) -> bytes:
         return head + _pack_decision(v)
     if c == Opcode.RESET:
         return head + (b"\x01" if v else b"\x00")
+    if c == Opcode.LEASE:
+        assert isinstance(v, Lease)
+        return encode_lease_result(v)
+    if c == Opcode.RELEASE:
+        assert isinstance(v, Released)
+        return encode_release_result(v)
     if c == Opcode.MULTI:
         assert isinstance(v, MultiDecision)
         return head + bytes((1 if v.allowed else 0, len(v.decisions))) + b"".join(
@@ -541,6 +606,18 @@ def decode_result(b: Buffer, off: int = 0, end: Optional[int] = None) -> Tuple[R
             raise _truncated("RESET result", 1, 0)
         value = _bool(b[off], "RESET existed")
         off += 1
+    elif code == Opcode.LEASE:
+        if end - off < LEASE_RESULT.size:
+            raise _truncated("LEASE result", LEASE_RESULT.size, end - off)
+        d, off = _decision(b, off, end, code)
+        value = make_lease(d, _U64.unpack_from(b, off)[0])
+        off += 8
+    elif code == Opcode.RELEASE:
+        if end - off < RELEASE_RESULT.size:
+            raise _truncated("RELEASE result", RELEASE_RESULT.size, end - off)
+        released = _bool(b[off], "RELEASE released")
+        d, off = _decision(b, off + 1, end, code)
+        value = Released(released, d)
     elif code == Opcode.HELLO:
         if end - off < HELLO.size:
             raise _truncated("HELLO result", HELLO.size, end - off)
@@ -584,7 +661,7 @@ def _decode_scan_result(b: Buffer, off: int, end: int) -> Tuple[ScanPage, int]:
         if end - off < SCAN_ENTRY.size:
             raise _truncated("SCAN entry", SCAN_ENTRY.size, end - off)
         alg, fresh_at, _ = SCAN_ENTRY.unpack_from(b, off)
-        if not 1 <= alg <= 5:
+        if not 1 <= alg <= 8:
             raise InvalidLimit(f"invalid limit: SCAN entry: unknown algorithm {alg}")
         key, off = _key(b, off + SCAN_ENTRY.size - 2, end, 1, Opcode.SCAN, "entry key")
         entries.append(ScanEntry(key, Algorithm(alg), fresh_at))

@@ -27,7 +27,7 @@ def _timedelta(ns: int) -> Optional[datetime.timedelta]:
 
 @dataclass(frozen=True)
 class Decision:
-    """The answer to an acquire, peek or refund, or to one item of a multi.
+    """The answer to an acquire, peek or refund, or to one item of a multi (a :class:`Lease` is one too).
 
     ``bool(decision)`` is ``decision.allowed``.
 
@@ -116,6 +116,47 @@ DEGRADED_CLOSED = Decision(False, 0, 0, -1, 0, 0, degraded=True)
 
 
 @dataclass(frozen=True)
+class Lease(Decision):
+    """The answer to a lease of a :class:`~sluice.Concurrency` limit: a Decision and the lease's id.
+
+    ``bool(lease)`` is ``lease.allowed``. ``remaining`` is the slots still
+    free, ``limit`` the limit's, ``retry_after`` (denied) when the earliest
+    held lease expires at the latest (a release may free a slot sooner).
+
+    Attributes:
+        id: the lease's id, to give to ``client.release``; 0 when denied, and
+            for a lease the ``on_unavailable`` policy granted (``degraded``):
+            there is nothing to release then.
+    """
+
+    id: int = 0
+
+
+def make_lease(d: Decision, lease_id: int) -> Lease:
+    """The Lease of a decision and a lease id."""
+    v = _new(Lease)
+    _setattr(v, "__dict__", dict(d.__dict__, id=lease_id))
+    return v
+
+
+#: The lease of a request the sidecar could not be asked about, by policy: nothing to release.
+DEGRADED_OPEN_LEASE = Lease(True, 0, 0, -1, 0, 0, degraded=True)
+DEGRADED_CLOSED_LEASE = Lease(False, 0, 0, -1, 0, 0, degraded=True)
+
+
+@dataclass(frozen=True)
+class Released:
+    """The answer to a release: whether the lease was held (and its slot is free now), and the
+    limit as peek reports it afterwards. ``bool(r)`` is ``r.released``."""
+
+    released: bool  #: False: the sidecar held no such lease (unknown, already released, or expired)
+    decision: Decision
+
+    def __bool__(self) -> bool:
+        return self.released
+
+
+@dataclass(frozen=True)
 class MultiDecision:
     """The answer to a multi: ``allowed`` iff every item was allowed (and so consumed).
 
@@ -193,5 +234,6 @@ class ScanPage:
 Stats = Dict[str, int]
 
 #: What a decoded result holds, by opcode: Hello, None (PING), Decision
-#: (ACQUIRE, PEEK, REFUND), bool (RESET: existed), MultiDecision, ScanPage, Stats.
-Value = Union[Hello, None, Decision, bool, MultiDecision, ScanPage, Stats, Any]
+#: (ACQUIRE, PEEK, REFUND), Lease (LEASE), Released (RELEASE), bool (RESET:
+#: existed), MultiDecision, ScanPage, Stats.
+Value = Union[Hello, None, Decision, Lease, Released, bool, MultiDecision, ScanPage, Stats, Any]
