@@ -74,7 +74,7 @@ def test_release_frees_a_slot(client: Client) -> None:
     assert client.release("k", UPLOADS, held[1]) is False  # released already
     assert client.release("k", UPLOADS, 12345) is False  # never granted
     assert client.release("other", UPLOADS, held[0]) is False  # another key's
-    assert client.release("k", Concurrency(3, "2m"), held[0]) is False  # another limit's
+    assert client.release("k", Concurrency(4, UPLOADS.lease), held[0]) is False  # another limit's (its slot count)
     assert client.release("k", UPLOADS, held[0]) is True
 
 
