@@ -183,13 +183,10 @@ func (e *Engine) Acquire(d *bucket.Decision, key []byte, l *Limit, cost int64, t
 		}
 		var created bool
 		var err error
-		if sl, created, err = e.t.Claim(&pr, uint8(l.b.Algorithm), key, t.Now); err != nil {
-			return tableErr(err)
+		if sl, created, err = e.claim(&pr, l, key, t); err != nil {
+			return err
 		}
 		if created {
-			if e.probe != nil {
-				e.probe(sl.Displacement())
-			}
 			store(sl, l, &s, d, t)
 			return nil
 		}
@@ -202,6 +199,21 @@ func (e *Engine) Acquire(d *bucket.Decision, key []byte, l *Limit, cost int64, t
 		sl.Release()
 	}
 	return nil
+}
+
+// claim creates key's bucket under l where a Find that did not find it
+// left off (shm.Table.Claim) and tells the probe hook its displacement; it
+// returns the bucket's slot, locked, and whether it created it (not:
+// another request created it since the Find).
+func (e *Engine) claim(pr *shm.Probe, l *Limit, key []byte, t Time) (shm.Slot, bool, error) {
+	sl, created, err := e.t.Claim(pr, uint8(l.b.Algorithm), key, t.Now)
+	if err != nil {
+		return sl, false, tableErr(err)
+	}
+	if created && e.probe != nil {
+		e.probe(sl.Displacement())
+	}
+	return sl, created, nil
 }
 
 // Peek writes to *d the bucket as it stands at t.At, without consuming

@@ -128,13 +128,10 @@ func (e *Engine) acquireExt(d *bucket.Decision, key []byte, l *Limit, cost int64
 		}
 		var created bool
 		var err error
-		if sl, created, err = e.t.Claim(&pr, uint8(l.b.Algorithm), key, t.Now); err != nil {
-			return tableErr(err)
+		if sl, created, err = e.claim(&pr, l, key, t); err != nil {
+			return err
 		}
 		if created {
-			if e.probe != nil {
-				e.probe(sl.Displacement())
-			}
 			ext, _, err := sl.Ext(l.ext, t.Now)
 			if err != nil {
 				sl.Clear()

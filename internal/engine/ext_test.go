@@ -4,7 +4,6 @@ import (
 	"errors"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/sluicehq/sluice/bucket"
@@ -193,15 +192,7 @@ func TestExt_crash(t *testing.T) {
 				t.Fatal(err)
 			}
 			flip()
-			crashed := filepath.Join(t.TempDir(), "crashed")
-			if err := os.WriteFile(crashed, img, 0o600); err != nil {
-				t.Fatal(err)
-			}
-			tb, err := shm.Open(crashed)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer tb.Close()
+			tb := openBytes(t, img)
 			if o := tb.Opened(); o.Torn != 1 {
 				t.Errorf("opened: %+v, want 1 torn", o)
 			}

@@ -32,18 +32,10 @@ func crashHolding(t *testing.T, e *Engine, path, key string, l *Limit) (*Engine,
 	if err != nil {
 		t.Fatal(err)
 	}
-	crashed := filepath.Join(t.TempDir(), "crashed")
-	if err := os.WriteFile(crashed, img, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	tb, err := shm.Open(crashed)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tb, crashed := openBytesAt(t, img)
 	if st := tb.Stats(); st.Torn == 0 {
 		t.Fatalf("the crash left nothing torn")
 	}
-	t.Cleanup(func() { tb.Close() })
 	return New(tb), crashed
 }
 

@@ -118,15 +118,7 @@ func TestUpgrade_interrupted(t *testing.T) {
 		t.Fatal(err)
 	}
 	binary.LittleEndian.PutUint32(b[8:], 2) // the first step's version written, not yet its checksum
-	path := filepath.Join(t.TempDir(), "state")
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	tb, err := shm.Open(path)
-	if err != nil {
-		t.Fatalf("an interrupted upgrade was refused: %v", err)
-	}
-	defer tb.Close()
+	tb := openBytes(t, b)
 	if o := tb.Opened(); o.UpgradedFrom != 1 {
 		t.Errorf("opened: %+v, want upgraded from 1", o)
 	}
@@ -156,15 +148,7 @@ func TestUpgrade_arenaInterrupted(t *testing.T) {
 			if step == "version written" {
 				le.PutUint32(b[8:], 5) // under the version-4 checksum
 			}
-			path := filepath.Join(t.TempDir(), "state")
-			if err := os.WriteFile(path, b, 0o600); err != nil {
-				t.Fatal(err)
-			}
-			tb, err := shm.Open(path)
-			if err != nil {
-				t.Fatalf("an interrupted upgrade was refused: %v", err)
-			}
-			defer tb.Close()
+			tb := openBytes(t, b)
 			if o := tb.Opened(); o.UpgradedFrom != 4 {
 				t.Errorf("opened: %+v, want upgraded from 4", o)
 			}
@@ -190,4 +174,26 @@ func arenaSumForTest(cells uint64) uint64 {
 	var b [8]byte
 	binary.LittleEndian.PutUint64(b[:], cells)
 	return xxhash.Sum64(b[:])
+}
+
+// openBytes writes a state file holding b and opens it; it is closed after
+// the test.
+func openBytes(t *testing.T, b []byte) *shm.Table {
+	tb, _ := openBytesAt(t, b)
+	return tb
+}
+
+// openBytesAt is openBytes that also returns the file's path.
+func openBytesAt(t *testing.T, b []byte) (*shm.Table, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "state")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tb, err := shm.Open(path)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	t.Cleanup(func() { tb.Close() })
+	return tb, path
 }
