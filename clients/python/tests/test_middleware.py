@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any, Dict, List, Optional, Tuple
+import threading
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 from conftest import Sidecar
 
 from sluice import (
-    GCRA, AsyncClient, Client, Decision, FixedWindow, Pacer, SlidingWindow, TokenBucket, policy,
+    GCRA, AsyncClient, Client, Concurrency, Decision, FixedWindow, InvalidLimit, Pacer, SlidingWindow,
+    TokenBucket, policy,
     ratelimit_headers, response_headers, retry_after,
 )
 from sluice.asgi import RateLimitMiddleware as ASGIMiddleware
@@ -208,3 +210,311 @@ def test_asgi_shadow(sidecar: Sidecar) -> None:
         await client.close()
 
     asyncio.run(main())
+
+
+# ---- concurrency limits: a slot held while the request runs ------------------
+
+TWO = Concurrency(limit=2, lease="1m")
+
+
+def serve_wsgi(app: Any, environ: Dict[str, Any]) -> Tuple[str, Dict[str, str], bytes]:
+    """Call a WSGI app as a server does: iterate the response, then close it."""
+    got: Dict[str, Any] = {}
+
+    def start_response(status: str, headers: List[Tuple[str, str]], exc_info: Any = None) -> Any:
+        got["status"], got["headers"] = status, headers
+        return lambda data: None
+
+    env = {"REQUEST_METHOD": "GET", "PATH_INFO": "/", "REMOTE_ADDR": "10.1.0.1", "wsgi.url_scheme": "http"}
+    env.update(environ)
+    result = app(env, start_response)
+    try:
+        body = b"".join(result)
+    finally:
+        if hasattr(result, "close"):
+            result.close()
+    return got["status"], {k.lower(): v for k, v in got["headers"]}, body
+
+
+def blocking_app(environ: Dict[str, Any], start_response: Any) -> List[bytes]:
+    """Says it is running (``test.entered``), then waits for ``test.gate``, when the environ has them."""
+    if "test.gate" in environ:
+        environ["test.entered"].set()
+        assert environ["test.gate"].wait(10), "the test never opened the gate"
+    start_response("200 OK", [("Content-Type", "text/plain")])
+    return [b"done"]
+
+
+class Blocked:
+    """A request in a thread of its own, running ``blocking_app`` until ``finish``."""
+
+    def __init__(self, app: Any) -> None:
+        self.entered, self.gate = threading.Event(), threading.Event()
+        self.result: Optional[Tuple[str, Dict[str, str], bytes]] = None
+        self.thread = threading.Thread(target=self._run, args=(app,))
+        self.thread.start()
+
+    def _run(self, app: Any) -> None:
+        self.result = serve_wsgi(app, {"test.gate": self.gate, "test.entered": self.entered})
+
+    def finish(self) -> Tuple[str, Dict[str, str], bytes]:
+        self.gate.set()
+        self.thread.join(10)
+        assert self.result is not None
+        return self.result
+
+
+def test_wsgi_concurrency(sidecar: Sidecar) -> None:
+    with Client(sidecar.socket, on_unavailable="raise") as client:
+        app = WSGIMiddleware(blocking_app, client, None, key=lambda environ: "conc", concurrency=TWO)
+        a = Blocked(app)
+        b = Blocked(app)
+        try:
+            assert a.entered.wait(10) and b.entered.wait(10)  # two requests running, each holding a slot
+            assert client.peek("conc", TWO).remaining == 0
+            status, headers, body = serve_wsgi(app, {})  # the third is denied
+            assert status == "429 Too Many Requests" and body == b"Too Many Requests\n"
+            assert headers["content-length"] == str(len(body)) and headers["content-type"].startswith("text/plain")
+            assert "retry-after" not in headers and "ratelimit" not in headers and "ratelimit-policy" not in headers
+            assert a.finish()[0] == "200 OK"
+            assert client.peek("conc", TWO).remaining == 1  # released when the response was done
+            assert serve_wsgi(app, {})[0] == "200 OK"  # another is admitted
+        finally:
+            a.finish()
+            b.finish()
+        assert b.result is not None and b.result[0] == "200 OK"
+        assert client.peek("conc", TWO).remaining == 2
+
+
+def test_wsgi_concurrency_released_when_the_app_raises(sidecar: Sidecar) -> None:
+    def failing(environ: Dict[str, Any], start_response: Any) -> List[bytes]:
+        raise RuntimeError("boom")
+
+    def failing_later(environ: Dict[str, Any], start_response: Any) -> Iterator[bytes]:
+        start_response("200 OK", [])
+        yield b"part"
+        raise RuntimeError("boom, streaming")
+
+    with Client(sidecar.socket, on_unavailable="raise") as client:
+        for app in (failing, failing_later):
+            mw = WSGIMiddleware(app, client, None, key=lambda environ: "conc", concurrency=TWO)
+            for _ in range(3):  # more often than there are slots: each one was released
+                with pytest.raises(RuntimeError, match="boom"):
+                    serve_wsgi(mw, {})
+                assert client.peek("conc", TWO).remaining == 2
+
+
+def test_wsgi_concurrency_streaming_holds_the_slot_until_closed(sidecar: Sidecar) -> None:
+    closed: List[str] = []
+
+    def streaming(environ: Dict[str, Any], start_response: Any) -> Iterator[bytes]:
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        try:
+            for i in range(1000):
+                yield b"chunk %d\n" % i
+        finally:
+            closed.append(environ["PATH_INFO"])
+
+    def start_response(status: str, headers: List[Tuple[str, str]], exc_info: Any = None) -> Any:
+        return lambda data: None
+
+    def environ(path: str) -> Dict[str, Any]:
+        return {"REQUEST_METHOD": "GET", "PATH_INFO": path, "REMOTE_ADDR": "10.1.0.2"}
+
+    with Client(sidecar.socket, on_unavailable="raise") as client:
+        app = WSGIMiddleware(streaming, client, None, key=lambda environ: "stream", concurrency=TWO)
+        one, two = app(environ("/1"), start_response), app(environ("/2"), start_response)
+        assert next(iter(one)) == b"chunk 0\n" and next(iter(two)) == b"chunk 0\n"
+        assert next(iter(one)) == b"chunk 1\n"
+        assert client.peek("stream", TWO).remaining == 0  # both still streaming
+        assert serve_wsgi(app, {"PATH_INFO": "/3"})[0] == "429 Too Many Requests"
+        one.close()  # the client went away: the server closes the response before its end
+        assert closed == ["/1"]  # the app's own close ran
+        assert client.peek("stream", TWO).remaining == 1
+        status, _, body = serve_wsgi(app, {"PATH_INFO": "/4"})
+        assert status == "200 OK" and body.endswith(b"chunk 999\n")
+        assert b"".join(two).startswith(b"chunk 1\n")  # exhausted: released before the server closes it
+        assert client.peek("stream", TWO).remaining == 2
+        two.close()
+        two.close()  # released once only
+        assert closed == ["/1", "/4", "/2"] and client.peek("stream", TWO).remaining == 2
+
+
+def test_wsgi_concurrency_with_a_rate_limit(sidecar: Sidecar) -> None:
+    with Client(sidecar.socket, on_unavailable="raise") as client:
+        one = Concurrency(1, "1m")
+        app = WSGIMiddleware(blocking_app, client, LIMIT, key=key, name="per-ip", concurrency=one,
+                             concurrency_key=lambda environ: None if environ["PATH_INFO"] == "/free" else "all")
+        held = client.lease("all", one)
+        status, headers, _ = serve_wsgi(app, {"REMOTE_ADDR": "10.2.0.1"})  # rate limit allows, no slot
+        assert status == "429 Too Many Requests" and "retry-after" not in headers
+        assert headers["ratelimit"].startswith('"per-ip";r=1;')  # the rate limit's headers, as for an allowed one
+        assert serve_wsgi(app, {"REMOTE_ADDR": "10.2.0.1", "PATH_INFO": "/free"})[0] == "200 OK"  # no slot needed
+        status, headers, _ = serve_wsgi(app, {"REMOTE_ADDR": "10.2.0.1"})  # the rate limit denies first
+        assert status == "429 Too Many Requests" and "retry-after" in headers
+        assert client.release("all", one, held)
+        status, headers, _ = serve_wsgi(app, {"REMOTE_ADDR": "10.2.0.2"})
+        assert status == "200 OK" and headers["ratelimit"].startswith('"per-ip";r=1;')
+        assert client.peek("all", one).remaining == 1
+        quiet = WSGIMiddleware(blocking_app, client, LIMIT, key=key, headers=False, concurrency=one,
+                               concurrency_key=lambda environ: "all")
+        held = client.lease("all", one)
+        status, headers, _ = serve_wsgi(quiet, {"REMOTE_ADDR": "10.2.0.3"})
+        assert status.startswith("429") and "ratelimit" not in headers
+
+
+def test_wsgi_concurrency_shadow(sidecar: Sidecar, caplog: Any) -> None:
+    one = Concurrency(1, "1m")
+
+    def ban(environ: Dict[str, Any], start_response: Any) -> List[bytes]:
+        start_response("202 Accepted", [])
+        return [b"queued"]
+
+    with Client(sidecar.socket, on_unavailable="raise") as client:
+        app = WSGIMiddleware(blocking_app, client, None, key=lambda environ: "sh", concurrency=one, shadow=True)
+        assert serve_wsgi(app, {})[0] == "200 OK"  # allowed: holds the slot, released
+        held = client.lease("sh", one)
+        assert serve_wsgi(app, {})[0] == "200 OK"  # would be denied: let through without a slot
+        assert [r.getMessage() for r in caplog.records if "shadow-denied" in r.getMessage()] == [
+            "concurrency limit concurrency:limit=1,lease=1m0s shadow-denied a request for 'sh'"]
+        banned = WSGIMiddleware(blocking_app, client, None, key=lambda environ: "sh", concurrency=one,
+                                shadow=True, shadow_ban=ban)
+        assert serve_wsgi(banned, {})[:3:2] == ("202 Accepted", b"queued")
+        assert client.release("sh", one, held) and client.peek("sh", one).remaining == 1
+
+
+def test_wsgi_concurrency_when_the_sidecar_is_down() -> None:
+    missing = os.path.join("/tmp", "sl-missing-%d.sock" % os.getpid())
+    for_open = WSGIMiddleware(blocking_app, Client(missing, on_unavailable="open"), None,
+                              key=lambda environ: "k", concurrency=TWO)
+    for _ in range(3):
+        assert serve_wsgi(for_open, {})[0] == "200 OK"  # a degraded lease: nothing held, nothing released
+    for_closed = WSGIMiddleware(blocking_app, Client(missing, on_unavailable="closed"), None,
+                                key=lambda environ: "k", concurrency=TWO, shadow=True)
+    status, headers, _ = serve_wsgi(for_closed, {})
+    assert status.startswith("429") and "retry-after" not in headers
+
+
+def test_middleware_checks_its_limits() -> None:
+    client = Client("/nonexistent")
+    for mw in (WSGIMiddleware, ASGIMiddleware):
+        with pytest.raises(TypeError, match="limit"):
+            mw(wsgi_app, client, None, key=key)
+        with pytest.raises(TypeError, match="concurrency="):
+            mw(wsgi_app, client, TWO, key=key)
+        with pytest.raises(InvalidLimit):
+            mw(wsgi_app, client, None, key=key, concurrency=LIMIT)
+        mw(wsgi_app, client, None, key=key, concurrency="concurrency:limit=3,lease=10s")
+        mw(wsgi_app, client, None, key=key, concurrency="uploads")  # a name: the sidecar's config says
+
+
+def test_asgi_concurrency(sidecar: Sidecar) -> None:
+    async def main() -> None:
+        async with AsyncClient(sidecar.socket, on_unavailable="raise") as client:
+            gates: Dict[str, asyncio.Event] = {}
+            running: List[str] = []
+
+            async def app(scope: Dict[str, Any], receive: Any, send: Any) -> None:
+                running.append(scope["path"])
+                if scope["path"] in gates:
+                    await gates[scope["path"]].wait()
+                await asgi_app(scope, receive, send)
+
+            async def request(path: str) -> Tuple[int, Dict[bytes, bytes], bytes]:
+                sent: List[Dict[str, Any]] = []
+
+                async def send(message: Dict[str, Any]) -> None:
+                    sent.append(message)
+
+                await mw({"type": "http", "method": "GET", "path": path, "headers": [],
+                          "client": ("10.3.0.1", 5000)}, None, send)
+                return sent[0]["status"], dict(sent[0]["headers"]), sent[1]["body"]
+
+            mw = ASGIMiddleware(app, client, None, key=scope_key, concurrency=TWO)
+            gates.update(a=asyncio.Event(), b=asyncio.Event())
+            a, b = asyncio.ensure_future(request("a")), asyncio.ensure_future(request("b"))
+            while len(running) < 2:
+                await asyncio.sleep(0.001)
+            assert (await client.peek("ip:10.3.0.1", TWO)).remaining == 0
+            status, headers, body = await request("c")
+            assert status == 429 and body == b"Too Many Requests\n" and b"retry-after" not in headers
+            assert running == ["a", "b"]  # c never reached the app
+            gates["a"].set()
+            assert (await a)[0] == 200
+            assert (await client.peek("ip:10.3.0.1", TWO)).remaining == 1
+            assert (await request("d"))[0] == 200  # admitted
+            gates["b"].set()
+            assert (await b)[0] == 200
+            assert (await client.peek("ip:10.3.0.1", TWO)).remaining == 2
+
+    asyncio.run(asyncio.wait_for(main(), 20))
+
+
+def test_asgi_concurrency_released_on_exception_and_cancellation(sidecar: Sidecar) -> None:
+    async def main() -> None:
+        async with AsyncClient(sidecar.socket, on_unavailable="raise") as client:
+            entered = asyncio.Event()
+
+            async def failing(scope: Any, receive: Any, send: Any) -> None:
+                raise RuntimeError("boom")
+
+            async def forever(scope: Any, receive: Any, send: Any) -> None:
+                entered.set()
+                await asyncio.Event().wait()
+
+            async def ignore(message: Any) -> None:
+                pass
+
+            scope = {"type": "http", "method": "GET", "path": "/", "headers": []}
+            mw = ASGIMiddleware(failing, client, None, key=lambda scope: "conc", concurrency=TWO)
+            for _ in range(3):
+                with pytest.raises(RuntimeError, match="boom"):
+                    await mw(scope, None, ignore)
+                assert (await client.peek("conc", TWO)).remaining == 2
+            mw = ASGIMiddleware(forever, client, None, key=lambda scope: "conc", concurrency=TWO)
+            for _ in range(3):  # as a server cancels the request's task when the client disconnects
+                entered.clear()
+                task = asyncio.ensure_future(mw(scope, None, ignore))
+                await entered.wait()
+                assert (await client.peek("conc", TWO)).remaining == 1
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+                assert (await client.peek("conc", TWO)).remaining == 2
+
+            async def async_key(scope: Any) -> str:
+                return "conc"
+            with Client(sidecar.socket, on_unavailable="raise") as sync:  # a sync client, an async key
+                mw = ASGIMiddleware(failing, sync, None, key=scope_key, concurrency=TWO,  # key: not called
+                                    concurrency_key=async_key)
+                with pytest.raises(RuntimeError, match="boom"):
+                    await mw(scope, None, ignore)
+                assert sync.peek("conc", TWO).remaining == 2
+
+    asyncio.run(asyncio.wait_for(main(), 20))
+
+
+def test_asgi_concurrency_shadow(sidecar: Sidecar) -> None:
+    async def main() -> None:
+        async with AsyncClient(sidecar.socket, on_unavailable="raise") as client:
+            one = Concurrency(1, "1m")
+            sent: List[Dict[str, Any]] = []
+
+            async def send(message: Dict[str, Any]) -> None:
+                sent.append(message)
+
+            async def ban(scope: Any, receive: Any, send: Any) -> None:
+                await send({"type": "http.response.start", "status": 202, "headers": []})
+                await send({"type": "http.response.body", "body": b"queued"})
+
+            scope = {"type": "http", "method": "GET", "path": "/", "headers": [], "client": ("10.4.0.1", 1)}
+            held = await client.lease("ip:10.4.0.1", one)
+            for mw in (ASGIMiddleware(asgi_app, client, None, key=scope_key, concurrency=one, shadow=True),
+                       ASGIMiddleware(asgi_app, client, None, key=scope_key, concurrency=one, shadow=True,
+                                      shadow_ban=ban),
+                       ASGIMiddleware(asgi_app, client, None, key=scope_key, concurrency=one)):
+                await mw(scope, None, send)
+            assert [m["status"] for m in sent if m["type"] == "http.response.start"] == [200, 202, 429]
+            assert await client.release("ip:10.4.0.1", one, held)
+
+    asyncio.run(asyncio.wait_for(main(), 20))

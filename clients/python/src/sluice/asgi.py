@@ -1,4 +1,5 @@
-"""ASGI middleware: one acquire per HTTP request, 429 when denied.
+"""ASGI middleware: one acquire per HTTP request, 429 when denied; optionally a
+concurrency limit's slot held while the request runs.
 
 ::
 
@@ -18,16 +19,24 @@ sidecar cannot be asked. Only ``http`` scopes are limited; ``websocket`` and
 ``lifespan`` pass through. ``client`` is normally an
 :class:`~sluice.AsyncClient`; a sync :class:`~sluice.Client` works too (each
 acquire then blocks the loop for one round trip, tens of microseconds).
+
+``concurrency`` and ``concurrency_key`` (which may be a coroutine function
+too) work as the WSGI middleware's: the request holds a slot of the
+concurrency limit from before the app is called until the app returns or
+raises, which includes its cancellation (a server cancels the request's
+task when the client disconnects); every slot held: 429 without
+``Retry-After``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-import logging
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple, Union
 
-from ._common import Key, LimitLike, limit_of
+from ._common import Key, LimitLike
+from ._middleware import limits_of, release_failed, shadow_denied
+from .errors import SluiceError
 from .headers import _sf_string, ratelimit_headers, retry_after
 
 __all__ = ["RateLimitMiddleware"]
@@ -42,24 +51,24 @@ KeyFunc = Callable[[Scope], Union[Optional[Key], Awaitable[Optional[Key]]]]
 _BODY = b"Too Many Requests\n"
 
 
-_log = logging.getLogger("sluice")
-
-
 class RateLimitMiddleware:
     """Wrap an ASGI app so that every HTTP request acquires ``cost`` of ``limit`` for ``key(scope)``.
 
-    Args as :class:`sluice.wsgi.RateLimitMiddleware`, with ``key`` taking the scope.
+    Args as :class:`sluice.wsgi.RateLimitMiddleware`, with ``key`` and
+    ``concurrency_key`` taking the scope.
     """
 
-    def __init__(self, app: ASGIApp, client: Any, limit: LimitLike, key: KeyFunc, *,
+    def __init__(self, app: ASGIApp, client: Any, limit: Optional[LimitLike], key: KeyFunc, *,
                  cost: int = 1, name: str = "default", headers: bool = True, shadow: bool = False,
-                 shadow_ban: Optional[ASGIApp] = None) -> None:
+                 shadow_ban: Optional[ASGIApp] = None, concurrency: Optional[LimitLike] = None,
+                 concurrency_key: Optional[KeyFunc] = None) -> None:
         self.app = app
         self.shadow = shadow
         self.shadow_ban = shadow_ban
         self.client = client
-        self.limit = limit_of(limit)
+        self.limit, self.concurrency = limits_of(limit, concurrency)
         self.key = key
+        self.concurrency_key = concurrency_key
         self.cost = cost
         self.name = name
         self.headers = headers
@@ -69,45 +78,93 @@ class RateLimitMiddleware:
         if scope.get("type") != "http":
             await self.app(scope, receive, send)
             return
-        k = self.key(scope)
+        k = self.key(scope) if self.limit is not None or self.concurrency_key is None else None
         if inspect.isawaitable(k):
             k = await k
-        if k is None:
-            await self.app(scope, receive, send)
+        out = send
+        extra: List[Tuple[bytes, bytes]] = []
+        if k is not None and self.limit is not None:
+            d = self.client.acquire(k, self.limit, self.cost, shadow=self.shadow) if self.shadow \
+                else self.client.acquire(k, self.limit, self.cost)
+            if inspect.isawaitable(d):
+                d = await d
+            if d.shadow_denied:
+                shadow_denied("rate limit", self.name, k, self.shadow_ban is not None)
+                if self.shadow_ban is not None:
+                    await self.shadow_ban(scope, receive, send)
+                    return
+            extra = [(h.lower().encode(), v.encode()) for h, v in ratelimit_headers(d, self.limit, self.name)]
+            if not d.allowed:
+                ra = retry_after(d)
+                if ra is not None:
+                    extra.append((b"retry-after", ra.encode()))
+                await _deny(send, extra)
+                return
+            if d.delay_ns > 0:
+                await asyncio.sleep(d.delay_ns / 1e9)
+            if not self.headers:
+                extra = []
+            if extra:
+                out = _adding(send, extra)
+        if self.concurrency is None:
+            await self.app(scope, receive, out)
             return
-        d = self.client.acquire(k, self.limit, self.cost, shadow=self.shadow) if self.shadow \
-            else self.client.acquire(k, self.limit, self.cost)
-        if inspect.isawaitable(d):
-            d = await d
-        if d.shadow_denied:
-            _log.warning("rate limit %s shadow-denied a request for %r%s", self.name, k,
-                         " (shadow-banned)" if self.shadow_ban is not None else "")
+        ck = k
+        if self.concurrency_key is not None:
+            ck = self.concurrency_key(scope)
+            if inspect.isawaitable(ck):
+                ck = await ck
+        if ck is None:
+            await self.app(scope, receive, out)
+            return
+        lease = self.client.lease(ck, self.concurrency)
+        if inspect.isawaitable(lease):
+            lease = await lease
+        if not lease.allowed:
+            if not self.shadow or lease.degraded:
+                await _deny(send, extra)
+                return
+            shadow_denied("concurrency limit", self.concurrency, ck, self.shadow_ban is not None)
             if self.shadow_ban is not None:
                 await self.shadow_ban(scope, receive, send)
-                return
-        extra: List[Tuple[bytes, bytes]] = [(h.lower().encode(), v.encode())
-                                            for h, v in ratelimit_headers(d, self.limit, self.name)]
-        if not d.allowed:
-            ra = retry_after(d)
-            if ra is not None:
-                extra.append((b"retry-after", ra.encode()))
-            await send({"type": "http.response.start", "status": 429, "headers": [
-                (b"content-type", b"text/plain; charset=utf-8"),
-                (b"content-length", str(len(_BODY)).encode()),
-            ] + extra})
-            await send({"type": "http.response.body", "body": _BODY})
+            else:
+                await self.app(scope, receive, out)
             return
-        if d.delay_ns > 0:
-            await asyncio.sleep(d.delay_ns / 1e9)
-        if not self.headers or not extra:
-            await self.app(scope, receive, send)
+        if not lease.id:  # granted by the on_unavailable policy: holds nothing
+            await self.app(scope, receive, out)
             return
+        try:
+            await self.app(scope, receive, out)
+        finally:
+            await self._release(ck, lease.id)
 
-        async def send_with_headers(message: Message) -> None:
-            if message.get("type") == "http.response.start":
-                headers = list(message.get("headers", ()))
-                have = {bytes(h).lower() for h, _ in headers}
-                message = dict(message, headers=headers + [(h, v) for h, v in extra if h not in have])
-            await send(message)
+    async def _release(self, key: Key, lease_id: int) -> None:
+        try:
+            r = self.client.release(key, self.concurrency, lease_id)
+            if inspect.isawaitable(r):
+                # Shielded: a cancellation of the request (the client went away) must not stop it halfway.
+                await asyncio.shield(r)
+        except SluiceError as e:
+            release_failed(self.concurrency, key, lease_id, e)  # type: ignore[arg-type]
 
-        await self.app(scope, receive, send_with_headers)
+
+async def _deny(send: Send, extra: List[Tuple[bytes, bytes]]) -> None:
+    await send({"type": "http.response.start", "status": 429, "headers": [
+        (b"content-type", b"text/plain; charset=utf-8"),
+        (b"content-length", str(len(_BODY)).encode()),
+    ] + extra})
+    await send({"type": "http.response.body", "body": _BODY})
+
+
+def _adding(send: Send, extra: List[Tuple[bytes, bytes]]) -> Send:
+    """send adding the headers of ``extra`` the app did not set itself to the response's start."""
+
+    async def send_with_headers(message: Message) -> None:
+        if message.get("type") == "http.response.start":
+            headers = list(message.get("headers", ()))
+            have = {bytes(h).lower() for h, _ in headers}
+            message = dict(message, headers=headers + [(h, v) for h, v in extra if h not in have])
+        await send(message)
+
+    return send_with_headers
+
