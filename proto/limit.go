@@ -148,6 +148,12 @@ type Limit struct {
 	Algorithm Algorithm
 	P         [3]int64
 	Name      string // a named limit's name (ValidName); "" for a limit given by its parameters
+	// Shadow is the spec's shadow=true, which any algorithm's spec may
+	// carry: an ACQUIRE of the limit is sent with FlagShadow (decided and
+	// consumed as usual, a denial answered as allowed and marked
+	// shadow-denied). It is not part of the limit field on the wire, and
+	// the other operations ignore it.
+	Shadow bool
 }
 
 // Named returns the limit the sidecar's configuration defines under name.
@@ -288,6 +294,10 @@ func (l Limit) String() string {
 			b = strconv.AppendInt(b, v, 10)
 		}
 	}
+	if l.Shadow {
+		param("shadow")
+		b = append(b, "true"...)
+	}
 	return string(b)
 }
 
@@ -327,6 +337,7 @@ func ParseLimit(s string) (Limit, error) {
 	}
 	info := &algorithms[l.Algorithm]
 	var seen [maxSpecParams]bool
+	shadowSeen := false
 	for hasParams {
 		var p string
 		p, params, hasParams = strings.Cut(params, ",")
@@ -336,6 +347,19 @@ func ParseLimit(s string) (Limit, error) {
 				return fail("empty parameter")
 			}
 			return fail("%s: missing \"=value\"", p)
+		}
+		if key == "shadow" { // every algorithm's
+			if shadowSeen {
+				return fail("duplicate parameter %q", key)
+			}
+			shadowSeen = true
+			switch value {
+			case "true", "false":
+				l.Shadow = value == "true"
+			default:
+				return fail("shadow: invalid boolean %q, want true or false", value)
+			}
+			continue
 		}
 		i := paramIndex(info, key)
 		if i < 0 {
@@ -479,6 +503,17 @@ func limitFlags(l *Limit) Flags {
 		return FlagNamed
 	}
 	return 0
+}
+
+// opLimitFlags returns the flags an item operation op of limit l carries
+// besides its caller's: FlagNamed for a named limit, FlagShadow for an
+// ACQUIRE of a limit whose spec says shadow=true.
+func opLimitFlags(op Opcode, l *Limit) Flags {
+	f := limitFlags(l)
+	if l.Shadow && op == OpAcquire {
+		f |= FlagShadow
+	}
+	return f
 }
 
 // decodeName decodes a named limit's name at the start of b, the field of

@@ -18,6 +18,7 @@ import (
 //	algorithm N NAME               an algorithm of this version: a reader must know every one
 //	ok SPEC A P0 P1 P2             a canonical spec: it parses to the wire form, which formats back to SPEC
 //	parse SPEC A P0 P1 P2          a spec that is not canonical (order, defaults, units) and its wire form
+//	shadow SPEC A P0 P1 P2         a canonical spec with shadow=true: its wire form, and acquires of it are shadow requests
 //	invalid SPEC MESSAGE...        a spec ParseLimit refuses: its error is `limit "SPEC": MESSAGE`
 //
 // Specs hold no whitespace; # starts a comment line.
@@ -54,10 +55,21 @@ var vectorParses = []string{
 	"window_counters:count_denied=false,counters=8,window=90s,limit=3",
 	"window_counters:limit=1,window=1s,count_denied=true",
 	"concurrency:lease=1500ms,limit=4",
+	"gcra:shadow=false,burst=4,count=1,period=1s",
+	"fixed_window:shadow=true,window=60s,limit=5",
+}
+
+// vectorShadows are canonical specs with shadow=true.
+var vectorShadows = []string{
+	"token_bucket:max=10,refill_time=1h0m0s,refill_amount=1,shadow=true",
+	"sliding_log:limit=100,window=1m0s,shadow=true",
+	"window_counters:limit=10,window=1m0s,counters=60,count_denied=true,shadow=true",
 }
 
 // vectorInvalid are specs ParseLimit refuses.
 var vectorInvalid = []string{
+	"gcra:burst=1,count=1,period=1s,shadow=yes",
+	"pacer:rate=1,period=1s,max_delay=0s,shadow=true,shadow=false",
 	"leaky:rate=1",
 	"1abc",
 	"gcra:burst=x,count=1,period=1s",
@@ -106,6 +118,13 @@ func TestLimitVectors(t *testing.T) {
 		}
 		fmt.Fprintf(&b, "parse %s %d %d %d %d\n", spec, l.Algorithm, l.P[0], l.P[1], l.P[2])
 	}
+	for _, spec := range vectorShadows {
+		l, err := ParseLimit(spec)
+		if err != nil || !l.Shadow || l.String() != spec {
+			t.Fatalf("%q: %+v, %v: want it shadowed and canonical", spec, l, err)
+		}
+		fmt.Fprintf(&b, "shadow %s %d %d %d %d\n", spec, l.Algorithm, l.P[0], l.P[1], l.P[2])
+	}
 	for _, spec := range vectorInvalid {
 		_, err := ParseLimit(spec)
 		prefix := "proto: limit " + strconv.Quote(spec) + ": "
@@ -114,7 +133,7 @@ func TestLimitVectors(t *testing.T) {
 		}
 		fmt.Fprintf(&b, "invalid %s %s\n", spec, strings.TrimPrefix(err.Error(), prefix))
 	}
-	for _, spec := range append(vectorParses, vectorInvalid...) {
+	for _, spec := range append(append(vectorParses, vectorInvalid...), vectorShadows...) {
 		if strings.ContainsAny(spec, " \t") || spec == "" {
 			t.Fatalf("vector %q: a spec in the file may not be empty or hold whitespace", spec)
 		}

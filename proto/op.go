@@ -170,7 +170,7 @@ func AppendItem(dst []byte, op Opcode, f Flags, l Limit, n, at int64, key []byte
 	if !isItemOp(op) {
 		panic("proto: AppendItem: " + op.String() + " is not an item operation")
 	}
-	dst = append(dst, byte(op), byte(f&^FlagNamed|limitFlags(&l)))
+	dst = append(dst, byte(op), byte(f&^FlagNamed|opLimitFlags(op, &l)))
 	dst = appendLimit(dst, &l)
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(n))
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(at))

@@ -349,3 +349,27 @@ func TestDecodeOp_version3(t *testing.T) {
 		t.Error("ValidIn at the edges")
 	}
 }
+
+// An ACQUIRE of a limit whose spec says shadow=true carries FlagShadow; the
+// other operations do not, and the limit field is the same either way.
+func TestAppendItem_shadowSpec(t *testing.T) {
+	l, err := ParseLimit("gcra:burst=1,count=1,period=1s,shadow=true")
+	if err != nil || !l.Shadow {
+		t.Fatalf("%+v, %v", l, err)
+	}
+	plain := l
+	plain.Shadow = false
+	for _, code := range []Opcode{OpAcquire, OpPeek, OpRefund, OpReset} {
+		var op Op
+		if _, err := DecodeOp(AppendItem(nil, code, FlagStrict, l, 1, 0, []byte("k")), &op); err != nil {
+			t.Fatal(err)
+		}
+		want := FlagStrict
+		if code == OpAcquire {
+			want |= FlagShadow
+		}
+		if op.Flags != want || op.Limit != plain {
+			t.Errorf("%v: flags %v, limit %v; want flags %v", code, op.Flags, op.Limit, want)
+		}
+	}
+}

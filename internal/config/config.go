@@ -322,6 +322,8 @@ func (p *parser) limit(k, v *yaml.Node, field string) (*Limit, error) {
 	if err != nil {
 		return nil, &Error{File: p.file, Line: specNode.Line, Field: field + ".limit", Msg: fmt.Sprintf("%q: %v", l.Spec, err), Err: err}
 	}
+	l.Shadow = l.Shadow || w.Shadow // the spec's shadow=true is the field's shadow: true
+	w.Shadow = false
 	l.Wire, l.Bucket, l.Engine = w, *el.Bucket(), el
 	if l.Scope == Global {
 		if err := global.Check(l.Bucket); err != nil {

@@ -140,3 +140,16 @@ func TestSet_changes(t *testing.T) {
 		t.Fatal("Swap")
 	}
 }
+
+// A spec's shadow=true shadows the limit as the field shadow: true does.
+func TestParse_shadowInSpec(t *testing.T) {
+	c, err := Parse("f.yaml", []byte("limits:\n  a:\n    limit: \"gcra:burst=1,count=1,period=1s,shadow=true\"\n  b:\n    limit: \"gcra:burst=1,count=1,period=1s\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := c.Lookup("a")
+	b, _ := c.Lookup("b")
+	if !a.Shadow || b.Shadow || a.Wire != b.Wire {
+		t.Errorf("a: shadow %v, wire %v; b: shadow %v, wire %v", a.Shadow, a.Wire, b.Shadow, b.Wire)
+	}
+}
