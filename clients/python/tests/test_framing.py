@@ -54,6 +54,26 @@ def test_reader_refuses_a_bad_header_at_once() -> None:
         FrameReader().feed(proto.frame(proto.Kind.REQUEST, 1, 1, b"\x02"))
 
 
+def test_only_an_acquire_of_a_shadow_limit_is_a_shadow_request() -> None:
+    from sluice._common import decide_frame
+
+    shadowed = TokenBucket(10, 3600, shadow=True)
+    frames = [decide_frame(1, proto.Opcode.ACQUIRE, "k", shadowed, 1, None, 1),
+              decide_frame(1, proto.Opcode.ACQUIRE, "k", str(shadowed), 1, 0, 0),
+              decide_frame(1, proto.Opcode.PEEK, "k", shadowed, 0, None, 0)]
+    frames += [proto.frame(proto.Kind.REQUEST, 1, 1, item_call(code, "k", shadowed, 1, None, 0).body)
+               for code in (proto.Opcode.ACQUIRE, proto.Opcode.PEEK, proto.Opcode.REFUND, proto.Opcode.RESET)]
+    frames.append(proto.frame(proto.Kind.REQUEST, 1, 1, multi_call([("k", shadowed)], None).body))
+    ops = [proto.decode_frame(f)[1][0] for f in frames]
+    assert [op.flags for op in ops[:-1]] == [  # type: ignore[union-attr]
+        proto.Flags.SHADOW | proto.Flags.STRICT, proto.Flags.SHADOW | proto.Flags.AT, 0,
+        proto.Flags.SHADOW, 0, 0, 0]
+    multi = ops[-1]
+    assert multi.items[0].flags == 0  # type: ignore[union-attr]
+    # The wire limit is the same: shadow=true is not part of it.
+    assert all(lim == LIMIT for lim in [op.limit for op in ops[:-1]] + [multi.items[0].limit])  # type: ignore[union-attr]
+
+
 def test_results_check_the_frame_against_the_request() -> None:
     calls = [item_call(proto.Opcode.ACQUIRE, "k", LIMIT, 1, None, False), simple_call(proto.Opcode.PING)]
     d = Decision(False, 0, 10, 5, 6, 0)

@@ -2,7 +2,8 @@
 
 proto/limit_vectors_test.go describes the lines: every algorithm Go knows,
 canonical specs and their wire forms, other specs that parse (defaults,
-order, units), and invalid specs with their errors. The Python client must
+order, units), canonical specs with shadow=true (any algorithm's; not on
+the wire), and invalid specs with their errors. The Python client must
 know every algorithm Go lists, under the same name and number, parse every
 spec to the same wire form, format every wire form back to the same
 canonical spec, and refuse every invalid spec with the same message: its
@@ -12,6 +13,7 @@ formatting and errors cannot drift from proto's.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Dict, List, Tuple
 
@@ -28,8 +30,8 @@ Wire = Tuple[int, int, int, int]
 
 
 def read() -> Dict[str, List[Tuple[str, ...]]]:
-    """The vectors by kind: algorithm (number, name), ok and parse (spec, wire), invalid (spec, message)."""
-    out: Dict[str, List[Tuple[str, ...]]] = {"algorithm": [], "ok": [], "parse": [], "invalid": []}
+    """The vectors by kind: algorithm (number, name), ok, parse and shadow (spec, wire), invalid (spec, message)."""
+    out: Dict[str, List[Tuple[str, ...]]] = {"algorithm": [], "ok": [], "parse": [], "shadow": [], "invalid": []}
     with open(VECTORS) as f:
         for n, line in enumerate(f, 1):
             line = line.rstrip("\n")
@@ -85,6 +87,25 @@ def test_other_spec(fields: Tuple[str, ...]) -> None:
     parsed = Limit.parse(spec)
     assert (int(parsed.algorithm),) + parsed.params == w
     assert str(parsed) != spec and Limit.parse(str(parsed)) == parsed
+
+
+def test_vectors_have_shadow_specs() -> None:
+    assert VECTORS_BY_KIND["shadow"], "limits.txt lists no shadow spec"
+
+
+@pytest.mark.parametrize("fields", VECTORS_BY_KIND["shadow"], ids=[f[0] for f in VECTORS_BY_KIND["shadow"]])
+def test_shadow_spec(fields: Tuple[str, ...]) -> None:
+    spec, w = fields[0], wire(fields[1:])
+    parsed = Limit.parse(spec)
+    assert parsed.shadow is True
+    assert str(parsed) == spec
+    assert (int(parsed.algorithm),) + parsed.params == w
+    assert Limit.parse(str(parsed)) == parsed
+    # shadow=true is not on the wire: the limit the wire form holds is the same one, not shadowed.
+    plain = Limit.from_wire(*w)
+    assert not plain.shadow and plain != parsed and len({plain, parsed}) == 2
+    assert dataclasses.replace(plain, shadow=True) == parsed
+    assert str(plain) + ",shadow=true" == spec
 
 
 @pytest.mark.parametrize("spec,message", VECTORS_BY_KIND["invalid"], ids=[v[0] for v in VECTORS_BY_KIND["invalid"]])

@@ -18,7 +18,7 @@ from sluice import (
     WindowCounters, duration_ns,
 )
 from sluice._gotime import format_duration, parse_duration, quote
-from sluice.limits import Algorithm
+from sluice.limits import Algorithm, Named
 
 MAX = (1 << 63) - 1
 
@@ -136,7 +136,8 @@ def test_version_3_limits() -> None:
     assert wc.params == (100, 3_600_000_000_000, 12 | 256)
     assert WindowCounters(100, 3600).params[2] == 60
     assert dataclasses.replace(wc, counters=5) == WindowCounters(100, 3600, 5, True)
-    assert [f.name for f in dataclasses.fields(wc)] == ["limit", "window_ns", "counters", "count_denied"]
+    assert [f.name for f in dataclasses.fields(wc)] == ["limit", "window_ns", "counters", "count_denied",
+                                                      "shadow"]
     assert Limit.from_wire(7, 100, 3_600_000_000_000, 268) == wc
     c = Concurrency(limit=10, lease=datetime.timedelta(seconds=30))
     assert (c.limit, c.lease, c.lease_ns, c.params) == (10, 30.0, 30_000_000_000, (10, 30_000_000_000, 0))
@@ -184,7 +185,7 @@ def test_constructors() -> None:
     assert len({tb, TokenBucket(10, 3600.0), TokenBucket(10, 3600, 1)}) == 2
     assert tb.params == (10, 3_600_000_000_000, 10)
     assert dataclasses.replace(tb, max=20) == TokenBucket(20, 3600, 10)
-    assert [f.name for f in dataclasses.fields(tb)] == ["max", "refill_time_ns", "refill_amount"]
+    assert [f.name for f in dataclasses.fields(tb)] == ["max", "refill_time_ns", "refill_amount", "shadow"]
     with pytest.raises(dataclasses.FrozenInstanceError):
         tb.max = 3  # type: ignore[misc]
     g = GCRA(burst=4, count=1, period=1)
@@ -201,6 +202,62 @@ def test_constructors() -> None:
         FixedWindow(1)
     with pytest.raises(TypeError):
         FixedWindow(1, 1, window_ns=1)
+
+
+SHADOWS = [
+    (TokenBucket(10, 3600, 1, shadow=True), "token_bucket:max=10,refill_time=1h0m0s,refill_amount=1,shadow=true"),
+    (GCRA(4, 1, 1, shadow=True), "gcra:burst=4,count=1,period=1s,shadow=true"),
+    (FixedWindow(5, 60, shadow=True), "fixed_window:limit=5,window=1m0s,shadow=true"),
+    (SlidingWindow(7, window_ns=250_000_000, shadow=True), "sliding_window:limit=7,window=250ms,shadow=true"),
+    (Pacer(4, 1, 2, shadow=True), "pacer:rate=4,period=1s,max_delay=2s,shadow=true"),
+    (SlidingLog(100, 60, shadow=True), "sliding_log:limit=100,window=1m0s,shadow=true"),
+    (WindowCounters(10, 60, 8, True, shadow=True),
+     "window_counters:limit=10,window=1m0s,counters=8,count_denied=true,shadow=true"),
+    (Concurrency(4, 30, shadow=True), "concurrency:limit=4,lease=30s,shadow=true"),
+]
+
+
+@pytest.mark.parametrize("lim,spec", SHADOWS, ids=[s for _, s in SHADOWS])
+def test_shadow_limits(lim: Limit, spec: str) -> None:
+    assert lim.shadow is True and str(lim) == spec
+    assert Limit.parse(spec) == lim and hash(Limit.parse(spec)) == hash(lim)
+    assert repr(lim).endswith(", shadow=True)")
+    assert eval(repr(lim), {type(lim).__name__: type(lim)}) == lim
+    # Not on the wire: the same parameters, another limit; replace() adds or drops it.
+    plain = Limit.from_wire(int(lim.algorithm), *lim.params)
+    assert plain.shadow is False and plain.params == lim.params
+    assert plain != lim and len({plain, lim}) == 2
+    assert str(plain) + ",shadow=true" == spec and "shadow" not in repr(plain)
+    assert dataclasses.replace(plain, shadow=True) == lim and dataclasses.replace(lim, shadow=False) == plain
+    # shadow=false is the default, anywhere in the spec; shadow=true anywhere is the same limit.
+    name, _, params = spec.partition(":")
+    rest = params[:-len(",shadow=true")]
+    assert Limit.parse(f"{name}:shadow=false,{rest}") == plain == Limit.parse(f"{name}:{rest},shadow=false")
+    assert Limit.parse(f"{name}:shadow=true,{rest}") == lim
+
+
+def test_shadow_is_checked() -> None:
+    assert TokenBucket(1, 1).shadow is False and Limit.parse("login").shadow is False
+    for bad in (lambda: GCRA(1, 1, 1, shadow=1), lambda: FixedWindow(1, 1, shadow="true"),  # type: ignore[arg-type]
+                lambda: WindowCounters(1, 1, shadow=None)):  # type: ignore[arg-type]
+        with pytest.raises(InvalidLimit, match="shadow: want a bool"):
+            bad()
+    with pytest.raises(TypeError):
+        Named("login", shadow=True)  # type: ignore[call-arg]
+    for spec, msg in [
+        ("gcra:burst=1,count=1,period=1s,shadow=yes", 'shadow: invalid boolean "yes", want true or false'),
+        ("gcra:shadow=True,burst=1,count=1,period=1s", 'shadow: invalid boolean "True", want true or false'),
+        ("gcra:burst=1,count=1,period=1s,shadow=", 'shadow: invalid boolean "", want true or false'),
+        ("gcra:burst=1,shadow=false,count=1,shadow=false,period=1s", 'duplicate parameter "shadow"'),
+        ("gcra:burst=1,count=1,period=1s,shadow", 'shadow: missing "=value"'),
+        ("gcra:shadow=true", 'missing parameter "burst"'),
+        ("gcra:burst=1,count=1,period=1s,shadow=true,", "empty parameter"),
+        ("gcra:burst=1,count=1,period=1s,Shadow=true", 'unknown parameter "Shadow" for gcra (want burst, count, period)'),
+        ("login,shadow=true", "not a limit spec (ALGORITHM:name=value,...) nor a limit's name"),
+    ]:
+        with pytest.raises(InvalidLimit) as info:
+            Limit.parse(spec)
+        assert str(info.value) == f"invalid limit: limit {quote(spec)}: {msg}"
 
 
 @pytest.mark.parametrize("s,ns", [

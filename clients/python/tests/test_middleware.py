@@ -174,6 +174,10 @@ def test_wsgi_shadow(sidecar: Sidecar, caplog: Any) -> None:
     for _ in range(3):  # the limit would deny the 2nd and 3rd: they go through, logged
         assert call_wsgi(app, "10.0.0.7")[0] == "200 OK"
     assert sum("shadow-denied" in r.getMessage() for r in caplog.records) == 2
+    # A limit whose spec says shadow=true does the same without shadow=True.
+    spec = WSGIMiddleware(wsgi_app, client, "gcra:burst=0,count=1,period=1h,shadow=true", key=key)
+    assert [call_wsgi(spec, "10.0.0.9")[0] for _ in range(2)] == ["200 OK", "200 OK"]
+    assert sum("shadow-denied" in r.getMessage() for r in caplog.records) == 3
 
     def ban(environ: Dict[str, Any], start_response: Any) -> List[bytes]:
         start_response("202 Accepted", [("Content-Type", "text/plain")])

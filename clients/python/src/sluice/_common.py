@@ -54,6 +54,8 @@ _tuple_new = tuple.__new__
 _setattr = object.__setattr__
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 _MAX_I64 = (1 << 63) - 1
+_ACQUIRE = int(Opcode.ACQUIRE)
+_SHADOW = int(Flags.SHADOW)
 
 # A whole one-operation item frame, and a whole one-decision response frame.
 ITEM_FRAME = struct.Struct("<IBBHIBBBqqqqqH")  # header, opcode, flags, alg, p0..p2, n, at, keylen
@@ -151,6 +153,8 @@ def decide_frame(fid: int, code: int, key: Key, limit: LimitLike, n: Any, at: At
     if type(n) is not int or not -(1 << 63) <= n <= _MAX_I64:
         n = cost_of(n)
     f = int(flags)  # request_flags: STRICT, SHADOW (a bool is STRICT)
+    if lim.shadow and code == _ACQUIRE:  # the spec's shadow=true: a shadow request
+        f |= _SHADOW
     if type(lim) is Named:
         t = 0
         if at is not None:
@@ -187,6 +191,8 @@ def item_call(code: int, key: Key, limit: LimitLike, n: Any, at: At, flags: int)
     if type(n) is not int or not -(1 << 63) <= n <= _MAX_I64:
         n = cost_of(n)
     flags = int(flags)  # request_flags: STRICT, SHADOW (a bool is STRICT)
+    if lim.shadow and code == _ACQUIRE:  # the spec's shadow=true: a shadow request
+        flags |= _SHADOW
     t = 0
     if at is not None:
         flags |= 4

@@ -134,7 +134,9 @@ class Client(c.Availability):
         restarts a token_bucket's refill clock on a request that empties it
         or is denied. ``shadow`` answers a denial as allowed with
         ``shadow_denied`` set (the sidecar counts it), as a limit the
-        sidecar's config marks shadow does for every request. A denial is a Decision with ``allowed=False``, not an
+        sidecar's config marks shadow does for every request; a limit whose
+        spec says ``shadow=true`` (``limit.shadow``) makes every acquire of it
+        a shadow request without it. A denial is a Decision with ``allowed=False``, not an
         exception. Raises :class:`InvalidLimit`, :class:`InvalidCost`,
         :class:`TableFull`, ... for what the sidecar refuses.
         """

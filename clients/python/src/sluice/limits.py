@@ -11,6 +11,11 @@ One class per algorithm, each a frozen dataclass::
     WindowCounters(limit, window, counters=60, count_denied=False)  # protocol version 3
     Concurrency(limit, lease)                                   # protocol version 3: lease/release
 
+Every one also takes a keyword-only ``shadow=True`` (the spec's
+``shadow=true``): an acquire of such a limit is a shadow request, as
+``acquire(..., shadow=True)``; the other operations ignore it.
+``dataclasses.replace(limit, shadow=True)`` gives a shadowed copy.
+
 Durations may be a :class:`datetime.timedelta`, a number of seconds (int,
 float, Decimal, Fraction) or a Go duration string ("1h30m", "250ms"); they
 are stored as exact integer nanoseconds in the ``*_ns`` fields (a timedelta
@@ -119,6 +124,13 @@ def _count(value: Any, name: str) -> int:
     return int(value)
 
 
+def _bool(value: Any, name: str) -> bool:
+    """Check a flag parameter: a bool."""
+    if not isinstance(value, bool):
+        raise InvalidLimit(f"{name}: want a bool, got {value!r}")
+    return value
+
+
 _object_setattr = object.__setattr__
 
 #: A window_counters limit's p2 packs counters (bits 0-7) and count_denied (bit 8); its other
@@ -161,6 +173,11 @@ class Limit:
 
     #: (algorithm, p0, p1, p2), set once by every constructor: what the wire carries.
     _wire: Tuple[int, int, int, int]
+    #: The spec's ``shadow=true``, which any algorithm's spec may carry: an acquire of the limit
+    #: is a shadow request (a denial answered as allowed and ``shadow_denied``), as
+    #: ``acquire(..., shadow=True)``. It is not part of the wire limit, and the other operations
+    #: ignore it. A :class:`Named` limit has none (the sidecar's config may mark it shadow).
+    shadow: bool = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -173,12 +190,13 @@ class Limit:
         raise TypeError("Limit is abstract: use TokenBucket, GCRA, FixedWindow, SlidingWindow, "
                         "Pacer, SlidingLog, WindowCounters, Concurrency or Limit.parse")
 
-    def _set(self, *values: int) -> None:
+    def _set(self, *values: int, shadow: bool = False) -> None:
         for field, v in zip(self._fields, values):
             if field:
                 _object_setattr(self, field, v)
         p = tuple(values) + (0,) * (3 - len(values))
         _object_setattr(self, "_wire", (int(self.algorithm),) + p)
+        _object_setattr(self, "shadow", shadow)
 
     @property
     def params(self) -> Tuple[int, int, int]:
@@ -240,6 +258,8 @@ class Limit:
                 parts.append(f"{sp.name}=true")
             else:
                 parts.append(f"{sp.name}={v}")
+        if self.shadow:
+            parts.append("shadow=true")
         return f"{self.algorithm.spec_name}:{','.join(parts)}"
 
     def __repr__(self) -> str:
@@ -248,6 +268,8 @@ class Limit:
         args = []
         for sp, v in self._spec_values():
             args.append(f"{sp.name}={format_duration(v)!r}" if sp.kind == _DURATION else f"{sp.name}={v!r}")
+        if self.shadow:
+            args.append("shadow=True")
         return f"{type(self).__name__}({', '.join(args)})"
 
 
@@ -268,6 +290,7 @@ class TokenBucket(Limit):
     max: int
     refill_time_ns: int
     refill_amount: int
+    shadow: bool = False
 
     algorithm = Algorithm.TOKEN_BUCKET
     _fields = ("max", "refill_time_ns", "refill_amount")
@@ -275,11 +298,12 @@ class TokenBucket(Limit):
     _durations = (False, True, False)
 
     def __init__(self, max: int, refill_time: Optional[DurationLike] = None,
-                 refill_amount: Optional[int] = None, *, refill_time_ns: Optional[int] = None) -> None:
+                 refill_amount: Optional[int] = None, *, refill_time_ns: Optional[int] = None,
+                 shadow: bool = False) -> None:
         m = _count(max, "max")
         ns = _ns_arg(refill_time, refill_time_ns, "refill_time")
         amount = m if refill_amount is None else _count(refill_amount, "refill_amount")
-        self._set(m, ns, amount)
+        self._set(m, ns, amount, shadow=_bool(shadow, "shadow"))
 
     @property
     def refill_time(self) -> float:
@@ -298,6 +322,7 @@ class GCRA(Limit):
     burst: int
     count: int
     period_ns: int
+    shadow: bool = False
 
     algorithm = Algorithm.GCRA
     _fields = ("burst", "count", "period_ns")
@@ -305,8 +330,9 @@ class GCRA(Limit):
     _durations = (False, False, True)
 
     def __init__(self, burst: int, count: int, period: Optional[DurationLike] = None, *,
-                 period_ns: Optional[int] = None) -> None:
-        self._set(_count(burst, "burst"), _count(count, "count"), _ns_arg(period, period_ns, "period"))
+                 period_ns: Optional[int] = None, shadow: bool = False) -> None:
+        self._set(_count(burst, "burst"), _count(count, "count"), _ns_arg(period, period_ns, "period"),
+                  shadow=_bool(shadow, "shadow"))
 
     @property
     def period(self) -> float:
@@ -320,14 +346,15 @@ class _Window(Limit):
 
     limit: int
     window_ns: int
+    shadow: bool = False
 
     _fields = ("limit", "window_ns", "")
     _params = ("limit", "window", "")
     _durations = (False, True, False)
 
     def __init__(self, limit: int, window: Optional[DurationLike] = None, *,
-                 window_ns: Optional[int] = None) -> None:
-        self._set(_count(limit, "limit"), _ns_arg(window, window_ns, "window"), 0)
+                 window_ns: Optional[int] = None, shadow: bool = False) -> None:
+        self._set(_count(limit, "limit"), _ns_arg(window, window_ns, "window"), 0, shadow=_bool(shadow, "shadow"))
 
     @property
     def window(self) -> float:
@@ -360,6 +387,7 @@ class Pacer(Limit):
     rate: int
     period_ns: int
     max_delay_ns: int
+    shadow: bool = False
 
     algorithm = Algorithm.PACER
     _fields = ("rate", "period_ns", "max_delay_ns")
@@ -368,9 +396,9 @@ class Pacer(Limit):
 
     def __init__(self, rate: int, period: Optional[DurationLike] = None,
                  max_delay: Optional[DurationLike] = None, *, period_ns: Optional[int] = None,
-                 max_delay_ns: Optional[int] = None) -> None:
+                 max_delay_ns: Optional[int] = None, shadow: bool = False) -> None:
         self._set(_count(rate, "rate"), _ns_arg(period, period_ns, "period"),
-                  _ns_arg(max_delay, max_delay_ns, "max_delay"))
+                  _ns_arg(max_delay, max_delay_ns, "max_delay"), shadow=_bool(shadow, "shadow"))
 
     @property
     def period(self) -> float:
@@ -405,6 +433,7 @@ class WindowCounters(Limit):
     window_ns: int
     counters: int
     count_denied: bool
+    shadow: bool = False
 
     algorithm = Algorithm.WINDOW_COUNTERS
     _fields = ("limit", "window_ns", "")
@@ -414,22 +443,22 @@ class WindowCounters(Limit):
              _Param("counters", 2, _COUNTERS, True), _Param("count_denied", 2, _BOOL, True))
 
     def __init__(self, limit: int, window: Optional[DurationLike] = None, counters: int = DEFAULT_COUNTERS,
-                 count_denied: bool = False, *, window_ns: Optional[int] = None) -> None:
+                 count_denied: bool = False, *, window_ns: Optional[int] = None, shadow: bool = False) -> None:
         n = _count(counters, "counters")
         if n > COUNTERS_MASK:
             raise InvalidLimit(f"counters: {n} out of range, want 0..255")
-        if not isinstance(count_denied, bool):
-            raise InvalidLimit(f"count_denied: want a bool, got {count_denied!r}")
-        self._set(_count(limit, "limit"), _ns_arg(window, window_ns, "window"),
-                  n | (COUNT_DENIED_BIT if count_denied else 0))
+        denied = COUNT_DENIED_BIT if _bool(count_denied, "count_denied") else 0
+        self._set(_count(limit, "limit"), _ns_arg(window, window_ns, "window"), n | denied,
+                  shadow=_bool(shadow, "shadow"))
 
-    def _set(self, *values: int) -> None:
+    def _set(self, *values: int, shadow: bool = False) -> None:
         limit, window_ns, p2 = values
         _object_setattr(self, "limit", limit)
         _object_setattr(self, "window_ns", window_ns)
         _object_setattr(self, "counters", p2 & COUNTERS_MASK)
         _object_setattr(self, "count_denied", bool(p2 & COUNT_DENIED_BIT))
         _object_setattr(self, "_wire", (int(self.algorithm), limit, window_ns, p2))
+        _object_setattr(self, "shadow", shadow)
 
     @property
     def window(self) -> float:
@@ -449,14 +478,16 @@ class Concurrency(Limit):
 
     limit: int
     lease_ns: int
+    shadow: bool = False
 
     algorithm = Algorithm.CONCURRENCY
     _fields = ("limit", "lease_ns", "")
     _params = ("limit", "lease", "")
     _durations = (False, True, False)
 
-    def __init__(self, limit: int, lease: Optional[DurationLike] = None, *, lease_ns: Optional[int] = None) -> None:
-        self._set(_count(limit, "limit"), _ns_arg(lease, lease_ns, "lease"), 0)
+    def __init__(self, limit: int, lease: Optional[DurationLike] = None, *, lease_ns: Optional[int] = None,
+                 shadow: bool = False) -> None:
+        self._set(_count(limit, "limit"), _ns_arg(lease, lease_ns, "lease"), 0, shadow=_bool(shadow, "shadow"))
 
     @property
     def lease(self) -> float:
@@ -482,7 +513,10 @@ class Named(Limit):
 
     ``Named("login")``, or the spec ``"login"`` (a spec without ``:``): the
     sidecar decides with the limit its configuration gives that name, and
-    refuses a name it does not know (:class:`InvalidLimit`).
+    refuses a name it does not know (:class:`InvalidLimit`). A name has no
+    parameters, so no ``shadow`` (always False): the config's ``shadow: true``
+    (or its spec's ``shadow=true``) makes the sidecar answer every request to
+    the name as a shadow request.
     """
 
     name: str
@@ -580,11 +614,19 @@ def parse_limit(spec: str) -> Limit:
     names = [sp.name for sp in spec_params]
     values = [0, 0, 0]
     seen = [False] * len(spec_params)
+    shadow: Optional[bool] = None  # every algorithm's; not one of _spec, not on the wire
     if colon:
         for p in params.split(","):
             key, eq, value = p.partition("=")
             if not eq:
                 raise fail("empty parameter" if p == "" else f'{p}: missing "=value"')
+            if key == "shadow":
+                if shadow is not None:
+                    raise fail(f"duplicate parameter {quote(key)}")
+                if value not in ("true", "false"):
+                    raise fail(f"shadow: invalid boolean {quote(value)}, want true or false")
+                shadow = value == "true"
+                continue
             i = names.index(key) if key in names else -1
             if i < 0:
                 raise fail(f"unknown parameter {quote(key)} for {name} (want {', '.join(names)})")
@@ -606,5 +648,5 @@ def parse_limit(spec: str) -> Limit:
         elif sp.kind == _COUNTERS:
             values[2] |= DEFAULT_COUNTERS
     obj = object.__new__(cls)
-    obj._set(*values)
+    obj._set(*values, shadow=bool(shadow))
     return obj
