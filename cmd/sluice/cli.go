@@ -44,7 +44,7 @@ var commands []command // set by init: the commands refer to usage, which lists 
 
 func init() {
 	commands = []command{
-		{"acquire", "KEY LIMIT [--cost N] [--at UNIX_NANOS] [--strict] [--json]",
+		{"acquire", "KEY LIMIT [--cost N] [--at UNIX_NANOS] [--strict] [--shadow] [--json]",
 			"Decide a request of cost N (default 1) against KEY's bucket under LIMIT and, if allowed, consume N.", runAcquire},
 		{"peek", "KEY LIMIT [--at UNIX_NANOS] [--json]",
 			"Show the bucket as it stands (remaining now, and whether a cost-1 acquire would pass), changing nothing.", runPeek},

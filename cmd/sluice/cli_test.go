@@ -125,6 +125,13 @@ func TestDecisions(t *testing.T) {
 		// The pacer's delay.
 		{"acquire p pacer:rate=4,period=1s,max_delay=1s", 0, "allowed remaining=4 limit=5 reset_after=250ms\n", ""},
 		{"acquire p pacer:rate=4,period=1s,max_delay=1s", 0, "allowed remaining=3 limit=5 reset_after=500ms delay=250ms\n", ""},
+		// A shadow request, and a spec's shadow=true: a denial answered as
+		// allowed, shown as shadow_denied.
+		{"acquire sh " + tb10 + " --cost 10 --at " + at2h, 0, "allowed remaining=0 limit=10 reset_after=10h0m0s\n", ""},
+		{"acquire sh " + tb10 + " --shadow --at " + at2h, 0, "allowed shadow_denied remaining=0 limit=10 reset_after=10h0m0s\n", ""},
+		{"acquire --json sh " + tb10 + ",shadow=true --at " + at2h, 0,
+			`{"allowed":true,"remaining":0,"limit":10,"retry_after_ns":-1,"reset_after_ns":36000000000000,"delay_ns":0,"shadow_denied":true}` + "\n", ""},
+		{"acquire sh " + tb10 + " --at " + at2h, 1, "denied remaining=0 limit=10 retry_after=1h0m0s reset_after=10h0m0s\n", ""},
 		// A key that looks like a flag, after --.
 		{"acquire --cost 2 -- --key " + tb10, 0, "allowed remaining=8 limit=10 reset_after=2h0m0s\n", ""},
 	})
@@ -197,7 +204,7 @@ func TestUsage(t *testing.T) {
 		{"-h", 0, "usage: sluice [--socket PATH] [--direct [--state PATH]] COMMAND [ARGS]\n...", ""},
 		{"help", 0, "usage: sluice [--socket PATH] [--direct [--state PATH]] COMMAND [ARGS]\n...", ""},
 		{"help scan", 0, "usage: sluice scan [PREFIX] [--count N]\n...", ""},
-		{"acquire --help", 0, "usage: sluice acquire KEY LIMIT [--cost N] [--at UNIX_NANOS] [--strict] [--json]\n...", ""},
+		{"acquire --help", 0, "usage: sluice acquire KEY LIMIT [--cost N] [--at UNIX_NANOS] [--strict] [--shadow] [--json]\n...", ""},
 		{"peek k --help", 0, "usage: sluice peek KEY LIMIT...", ""},
 		{"refund -h", 0, "usage: sluice refund KEY LIMIT AMOUNT...", ""},
 		{"reset --help", 0, "usage: sluice reset KEY LIMIT\n...", ""},

@@ -18,12 +18,16 @@ func runAcquire(x *cli, args []string) int {
 	cost := fs.Int64("cost", 1, "the request's cost, `N` tokens; 0 peeks without creating the bucket")
 	at := atFlag(fs)
 	strict := fs.Bool("strict", false, "token_bucket: a request that empties the bucket, or is denied, restarts its refill clock")
+	shadow := fs.Bool("shadow", false, "a shadow request: decided and consumed as usual, a denial answered as allowed and shown as shadow_denied (as a limit spec's shadow=true)")
 	asJSON := jsonFlag(fs)
 	pos, l, code, ok := x.parseBucket("acquire", fs, args, 2)
 	if !ok {
 		return code
 	}
 	opts := at.options()
+	if *shadow {
+		opts = append(opts, sluice.Shadow())
+	}
 	if *strict {
 		opts = append(opts, sluice.Strict())
 	}
@@ -127,6 +131,7 @@ func (x *cli) decision(cmd string, asJSON bool, decide func(bucketClient) (sluic
 		err = json.NewEncoder(x.stdout).Encode(jsonDecision{
 			Allowed: d.Allowed, Remaining: d.Remaining, Limit: d.Limit,
 			RetryAfterNs: int64(d.RetryAfter), ResetAfterNs: int64(d.ResetAfter), DelayNs: int64(d.Delay),
+			ShadowDenied: d.ShadowDenied,
 		})
 	} else {
 		_, err = fmt.Fprintln(x.stdout, formatDecision(d))
@@ -149,19 +154,25 @@ type jsonDecision struct {
 	RetryAfterNs int64 `json:"retry_after_ns"`
 	ResetAfterNs int64 `json:"reset_after_ns"`
 	DelayNs      int64 `json:"delay_ns"`
+	ShadowDenied bool  `json:"shadow_denied,omitempty"`
 }
 
 // formatDecision returns a decision as one line for people:
 //
 //	allowed remaining=9 limit=10 reset_after=6m0s
 //	denied remaining=0 limit=10 retry_after=6m0s reset_after=1h0m0s
+//	allowed shadow_denied remaining=0 limit=10 reset_after=1h0m0s
 //
 // retry_after appears for a denial ("never" if no wait helps), delay for a
-// paced request.
+// paced request, shadow_denied for a shadow request that was allowed only
+// because it is one.
 func formatDecision(d sluice.Decision) string {
 	var b strings.Builder
 	if d.Allowed {
 		b.WriteString("allowed")
+		if d.ShadowDenied {
+			b.WriteString(" shadow_denied")
+		}
 	} else {
 		b.WriteString("denied")
 	}
