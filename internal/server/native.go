@@ -16,7 +16,6 @@ import (
 
 var errNotRequest = fmt.Errorf("%w: a client may only send request frames", proto.ErrMalformed)
 
-
 // conn is a connection speaking the native protocol.
 type conn struct {
 	stream
