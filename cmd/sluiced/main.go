@@ -59,7 +59,7 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 	fs.StringVar(&c.Transport, "transport", server.TransportGoroutines, "how connections are served: goroutines (one each) or epoll (event loops, Linux)")
 	fs.IntVar(&c.Loops, "loops", 0, "event loops of --transport epoll (default half the CPUs, at least one)")
 	fs.DurationVar(&c.LoopSpin, "loop-spin", server.DefaultLoopSpin, "how long an event loop polls for the next request before it sleeps (0: sleep at once)")
-	fs.DurationVar(&c.IdleTimeout, "idle-timeout", server.DefaultIdleTimeout, "close a connection idle this long")
+	fs.DurationVar(&c.IdleTimeout, "idle-timeout", server.DefaultIdleTimeout, "close a connection idle this long (one holding concurrency leases: not before they expire)")
 	fs.Func("allow-uid", "serve only peers with these uids (comma-separated), or with an --allow-gid", ids(&c.AllowUIDs))
 	fs.Func("allow-gid", "serve only peers with these gids (comma-separated), or with an --allow-uid", ids(&c.AllowGIDs))
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "debug, info, warn or error")

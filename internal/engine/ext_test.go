@@ -209,6 +209,7 @@ func TestExt_crash(t *testing.T) {
 		})
 	}
 }
+<<<<<<< HEAD
 
 // Ensure the extended algorithms' paths allocate nothing either, new
 // buckets (decided in pooled scratch words) included.
@@ -292,3 +293,5 @@ func TestExt_multi(t *testing.T) {
 		t.Error(err)
 	}
 }
+=======
+>>>>>>> conc

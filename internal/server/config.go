@@ -58,7 +58,7 @@ type Config struct {
 	// read with SO_PEERCRED on the Unix sockets) may hold at once; more are
 	// answered Busy and closed. TCP connections are not counted.
 	MaxConnsPerUID int
-	IdleTimeout    time.Duration // how long a connection may wait between frames
+	IdleTimeout    time.Duration // how long a connection may wait between frames (holding leases: until they expire, if later)
 	FrameTimeout   time.Duration // how long a started frame may take to arrive
 	WriteTimeout   time.Duration // how long a client may take to accept an answer
 	DrainTimeout   time.Duration // how long shutdown waits for connections to finish

@@ -43,6 +43,9 @@ func (s *server) leaseOp(b []byte, op *proto.Op, c *conn, l *engine.Limit, nl *n
 			return c.fail(b, op.Code, errTooManyLeases)
 		}
 		c.leases = append(c.leases, heldLease{*l, string(op.Key), id})
+		if until := time.Now().Add(time.Duration(l.Bucket().Lease)); until.After(c.leasedUntil) {
+			c.leasedUntil = until
+		}
 		c.n.allowed++
 	} else {
 		c.n.denied++
@@ -64,6 +67,19 @@ func (s *server) releaseOp(b []byte, op *proto.Op, c *conn, l *engine.Limit) []b
 	c.forget(op.Key, id)
 	w := proto.Decision(d)
 	return proto.AppendReleaseResult(b, released, &w)
+}
+
+// idleDeadline is when the connection, idle from now, is closed:
+// IdleTimeout from now or, while it holds leases, not before the last of
+// them expires. A client may hold a lease quietly for longer than the idle
+// timeout (a job that takes ten minutes, leased for an hour); closing its
+// connection would give the lease back while the job still runs.
+func (st *stream) idleDeadline(now time.Time) time.Time {
+	d := now.Add(st.s.cfg.IdleTimeout)
+	if len(st.leases) > 0 && st.leasedUntil.After(d) {
+		return st.leasedUntil
+	}
+	return d
 }
 
 // forget drops lease id of key from the connection's leases, if it is there.

@@ -397,13 +397,13 @@ func (lp *loop) watch(lc *lconn, events uint32) {
 
 // arm sets a connection's deadline: the write deadline while answers wait
 // to be written, the frame deadline once a request has begun to arrive,
-// else the idle deadline.
+// else the idle deadline (idleDeadline).
 func (lp *loop) arm(lc *lconn, now time.Time) {
 	if !lc.writing {
 		if len(lc.st.in) > 0 {
 			lc.deadline = lc.st.started.Add(lp.s.cfg.FrameTimeout)
 		} else {
-			lc.deadline = now.Add(lp.s.cfg.IdleTimeout)
+			lc.deadline = lc.st.idleDeadline(now)
 		}
 	}
 	if lp.nextCheck.IsZero() || lc.deadline.Before(lp.nextCheck) {

@@ -35,7 +35,10 @@ type stream struct {
 	// leases are the concurrency leases taken on this connection and not
 	// given back: given back when it closes (leases.go)
 	leases []heldLease
-	now    int64 // the server clock, read once per batch
+	// leasedUntil is when the latest lease taken on this connection
+	// expires: while it holds leases, it does not idle out before then
+	leasedUntil time.Time
+	now         int64 // the server clock, read once per batch
 	// started is when the first byte of the partial request at the front of
 	// in arrived (or, once a batch was handled, when the read that left it
 	// there did)
@@ -73,7 +76,7 @@ func (st *stream) serve(handle func()) {
 		// request that has started must be complete FrameTimeout after its
 		// first byte came, however slowly the rest trickles in.
 		if len(st.in) == 0 {
-			st.c.SetReadDeadline(time.Now().Add(st.s.cfg.IdleTimeout))
+			st.c.SetReadDeadline(st.idleDeadline(time.Now()))
 		} else {
 			st.c.SetReadDeadline(st.started.Add(st.s.cfg.FrameTimeout))
 		}

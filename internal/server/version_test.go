@@ -1,6 +1,8 @@
 package server
 
 import (
+	"errors"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -143,5 +145,50 @@ func TestServer_version3Algorithms(t *testing.T) {
 	}
 	if rs[1].Status != proto.StatusOK || rs[1].Decision.Remaining != 7 {
 		t.Errorf("PEEK of the counters (3 admitted): %+v", rs[1])
+	}
+}
+
+// A connection holding a lease does not idle out before the lease expires:
+// its client may be working quietly, and closing the connection would give
+// the lease back. Holding none, it idles out as any connection does.
+func TestServer_leaseOutlivesIdleTimeout(t *testing.T) {
+	const idle, leaseTime = 100 * time.Millisecond, 800 * time.Millisecond
+	sc := start(t, Config{IdleTimeout: idle})
+	conc := proto.ConcurrencyLimit(1, leaseTime)
+	lease := func(c *client, key string) proto.Result {
+		_, rs := c.sendVersion(3, 1, func(b []byte) []byte { return proto.AppendLease(b, 0, conc, []byte(key)) })
+		return rs[0]
+	}
+	// closedAfter returns how long c's connection stayed open.
+	closedAfter := func(c *client, since time.Time) time.Duration {
+		c.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if n, err := c.c.Read(make([]byte, 1)); n != 0 || !errors.Is(err, io.EOF) {
+			t.Fatalf("read on an idle connection: %d, %v; want it closed", n, err)
+		}
+		return time.Since(since)
+	}
+
+	holder := dial(t, sc)
+	a := lease(holder, "quiet")
+	if !a.Decision.Allowed {
+		t.Fatalf("lease: %+v", a)
+	}
+	time.Sleep(4 * idle)
+	_, rs := holder.sendVersion(3, 1, func(b []byte) []byte { return proto.AppendRelease(b, 0, conc, a.Lease, []byte("quiet")) })
+	if rs[0].Status != proto.StatusOK || !rs[0].Released {
+		t.Fatalf("release after %v idle: %+v", 4*idle, rs[0])
+	}
+	released := time.Now()
+	if d := closedAfter(holder, released); d > leaseTime/2 {
+		t.Errorf("a connection that gave its lease back stayed open %v idle, want about %v", d, idle)
+	}
+
+	// A lease never released keeps its connection until it expires.
+	keeper := dial(t, sc)
+	if r := lease(keeper, "kept"); !r.Decision.Allowed {
+		t.Fatalf("lease: %+v", r)
+	}
+	if d := closedAfter(keeper, time.Now()); d < leaseTime-2*idle {
+		t.Errorf("a connection holding a lease of %v idled out after %v", leaseTime, d)
 	}
 }

@@ -13,6 +13,7 @@ const (
 	waiting   = iota // its caller waits for it
 	completed        // done was signalled; the caller takes it back
 	abandoned        // its caller left (context or timeout); whoever finishes it puts it back
+	detached         // it never had a caller (the RELEASE of an orphaned lease); whoever finishes it puts it back
 )
 
 // call is one request and, once completed, its response. Calls are pooled:
@@ -26,6 +27,7 @@ type call struct {
 	op    proto.Opcode // the request's operation, which the result must echo
 	id    uint32       // the frame id, set by the writer
 	key   []byte       // scratch for key bytes
+	limit proto.Limit  // a LEASE's limit
 	items [proto.MaxMulti]proto.MultiItem
 
 	state atomic.Int32
@@ -62,18 +64,20 @@ func putCall(cl *call) {
 		cl.items[i].Key = nil
 	}
 	cl.res.Message, cl.res.Entries, cl.res.Stats = nil, nil, nil
+	cl.limit = proto.Limit{}
 	callPool.Put(cl)
 }
 
 // complete finishes cl with err (nil: its result is in cl.res): it wakes
-// its caller or, if the caller left, puts cl back in the pool.
-func (cl *call) complete(err error) {
+// its caller and returns false or, if the caller left (or there was none),
+// returns true: cl is then the completer's, to put back in the pool.
+func (cl *call) complete(err error) (orphan bool) {
 	cl.err = err
 	if cl.state.CompareAndSwap(waiting, completed) {
 		cl.done <- struct{}{}
-		return
+		return false
 	}
-	putCall(cl)
+	return true
 }
 
 // poll returns cl's outcome if it has completed, and otherwise abandons

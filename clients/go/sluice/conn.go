@@ -172,10 +172,14 @@ func (cn *conn) fail(err error) {
 	close(cn.done)
 	cn.nc.Close()
 	for _, cl := range inflight {
-		cl.complete(err)
+		if cl.complete(err) {
+			putCall(cl)
+		}
 	}
 	for _, cl := range queued {
-		cl.complete(err)
+		if cl.complete(err) {
+			putCall(cl)
+		}
 	}
 	cn.cl.dropped(cn)
 }

@@ -11,11 +11,37 @@
 //	}
 //
 // A limit is an algorithm and its parameters (TokenBucket, GCRA,
-// FixedWindow, SlidingWindow, Pacer, or ParseLimit of a spec such as
+// FixedWindow, SlidingWindow, SlidingLog, WindowCounters, Pacer,
+// Concurrency, or ParseLimit of a spec such as
 // "gcra:burst=4,count=1,period=1s"); a key names what is limited; the
 // sidecar keeps one bucket per (limit, key), shared by every process on the
-// host. Acquire, Peek, Refund, Reset and Multi act on buckets; Scan lists
-// them; Stats, Ping and Hello ask about the sidecar.
+// host. Acquire, Peek, Refund, Reset and Multi act on buckets; Lease and
+// Release on the buckets of concurrency limits; Scan lists them; Stats,
+// Ping and Hello ask about the sidecar.
+//
+// # Leases
+//
+// A concurrency limit ("concurrency:limit=2,lease=1h") bounds the work in
+// progress rather than its rate: at most limit leases of a bucket are held
+// at once. Lease takes a slot and Release gives it back, usually deferred,
+// as with a semaphore:
+//
+//	exports := sluice.Concurrency(2, time.Hour) // 2 at once; a lost lease expires after an hour
+//	lease, err := c.Lease(ctx, exports, "exports:"+tenant)
+//	if err != nil {
+//		return err
+//	}
+//	defer lease.Release()
+//	if !lease.Allowed {
+//		// refuse: every slot is held
+//	}
+//
+// A lease is tied to the connection it was taken on: when the client is
+// closed, or its process exits or is killed, the sidecar gives its leases
+// back at once. A holder that hangs (alive, connection open) loses its
+// slot when the lease time passes, so the lease time should exceed the
+// longest the work takes. Middleware leases a slot for each request when
+// its limit is a concurrency limit, for as long as the handler runs.
 //
 // # Concurrency
 //
@@ -55,9 +81,11 @@
 //     (WithBreaker). Healthy reports whether it is closed; the client logs
 //     each opening and closing once.
 //
-// Acquire, Peek and Multi then follow the failure policy
+// Acquire, Peek, Multi and Lease then follow the failure policy
 // (WithFailurePolicy): FailOpen, the default, allows, FailClosed denies,
-// both with Degraded set, and FailError returns the error. Every decision
+// both with Degraded set, and FailError returns the error. A Degraded
+// lease holds no slot (its ID is 0) and releasing it does nothing: under
+// FailOpen the work runs unlimited while the sidecar is away. Every decision
 // the policy makes is counted (Degraded) and logged at most every 10
 // seconds with the count since the last line, so that a limiter silently
 // allowing everything shows.
@@ -79,7 +107,13 @@
 //
 // A call that times out or is cancelled may still have been decided: an
 // Acquire abandoned in flight may have consumed its cost. The client never
-// retries a request that may have been sent.
+// retries a request that may have been sent. A Lease abandoned in flight
+// that was granted is released by the client when its answer comes.
+//
+// When a connection breaks with leases taken on it, the sidecar gives
+// them back while their holders still run (a sidecar that restarts is not
+// a break: it keeps its leases): until they finish, the work in progress
+// can exceed the limit, and releasing such a lease reports false.
 //
 // Time is the sidecar's clock unless a request carries At. Decisions are
 // exact to the nanosecond; the HTTP fields round durations up to whole

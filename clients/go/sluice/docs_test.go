@@ -40,7 +40,7 @@ func TestDocs_limitSpecs(t *testing.T) {
 		"gcra:burst=x":                   true,
 		"gcra:burst=x,count=1,period=1s": true,
 	}
-	spec := regexp.MustCompile(`\b(token_bucket|gcra|fixed_window|sliding_window|pacer):[a-z_]+=[^\s` + "`" + `'"|)\\]*`)
+	spec := regexp.MustCompile(`\b(token_bucket|gcra|fixed_window|sliding_window|sliding_log|window_counters|pacer|concurrency):[a-z_]+=[^\s` + "`" + `'"|)\\]*`)
 	sc := startSidecar(t)
 	c := dial(t, sc.cfg.SocketPath, sluice.WithFailurePolicy(sluice.FailError))
 	seen := 0
@@ -59,7 +59,7 @@ func TestDocs_limitSpecs(t *testing.T) {
 			seen++
 			l, err := sluice.ParseLimit(s)
 			if err == nil {
-				_, err = c.Acquire(context.Background(), l, "docs", 0)
+				_, err = c.Peek(context.Background(), l, "docs") // a concurrency limit refuses acquires
 			}
 			switch {
 			case refused[s] && err == nil:

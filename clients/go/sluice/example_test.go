@@ -200,3 +200,42 @@ func ExampleSlidingWindow() {
 	fmt.Println(first, "+", second, "=", first+second, "allowed within 9.95s")
 	// Output: 10 + 9 = 19 allowed within 9.95s
 }
+
+func ExampleClient_Lease() {
+	c, err := sluice.Dial(exampleSocket)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	// At most 2 exports at once per tenant, across every process on the
+	// host; a lease not released (its holder hung) expires after an hour.
+	exports := sluice.Concurrency(2, time.Hour)
+	export := func(tenant string) error {
+		lease, err := c.Lease(context.Background(), exports, "exports:"+tenant)
+		if err != nil {
+			return err
+		}
+		defer lease.Release() // whatever happens below
+		if !lease.Allowed {
+			return fmt.Errorf("%d exports running already", lease.Limit)
+		}
+		// ... the export, holding its slot ...
+		return nil
+	}
+
+	// Two long exports hold both slots.
+	a, _ := c.Lease(context.Background(), exports, "exports:acme")
+	b, _ := c.Lease(context.Background(), exports, "exports:acme")
+	fmt.Println(a.Allowed, b.Allowed, b.Remaining)
+	fmt.Println(export("acme"))
+	a.Release()
+	fmt.Println(export("acme"))
+	fmt.Println(export("acme")) // its slot came back
+	b.Release()
+	// Output:
+	// true true 0
+	// 2 exports running already
+	// <nil>
+	// <nil>
+}

@@ -69,7 +69,15 @@ type middleware struct {
 	onError func(http.ResponseWriter, *http.Request, error)
 	shadow  bool         // WithShadow: every acquire is a shadow request
 	ban     http.Handler // WithShadowBan: answers shadow-denied requests
+	lease   bool         // a concurrency limit, or WithLease: requests lease a slot
 }
+
+// WithLease makes every request hold a slot of the limit, a concurrency
+// limit, while the next handler runs, instead of acquiring from it.
+// Middleware does so by itself for a limit built by Concurrency or parsed
+// from a concurrency spec; a named limit (the sidecar's config defines it,
+// so the client cannot tell its algorithm) needs this option.
+func WithLease() MiddlewareOption { return func(m *middleware) { m.lease = true } }
 
 // WithShadow makes every request a shadow request (the Shadow option): a
 // request the limit would deny is let through, and logged (WARN, with its
@@ -95,8 +103,20 @@ func WithShadowBan(h http.Handler) MiddlewareOption { return func(m *middleware)
 // client's failure policy decides: FailOpen passes the request on, FailClosed
 // answers 429, FailError calls the error handler (see WithErrorHandler);
 // degraded decisions carry no RateLimit fields.
+//
+// Under a concurrency limit (Concurrency, or WithLease) a request instead
+// leases a slot (Client.Lease) and holds it while the next handler runs:
+// the slot is released when the handler returns, or panics. The cost is
+// then always one slot (WithCost does not apply). A denied request, every
+// slot being held, is answered as above: 429, with Retry-After the time
+// when a slot frees at the latest (the earliest held lease's expiry; a
+// release may free one sooner, and a denied handler may set a shorter
+// Retry-After), RateLimit's r the slots free. Under WithShadow a denied
+// request is served without a slot, and logged. When the sidecar is
+// unreachable the failure policy decides as above; FailOpen serves the
+// request without a slot.
 func Middleware(c *Client, l Limit, key func(*http.Request) (string, bool), opts ...MiddlewareOption) func(http.Handler) http.Handler {
-	m := &middleware{c: c, l: l, key: key, name: DefaultPolicyName}
+	m := &middleware{c: c, l: l, key: key, name: DefaultPolicyName, lease: l.Algorithm == proto.Concurrency && l.Name == ""}
 	for _, o := range opts {
 		o(m)
 	}
@@ -119,6 +139,10 @@ func Middleware(c *Client, l Limit, key func(*http.Request) (string, bool), opts
 			k, ok := m.key(r)
 			if !ok {
 				next.ServeHTTP(w, r)
+				return
+			}
+			if m.lease {
+				m.serveLeased(w, r, k, next)
 				return
 			}
 			cost := int64(1)
@@ -160,6 +184,35 @@ func Middleware(c *Client, l Limit, key func(*http.Request) (string, bool), opts
 			next.ServeHTTP(w, r)
 		})
 	}
+}
+
+// serveLeased serves a request under a concurrency limit: it leases a slot
+// of key k and holds it while next runs.
+func (m *middleware) serveLeased(w http.ResponseWriter, r *http.Request, k string, next http.Handler) {
+	ls, err := m.c.Lease(r.Context(), m.l, k)
+	if err != nil {
+		m.onError(w, r, err)
+		return
+	}
+	defer ls.Release() // a panicking handler releases too
+	d := ls.Decision
+	shadowDenied := !d.Allowed && m.shadow && !d.Degraded
+	if shadowDenied { // as the sidecar answers a shadow acquire
+		d.Allowed, d.RetryAfter, d.ShadowDenied = true, -1, true
+	}
+	SetRateLimitHeaders(w.Header(), m.name, m.l, d)
+	if !d.Allowed {
+		m.denied.ServeHTTP(w, r)
+		return
+	}
+	if shadowDenied {
+		slog.Warn("rate limit shadow-denied a request", "policy", m.name, "limit", m.l.String(), "key", k, "banned", m.ban != nil)
+		if m.ban != nil {
+			m.ban.ServeHTTP(w, r)
+			return
+		}
+	}
+	next.ServeHTTP(w, r)
 }
 
 // SetRateLimitHeaders sets the header fields that describe decision d under

@@ -4,10 +4,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/clients/go/sluice"
+	limits "github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/server"
 )
 
 // serve sends one request through h and returns the response.
@@ -200,5 +203,102 @@ func TestMiddleware_shadow(t *testing.T) {
 	}
 	if d, err := c.Acquire(ctx(t), limit, "path:/s", 1); err != nil || d.Allowed || d.ShadowDenied {
 		t.Errorf("the same without Shadow: %+v, %v; want denied", d, err)
+	}
+}
+
+// Under a concurrency limit a request holds a slot while its handler runs,
+// and gives it back when the handler returns, or panics.
+func TestMiddleware_lease(t *testing.T) {
+	set, err := limits.Parse("limits.yaml", []byte("limits:\n  jobs:\n    limit: \"concurrency:limit=1,lease=1m\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := startSidecar(t, func(c *server.Config) { c.Limits = limits.NewHolder(set) })
+	c := dial(t, sc.cfg.SocketPath)
+	l := sluice.Concurrency(1, time.Minute)
+	entered, leave := make(chan struct{}), make(chan struct{})
+	slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("panic") != "" {
+			panic(http.ErrAbortHandler)
+		}
+		if r.URL.Query().Get("wait") != "" {
+			entered <- struct{}{}
+			<-leave
+		}
+		w.Write([]byte("ok"))
+	})
+	h := sluice.Middleware(c, l, byPath)(slow)
+	done := make(chan *http.Response)
+	go func() { done <- serve(h, "/j?wait=1") }()
+	<-entered
+	// The slot is held while the first request runs: 429, until the held
+	// lease expires at the latest.
+	headers(t, "while one runs", serve(h, "/j"), 429, "60", `"default";q=1`, `"default";r=0;t=60`)
+	headers(t, "another key", serve(h, "/k"), 200, "", `"default";q=1`, `"default";r=0;t=60`)
+	close(leave)
+	headers(t, "the one that ran", <-done, 200, "", `"default";q=1`, `"default";r=0;t=60`)
+	headers(t, "after it returned", serve(h, "/j"), 200, "", `"default";q=1`, `"default";r=0;t=60`)
+	// A handler that panics gives its slot back too.
+	func() {
+		defer func() {
+			if p := recover(); p != http.ErrAbortHandler {
+				t.Errorf("panic %v", p)
+			}
+		}()
+		serve(h, "/j?panic=1")
+	}()
+	if n := leases(t, c, l, "path:/j"); n != 0 {
+		t.Errorf("%d leases held after the handlers returned, want 0", n)
+	}
+
+	// A named concurrency limit takes WithLease: without it the request
+	// acquires, which the sidecar refuses.
+	named, _ := sluice.ParseLimit("jobs")
+	leave = make(chan struct{})
+	h = sluice.Middleware(c, named, byPath, sluice.WithLease())(slow)
+	go func() { done <- serve(h, "/n?wait=1") }()
+	<-entered
+	headers(t, "named, while one runs", serve(h, "/n"), 429, "60", `"default";q=1`, `"default";r=0;t=60`)
+	close(leave)
+	headers(t, "named, the one that ran", <-done, 200, "", `"default";q=1`, `"default";r=0;t=60`)
+	if res := serve(sluice.Middleware(c, named, byPath)(slow), "/n"); res.StatusCode != 500 {
+		t.Errorf("named concurrency limit without WithLease: %d, want 500 (invalid limit)", res.StatusCode)
+	}
+
+	// Shadowed: a request that finds every slot held is served, without a
+	// slot, and marked as the acquires are.
+	var served atomic.Int64
+	count := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { served.Add(1); slow.ServeHTTP(w, r) })
+	leave = make(chan struct{})
+	h = sluice.Middleware(c, l, byPath, sluice.WithShadow())(count)
+	go func() { done <- serve(h, "/s?wait=1") }()
+	<-entered
+	headers(t, "shadow-denied", serve(h, "/s"), 200, "", `"default";q=1`, `"default";r=0;t=60`)
+	close(leave)
+	<-done
+	if served.Load() != 2 {
+		t.Errorf("%d of 2 shadow requests served", served.Load())
+	}
+}
+
+// Without a sidecar the failure policy decides, as for acquires.
+func TestMiddleware_leaseUnavailable(t *testing.T) {
+	path := filepath.Join(shortDir(t), "absent.sock")
+	for _, tc := range []struct {
+		policy     sluice.FailurePolicy
+		status     int
+		retryAfter string
+	}{
+		{sluice.FailOpen, 200, ""},
+		{sluice.FailClosed, 429, "1"}, // the backoff, rounded up
+	} {
+		c := dial(t, path, sluice.WithFailurePolicy(tc.policy))
+		h := sluice.Middleware(c, sluice.Concurrency(1, time.Minute), byPath)(ok)
+		headers(t, tc.policy.String(), serve(h, "/a"), tc.status, tc.retryAfter, "", "")
+	}
+	c := dial(t, fakeSidecar(t, func(fc *fakeConn) {}), sluice.WithBackoff(time.Hour, time.Hour), sluice.WithFailurePolicy(sluice.FailError))
+	h := sluice.Middleware(c, sluice.Concurrency(1, time.Minute), byPath)(ok)
+	if res := serve(h, "/a"); res.StatusCode != 503 {
+		t.Errorf("sidecar gone: %d, want 503", res.StatusCode)
 	}
 }

@@ -49,6 +49,29 @@ func Pacer(rate int64, period, maxDelay time.Duration) Limit {
 	return proto.PacerLimit(rate, period, maxDelay)
 }
 
+// SlidingLog returns a sliding_log limit: limit tokens over any window,
+// exactly, from a log of the requests' times (one entry per token: the
+// sidecar wants 1 <= limit <= 4096 and window >= 1ms).
+func SlidingLog(limit int64, window time.Duration) Limit {
+	return proto.SlidingLogLimit(limit, window)
+}
+
+// WindowCounters returns a window_counters limit: limit tokens over any
+// window, counted in counters sub-windows (1 to 64); with countDenied a
+// denied request counts too, so a caller who keeps hammering stays limited.
+func WindowCounters(limit int64, window time.Duration, counters uint8, countDenied bool) Limit {
+	return proto.WindowCountersLimit(limit, window, counters, countDenied)
+}
+
+// Concurrency returns a concurrency limit: at most limit leases held at
+// once, each until it is released or, failing that, until lease after it
+// was taken (the sidecar wants 1 <= limit <= 1024 and lease >= 1ms). Its
+// slots are taken with Client.Lease and given back with Lease.Release;
+// Acquire, Refund and Multi refuse it.
+func Concurrency(limit int64, lease time.Duration) Limit {
+	return proto.ConcurrencyLimit(limit, lease)
+}
+
 // ParseLimit parses a limit spec, "ALGORITHM:name=value,...", for example
 // "token_bucket:max=10,refill_time=1h,refill_amount=1" or
 // "gcra:burst=4,count=1,period=1s" (proto's package doc, "Limit spec", has

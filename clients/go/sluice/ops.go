@@ -108,8 +108,8 @@ func checkLimit(op proto.Opcode, l Limit) error {
 	return nil
 }
 
-// encode checks an ACQUIRE, PEEK, REFUND or RESET and returns a call
-// holding its request frame.
+// encode checks an ACQUIRE, PEEK, REFUND, RESET, LEASE or RELEASE (n the
+// lease id) and returns a call holding its request frame.
 func (c *Client) encode(op proto.Opcode, l Limit, key string, n int64, opts []RequestOption) (*call, error) {
 	if err := checkKey(op, key); err != nil {
 		return nil, err
@@ -121,13 +121,21 @@ func (c *Client) encode(op proto.Opcode, l Limit, key string, n int64, opts []Re
 	cl := getCall(op)
 	cl.key = append(cl.key[:0], key...)
 	b, start := proto.BeginFrame(cl.req[:0], proto.KindRequest, 0)
-	b = proto.AppendItem(b, op, f, l, n, at, cl.key)
+	switch op {
+	case proto.OpLease:
+		cl.limit = l // to give the lease back if its caller leaves
+		b = proto.AppendLease(b, 0, l, cl.key)
+	case proto.OpRelease:
+		b = proto.AppendRelease(b, 0, l, uint64(n), cl.key)
+	default:
+		b = proto.AppendItem(b, op, f, l, n, at, cl.key)
+	}
 	cl.req = proto.EndFrame(b, start, 1)
 	return cl, nil
 }
 
-// item sends an ACQUIRE, PEEK, REFUND or RESET and returns its call, or an
-// error (then the call is not the caller's).
+// item sends an ACQUIRE, PEEK, REFUND, RESET, LEASE or RELEASE and returns
+// its call, or an error (then the call is not the caller's).
 func (c *Client) item(ctx context.Context, op proto.Opcode, l Limit, key string, n int64, opts []RequestOption) (*call, error) {
 	cl, err := c.encode(op, l, key, n, opts)
 	if err != nil {

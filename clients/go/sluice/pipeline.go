@@ -7,9 +7,9 @@ import (
 	"github.com/sluicehq/sluice/proto"
 )
 
-// A Pipeline queues acquires, peeks and refunds and sends them together:
-// one write, one wait, for the whole batch, the way a Redis pipeline does.
-// Each request is still decided on its own (unlike Multi, which is all or
+// A Pipeline queues acquires, peeks, refunds, leases and releases and
+// sends them together: one write, one wait, for the whole batch, the way a
+// Redis pipeline does. Each request is still decided on its own (unlike Multi, which is all or
 // nothing). A Pipeline is not safe for concurrent use; it is reusable
 // after Exec, and reusing it spares allocations.
 //
@@ -36,7 +36,10 @@ type pipelineItem struct {
 // Result is one request's outcome in a Pipeline.
 type Result struct {
 	Decision Decision
-	Err      error // as Acquire, Peek or Refund would have returned it
+	Err      error // as Acquire, Peek, Refund, Lease or Release would have returned it
+
+	Lease    Lease // a Lease's lease (its Decision is Decision), to release
+	Released bool  // a Release's: the sidecar held the lease
 }
 
 // Pipeline returns an empty pipeline on c.
@@ -55,6 +58,19 @@ func (p *Pipeline) Peek(l Limit, key string, opts ...RequestOption) {
 // Refund queues a Refund (see Client.Refund).
 func (p *Pipeline) Refund(l Limit, key string, amount int64, opts ...RequestOption) {
 	p.items = append(p.items, pipelineItem{proto.OpRefund, l, key, amount, opts})
+}
+
+// Lease queues a Lease (see Client.Lease); its Result's Lease is the
+// lease.
+func (p *Pipeline) Lease(l Limit, key string) {
+	p.items = append(p.items, pipelineItem{proto.OpLease, l, key, 1, nil})
+}
+
+// Release queues a Release (see Client.Release); its Result's Released
+// says whether the sidecar held the lease. id 0 is not sent: its result
+// is not released, without error.
+func (p *Pipeline) Release(l Limit, key string, id uint64) {
+	p.items = append(p.items, pipelineItem{proto.OpRelease, l, key, int64(id), nil})
 }
 
 // Len is the number of queued requests.
@@ -78,7 +94,11 @@ func (p *Pipeline) Exec(ctx context.Context) ([]Result, error) {
 	p.calls = p.calls[:0]
 	for i := range p.items {
 		it := &p.items[i]
-		cl, err := c.encode(it.op, it.l, it.key, it.n, it.opts)
+		var cl *call
+		var err error
+		if it.op != proto.OpRelease || it.n != 0 { // lease 0 holds nothing
+			cl, err = c.encode(it.op, it.l, it.key, it.n, it.opts)
+		}
 		if err != nil {
 			p.res[i].Err = err
 		}
@@ -88,7 +108,7 @@ func (p *Pipeline) Exec(ctx context.Context) ([]Result, error) {
 	if err != nil {
 		for i, cl := range p.calls {
 			if cl != nil {
-				p.res[i].Decision, p.res[i].Err = c.degraded(err)
+				p.failed(i, err)
 				p.calls[i] = nil
 			}
 		}
@@ -135,16 +155,38 @@ func (p *Pipeline) settle(i int, err error) {
 	cl := p.calls[i]
 	p.calls[i] = nil
 	if err != nil {
-		p.res[i].Decision, p.res[i].Err = p.c.degraded(err)
+		p.failed(i, err)
 		return
 	}
-	if err := statusError(p.items[i].op, cl.res.Status, cl.res.Message); err != nil {
-		p.res[i].Err = err
+	it, r := &p.items[i], &p.res[i]
+	if err := statusError(it.op, cl.res.Status, cl.res.Message); err != nil {
+		r.Err = err
 	} else {
-		p.res[i].Decision = decisionOf(&cl.res.Decision)
-		p.res[i].Decision.ShadowDenied = cl.res.ShadowDenied
+		r.Decision = decisionOf(&cl.res.Decision)
+		r.Decision.ShadowDenied = cl.res.ShadowDenied
+		switch it.op {
+		case proto.OpLease:
+			r.Lease = Lease{Decision: r.Decision, ID: cl.res.Lease, c: p.c, l: it.l, key: it.key}
+		case proto.OpRelease:
+			r.Released = cl.res.Released
+		}
 	}
 	putCall(cl)
+}
+
+// failed records item i's failure with err: the failure policy's decision
+// for the operations it applies to (Acquire, Peek, Lease), else err.
+func (p *Pipeline) failed(i int, err error) {
+	r := &p.res[i]
+	switch op := p.items[i].op; op {
+	case proto.OpAcquire, proto.OpPeek, proto.OpLease:
+		r.Decision, r.Err = p.c.degraded(err)
+		if op == proto.OpLease {
+			r.Lease.Decision = r.Decision
+		}
+	default:
+		r.Err = err
+	}
 }
 
 // finish empties the pipeline and returns the results and the first error.

@@ -129,8 +129,31 @@ func (cn *conn) response(frame []byte, h proto.Header, scratch *proto.Result) er
 		return garbled(fmt.Errorf("an answer (id %d) to no request: %w", h.ID, ErrMalformed))
 	}
 	err := cn.check(cl, frame, h)
-	cl.complete(err)
+	if cl.complete(err) {
+		if err == nil && cl.op == proto.OpLease && cl.res.Status == proto.StatusOK && cl.res.Lease != 0 {
+			cn.releaseOrphan(cl)
+		}
+		putCall(cl)
+	}
 	return err
+}
+
+// releaseOrphan gives back the lease that cl, a LEASE whose caller left
+// before its answer came (cancelled, or past its timeout), was granted:
+// nobody knows its id, so it would hold its slot until it expires. The
+// RELEASE goes on this connection, its answer dropped; should the
+// connection fail first, the sidecar gives back the leases of a closed
+// connection anyway.
+func (cn *conn) releaseOrphan(cl *call) {
+	rc := getCall(proto.OpRelease)
+	rc.state.Store(detached)
+	rc.key = append(rc.key[:0], cl.key...)
+	b, start := proto.BeginFrame(rc.req[:0], proto.KindRequest, 0)
+	b = proto.AppendRelease(b, 0, cl.limit, cl.res.Lease, rc.key)
+	rc.req = proto.EndFrame(b, start, 1)
+	if _, err := cn.enqueue(false, rc); err != nil {
+		putCall(rc)
+	}
 }
 
 // check copies the response frame into cl and decodes its result there,

@@ -220,8 +220,20 @@ func (c *Client) detached(e *engine.Engine, err error) {
 	}
 }
 
+// errLeaseOnly refuses to acquire from or refund to a concurrency limit:
+// its slots are leased through the socket (sluice.Client.Lease), where the
+// sidecar sees a holder's connection close and gives its leases back. A
+// lease taken in the file would outlive a crashed holder until it expired.
+var errLeaseOnly = fmt.Errorf("%w: a concurrency limit's slots are leased through the sidecar's socket, which gives a lease back when its holder's connection closes; the direct path cannot lease them",
+	engine.ErrInvalidLimit)
+
+// leaseOnly reports whether l is a concurrency limit, which the direct path
+// can peek at and reset but not acquire from or refund to.
+func leaseOnly(l *engine.Limit) bool { return l.Bucket().Algorithm == bucket.Concurrency }
+
 // Acquire decides a request of cost against key's bucket under l, as the
-// socket client's Acquire does.
+// socket client's Acquire does. A concurrency limit is refused
+// (sluice.ErrInvalidLimit): lease its slots with the socket client.
 func (c *Client) Acquire(ctx context.Context, l sluice.Limit, key string, cost int64, opts ...sluice.RequestOption) (sluice.Decision, error) {
 	return c.decide(ctx, proto.OpAcquire, l, key, cost, opts)
 }
@@ -233,7 +245,7 @@ func (c *Client) Peek(ctx context.Context, l sluice.Limit, key string, opts ...s
 }
 
 // Refund gives amount tokens back to key's bucket under l, as the socket
-// client's Refund does.
+// client's Refund does. A concurrency limit is refused, as by Acquire.
 func (c *Client) Refund(ctx context.Context, l sluice.Limit, key string, amount int64, opts ...sluice.RequestOption) (sluice.Decision, error) {
 	return c.decide(ctx, proto.OpRefund, l, key, amount, opts)
 }
@@ -265,6 +277,9 @@ func (c *Client) decide(ctx context.Context, op proto.Opcode, l sluice.Limit, ke
 	lim, err := c.limit(l)
 	if err != nil {
 		return sluice.Decision{}, opError(err)
+	}
+	if op != proto.OpPeek && leaseOnly(lim) {
+		return sluice.Decision{}, opError(errLeaseOnly)
 	}
 	f, at := flags(opts)
 	var d bucket.Decision
@@ -328,7 +343,7 @@ func (c *Client) unavailable() error {
 }
 
 // Multi decides every item, all or nothing, as the socket client's Multi
-// does.
+// does. An item of a concurrency limit is refused, as by Acquire.
 func (c *Client) Multi(ctx context.Context, items []sluice.Item, opts ...sluice.RequestOption) (bool, []sluice.Decision, error) {
 	if len(items) == 0 || len(items) > proto.MaxMulti {
 		return false, nil, opError(fmt.Errorf("%w: %d items, want 1 to %d", engine.ErrTooManyItems, len(items), proto.MaxMulti))
@@ -342,8 +357,11 @@ func (c *Client) Multi(ctx context.Context, items []sluice.Item, opts ...sluice.
 	for i := range items {
 		it := &items[i]
 		l, err := c.limit(it.Limit)
+		if err == nil && leaseOnly(l) {
+			err = errLeaseOnly
+		}
 		if err != nil {
-			return false, nil, opError(fmt.Errorf("item %d: %w", i, err))
+			return false, nil, fmt.Errorf("item %d, %w", i+1, opError(err)) // as the socket client says it
 		}
 		limits[i] = *l
 		fl := f & (proto.FlagStrict | proto.FlagSmyte)
@@ -422,8 +440,10 @@ type statusError struct {
 // Error says it as the socket client's *sluice.StatusError would, for
 // people: "invalid cost: negative cost: -1".
 func (e *statusError) Error() string {
+	st := proto.StatusOf(e.status)
 	msg := strings.TrimPrefix(e.err.Error(), "engine: ")
-	return (&sluice.StatusError{Status: proto.StatusOf(e.status), Message: msg}).Error()
+	msg = strings.TrimPrefix(msg, (&sluice.StatusError{Status: st}).Error()+": ") // said once
+	return (&sluice.StatusError{Status: st, Message: msg}).Error()
 }
 
 func (e *statusError) Unwrap() error        { return e.err }

@@ -102,11 +102,13 @@ var strict = []sluice.Option{sluice.WithFailurePolicy(sluice.FailError), sluice.
 // The limits of the exactness tests: nothing refills while they run, and
 // every request is decided at one fixed time (so windows do not roll).
 var exactLimits = map[string]sluice.Limit{
-	"token_bucket":   sluice.TokenBucket(200, time.Hour, 1),
-	"gcra":           sluice.GCRA(199, 1, time.Hour),
-	"fixed_window":   sluice.FixedWindow(200, 24*time.Hour),
-	"sliding_window": sluice.SlidingWindow(200, 24*time.Hour),
-	"pacer":          sluice.Pacer(1, time.Hour, 199*time.Hour),
+	"token_bucket":    sluice.TokenBucket(200, time.Hour, 1),
+	"gcra":            sluice.GCRA(199, 1, time.Hour),
+	"fixed_window":    sluice.FixedWindow(200, 24*time.Hour),
+	"sliding_window":  sluice.SlidingWindow(200, 24*time.Hour),
+	"pacer":           sluice.Pacer(1, time.Hour, 199*time.Hour),
+	"sliding_log":     sluice.SlidingLog(200, 24*time.Hour),
+	"window_counters": sluice.WindowCounters(200, 24*time.Hour, 24, true),
 }
 
 // fixedAt is noon of a day some time ago: inside one window of a day.
@@ -183,6 +185,96 @@ func TestDirect_oneBucket(t *testing.T) {
 		t.Errorf("Multi = %v, %+v, %v", ok, ds, err)
 	}
 }
+
+// sliding_log and window_counters, whose buckets keep a block in the
+// file's arena, are one bucket through the socket and in the file; a
+// concurrency limit is leased through the socket only, and the direct path
+// says so.
+func TestDirect_extendedAlgorithms(t *testing.T) {
+	sc := startSidecar(t, t.TempDir(), 0)
+	d, err := direct.Open(sc.state(), direct.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	s, err := sluice.Dial(sc.sock(), strict...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, l := range []sluice.Limit{sluice.SlidingLog(5, time.Minute), sluice.WindowCounters(5, time.Minute, 6, false)} {
+		t.Run(l.Algorithm.String(), func(t *testing.T) {
+			at := fixedAt
+			allowed := 0
+			for i := range 8 {
+				at = at.Add(time.Second)
+				var dec sluice.Decision
+				var err error
+				if i%2 == 0 {
+					dec, err = d.Acquire(ctx, l, "ext", 1, sluice.At(at))
+				} else {
+					dec, err = s.Acquire(ctx, l, "ext", 1, sluice.At(at))
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if dec.Allowed {
+					allowed++
+				}
+			}
+			if allowed != 5 {
+				t.Errorf("%d allowed through both paths, want 5", allowed)
+			}
+			viaSocket, err := s.Peek(ctx, l, "ext", sluice.At(at))
+			if err != nil {
+				t.Fatal(err)
+			}
+			viaFile, err := d.Peek(ctx, l, "ext", sluice.At(at))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if viaSocket != viaFile || viaFile.Remaining != 0 || viaFile.Allowed {
+				t.Errorf("peek through the socket %+v, in the file %+v", viaSocket, viaFile)
+			}
+			// A refund in the file frees one through the socket.
+			if _, err := d.Refund(ctx, l, "ext", 1, sluice.At(at)); err != nil {
+				t.Fatal(err)
+			}
+			if dec, err := s.Acquire(ctx, l, "ext", 1, sluice.At(at)); err != nil || !dec.Allowed {
+				t.Errorf("acquire after a direct refund: %+v, %v", dec, err)
+			}
+		})
+	}
+
+	conc := sluice.Concurrency(2, time.Hour)
+	ls, err := s.Lease(ctx, conc, "conc")
+	if err != nil || !ls.Allowed {
+		t.Fatalf("lease through the socket: %+v, %v", ls, err)
+	}
+	// The file shows the lease.
+	if dec, err := d.Peek(ctx, conc, "conc"); err != nil || dec.Remaining != 1 || dec.Limit != 2 {
+		t.Errorf("direct peek of a concurrency limit with one lease: %+v, %v", dec, err)
+	}
+	for what, err := range map[string]error{
+		"acquire": second(d.Acquire(ctx, conc, "conc", 1)),
+		"refund":  second(d.Refund(ctx, conc, "conc", 1)),
+		"multi":   third(d.Multi(ctx, []sluice.Item{{Limit: sluice.TokenBucket(5, time.Hour, 1), Key: "m", Cost: 1}, {Limit: conc, Key: "conc", Cost: 1}})),
+	} {
+		if !errors.Is(err, sluice.ErrInvalidLimit) || !strings.Contains(err.Error(), "leased through the sidecar's socket") ||
+			strings.Count(err.Error(), "invalid limit") != 1 {
+			t.Errorf("direct %s of a concurrency limit: %v; want an invalid limit that says to lease through the socket", what, err)
+		}
+	}
+	if dec, err := d.Peek(ctx, conc, "conc"); err != nil || dec.Remaining != 1 {
+		t.Errorf("the refusals changed the bucket: %+v, %v", dec, err)
+	}
+	if released, err := ls.Release(); !released || err != nil {
+		t.Errorf("release through the socket: %v, %v", released, err)
+	}
+}
+
+func second[T any](_ T, err error) error        { return err }
+func third[T, U any](_ T, _ U, err error) error { return err }
 
 // Without a sidecar the client says why, and falls back when asked to.
 func TestDirect_noSidecar(t *testing.T) {

@@ -1,0 +1,39 @@
+package proto
+
+// The oldest version a request needs. A client may write each frame in the
+// oldest version that holds its operations: a sidecar answers a frame in
+// its version, so a client of this package then keeps working against a
+// sidecar of an older version for everything that version has (its
+// specs, ACQUIRE and the rest), and only what is new needs a new sidecar.
+
+// ItemVersion returns the oldest version whose frames may carry the item
+// operation AppendItem(dst, code, f, l, ...) writes: 3 for LEASE, RELEASE
+// and the algorithms from SlidingLog on, 2 for a named limit or a shadow
+// request (a spec's shadow=true included), else 1.
+func ItemVersion(code Opcode, f Flags, l *Limit) uint8 {
+	switch {
+	case isLeaseOp(code) || !l.Algorithm.ValidIn(2) && l.Name == "":
+		return 3
+	case (f|opLimitFlags(code, l))&(FlagNamed|FlagShadow) != 0:
+		return 2
+	}
+	return 1
+}
+
+// MultiVersion returns the oldest version whose frames may carry the MULTI
+// AppendMulti(dst, f, at, items) writes.
+func MultiVersion(items []MultiItem) uint8 {
+	v := uint8(1)
+	for i := range items {
+		v = max(v, ItemVersion(OpAcquire, items[i].Flags&^FlagShadow, &Limit{Algorithm: items[i].Limit.Algorithm, Name: items[i].Limit.Name}))
+	}
+	return v
+}
+
+// RaiseVersion makes the version of the frame begun at start at least v,
+// for a frame that holds operations of several versions.
+func RaiseVersion(frame []byte, start int, v uint8) {
+	if p := &frame[start+offVersion]; *p < v {
+		*p = v
+	}
+}
