@@ -373,3 +373,43 @@ func TestAppendItem_shadowSpec(t *testing.T) {
 		}
 	}
 }
+
+// Each operation's oldest version: 1 for what version 1 had, 2 for named
+// limits and shadow requests, 3 for leases and the algorithms from
+// sliding_log on; a MULTI takes its items' highest (a shadow spec's flag is
+// not sent in a MULTI).
+func TestItemVersion(t *testing.T) {
+	tb := TokenBucketLimit(10, time.Second, 1)
+	shadowed := tb
+	shadowed.Shadow = true
+	for _, c := range []struct {
+		code Opcode
+		f    Flags
+		l    Limit
+		want uint8
+	}{
+		{OpAcquire, FlagStrict | FlagAt, tb, 1},
+		{OpPeek, 0, shadowed, 1},
+		{OpAcquire, 0, shadowed, 2},
+		{OpAcquire, FlagShadow, tb, 2},
+		{OpRefund, 0, Named("login"), 2},
+		{OpAcquire, 0, SlidingLogLimit(5, time.Second), 3},
+		{OpReset, 0, WindowCountersLimit(5, time.Second, 60, false), 3},
+		{OpLease, 0, Named("jobs"), 3},
+		{OpRelease, 0, ConcurrencyLimit(2, time.Second), 3},
+	} {
+		if got := ItemVersion(c.code, c.f, &c.l); got != c.want {
+			t.Errorf("%v %v %v: version %d, want %d", c.code, c.f, c.l, got, c.want)
+		}
+	}
+	items := []MultiItem{{Limit: shadowed}, {Limit: tb, Flags: FlagStrict}}
+	if v := MultiVersion(items); v != 1 {
+		t.Errorf("MULTI of specs: version %d", v)
+	}
+	if v := MultiVersion(append(items, MultiItem{Limit: Named("x")})); v != 2 {
+		t.Errorf("MULTI with a named limit: version %d", v)
+	}
+	if v := MultiVersion(append(items, MultiItem{Limit: SlidingLogLimit(1, time.Second)})); v != 3 {
+		t.Errorf("MULTI with a sliding_log: version %d", v)
+	}
+}

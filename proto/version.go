@@ -29,11 +29,3 @@ func MultiVersion(items []MultiItem) uint8 {
 	}
 	return v
 }
-
-// RaiseVersion makes the version of the frame begun at start at least v,
-// for a frame that holds operations of several versions.
-func RaiseVersion(frame []byte, start int, v uint8) {
-	if p := &frame[start+offVersion]; *p < v {
-		*p = v
-	}
-}

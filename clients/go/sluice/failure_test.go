@@ -385,3 +385,68 @@ func TestClient_noSidecar(t *testing.T) {
 		t.Errorf("retry after %v after several failed attempts, want the maximum 40ms", last)
 	}
 }
+
+// A sidecar of protocol version 2 (the release before leases) refuses a
+// frame of version 3 with BadVersion and closes the connection, as the real
+// one does. The client writes each frame in the oldest version that holds
+// it, so everything that sidecar knows keeps working: a spec limit's
+// acquire goes in version 1, a named limit's or a shadow request in
+// version 2; only what version 3 added needs version 3.
+func TestClient_olderSidecar(t *testing.T) {
+	const sidecarVersion = 2
+	versions := make(chan uint8, 16)
+	path := fakeSidecar(t, func(fc *fakeConn) {
+		for {
+			h, frame, ok := fc.next()
+			if !ok {
+				return
+			}
+			versions <- h.Version
+			op := proto.Opcode(frame[proto.HeaderLen])
+			b, start := proto.BeginFrameVersion(nil, min(h.Version, sidecarVersion), proto.KindResponse, h.ID)
+			if h.Version > sidecarVersion {
+				b = proto.AppendError(b, 0, proto.StatusBadVersion, "version 3, this side speaks 1 to 2")
+				fc.nc.Write(proto.EndFrame(b, start, 1))
+				return
+			}
+			d := proto.Decision{Allowed: true, Remaining: 1, Limit: 2, RetryAfter: -1}
+			fc.nc.Write(proto.EndFrame(proto.AppendDecision(b, op, &d), start, 1))
+		}
+	})
+	c, err := sluice.Dial(path, sluice.WithFailurePolicy(sluice.FailError))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	spec := func(s string) sluice.Limit {
+		l, err := sluice.ParseLimit(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	for _, tc := range []struct {
+		name    string
+		limit   sluice.Limit
+		opts    []sluice.RequestOption
+		version uint8
+	}{
+		{"spec", spec("token_bucket:max=2,refill_time=1s"), nil, 1},
+		{"named", spec("login"), nil, 2},
+		{"shadow request", spec("gcra:burst=1,count=1,period=1s"), []sluice.RequestOption{sluice.Shadow()}, 2},
+		{"shadow spec", spec("gcra:burst=1,count=1,period=1s,shadow=true"), nil, 2},
+		{"sliding_log", spec("sliding_log:limit=2,window=1s"), nil, 3},
+	} {
+		d, err := c.Acquire(ctx, tc.limit, "k", 1, tc.opts...)
+		if got := <-versions; got != tc.version {
+			t.Errorf("%s: sent in version %d, want %d", tc.name, got, tc.version)
+		}
+		if tc.version <= sidecarVersion && (err != nil || !d.Allowed) {
+			t.Errorf("%s: %+v, %v; the older sidecar answers it", tc.name, d, err)
+		}
+		if tc.version > sidecarVersion && !errors.Is(err, sluice.ErrBadVersion) {
+			t.Errorf("%s: %v, want sluice.ErrBadVersion from the older sidecar", tc.name, err)
+		}
+	}
+}

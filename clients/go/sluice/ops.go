@@ -120,7 +120,9 @@ func (c *Client) encode(op proto.Opcode, l Limit, key string, n int64, opts []Re
 	f, at := requestFlags(opts)
 	cl := getCall(op)
 	cl.key = append(cl.key[:0], key...)
-	b, start := proto.BeginFrame(cl.req[:0], proto.KindRequest, 0)
+	// Each frame in the oldest version that holds it: a sidecar of an
+	// older version keeps answering what it knows.
+	b, start := proto.BeginFrameVersion(cl.req[:0], proto.ItemVersion(op, f, &l), proto.KindRequest, 0)
 	switch op {
 	case proto.OpLease:
 		cl.limit = l // to give the lease back if its caller leaves
@@ -284,7 +286,7 @@ func (c *Client) Multi(ctx context.Context, items []Item, opts ...RequestOption)
 		off += len(it.Key)
 		cl.items[i] = proto.MultiItem{Flags: fl, Limit: it.Limit, Cost: it.Cost, Key: k}
 	}
-	b, start := proto.BeginFrame(cl.req[:0], proto.KindRequest, 0)
+	b, start := proto.BeginFrameVersion(cl.req[:0], proto.MultiVersion(cl.items[:len(items)]), proto.KindRequest, 0)
 	b = proto.AppendMulti(b, f&proto.FlagAt, at, cl.items[:len(items)])
 	cl.req = proto.EndFrame(b, start, 1)
 	if err := c.roundTrip(ctx, cl); err != nil {
@@ -316,7 +318,7 @@ func (c *Client) Multi(ctx context.Context, items []Item, opts ...RequestOption)
 // returns its call.
 func (c *Client) simple(ctx context.Context, op proto.Opcode) (*call, error) {
 	cl := getCall(op)
-	b, start := proto.BeginFrame(cl.req[:0], proto.KindRequest, 0)
+	b, start := proto.BeginFrameVersion(cl.req[:0], proto.MinVersion, proto.KindRequest, 0)
 	switch op {
 	case proto.OpHello:
 		b = proto.AppendHello(b)
