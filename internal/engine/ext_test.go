@@ -218,4 +218,3 @@ func TestExt_crash(t *testing.T) {
 		})
 	}
 }
-
