@@ -8,7 +8,7 @@ COUNT    ?= 1
 RESP_ROUNDS ?= 3
 PYTHON   ?= python3
 
-.PHONY: all build run test check-tools test-go test-python bench bench-global bench-python bench-compare bench-resp bench-soak fuzz soak vet fmt lint deps clean
+.PHONY: all build run test check-tools test-go test-python bench bench-global bench-python bench-compare bench-ext bench-resp bench-soak fuzz soak vet fmt lint deps clean
 
 all: build
 
@@ -78,6 +78,13 @@ bench-python: build
 ## (about 4 minutes; installs redis-server and redis-py when missing; writes bench/results/compare.*)
 bench-compare: build
 	$(BIN)/sluice-bench compare -sluiced $(BIN)/sluiced -python $$(./bench/setup.sh) $(COMPARE_FLAGS)
+
+## bench-ext: memory per live bucket of sliding_log (N = 10, 100, 1000), window_counters (K = 60)
+## and concurrency (N = 10), beside Redis's sorted set for the same sliding log (under a minute;
+## installs redis-server when missing; writes bench/results/ext.*)
+bench-ext: build
+	@command -v redis-server >/dev/null 2>&1 || ./bench/setup.sh >/dev/null
+	$(BIN)/sluice-bench memory-ext $(EXT_FLAGS)
 
 ## bench-resp: redis-benchmark against Redis 7, Sluice on each transport and the event-loop
 ## floor, interleaved (about 2 minutes; needs redis-server and redis-benchmark)

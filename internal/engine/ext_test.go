@@ -209,7 +209,6 @@ func TestExt_crash(t *testing.T) {
 		})
 	}
 }
-<<<<<<< HEAD
 
 // Ensure the extended algorithms' paths allocate nothing either, new
 // buckets (decided in pooled scratch words) included.
@@ -293,5 +292,3 @@ func TestExt_multi(t *testing.T) {
 		t.Error(err)
 	}
 }
-=======
->>>>>>> conc

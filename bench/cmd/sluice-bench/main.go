@@ -4,6 +4,8 @@
 //
 //	sluice-bench [compare] [flags]   the comparison (make bench-compare)
 //	sluice-bench soak [flags]        the sustained-load soak (make bench-soak)
+//	sluice-bench memory-ext [flags]  memory per bucket of sliding_log, window_counters and
+//	                                 concurrency, beside Redis's sorted set (make bench-ext)
 //	sluice-bench render [flags]      compare.md and compare.svg again from compare.json
 //
 // The comparison starts its own sluiced, redis-server and echo server on
@@ -47,12 +49,14 @@ func main() {
 		err = runCompare(ctx, args)
 	case "soak":
 		err = runSoak(ctx, args)
+	case "memory-ext":
+		err = runMemoryExt(ctx, args)
 	case "render":
 		err = runRender(args)
 	case "echo-server":
 		err = runEcho(args)
 	default:
-		err = fmt.Errorf("unknown command %q: want compare, soak, render or echo-server", cmd)
+		err = fmt.Errorf("unknown command %q: want compare, soak, memory-ext, render or echo-server", cmd)
 	}
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -297,6 +301,48 @@ func runSoak(ctx context.Context, args []string) error {
 		return err
 	}
 	return writeReports(*out, rep.WriteMarkdown, reportFile{"soak.md", rep.WriteMarkdown}, reportFile{"soak.json", rep.WriteJSON})
+}
+
+func runMemoryExt(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("sluice-bench memory-ext", flag.ContinueOnError)
+	var cfg compare.ExtConfig
+	fs.IntVar(&cfg.Keys, "keys", 100_000, "keys per limit, at most")
+	fs.IntVar(&cfg.Members, "members", 1_000_000, "sliding-log entries per limit, at most: a log of N entries gets min(keys, members/N) keys")
+	redis := fs.String("redis-server", "", `redis-server binary (default: from PATH; "-" skips Redis)`)
+	scratch := fs.String("dir", "", "scratch directory for the state files and Redis's socket (default: a new temporary directory)")
+	out := fs.String("out", "bench/results", `directory for ext.md and ext.json ("-": Markdown to stdout)`)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	cfg.Dir = *scratch
+	if cfg.Dir == "" {
+		d, err := os.MkdirTemp("", "sluice-bench")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(d)
+		cfg.Dir = d
+	}
+	switch *redis {
+	case "-":
+	case "":
+		if p, err := exec.LookPath("redis-server"); err == nil {
+			cfg.RedisServer = p
+		} else {
+			fmt.Fprintln(os.Stderr, "sluice-bench: no redis-server on PATH: Redis is skipped (make bench-ext installs it)")
+		}
+	default:
+		cfg.RedisServer = *redis
+	}
+	cfg.Progress = os.Stderr
+	rep, err := compare.RunMemoryExt(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	return writeReports(*out, rep.WriteMarkdown, reportFile{"ext.md", rep.WriteMarkdown}, reportFile{"ext.json", rep.WriteJSON})
 }
 
 // runRender writes a comparison's Markdown and chart again from its JSON.
