@@ -155,10 +155,10 @@ func (c *Cluster) ReplicaOf(m *Node) *Node {
 // cluster will promote (see WaitFailover).
 func (c *Cluster) KillMaster(t testing.TB, m *Node) *Node {
 	t.Helper()
+	// A replica joins by gossip a moment after it is told to: on a loaded
+	// machine the topology read at start may not list it yet.
+	c.waitTopology(t, func() bool { return c.ReplicaOf(m) != nil }, "node "+m.Addr+" has no replica")
 	r := c.ReplicaOf(m)
-	if r == nil {
-		t.Fatalf("node %s has no replica", m.Addr)
-	}
 	m.Kill()
 	return r
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -79,7 +78,7 @@ func fleetRun(b *testing.B, mode string, addrs []string, cluster bool, commands 
 	var socks []string
 	stop := func() {}
 	if mode != "redis+lua" {
-		var cmds []*exec.Cmd
+		var cmds []*partCmd
 		socks, cmds = startFleet(b, hosts, fleetBenchConfig, fleetSidecar{Addrs: addrs, Cluster: cluster, Timeout: time.Second})
 		stop = func() { stopFleet(b, cmds) }
 	}

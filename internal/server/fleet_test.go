@@ -148,8 +148,22 @@ func (p *fleetClient) run() int {
 	return 0
 }
 
+// partCmd is a part's process.
+type partCmd struct {
+	*exec.Cmd
+	once sync.Once
+	err  error
+}
+
+// Wait waits for the part to exit, once however many ask: a test that
+// reads its exit status and the cleanup that kills it.
+func (p *partCmd) Wait() error {
+	p.once.Do(func() { p.err = p.Cmd.Wait() })
+	return p.err
+}
+
 // startPart starts the test binary in a part, its stdout piped.
-func startPart(t testing.TB, env string, part any) (*exec.Cmd, io.WriteCloser, *bufio.Scanner) {
+func startPart(t testing.TB, env string, part any) (*partCmd, io.WriteCloser, *bufio.Scanner) {
 	t.Helper()
 	b, err := json.Marshal(part)
 	if err != nil {
@@ -169,20 +183,21 @@ func startPart(t testing.TB, env string, part any) (*exec.Cmd, io.WriteCloser, *
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	return cmd, in, bufio.NewScanner(out)
+	pc := &partCmd{Cmd: cmd}
+	t.Cleanup(func() { cmd.Process.Kill(); pc.Wait() })
+	return pc, in, bufio.NewScanner(out)
 }
 
 // startFleet starts hosts sidecars on Redis at addrs with the config text,
 // and returns their sockets and processes.
-func startFleet(t testing.TB, hosts int, text string, p fleetSidecar) ([]string, []*exec.Cmd) {
+func startFleet(t testing.TB, hosts int, text string, p fleetSidecar) ([]string, []*partCmd) {
 	t.Helper()
 	cfgPath := filepath.Join(t.TempDir(), "sluice.yaml")
 	if err := os.WriteFile(cfgPath, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	var socks []string
-	var cmds []*exec.Cmd
+	var cmds []*partCmd
 	for range hosts {
 		p := p
 		p.Dir, p.Config = shortDir(t), cfgPath
@@ -203,7 +218,7 @@ func startFleet(t testing.TB, hosts int, text string, p fleetSidecar) ([]string,
 }
 
 // stopFleet stops the sidecars with SIGTERM and checks they exit cleanly.
-func stopFleet(t testing.TB, cmds []*exec.Cmd) {
+func stopFleet(t testing.TB, cmds []*partCmd) {
 	t.Helper()
 	for _, cmd := range cmds {
 		cmd.Process.Signal(syscall.SIGTERM)
