@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from sluice import GCRA, Decision, ProtocolError, TokenBucket, proto
+from sluice import GCRA, Concurrency, Decision, Named, ProtocolError, SlidingLog, TokenBucket, WindowCounters, proto
 from sluice._common import FrameReader, item_call, multi_call, pack, results, simple_call
 
 LIMIT = TokenBucket(10, 3600)
@@ -92,3 +92,31 @@ def test_results_check_the_frame_against_the_request() -> None:
 def test_values_pickle_and_copy() -> None:
     for v in (LIMIT, GCRA(4, 1, 0.5), Decision(True, 1, 2, -1, 0, 0)):
         assert pickle.loads(pickle.dumps(v)) == v and copy.deepcopy(v) == v
+
+
+# Each operation's oldest version: 1 for what version 1 had, 2 for named limits and shadow
+# requests, 3 for leases and the algorithms from sliding_log on; a MULTI takes its items' highest
+# (a shadow spec's flag is not sent in a MULTI), and a SCAN stays in version 3.
+def test_item_version() -> None:
+    tb = TokenBucket(10, 3600)
+    shadowed = TokenBucket(10, 3600, shadow=True)
+    O, F = proto.Opcode, proto.Flags
+    for code, flags, limit, want in [
+        (O.ACQUIRE, F.STRICT | F.AT, tb, 1),
+        (O.PEEK, 0, shadowed, 1),
+        (O.ACQUIRE, 0, shadowed, 2),
+        (O.ACQUIRE, F.SHADOW, tb, 2),
+        (O.REFUND, 0, Named("login"), 2),
+        (O.ACQUIRE, 0, SlidingLog(5, 1), 3),
+        (O.RESET, 0, WindowCounters(5, 1, 60), 3),
+        (O.ACQUIRE, 0, Concurrency(2, 1), 3),
+        (O.LEASE, 0, Named("jobs"), 3),
+        (O.RELEASE, 0, Concurrency(2, 1), 3),
+    ]:
+        assert proto.item_version(code, flags, limit) == want, (code, flags, limit)
+    items = [proto.WireMultiItem(0, shadowed, 1, b"a"), proto.WireMultiItem(F.STRICT, tb, 1, b"b")]
+    assert proto.multi_version(items) == 1
+    assert proto.multi_version(items + [proto.WireMultiItem(0, Named("x"), 1, b"c")]) == 2
+    assert proto.multi_version(items + [proto.WireMultiItem(0, SlidingLog(1, 1), 1, b"c")]) == 3
+    assert [proto.op_version(proto.Op(code)) for code in (O.HELLO, O.PING, O.STATS)] == [1, 1, 1]
+    assert proto.op_version(proto.Op(O.SCAN, count=1)) == proto.VERSION == 3
