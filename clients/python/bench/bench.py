@@ -144,18 +144,22 @@ async def atimed(fn: Callable[[], Awaitable[Any]], seconds: float, lat: List[int
 
 
 class FakeSocket:
-    """Stands in for the client's socket: answers every frame with a canned decision frame of its id,
-    so timing the client against it measures the client's own work, without I/O."""
+    """Stands in for the client's socket: answers every frame with a canned decision frame of its id
+    and version (as the sidecar answers each frame in its version), so timing the client against it
+    measures the client's own work, without I/O."""
 
     def __init__(self, count: int) -> None:
         d = proto.encode_decision(proto.Opcode.ACQUIRE, Decision(True, 1, 2, -1, 3, 0))
         self.reply = bytearray(proto.frame(proto.Kind.RESPONSE, 0, count, d * count))
+        self.version = proto.VERSION
         self.id = b"\0\0\0\0"
 
     def sendall(self, payload: bytes) -> None:
+        self.version = payload[4]
         self.id = payload[8:12]
 
     def recv(self, n: int) -> bytes:
+        self.reply[4] = self.version
         self.reply[8:12] = self.id
         return bytes(self.reply)
 

@@ -5,11 +5,17 @@ from __future__ import annotations
 import copy
 import pickle
 import random
+from typing import List, Tuple
 
 import pytest
 
-from sluice import GCRA, Decision, ProtocolError, TokenBucket, proto
-from sluice._common import FrameReader, item_call, multi_call, pack, results, simple_call
+from sluice import (
+    GCRA, Concurrency, Decision, Named, ProtocolError, SlidingLog, SlidingWindow, TokenBucket, WindowCounters, proto,
+)
+from sluice._common import (
+    FrameReader, decide_frame, fast_decision, item_call, lease_call, multi_call, pack, release_call, results,
+    scan_call, simple_call,
+)
 
 LIMIT = TokenBucket(10, 3600)
 
@@ -92,3 +98,116 @@ def test_results_check_the_frame_against_the_request() -> None:
 def test_values_pickle_and_copy() -> None:
     for v in (LIMIT, GCRA(4, 1, 0.5), Decision(True, 1, 2, -1, 0, 0)):
         assert pickle.loads(pickle.dumps(v)) == v and copy.deepcopy(v) == v
+
+
+# Each operation's oldest version: 1 for what version 1 had, 2 for named limits and shadow
+# requests, 3 for leases and the algorithms from sliding_log on; a MULTI takes its items' highest
+# (a shadow spec's flag is not sent in a MULTI), and a SCAN stays in version 3.
+def test_item_version() -> None:
+    tb = TokenBucket(10, 3600)
+    shadowed = TokenBucket(10, 3600, shadow=True)
+    O, F = proto.Opcode, proto.Flags
+    for code, flags, limit, want in [
+        (O.ACQUIRE, F.STRICT | F.AT, tb, 1),
+        (O.PEEK, 0, shadowed, 1),
+        (O.ACQUIRE, 0, shadowed, 2),
+        (O.ACQUIRE, F.SHADOW, tb, 2),
+        (O.REFUND, 0, Named("login"), 2),
+        (O.ACQUIRE, 0, SlidingLog(5, 1), 3),
+        (O.RESET, 0, WindowCounters(5, 1, 60), 3),
+        (O.ACQUIRE, 0, Concurrency(2, 1), 3),
+        (O.LEASE, 0, Named("jobs"), 3),
+        (O.RELEASE, 0, Concurrency(2, 1), 3),
+    ]:
+        assert proto.item_version(code, flags, limit) == want, (code, flags, limit)
+    items = [proto.WireMultiItem(0, shadowed, 1, b"a"), proto.WireMultiItem(F.STRICT, tb, 1, b"b")]
+    assert proto.multi_version(items) == 1
+    assert proto.multi_version(items + [proto.WireMultiItem(0, Named("x"), 1, b"c")]) == 2
+    assert proto.multi_version(items + [proto.WireMultiItem(0, SlidingLog(1, 1), 1, b"c")]) == 3
+    assert [proto.op_version(proto.Op(code)) for code in (O.HELLO, O.PING, O.STATS)] == [1, 1, 1]
+    assert proto.op_version(proto.Op(O.SCAN, count=1)) == proto.VERSION == 3
+
+
+def _sent(payload: bytes) -> Tuple[int, List[proto.Op]]:
+    """The version of the one request frame in payload, and its operations, decoded in that version
+    (which refuses what the version does not have)."""
+    h, ops = proto.decode_frame(payload)
+    assert h.kind == proto.Kind.REQUEST
+    return h.version, ops  # type: ignore[return-value]
+
+
+def test_each_call_goes_in_the_oldest_version_that_holds_it() -> None:
+    O = proto.Opcode
+    tb, shadowed, named, log = TokenBucket(10, 3600), GCRA(1, 1, 1, shadow=True), Named("login"), SlidingLog(2, 1)
+    conc = Concurrency(2, 30)
+    # The one-frame acquire and peek of the hot path.
+    for code, limit, at, flags, want in [
+        (O.ACQUIRE, tb, None, 0, 1),
+        (O.ACQUIRE, "token_bucket:max=10,refill_time=1h", 5, 1, 1),  # a spec, AT and STRICT
+        (O.PEEK, SlidingWindow(5, 1), None, 0, 1),
+        (O.ACQUIRE, tb, None, 16, 2),  # shadow=True
+        (O.ACQUIRE, tb, 5, 17, 2),
+        (O.ACQUIRE, shadowed, None, 0, 2),  # the spec's shadow=true
+        (O.PEEK, shadowed, None, 0, 1),  # ignored by a peek
+        (O.ACQUIRE, named, None, 0, 2),
+        (O.PEEK, named, 5, 0, 2),
+        (O.ACQUIRE, log, None, 0, 3),
+        (O.ACQUIRE, "window_counters:limit=5,window=1s", 5, 16, 3),
+        (O.PEEK, conc, None, 0, 3),
+    ]:
+        version, (op,) = _sent(decide_frame(7, code, "k", limit, 1, at, flags))
+        assert version == want == proto.op_version(op), (code, limit, at, flags)
+    # Every other call, each in a frame of its own.
+    calls = [
+        (item_call(O.ACQUIRE, "k", tb, 1, None, 1), 1),
+        (item_call(O.ACQUIRE, "k", shadowed, 1, 5, 0), 2),
+        (item_call(O.ACQUIRE, "k", tb, 1, None, 16), 2),
+        (item_call(O.REFUND, "k", shadowed, 1, None, 0), 1),
+        (item_call(O.RESET, "k", named, 0, None, 0), 2),
+        (item_call(O.REFUND, "k", log, 1, None, 0), 3),
+        (item_call(O.RESET, "k", conc, 0, None, 0), 3),
+        (lease_call("k", conc), 3),
+        (lease_call("k", "jobs"), 3),
+        (release_call("k", conc, 1 << 63), 3),
+        (multi_call([("a", tb), ("b", shadowed, 2, True)], None), 1),
+        (multi_call([("a", tb), ("b", named)], 5), 2),
+        (multi_call([("a", named), ("b", WindowCounters(5, 1, 4))], None), 3),
+        (scan_call("k", 0, 10), 3),
+        (simple_call(O.HELLO), 1),
+        (simple_call(O.PING), 1),
+        (simple_call(O.STATS), 1),
+    ]
+    for call, want in calls:
+        assert call.version == want
+        version, (op,) = _sent(pack([call], 1).payload)
+        assert version == want == proto.op_version(op), call
+
+
+def test_a_frame_of_several_calls_is_in_their_highest_version() -> None:
+    O = proto.Opcode
+    v1 = item_call(O.ACQUIRE, "k", LIMIT, 1, None, 0)
+    v2 = item_call(O.ACQUIRE, "k", Named("login"), 1, None, 0)
+    v3 = lease_call("k", Concurrency(2, 30))
+    ping = simple_call(O.PING)
+    for group, want in [([v1, ping, v1], 1), ([v1, v2, ping], 2), ([ping, v3, v1], 3), ([v2] * 3 + [v3], 3)]:
+        assert _sent(pack(group, 1).payload)[0] == want
+    # Split into frames, each in its own calls' highest.
+    packed = pack([v1] * 256 + [v1, v2] + [ping] * 255 + [v3], 1)
+    assert [(fid, len(g)) for fid, g in packed.frames] == [(1, 256), (2, 256), (3, 2)]
+    versions, off = [], 0
+    while off < len(packed.payload):
+        h, off = proto.split_frame(packed.payload, off)
+        assert h is not None
+        versions.append(h.version)
+    assert versions == [1, 2, 3]
+
+
+def test_an_answer_in_the_requests_version_takes_the_fast_path() -> None:
+    d = Decision(True, 5, 10, -1, 1, 0)
+    for version in (1, 2, 3):
+        f = proto.frame(proto.Kind.RESPONSE, 9, 1, proto.encode_decision(3, d), version)
+        assert fast_decision(f, 9, 3, version) == d
+        # Another version is left to the general path, which takes any the client reads.
+        other = 1 + version % 3
+        assert fast_decision(f, 9, 3, other) is None
+        assert results(f, 9, [item_call(3, "k", LIMIT, 1, None, 0)]) == [d]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime
 import functools
 import logging
+import operator
 import os
 import random
 import struct
@@ -29,8 +30,8 @@ from .errors import (
     InvalidCost, InvalidKey, InvalidLimit, ProtocolError, SluiceError, Status, TooManyItems,
     Unavailable, status_error,
 )
-from .limits import Concurrency, Limit, Named, parse_limit
-from .proto import HEADER_LEN, MAX_BATCH, MAX_FRAME_LEN, MAX_KEY_LEN, MAX_MULTI, VERSION, Flags, Opcode
+from .limits import Algorithm, Concurrency, Limit, Named, parse_limit
+from .proto import HEADER_LEN, MAX_BATCH, MAX_FRAME_LEN, MAX_KEY_LEN, MAX_MULTI, Flags, Opcode
 from .results import (
     DEGRADED_CLOSED, DEGRADED_CLOSED_LEASE, DEGRADED_OPEN, DEGRADED_OPEN_LEASE, Decision, Lease, MultiDecision,
     MultiItem, make_decision,
@@ -56,6 +57,7 @@ _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 _MAX_I64 = (1 << 63) - 1
 _ACQUIRE = int(Opcode.ACQUIRE)
 _SHADOW = int(Flags.SHADOW)
+_V3_ALGORITHM = int(Algorithm.SLIDING_LOG)  # from it on, an algorithm needs a frame of version 3
 
 # A whole one-operation item frame, and a whole one-decision response frame.
 ITEM_FRAME = struct.Struct("<IBBHIBBBqqqqqH")  # header, opcode, flags, alg, p0..p2, n, at, keylen
@@ -145,7 +147,11 @@ def cost_of(n: Any, what: str = "cost") -> int:
 
 
 def decide_frame(fid: int, code: int, key: Key, limit: LimitLike, n: Any, at: At, flags: int) -> bytes:
-    """The whole request frame of one ACQUIRE or PEEK: the hot path, packed in one go."""
+    """The whole request frame of one ACQUIRE or PEEK: the hot path, packed in one go.
+
+    The frame is in the oldest version that holds it (proto.item_version, inlined), so a sidecar
+    of an older version answers it too; its answer comes in the same version (byte 4).
+    """
     k = key.encode() if type(key) is str else key_bytes(key)
     if not 0 < len(k) <= MAX_KEY_LEN:
         key_bytes(k)  # raises InvalidKey
@@ -159,12 +165,14 @@ def decide_frame(fid: int, code: int, key: Key, limit: LimitLike, n: Any, at: At
         t = 0
         if at is not None:
             f, t = f | 4, at_ns(at)
-        return proto.frame(proto.Kind.REQUEST, fid, 1, proto.encode_item(code, f, lim, n, t, k))
+        return proto.frame(proto.Kind.REQUEST, fid, 1, proto.encode_item(code, f, lim, n, t, k),
+                           proto.item_version(code, f, lim))
     a, p0, p1, p2 = lim._wire
+    v = 3 if a >= _V3_ALGORITHM else 2 if f & _SHADOW else 1  # proto.item_version, inlined
     if at is None:
-        return ITEM_FRAME.pack(ITEM_FRAME_LEN + len(k), VERSION, 1, 1, fid, code, f,
+        return ITEM_FRAME.pack(ITEM_FRAME_LEN + len(k), v, 1, 1, fid, code, f,
                                a, p0, p1, p2, n, 0, len(k)) + k
-    return ITEM_FRAME.pack(ITEM_FRAME_LEN + len(k), VERSION, 1, 1, fid, code, f | 4,
+    return ITEM_FRAME.pack(ITEM_FRAME_LEN + len(k), v, 1, 1, fid, code, f | 4,
                            a, p0, p1, p2, n, at_ns(at), len(k)) + k
 
 
@@ -174,12 +182,14 @@ def request_flags(strict: bool, shadow: bool) -> int:
 
 
 class Call(NamedTuple):
-    """One operation on its way: its bytes, its opcode, and whether it decides."""
+    """One operation on its way: its bytes, its opcode, whether it decides, and the oldest
+    protocol version whose frames may carry it (proto.op_version)."""
 
     body: bytes
     code: int
     decides: bool  #: acquire, peek, multi and lease: the on_unavailable policy may answer it
     n: int = 0  #: MULTI: its items
+    version: int = 1  #: the frame holding it is in the highest version of its calls
 
 
 def item_call(code: int, key: Key, limit: LimitLike, n: Any, at: At, flags: int) -> Call:
@@ -198,9 +208,11 @@ def item_call(code: int, key: Key, limit: LimitLike, n: Any, at: At, flags: int)
         flags |= 4
         t = at_ns(at)
     if type(lim) is Named:
-        return _tuple_new(Call, (proto.encode_item(code, flags, lim, n, t, k), code, code <= 4, 0))
+        return _tuple_new(Call, (proto.encode_item(code, flags, lim, n, t, k), code, code <= 4, 0,
+                                 proto.item_version(code, flags, lim)))
     a, p0, p1, p2 = lim._wire
-    return _tuple_new(Call, (proto.ITEM.pack(code, flags, a, p0, p1, p2, n, t, len(k)) + k, code, code <= 4, 0))
+    v = 3 if a >= _V3_ALGORITHM else 2 if flags & _SHADOW else 1  # proto.item_version, inlined
+    return _tuple_new(Call, (proto.ITEM.pack(code, flags, a, p0, p1, p2, n, t, len(k)) + k, code, code <= 4, 0, v))
 
 
 def _leasable(limit: LimitLike) -> Limit:
@@ -214,7 +226,9 @@ def _leasable(limit: LimitLike) -> Limit:
 
 def lease_call(key: Key, limit: LimitLike) -> Call:
     """A LEASE (protocol version 3): the on_unavailable policy may answer it, as an acquire."""
-    return Call(proto.encode_lease(_leasable(limit), key_bytes(key)), Opcode.LEASE, True)
+    lim = _leasable(limit)
+    return Call(proto.encode_lease(lim, key_bytes(key)), Opcode.LEASE, True, 0,
+                proto.item_version(Opcode.LEASE, 0, lim))
 
 
 def lease_id(lease: Union[int, Lease]) -> int:
@@ -229,7 +243,9 @@ def lease_id(lease: Union[int, Lease]) -> int:
 
 def release_call(key: Key, limit: LimitLike, lease: int) -> Call:
     """A RELEASE (protocol version 3) of lease ``lease`` (not 0)."""
-    return Call(proto.encode_release(_leasable(limit), lease, key_bytes(key)), Opcode.RELEASE, False)
+    lim = _leasable(limit)
+    return Call(proto.encode_release(lim, lease, key_bytes(key)), Opcode.RELEASE, False, 0,
+                proto.item_version(Opcode.RELEASE, 0, lim))
 
 
 def multi_call(items: Iterable[Union[MultiItem, Sequence[Any]]], at: At) -> Call:
@@ -241,17 +257,22 @@ def multi_call(items: Iterable[Union[MultiItem, Sequence[Any]]], at: At) -> Call
     if not 0 < len(wire) <= MAX_MULTI:
         raise TooManyItems(f"a multi has 1..{MAX_MULTI} items, got {len(wire)}")
     body = proto.encode_multi(0 if at is None else Flags.AT, 0 if at is None else at_ns(at), wire)
-    return Call(body, Opcode.MULTI, True, len(wire))
+    return Call(body, Opcode.MULTI, True, len(wire), proto.multi_version(wire))
 
 
 def scan_call(prefix: Key, cursor: int, count: int) -> Call:
     if not 0 < count <= proto.MAX_SCAN_COUNT:
         raise ValueError(f"scan count must be 1..{proto.MAX_SCAN_COUNT}, got {count}")
-    return Call(proto.encode_scan(cursor, count, prefix_bytes(prefix)), Opcode.SCAN, False)
+    # In a frame of version 1 or 2 a SCAN would leave out the buckets of version 3's algorithms.
+    return Call(proto.encode_scan(cursor, count, prefix_bytes(prefix)), Opcode.SCAN, False, 0, proto.VERSION)
 
 
 def simple_call(code: int) -> Call:
+    """A HELLO, PING or STATS: in version 1, which has them all."""
     return Call(bytes((code,)), code, False)
+
+
+_version = operator.itemgetter(Call._fields.index("version"))  # the fastest way to take it from many calls
 
 
 class Frames(NamedTuple):
@@ -264,12 +285,14 @@ class Frames(NamedTuple):
 def pack(calls: Sequence[Call], next_id: int) -> Frames:
     """Pack calls into frames of at most MAX_BATCH operations and MAX_FRAME_LEN bytes.
 
-    Frame ids count up from ``next_id`` (mod 2**32).
+    Frame ids count up from ``next_id`` (mod 2**32). Each frame is in the highest version of
+    its calls, the oldest that holds them all.
     """
     if len(calls) <= MAX_BATCH:
         body = b"".join([c.body for c in calls])
         if len(body) <= MAX_FRAME_LEN - 8:  # the usual case: one frame
-            return Frames(proto.frame(proto.Kind.REQUEST, next_id, len(calls), body), [(next_id, calls)])
+            return Frames(proto.frame(proto.Kind.REQUEST, next_id, len(calls), body, max(map(_version, calls))),
+                          [(next_id, calls)])
     frames: List[Tuple[int, Sequence[Call]]] = []
     parts: List[bytes] = []
     start, size = 0, 0
@@ -282,7 +305,8 @@ def pack(calls: Sequence[Call], next_id: int) -> Frames:
     if start < len(calls):
         frames.append((next_id, calls[start:]))
     for fid, group in frames:
-        parts.append(proto.frame(proto.Kind.REQUEST, fid, len(group), b"".join([c.body for c in group])))
+        parts.append(proto.frame(proto.Kind.REQUEST, fid, len(group), b"".join([c.body for c in group]),
+                                 max(map(_version, group))))
     return Frames(b"".join(parts), frames)
 
 
@@ -366,17 +390,18 @@ def value(v: Any) -> Any:
     return v
 
 
-def fast_decision(f: proto.Buffer, fid: int, code: int) -> Any:
+def fast_decision(f: proto.Buffer, fid: int, code: int, version: int) -> Any:
     """The Decision of a one-result response frame in its common shape, or None.
 
-    Anything unusual (an error result, another id, bad bytes) returns None
-    for the general path to decode and report.
+    ``version`` is the request's: the sidecar answers in it. Anything
+    unusual (an error result, another id, bad bytes) returns None for the
+    general path to decode and report.
     """
     if len(f) != DECISION_FRAME_SIZE:
         return None
     length, ver, kind, count, rid, rcode, status, allowed, rem, lim, ra, rs, dl = DECISION_FRAME.unpack_from(f)
     if rid != fid or rcode != code or status or allowed > 1 or count != 1 or length != DECISION_FRAME_LEN \
-            or ver != proto.VERSION or kind != 2:
+            or ver != version or kind != 2:
         return None
     return make_decision(allowed == 1, rem, lim, ra, rs, dl)
 

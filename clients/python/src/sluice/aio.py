@@ -364,7 +364,7 @@ class AsyncClient(c.Availability):
                 if conn is None or conn.closed or conn.loop is not asyncio.get_running_loop():
                     conn = await self._connect()
                 f = await conn.send_one(payload, fid)
-                d = c.fast_decision(f, fid, code)
+                d = c.fast_decision(f, fid, code, payload[4])  # answered in the request's version
                 if d is None:
                     d = c.value(self._results(conn, f, fid, (Call(b"", code, True),))[0])
                 brk.done(probe, None)

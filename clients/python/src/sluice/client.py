@@ -49,7 +49,6 @@ import weakref
 from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union
 
 from . import _common as c
-from . import proto
 from ._common import At, Call, Key, LimitLike
 from .errors import ProtocolError, SluiceError, Unavailable
 from .guard import ConcurrencyGuard, Guard, KeyOrFunc
@@ -305,7 +304,7 @@ class Client(c.Availability):
                         length, ver, kind, count, rid, rcode, status, allowed, rem, lim, ra, rs, dl = \
                             _DECISION_FRAME_UNPACK(f)
                         if rid == fid and rcode == code and not status and allowed <= 1 and count == 1 \
-                                and length == _DECISION_FRAME_LEN and ver == proto.VERSION and kind == 2:
+                                and length == _DECISION_FRAME_LEN and ver == payload[4] and kind == 2:
                             if brk.fails:
                                 brk.fails = 0
                             return make_decision(allowed == 1, rem, lim, ra, rs, dl)

@@ -15,9 +15,14 @@ status a server would answer for the same bytes (:class:`Malformed`,
 :class:`UnknownOpcode`, :class:`InvalidLimit`, :class:`InvalidKey`,
 :class:`TooManyItems`); they never raise anything else on bad bytes.
 
-It writes frames of version 3 and reads versions 1 to 3: in a frame of
-version 1 or 2, LEASE and RELEASE are unknown opcodes and the algorithms of
-version 3 (sliding_log, window_counters, concurrency) unknown algorithms.
+It reads and writes versions 1 to 3: in a frame of version 1 or 2, LEASE
+and RELEASE are unknown opcodes and the algorithms of version 3
+(sliding_log, window_counters, concurrency) unknown algorithms, and a frame
+of version 1 has no named limits and no shadow requests. A server answers
+each request frame in its version, so a client that writes each frame in
+the oldest version that holds it (:func:`item_version`,
+:func:`multi_version`, :func:`op_version`) keeps working against a server
+of an older version for everything that version has.
 
 Frame::
 
@@ -50,8 +55,8 @@ from .results import (
 
 Buffer = Union[bytes, bytearray, memoryview]
 
-VERSION = 3  #: the version byte of the frames this side writes
-MIN_VERSION = 1  #: the oldest version this side reads (version 1 has no named limits, 2 no leases)
+VERSION = 3  #: the newest version this side reads and writes
+MIN_VERSION = 1  #: the oldest version this side reads and writes (version 1 has no named limits, 2 no leases)
 HEADER_LEN = 12  #: bytes of the frame header, the length field included
 MAX_FRAME_LEN = 1 << 20  #: the largest length field: bytes after it
 MAX_BATCH = 256  #: the most operations (or results) in one frame
@@ -354,6 +359,55 @@ def encode_op(op: Op) -> bytes:
     if c == Opcode.SCAN:
         return encode_scan(op.cursor, op.count, op.prefix)
     return encode_simple(c)
+
+
+# ---- versions --------------------------------------------------------------
+#
+# The oldest version a request needs. A server answers a frame in its
+# version, so a frame written in the oldest version that holds its
+# operations is answered by a server of that version too: only what a
+# newer version added needs a newer server.
+
+
+def item_version(code: int, flags: int, limit: Limit) -> int:
+    """The oldest version whose frames may carry the item operation ``encode_item(code, flags,
+    limit, ...)`` writes: 3 for LEASE, RELEASE and a limit of the algorithms from sliding_log on,
+    2 for a named limit or a shadow request (SHADOW in ``flags``, or an ACQUIRE of a limit whose
+    spec says shadow=true), else 1."""
+    if code == Opcode.LEASE or code == Opcode.RELEASE or limit._wire[0] >= Algorithm.SLIDING_LOG:
+        return 3  # a named limit's _wire is all 0: the sidecar's config holds its algorithm
+    if isinstance(limit, Named) or flags & _SHADOW or limit.shadow and code == Opcode.ACQUIRE:
+        return 2
+    return 1
+
+
+def multi_version(items: Sequence[WireMultiItem]) -> int:
+    """The oldest version whose frames may carry the MULTI ``encode_multi(flags, at, items)``
+    writes: its items' highest, a MULTI item being an acquire that never carries SHADOW."""
+    v = 1
+    for it in items:
+        lim = it.limit
+        if lim._wire[0] >= Algorithm.SLIDING_LOG:
+            return 3
+        if isinstance(lim, Named):
+            v = 2
+    return v
+
+
+def op_version(op: Op) -> int:
+    """The oldest version whose frames may carry ``encode_op(op)``: :func:`item_version` of an
+    item operation, :func:`multi_version` of a MULTI, 1 for HELLO, PING and STATS, and
+    VERSION for a SCAN (a SCAN in a frame of version 1 or 2 leaves out the buckets of the
+    algorithms of version 3)."""
+    c = op.code
+    if Opcode.ACQUIRE <= c <= Opcode.RESET or c == Opcode.LEASE or c == Opcode.RELEASE:
+        assert op.limit is not None
+        return item_version(c, op.flags, op.limit)
+    if c == Opcode.MULTI:
+        return multi_version(op.items)
+    if c == Opcode.SCAN:
+        return VERSION
+    return MIN_VERSION
 
 
 def _key(b: Buffer, off: int, end: int, min_len: int, code: int, what: str) -> Tuple[bytes, int]:
