@@ -52,6 +52,10 @@ func init() {
 			"Give AMOUNT tokens back to KEY's bucket (capped at the limit's maximum) and show its state.", runRefund},
 		{"reset", "KEY LIMIT",
 			"Forget KEY's bucket under LIMIT.", runReset},
+		{"lease", "KEY LIMIT [--wait D] [-- COMMAND [ARGS...] | --hold D] [--json]",
+			"Take a slot of KEY's bucket under LIMIT, a concurrency limit, and run COMMAND holding it until it ends; exit with its status, or 1 if every slot is held. Without a COMMAND, print the lease and hold it for --hold D, or until interrupted. The slot comes back when sluice exits, whatever ends it.", runLease},
+		{"release", "KEY LIMIT ID [--json]",
+			"Give back lease ID of KEY's bucket under LIMIT, taken by any process; exit 0 if it was held, 1 if not (unknown, released or expired).", runRelease},
 		{"scan", "[PREFIX] [--count N]",
 			"List the buckets whose key starts with PREFIX (all without one): algorithm, when the bucket is fresh again, key.", runScan},
 		{"stats", "[--json]",
@@ -150,6 +154,9 @@ func (x *cli) usage() {
 		"fixed_window:limit=100,window=1m",
 		"sliding_window:limit=100,window=1m",
 		"pacer:rate=4,period=1s,max_delay=2s",
+		"sliding_log:limit=100,window=1m",
+		"window_counters:limit=100,window=1h,counters=60",
+		"concurrency:limit=2,lease=1h   (lease and release)",
 	} {
 		fmt.Fprintln(w, "  "+s)
 	}

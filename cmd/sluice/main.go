@@ -1,5 +1,6 @@
 // Command sluice talks to a running sluiced: it acquires, peeks, refunds and
-// resets buckets, lists them, and shows the sidecar's counters. Run
+// resets buckets, runs commands holding a concurrency limit's slots (lease,
+// release), lists buckets, and shows the sidecar's counters. Run
 // "sluice --help" for the commands.
 //
 // Exit status: 0 when the request was allowed (or a command that decides

@@ -25,10 +25,10 @@ var (
 	// ErrLeaseOnly is returned for an acquire, refund or MULTI item with a
 	// concurrency limit: its slots are taken with Lease and given back with
 	// Release. It is an ErrInvalidLimit.
-	ErrLeaseOnly = fmt.Errorf("%w: concurrency limits take LEASE and RELEASE", ErrInvalidLimit)
+	ErrLeaseOnly error = invalidLimit{errors.New("concurrency limits take LEASE and RELEASE")}
 	// ErrNotConcurrency is returned by Lease and Release for a limit that is
 	// not a concurrency limit. It is an ErrInvalidLimit.
-	ErrNotConcurrency = fmt.Errorf("%w: only concurrency limits take leases", ErrInvalidLimit)
+	ErrNotConcurrency error = invalidLimit{errors.New("only concurrency limits take leases")}
 )
 
 // extErr translates the table's errors for a block.

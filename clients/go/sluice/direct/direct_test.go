@@ -538,8 +538,8 @@ func TestDirect_kill9(t *testing.T) {
 	kills := 0
 	stop := func(p *proc) {
 		p.cmd.Process.Kill()
+		n := <-p.done // every line it printed: Wait closes the pipe, unread lines and all
 		p.cmd.Wait()
-		n := <-p.done
 		for i := range n {
 			reported[i] += n[i]
 		}
