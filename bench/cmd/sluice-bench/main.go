@@ -149,17 +149,7 @@ func runCompare(ctx context.Context, args []string) error {
 	if *only != "" {
 		cfg.Only = strings.Split(*only, ",")
 	}
-	switch *redis {
-	case "-":
-	case "":
-		if p, err := exec.LookPath("redis-server"); err == nil {
-			cfg.RedisServer = p
-		} else {
-			fmt.Fprintln(os.Stderr, "sluice-bench: no redis-server on PATH: the Redis targets are skipped (make bench-compare installs it)")
-		}
-	default:
-		cfg.RedisServer = *redis
-	}
+	cfg.RedisServer = redisServer(*redis, "the Redis targets are skipped (make bench-compare installs it)")
 	if *python != "-" {
 		if _, err := os.Stat(*pyScript); err != nil {
 			fmt.Fprintf(os.Stderr, "sluice-bench: %v: the Python side is skipped\n", err)
@@ -326,17 +316,7 @@ func runMemoryExt(ctx context.Context, args []string) error {
 		defer os.RemoveAll(d)
 		cfg.Dir = d
 	}
-	switch *redis {
-	case "-":
-	case "":
-		if p, err := exec.LookPath("redis-server"); err == nil {
-			cfg.RedisServer = p
-		} else {
-			fmt.Fprintln(os.Stderr, "sluice-bench: no redis-server on PATH: Redis is skipped (make bench-ext installs it)")
-		}
-	default:
-		cfg.RedisServer = *redis
-	}
+	cfg.RedisServer = redisServer(*redis, "Redis is skipped (make bench-ext installs it)")
 	cfg.Progress = os.Stderr
 	rep, err := compare.RunMemoryExt(ctx, cfg)
 	if err != nil {
@@ -362,4 +342,22 @@ func runRender(args []string) error {
 		return fmt.Errorf("%s: %w", *in, err)
 	}
 	return writeReports(*out, rep.WriteMarkdown, reportFile{"compare.md", rep.WriteMarkdown}, reportFile{"compare.svg", rep.WriteSVG})
+}
+
+// redisServer returns the redis-server a -redis flag names: the value
+// given, "" for "-" (none), or the one on PATH for "" (saying skipped, and
+// returning "", if there is none).
+func redisServer(flag, skipped string) string {
+	switch flag {
+	case "-":
+		return ""
+	case "":
+		p, err := exec.LookPath("redis-server")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "sluice-bench: no redis-server on PATH: "+skipped)
+			return ""
+		}
+		return p
+	}
+	return flag
 }
