@@ -2,6 +2,8 @@ package server
 
 import (
 	"fmt"
+	"math"
+	"slices"
 	"time"
 
 	"github.com/sluicehq/sluice/bucket"
@@ -16,7 +18,7 @@ import (
 
 // maxLeasesPerConn bounds the leases one connection holds at once, so a
 // client cannot grow the server's memory without bound: LEASE beyond it is
-// refused.
+// refused (leases that expired without a RELEASE are forgotten first).
 const maxLeasesPerConn = 4096
 
 var errTooManyLeases = fmt.Errorf("%w: this connection holds %d leases already; release some first",
@@ -24,13 +26,20 @@ var errTooManyLeases = fmt.Errorf("%w: this connection holds %d leases already; 
 
 // heldLease is a lease a connection took.
 type heldLease struct {
-	limit engine.Limit
-	key   string
-	id    int64
+	limit   engine.Limit
+	key     string
+	id      int64
+	expires int64 // Unix ns, the server's clock: from then on it holds nothing
 }
 
 // leaseOp answers LEASE.
 func (s *server) leaseOp(b []byte, op *proto.Op, c *conn, l *engine.Limit, nl *namedLimit, start time.Time) []byte {
+	if len(c.leases) >= maxLeasesPerConn {
+		c.forgetExpired(c.now)
+		if len(c.leases) >= maxLeasesPerConn {
+			return c.fail(b, op.Code, errTooManyLeases)
+		}
+	}
 	var d bucket.Decision
 	id, err := s.engine.Lease(&d, op.Key, l, engine.At(c.now))
 	if err != nil {
@@ -38,11 +47,8 @@ func (s *server) leaseOp(b []byte, op *proto.Op, c *conn, l *engine.Limit, nl *n
 		return c.fail(b, op.Code, err)
 	}
 	if id > 0 {
-		if len(c.leases) >= maxLeasesPerConn {
-			s.engine.Release(&d, op.Key, l, id, engine.At(c.now))
-			return c.fail(b, op.Code, errTooManyLeases)
-		}
-		c.leases = append(c.leases, heldLease{*l, string(op.Key), id})
+		expires := c.now + min(l.Bucket().Lease, math.MaxInt64-c.now)
+		c.leases = append(c.leases, heldLease{*l, string(op.Key), id, expires})
 		if until := time.Now().Add(time.Duration(l.Bucket().Lease)); until.After(c.leasedUntil) {
 			c.leasedUntil = until
 		}
@@ -80,6 +86,11 @@ func (st *stream) idleDeadline(now time.Time) time.Time {
 		return st.leasedUntil
 	}
 	return d
+}
+
+// forgetExpired drops the leases that expired by now: they hold no slot.
+func (st *stream) forgetExpired(now int64) {
+	st.leases = slices.DeleteFunc(st.leases, func(h heldLease) bool { return h.expires <= now })
 }
 
 // forget drops lease id of key from the connection's leases, if it is there.

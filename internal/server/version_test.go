@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -190,5 +191,38 @@ func TestServer_leaseOutlivesIdleTimeout(t *testing.T) {
 	}
 	if d := closedAfter(keeper, time.Now()); d < leaseTime-2*idle {
 		t.Errorf("a connection holding a lease of %v idled out after %v", leaseTime, d)
+	}
+}
+
+// A connection holds at most maxLeasesPerConn leases: one more is refused
+// with Busy (nothing taken), until leases expire or are released.
+func TestServer_leasesPerConnection(t *testing.T) {
+	sc := start(t, Config{})
+	c := dial(t, sc)
+	const leaseTime = 200 * time.Millisecond
+	conc := proto.ConcurrencyLimit(1024, leaseTime)
+	for f := range maxLeasesPerConn / 256 {
+		_, rs := c.sendVersion(3, 256, func(b []byte) []byte {
+			for i := range 256 {
+				b = proto.AppendLease(b, 0, conc, fmt.Appendf(nil, "k%d", (f*256+i)%4))
+			}
+			return b
+		})
+		for _, r := range rs {
+			if r.Status != proto.StatusOK || r.Lease == 0 {
+				t.Fatalf("lease %d: %+v", f, r)
+			}
+		}
+	}
+	lease := func() proto.Result {
+		_, rs := c.sendVersion(3, 1, func(b []byte) []byte { return proto.AppendLease(b, 0, conc, []byte("other")) })
+		return rs[0]
+	}
+	if r := lease(); r.Status != proto.StatusBusy {
+		t.Errorf("lease %d on one connection: %+v, want Busy", maxLeasesPerConn+1, r)
+	}
+	sc.clock.Add(int64(leaseTime)) // the sidecar's clock
+	if r := lease(); r.Status != proto.StatusOK || r.Lease == 0 {
+		t.Errorf("once the leases expired: %+v", r)
 	}
 }
