@@ -169,7 +169,12 @@
 // (released 0). A concurrency decision: remaining the slots still free,
 // limit the limit, retry_after (denied) until the earliest held lease
 // expires (a RELEASE may free a slot sooner), reset_after until the last
-// held lease expires (0 when none is held), delay 0.
+// held lease expires (0 when none is held), delay 0. The server gives back
+// the leases a connection holds when the connection closes (its client
+// went away), but not when the server itself stops: they stay in its state
+// file, to be released through the next server or to expire. A connection
+// holding leases is not closed as idle before they expire; it may hold
+// 4096 at once, and a LEASE beyond that is answered Busy.
 //
 // A MULTI is all-or-nothing across its items: allowed only if every item is
 // allowed, and then every item consumes; if any is denied, nothing changes.
