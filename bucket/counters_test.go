@@ -1,6 +1,7 @@
 package bucket
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -107,6 +108,8 @@ func newCountersModel(l Limit, now int64) *countersModel {
 
 // count returns the sum of the counters of the sub-windows that end more
 // than Window before t: those overlapping (t-Window, t], and those after t.
+func (m *countersModel) String() string { return fmt.Sprintf("model %v top %d", m.counts, m.top) }
+
 func (m *countersModel) count(t int64) int64 {
 	sum := int64(0)
 	for j, c := range m.counts {
@@ -223,10 +226,7 @@ func TestWindowCountersModel(t *testing.T) {
 		if err := l.Validate(); err != nil {
 			t.Fatal(err)
 		}
-		now := r.Int64N(l.Window)
-		if r.IntN(2) == 0 {
-			now = MaxTime - r.Int64N(min(l.Window, MaxTime))
-		}
+		now := modelStart(r, &l)
 		b := newExtBucket(l, now)
 		m := newCountersModel(l, now)
 		w := m.w
@@ -243,26 +243,7 @@ func TestWindowCountersModel(t *testing.T) {
 			}
 			now = clamp(now, 0, MaxTime)
 			cost := r.Int64N(min(l.Max, 10) + 2)
-			var got, want Decision
-			op := "DecideExt"
-			switch r.IntN(8) {
-			case 0:
-				op = "PeekExt"
-				l.PeekExt(now, &b.s, b.ext, &got)
-				want = m.peek(now)
-			case 1:
-				op = "DecideRefundExt"
-				l.DecideRefundExt(now, &b.s, b.ext, cost, 0, &got)
-				want = m.refund(now, cost)
-			default:
-				l.DecideExt(now, &b.s, b.ext, cost, 0, &got)
-				want = m.decide(now, cost)
-			}
-			if got != want {
-				t.Fatalf("seed %d step %d %+v: %s(t%+d, %d) = %+v, model %+v (model %v top %d)",
-					seed, i, l, op, now, cost, got, want, m.counts, m.top)
-			}
-			checkExtSum(t, b)
+			modelStep(t, r, &l, b, m, now, cost, fmt.Sprintf("seed %d step %d", seed, i))
 		}
 	}
 	t.Logf("seeds 1..%d", 4*seeds)

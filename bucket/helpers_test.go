@@ -3,6 +3,7 @@ package bucket
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"testing"
 )
 
@@ -244,4 +245,49 @@ func checkExtSum(t *testing.T, b *extBucket) {
 	if sum := ExtSum(b.ext); b.s[1] != sum {
 		t.Fatalf("state %v: word 1 is not ExtSum(ext) = %d; ext %v", b.s, sum, b.ext)
 	}
+}
+
+// extModel is a brute-force model of an extended algorithm: what it
+// decides, peeks and refunds, and its state for a failure's message.
+type extModel interface {
+	decide(now, cost int64) Decision
+	peek(now int64) Decision
+	refund(now, amount int64) Decision
+	String() string
+}
+
+// modelStep runs one operation, drawn from r (mostly DecideExt, else
+// PeekExt or DecideRefundExt), on b and on m at now with cost, and fails
+// unless they agree exactly and b's word 1 is still its ExtSum.
+func modelStep(t *testing.T, r *rand.Rand, l *Limit, b *extBucket, m extModel, now, cost int64, where string) {
+	t.Helper()
+	var got, want Decision
+	op := "DecideExt"
+	switch r.IntN(8) {
+	case 0:
+		op = "PeekExt"
+		l.PeekExt(now, &b.s, b.ext, &got)
+		want = m.peek(now)
+	case 1:
+		op = "DecideRefundExt"
+		l.DecideRefundExt(now, &b.s, b.ext, cost, 0, &got)
+		want = m.refund(now, cost)
+	default:
+		l.DecideExt(now, &b.s, b.ext, cost, 0, &got)
+		want = m.decide(now, cost)
+	}
+	if got != want {
+		t.Fatalf("%s %+v: %s(t%+d, %d) = %+v, model %+v (%v)", where, *l, op, now, cost, got, want, m)
+	}
+	checkExtSum(t, b)
+}
+
+// modelStart returns a random start for a model test of l: within a
+// window of 0, or of MaxTime.
+func modelStart(r *rand.Rand, l *Limit) int64 {
+	now := r.Int64N(l.Window)
+	if r.IntN(2) == 0 {
+		now = MaxTime - r.Int64N(min(l.Window, MaxTime))
+	}
+	return now
 }

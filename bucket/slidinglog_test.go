@@ -1,6 +1,7 @@
 package bucket
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"testing"
 )
@@ -80,6 +81,8 @@ type logModel struct {
 }
 
 // live returns how many admissions count at now: those later than now-Window.
+func (m *logModel) String() string { return fmt.Sprintf("model log %v", m.times) }
+
 func (m *logModel) live(now int64) int64 {
 	n := int64(0)
 	for _, e := range m.times {
@@ -172,10 +175,7 @@ func TestSlidingLogModel(t *testing.T) {
 		if err := l.Validate(); err != nil {
 			t.Fatal(err)
 		}
-		now := r.Int64N(l.Window)
-		if r.IntN(2) == 0 {
-			now = MaxTime - r.Int64N(min(l.Window, MaxTime))
-		}
+		now := modelStart(r, &l)
 		b := newExtBucket(l, now)
 		m := &logModel{l: l}
 		for i := range 300 {
@@ -192,26 +192,7 @@ func TestSlidingLogModel(t *testing.T) {
 			if r.IntN(10) == 0 {
 				cost = l.Max + r.Int64N(2)
 			}
-			var got, want Decision
-			op := "DecideExt"
-			switch r.IntN(8) {
-			case 0:
-				op = "PeekExt"
-				l.PeekExt(now, &b.s, b.ext, &got)
-				want = m.peek(now)
-			case 1:
-				op = "DecideRefundExt"
-				l.DecideRefundExt(now, &b.s, b.ext, cost, 0, &got)
-				want = m.refund(now, cost)
-			default:
-				l.DecideExt(now, &b.s, b.ext, cost, 0, &got)
-				want = m.decide(now, cost)
-			}
-			if got != want {
-				t.Fatalf("seed %d step %d %+v: %s(t%+d, %d) = %+v, model %+v (model log %v)",
-					seed, i, l, op, now, cost, got, want, m.times)
-			}
-			checkExtSum(t, b)
+			modelStep(t, r, &l, b, m, now, cost, fmt.Sprintf("seed %d step %d", seed, i))
 		}
 	}
 	t.Logf("seeds 1..%d", 4*seeds)
