@@ -114,20 +114,28 @@ var exactLimits = map[string]sluice.Limit{
 // fixedAt is noon of a day some time ago: inside one window of a day.
 var fixedAt = time.Date(2026, 1, 2, 12, 0, 0, 0, time.UTC)
 
-// A bucket touched through the socket and in the file is one bucket, with
-// the same answers.
-func TestDirect_oneBucket(t *testing.T) {
+// directAndSocket starts a sidecar and returns a direct client of its file
+// and a socket client, both closed after the test.
+func directAndSocket(t *testing.T) (*direct.Client, *sluice.Client) {
+	t.Helper()
 	sc := startSidecar(t, t.TempDir(), 0)
 	d, err := direct.Open(sc.state(), direct.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer d.Close()
+	t.Cleanup(func() { d.Close() })
 	s, err := sluice.Dial(sc.sock(), strict...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	t.Cleanup(func() { s.Close() })
+	return d, s
+}
+
+// A bucket touched through the socket and in the file is one bucket, with
+// the same answers.
+func TestDirect_oneBucket(t *testing.T) {
+	d, s := directAndSocket(t)
 	if ok, why := d.Direct(); !ok {
 		t.Fatalf("not direct: %v", why)
 	}
@@ -191,17 +199,7 @@ func TestDirect_oneBucket(t *testing.T) {
 // concurrency limit is leased through the socket only, and the direct path
 // says so.
 func TestDirect_extendedAlgorithms(t *testing.T) {
-	sc := startSidecar(t, t.TempDir(), 0)
-	d, err := direct.Open(sc.state(), direct.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	s, err := sluice.Dial(sc.sock(), strict...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	d, s := directAndSocket(t)
 	for _, l := range []sluice.Limit{sluice.SlidingLog(5, time.Minute), sluice.WindowCounters(5, time.Minute, 6, false)} {
 		t.Run(l.Algorithm.String(), func(t *testing.T) {
 			at := fixedAt
