@@ -21,7 +21,23 @@ import (
 // until the test ends. It returns the socket's path.
 func fakeSidecar(t *testing.T, serve func(*fakeConn)) string {
 	t.Helper()
-	path := filepath.Join(shortDir(t), "sock")
+	return serveUnix(t, "sock", func(nc net.Conn, wg *sync.WaitGroup, track func(...net.Conn)) {
+		track(nc)
+		wg.Go(func() {
+			defer nc.Close()
+			serve(&fakeConn{nc: nc})
+		})
+	})
+}
+
+// serveUnix listens on a fresh socket named name and hands each connection
+// to handle, on the accepting goroutine: handle starts the connection's
+// goroutines in wg and tracks, with track, the connections to close when
+// the test ends (then the listener closes, they close, and wg is waited
+// for). It returns the socket's path.
+func serveUnix(t *testing.T, name string, handle func(nc net.Conn, wg *sync.WaitGroup, track func(...net.Conn))) string {
+	t.Helper()
+	path := filepath.Join(shortDir(t), name)
 	ln, err := net.Listen("unix", path)
 	if err != nil {
 		t.Fatal(err)
@@ -29,19 +45,18 @@ func fakeSidecar(t *testing.T, serve func(*fakeConn)) string {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var conns []net.Conn
+	track := func(cs ...net.Conn) {
+		mu.Lock()
+		conns = append(conns, cs...)
+		mu.Unlock()
+	}
 	wg.Go(func() {
 		for {
 			nc, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			mu.Lock()
-			conns = append(conns, nc)
-			mu.Unlock()
-			wg.Go(func() {
-				defer nc.Close()
-				serve(&fakeConn{nc: nc})
-			})
+			handle(nc, &wg, track)
 		}
 	})
 	t.Cleanup(func() {

@@ -169,59 +169,34 @@ func TestClient_leaseUnavailable(t *testing.T) {
 // set it keeps the sidecar's answers back. It returns its own socket.
 func holdProxy(t *testing.T, target string, hold *atomic.Bool) string {
 	t.Helper()
-	path := filepath.Join(shortDir(t), "proxy")
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	wg.Go(func() {
-		for {
-			nc, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			sc, err := net.Dial("unix", target)
-			if err != nil {
-				nc.Close()
-				continue
-			}
-			mu.Lock()
-			conns = append(conns, nc, sc)
-			mu.Unlock()
-			wg.Go(func() { io.Copy(sc, nc); sc.Close() })
-			wg.Go(func() {
-				defer nc.Close()
-				buf := make([]byte, 64<<10)
-				for {
-					n, err := sc.Read(buf)
-					for hold.Load() {
-						time.Sleep(time.Millisecond)
-					}
-					if n > 0 {
-						if _, err := nc.Write(buf[:n]); err != nil {
-							return
-						}
-					}
-					if err != nil {
+	path := serveUnix(t, "proxy", func(nc net.Conn, wg *sync.WaitGroup, track func(...net.Conn)) {
+		sc, err := net.Dial("unix", target)
+		if err != nil {
+			nc.Close()
+			return
+		}
+		track(nc, sc)
+		wg.Go(func() { io.Copy(sc, nc); sc.Close() })
+		wg.Go(func() {
+			defer nc.Close()
+			buf := make([]byte, 64<<10)
+			for {
+				n, err := sc.Read(buf)
+				for hold.Load() {
+					time.Sleep(time.Millisecond)
+				}
+				if n > 0 {
+					if _, err := nc.Write(buf[:n]); err != nil {
 						return
 					}
 				}
-			})
-		}
+				if err != nil {
+					return
+				}
+			}
+		})
 	})
-	t.Cleanup(func() {
-		hold.Store(false)
-		ln.Close()
-		mu.Lock()
-		for _, nc := range conns {
-			nc.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
+	t.Cleanup(func() { hold.Store(false) }) // runs first: nothing held back while the proxy closes
 	return path
 }
 
