@@ -226,3 +226,26 @@ func TestServer_leasesPerConnection(t *testing.T) {
 		t.Errorf("once the leases expired: %+v", r)
 	}
 }
+
+// A graceful stop closes every connection, but a connection closed because
+// the sidecar stops keeps its leases: its client is still running what it
+// leased. The next sidecar on the file sees them held.
+func TestServer_leasesSurviveAStop(t *testing.T) {
+	sc := start(t, Config{})
+	c := dial(t, sc)
+	conc := proto.ConcurrencyLimit(3, time.Hour)
+	_, rs := c.sendVersion(3, 2, func(b []byte) []byte {
+		return proto.AppendLease(proto.AppendLease(b, 0, conc, []byte("jobs")), 0, conc, []byte("jobs"))
+	})
+	if !rs[0].Decision.Allowed || !rs[1].Decision.Allowed {
+		t.Fatalf("leases: %+v", rs)
+	}
+	sc.stop(t)
+	cfg := sc.cfg
+	cfg.Now, cfg.Ready = sc.clock.Load, nil
+	c2 := dial(t, start(t, cfg))
+	_, rs = c2.sendVersion(3, 1, func(b []byte) []byte { return proto.AppendItem(b, proto.OpPeek, 0, conc, 0, 0, []byte("jobs")) })
+	if rs[0].Status != proto.StatusOK || rs[0].Decision.Remaining != 1 {
+		t.Errorf("after a graceful stop: %+v, want 1 slot free (two leases kept)", rs[0])
+	}
+}
