@@ -292,3 +292,14 @@ func TestExt_multi(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// Ensure a transaction (Each) refuses an extended limit with an
+// ErrInvalidLimit that says "invalid limit" once, as the engine's other
+// refusals do.
+func TestExt_eachRefuses(t *testing.T) {
+	e := newEngine(t, 64)
+	_, err := e.Each(nil, []Item{{Key: []byte("k"), Limit: slidingLog(2, 1), Cost: 1}}, At(t0))
+	if !errors.Is(err, ErrInvalidLimit) || err.Error() != "sliding_log limits cannot be part of a transaction" {
+		t.Errorf("Each of a sliding_log limit: %v", err)
+	}
+}

@@ -79,7 +79,7 @@ func (e *Engine) multi(dst []bucket.Decision, items []Item, t Time, each bool) (
 			return dst, false, ErrLeaseOnly
 		}
 		if it.Limit.ext > 0 && each {
-			return dst, false, fmt.Errorf("%w: %v limits cannot be part of a transaction", ErrInvalidLimit, it.Limit.b.Algorithm)
+			return dst, false, invalidLimit{fmt.Errorf("%v limits cannot be part of a transaction", it.Limit.b.Algorithm)}
 		}
 		words += it.Limit.ext
 		fps[i] = e.fingerprint(it.Key, it.Limit)
