@@ -56,7 +56,10 @@ func setupOps(log *slog.Logger, configPath, metricsAddr, notifySocket string) (*
 		}
 		o.limits = config.NewHolder(s)
 		o.watcher = &config.Watcher{Path: configPath, Holder: o.limits, Logger: log,
-			OnReload: func(r config.Result, _ error) { o.metrics.ConfigReload(r == config.Reloaded) }}
+			OnReload: func(r config.Result, _ error) {
+				o.metrics.ConfigReload(r == config.Reloaded)
+				o.metrics.ConfigKept(len(o.limits.Load().Kept()))
+			}}
 		log.Info("config loaded", "path", configPath, "limits", s.Len())
 	}
 	if metricsAddr != "" {
@@ -83,7 +86,7 @@ func (o *ops) start(ctx context.Context) (wait func()) {
 			case <-ctx.Done():
 				return
 			case <-hup:
-				o.reload()
+				o.reload(ctx)
 			}
 		}
 	}()
@@ -108,13 +111,17 @@ func (o *ops) start(ctx context.Context) (wait func()) {
 	}
 }
 
-// reload answers SIGHUP: reload the config file, telling systemd.
-func (o *ops) reload() {
+// reload answers SIGHUP: reload the config file, telling systemd. It
+// returns when ctx is done, whatever the read of the file is doing.
+func (o *ops) reload(ctx context.Context) {
 	o.notify.Reloading("reloading the config file")
 	status := "serving"
 	if o.watcher == nil {
 		o.log.Info("SIGHUP: no config file to reload (sluiced runs without --config)")
-	} else if err := o.watcher.Reload(); err != nil {
+	} else if err := o.watcher.Reload(ctx); err != nil {
+		if ctx.Err() != nil {
+			return // stopping
+		}
 		status = "serving; the last config reload failed: " + err.Error()
 	}
 	o.notify.Ready(status)

@@ -156,6 +156,7 @@ func TestMetrics_countersMatch(t *testing.T) {
 	r.ConfigReload(true)
 	r.ConfigReload(false)
 	r.ConfigReload(false)
+	r.ConfigKept(2)
 	r.SetTable(func() TableStats {
 		return TableStats{Slots: 1024, UsedSlots: 60, LiveBuckets: 42, TableFull: k, Reclaimed: 7, Torn: 1}
 	})
@@ -190,6 +191,7 @@ func TestMetrics_countersMatch(t *testing.T) {
 		{"sluice_peers_denied_total", nil, 1},
 		{"sluice_config_reloads_total", []string{"result", "ok"}, 1},
 		{"sluice_config_reloads_total", []string{"result", "error"}, 2},
+		{"sluice_config_kept_limits", nil, 2},
 		{"sluice_table_slots", nil, 1024},
 		{"sluice_table_used_slots", nil, 60},
 		{"sluice_table_live_buckets", nil, 42},
