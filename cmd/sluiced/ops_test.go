@@ -33,12 +33,17 @@ func TestRun_badOps(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.yaml")
 	os.WriteFile(bad, []byte("limits:\n  login: \"token_bucket:max=0,refill_time=1h\"\n"), 0o644)
+	fifo := filepath.Join(dir, "fifo.yaml")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		args []string
 		want string
 	}{
 		{[]string{"--config", bad}, "--config: " + bad + ":2: limits.login.limit: "},
-		{[]string{"--config", filepath.Join(dir, "none.yaml")}, "--config: open "},
+		{[]string{"--config", filepath.Join(dir, "none.yaml")}, "none.yaml: no such file or directory"},
+		{[]string{"--config", fifo}, "fifo.yaml: not a regular file (it is a FIFO)"},
 		{[]string{"--metrics", "0.0.0.0:9464"}, `--metrics: invalid metrics address "0.0.0.0:9464": want a loopback host:port`},
 		{[]string{"--log-format", "xml"}, `--log-format "xml": want text or json`},
 	} {
