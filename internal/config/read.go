@@ -23,25 +23,18 @@ import (
 const DefaultReadTimeout = 5 * time.Second
 
 // readFile reads the regular file at path, refusing anything else (a FIFO,
-// a device, a socket, a directory) without waiting on it, and files larger
-// than MaxFileSize.
+// a device, a socket, a directory) without reading or waiting on it, and
+// files larger than MaxFileSize.
 func readFile(path string) ([]byte, error) {
-	// Stat first, so that a device is never opened at all (opening some
-	// has effects); the descriptor is checked again, since the path may be
-	// replaced between the two.
-	fi, err := os.Stat(path)
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, notRegular(path, fi.Mode())
-	}
+	// O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
+	// writer. It changes nothing for a regular file.
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	if fi, err = f.Stat(); err != nil {
+	fi, err := f.Stat() // the file opened, whatever the path names now
+	if err != nil {
 		return nil, err
 	}
 	if !fi.Mode().IsRegular() {

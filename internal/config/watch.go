@@ -73,7 +73,7 @@ type Watcher struct {
 	seen    bool          // pending is set
 	lastErr string        // the last rejection, so an unchanged bad file is logged once
 	counts  [numResults]atomic.Uint64
-	reading atomic.Bool                    // a read of the file is running
+	reading atomic.Bool                  // a read of the file is running
 	read    func(string) ([]byte, error) // readFile; tests replace it
 }
 
