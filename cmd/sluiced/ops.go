@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -42,7 +43,8 @@ type ops struct {
 
 // setupOps loads the config file and binds the metrics address, before the
 // server creates anything: either failing is a usage error.
-func setupOps(log *slog.Logger, configPath, metricsAddr, notifySocket string) (*ops, error) {
+// A metrics Unix socket gets socketMode, as the other sockets do.
+func setupOps(log *slog.Logger, configPath, metricsAddr string, socketMode fs.FileMode, notifySocket string) (*ops, error) {
 	o := &ops{log: log, metrics: metrics.New()}
 	n, err := sdnotify.New(notifySocket)
 	if err != nil {
@@ -63,7 +65,7 @@ func setupOps(log *slog.Logger, configPath, metricsAddr, notifySocket string) (*
 		log.Info("config loaded", "path", configPath, "limits", s.Len())
 	}
 	if metricsAddr != "" {
-		ln, err := metrics.Listen(metricsAddr)
+		ln, err := metrics.Listen(metricsAddr, socketMode)
 		if err != nil {
 			return nil, fmt.Errorf("--metrics: %w", err)
 		}
