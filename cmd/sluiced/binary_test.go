@@ -139,11 +139,7 @@ func replaceWithFIFO(t *testing.T, path string) {
 // path stops the process promptly. (A plain open of the FIFO waited for a
 // writer forever, holding every later reload and the exit behind it.)
 func TestBinary_configFIFO(t *testing.T) {
-	dir, err := os.MkdirTemp("", "fifo") // short: socket paths are limited to 108 bytes
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
+	dir := shortDir(t)
 	cfg := filepath.Join(dir, "sluice.yaml")
 	writeConfig := func(text string) {
 		t.Helper()
@@ -158,6 +154,7 @@ func TestBinary_configFIFO(t *testing.T) {
 	p := startBinary(t, "--state", filepath.Join(dir, "state"), "--socket", filepath.Join(dir, "s"),
 		"--resp-socket", "-", "--slots", "64", "--config", cfg)
 	var c *sluice.Client
+	var err error
 	waitFor(t, "sluiced to serve", func() bool {
 		c, err = sluice.Dial(filepath.Join(dir, "s"), sluice.WithFailurePolicy(sluice.FailError))
 		return err == nil

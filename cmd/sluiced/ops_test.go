@@ -61,11 +61,7 @@ func TestRun_badOps(t *testing.T) {
 // READY=1 around a SIGHUP reload of the config file (which the metrics
 // count), STOPPING=1 at shutdown; logs are JSON with --log-format json.
 func TestRun_systemd(t *testing.T) {
-	dir, err := os.MkdirTemp("", "sd") // short: socket paths are limited to 108 bytes
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
+	dir := shortDir(t)
 	notify := filepath.Join(dir, "notify")
 	nc, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: notify, Net: "unixgram"})
 	if err != nil {
@@ -177,11 +173,7 @@ func (s *syncBuffer) String() string {
 // --socket-mode whatever the umask: under umask 000 the metrics socket was
 // 0777, and any local user could read every limit's traffic.
 func TestRun_socketModesUnderUmask(t *testing.T) {
-	dir, err := os.MkdirTemp("", "mode") // short: socket paths are limited to 108 bytes
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
+	dir := shortDir(t)
 	old := syscall.Umask(0)
 	defer syscall.Umask(old)
 	msock := filepath.Join(dir, "var", "metrics")
@@ -199,6 +191,7 @@ func TestRun_socketModesUnderUmask(t *testing.T) {
 		go func() { done <- run(ctx, args, func(string) (string, bool) { return "", false }, io.Discard, &stderr) }()
 		for _, sock := range []string{filepath.Join(dir, "var", "s"), filepath.Join(dir, "var", "r"), msock} {
 			var fi os.FileInfo
+			var err error
 			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 				if fi, err = os.Stat(sock); err == nil || time.Now().After(deadline) {
 					break

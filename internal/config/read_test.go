@@ -56,13 +56,8 @@ func TestRead_regularFilesOnly(t *testing.T) {
 		})
 	}
 
-	path := filepath.Join(dir, "sluice.yaml")
-	write(t, path, validFile(3))
-	s, err := Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := &Watcher{Path: path, Holder: NewHolder(s), Interval: -1}
+	path, h := loaded(t, dir, validFile(3))
+	w := &Watcher{Path: path, Holder: h, Interval: -1}
 	os.Remove(path)
 	if err := syscall.Mkfifo(path, 0o644); err != nil {
 		t.Fatal(err)
@@ -88,17 +83,12 @@ func TestRead_regularFilesOnly(t *testing.T) {
 // reads, and never holds up Run or Reload once their context is done; the
 // config stays in force throughout, and the next read that answers loads.
 func TestRead_stuck(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "sluice.yaml")
-	write(t, path, validFile(3))
-	s, err := Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	path, h := loaded(t, t.TempDir(), validFile(3))
 	unblock := make(chan struct{})
 	calls := make(chan struct{}, 10)
 	var stuck atomic.Bool
 	stuck.Store(true)
-	w := &Watcher{Path: path, Holder: NewHolder(s), Interval: time.Millisecond, ReadTimeout: 50 * time.Millisecond,
+	w := &Watcher{Path: path, Holder: h, Interval: time.Millisecond, ReadTimeout: 50 * time.Millisecond,
 		read: func(p string) ([]byte, error) {
 			calls <- struct{}{}
 			if stuck.Load() {

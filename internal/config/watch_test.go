@@ -38,6 +38,19 @@ func write(t *testing.T, path, content string) {
 	}
 }
 
+// loaded writes content to dir/sluice.yaml and loads it, as the command
+// does before serving; it returns the path and the Holder of its Set.
+func loaded(t *testing.T, dir, content string) (string, *Holder) {
+	t.Helper()
+	path := filepath.Join(dir, "sluice.yaml")
+	write(t, path, content)
+	s, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path, NewHolder(s)
+}
+
 // Ensure the file can be rewritten 100 times, valid and invalid
 // alternately, while a client loop acquires under the named limits without
 // pause (on an engine over a heap table, as the server does): no request
@@ -45,13 +58,7 @@ func write(t *testing.T, path, content string) {
 // reports the new maximum), every invalid one is rejected, counted and
 // logged, and the previous config stays.
 func TestWatcher_reloadUnderLoad(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "sluice.yaml")
-	write(t, path, validFile(1))
-	s, err := Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := NewHolder(s)
+	path, h := loaded(t, t.TempDir(), validFile(1))
 	var logs bytes.Buffer
 	var mu sync.Mutex
 	results := map[Result]int{}
@@ -144,13 +151,7 @@ func TestWatcher_reloadUnderLoad(t *testing.T) {
 // broken file once however long it stays broken, and reloads on a signal
 // even when nothing changed.
 func TestWatcher_run(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "sluice.yaml")
-	write(t, path, validFile(1))
-	s, err := Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := NewHolder(s)
+	path, h := loaded(t, t.TempDir(), validFile(1))
 	sig := make(chan os.Signal, 1)
 	w := &Watcher{Path: path, Holder: h, Interval: 5 * time.Millisecond, Signals: sig}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -209,16 +210,11 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 // force the limits the file no longer defines, logged once, until a reload
 // on demand removes them; a name the file defines again is no longer kept.
 func TestWatcher_keepsRemovedLimits(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "sluice.yaml")
 	whole := validFile(5)                            // login, then api
 	prefix := whole[:strings.Index(whole, "  api:")] // what a writer in place has written so far
-	write(t, path, whole)
-	s, err := Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	path, h := loaded(t, t.TempDir(), whole)
 	var logs bytes.Buffer
-	w := &Watcher{Path: path, Holder: NewHolder(s), Interval: -1,
+	w := &Watcher{Path: path, Holder: h, Interval: -1,
 		Logger: slog.New(slog.NewTextHandler(&syncWriter{w: &logs}, nil))}
 	poll := func() {
 		t.Helper()
