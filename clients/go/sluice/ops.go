@@ -407,7 +407,7 @@ func (c *Client) Scan(ctx context.Context, prefix string, cursor uint64, count i
 	}
 	cl := getCall(proto.OpScan)
 	cl.key = append(cl.key[:0], prefix...)
-	b, start := proto.BeginFrame(cl.req[:0], proto.KindRequest, 0)
+	b, start := proto.BeginFrameVersion(cl.req[:0], proto.ScanVersion, proto.KindRequest, 0)
 	b = proto.AppendScan(b, cursor, uint16(count), cl.key)
 	cl.req = proto.EndFrame(b, start, 1)
 	if err := c.roundTrip(ctx, cl); err != nil {

@@ -264,7 +264,7 @@ def scan_call(prefix: Key, cursor: int, count: int) -> Call:
     if not 0 < count <= proto.MAX_SCAN_COUNT:
         raise ValueError(f"scan count must be 1..{proto.MAX_SCAN_COUNT}, got {count}")
     # In a frame of version 1 or 2 a SCAN would leave out the buckets of version 3's algorithms.
-    return Call(proto.encode_scan(cursor, count, prefix_bytes(prefix)), Opcode.SCAN, False, 0, proto.VERSION)
+    return Call(proto.encode_scan(cursor, count, prefix_bytes(prefix)), Opcode.SCAN, False, 0, proto.SCAN_VERSION)
 
 
 def simple_call(code: int) -> Call:
@@ -358,12 +358,16 @@ def results(frame: proto.Buffer, fid: int, calls: Sequence[Call]) -> List[Any]:
                     and 3 <= code <= 5:
                 # the common case, a decision: unpacked in one go
                 _, _, allowed, rem, lim, ra, rs, dl = unpack(frame, off)
-                if allowed > 1 and not (allowed == 3 and code == Opcode.ACQUIRE):  # 3: shadow-denied
-                    raise ProtocolError(f"malformed reply from the sidecar: decision allowed byte {allowed}")
+                if allowed > 1:  # shadow-denied (version 2), the outage policy (version 4)
+                    ok, shadow, outage = proto.parse_decision_byte(allowed, code)
+                    d = make_decision(ok, rem, lim, ra, rs, dl, shadow_denied=shadow, outage=outage)
+                    out.append(d)
+                    off += _RESULT_DECISION_SIZE
+                    continue
                 d = _new(Decision)  # make_decision, inlined: this loop runs per result
                 _setattr(d, "__dict__", {"allowed": allowed != 0, "remaining": rem, "limit": lim,
                                          "retry_after_ns": ra, "reset_after_ns": rs, "delay_ns": dl,
-                                         "degraded": False, "shadow_denied": allowed == 3})
+                                         "degraded": False, "shadow_denied": False, "outage": None})
                 out.append(d)
                 off += _RESULT_DECISION_SIZE
                 continue
