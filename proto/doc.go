@@ -128,8 +128,8 @@
 // waiting for this answer. A local limit's decision takes microseconds and
 // ignores it; a global limit's request (one a server decides in Redis) is
 // answered before it: if Redis has not answered by then, less a margin of
-// a fifth of the time the client gave (1 ms to 10 ms), the limit's outage
-// policy decides it, and the decision says so. A request without DEADLINE
+// a quarter of the time the client gave (1 ms to 20 ms), the limit's
+// outage policy decides it, and the decision says so. A request without DEADLINE
 // is answered within 4/5 of the server's own Redis timeout. SHADOW (ACQUIRE): decide and consume as usual, but answer a
 // denial as allowed and shadow-denied (the decision's first byte is 3), as
 // a shadow limit's are; the server counts it. NAMED: the limit field holds

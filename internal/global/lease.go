@@ -87,6 +87,12 @@ type leaseKey struct {
 	key                                                                   string
 }
 
+// keyOf returns the name of the lease of limit and key.
+func keyOf(limit *bucket.Limit, key string) leaseKey {
+	return leaseKey{limit.Algorithm, limit.Max, limit.RefillTime, limit.RefillAmount, limit.Burst,
+		limit.Count, limit.Period, limit.Window, limit.MaxDelay, key}
+}
+
 // lease is one bucket's tokens on this host.
 type lease struct {
 	mu      sync.Mutex
@@ -148,22 +154,11 @@ func (ls *Leases) Decide(ctx context.Context, limit bucket.Limit, key string, co
 	}
 	defer l.mu.Unlock()
 	now := time.Now()
-	if now.Before(l.expires) && l.tokens >= cost {
-		l.tokens -= cost
-		l.used += cost
-		ls.local.Add(1)
-		return l.decision(true, -1, now), nil
+	if d, ok := ls.fromLease(l, cost, now); ok {
+		return d, nil
 	}
 	if cost == 0 { // a peek with no valid lease: the global bucket's view
 		return ls.store.Decide(ctx, Request{Limit: limit, Key: key})
-	}
-	if cost >= l.heldNeed && now.Before(l.heldUntil) {
-		ls.held.Add(1)
-		retry := int64(-1)
-		if !l.retryAt.IsZero() {
-			retry = max(int64(l.retryAt.Sub(now)), 1)
-		}
-		return l.decision(false, retry, now), nil
 	}
 	d, err := ls.renew(ctx, l, cost, now)
 	if err != nil || !d.Allowed {
@@ -172,6 +167,49 @@ func (ls *Leases) Decide(ctx context.Context, limit bucket.Limit, key string, co
 	l.tokens -= cost
 	l.used += cost
 	return l.decision(true, -1, now), nil
+}
+
+// Local decides a request as Decide does if it can without Redis: from
+// this host's lease, or as held after a denied lease. ok is false if the
+// request needs Redis (Decide then asks it). It allocates nothing.
+func (ls *Leases) Local(limit bucket.Limit, key string, cost int64) (d bucket.Decision, ok bool) {
+	if limit.Algorithm == bucket.Pacer {
+		return d, false
+	}
+	cost = clampCost(cost)
+	k := keyOf(&limit, key)
+	ls.mu.Lock()
+	l := ls.leases[k]
+	ls.mu.Unlock()
+	if l == nil {
+		return d, false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.dead {
+		return d, false
+	}
+	return ls.fromLease(l, cost, time.Now())
+}
+
+// fromLease decides a request of cost from l alone, if it can: from the
+// lease's tokens, or denied while a denied lease holds. l.mu is held.
+func (ls *Leases) fromLease(l *lease, cost int64, now time.Time) (bucket.Decision, bool) {
+	if now.Before(l.expires) && l.tokens >= cost {
+		l.tokens -= cost
+		l.used += cost
+		ls.local.Add(1)
+		return l.decision(true, -1, now), true
+	}
+	if cost > 0 && cost >= l.heldNeed && now.Before(l.heldUntil) {
+		ls.held.Add(1)
+		retry := int64(-1)
+		if !l.retryAt.IsZero() {
+			retry = max(int64(l.retryAt.Sub(now)), 1)
+		}
+		return l.decision(false, retry, now), true
+	}
+	return bucket.Decision{}, false
 }
 
 // decision is a Decision from the lease's state.
@@ -187,8 +225,7 @@ func (l *lease) decision(allowed bool, retry int64, now time.Time) bucket.Decisi
 
 // get returns the lease of a bucket, creating an empty one.
 func (ls *Leases) get(limit bucket.Limit, key string) (*lease, error) {
-	k := leaseKey{limit.Algorithm, limit.Max, limit.RefillTime, limit.RefillAmount, limit.Burst,
-		limit.Count, limit.Period, limit.Window, limit.MaxDelay, key}
+	k := keyOf(&limit, key)
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	if ls.closed {
@@ -302,8 +339,7 @@ func (ls *Leases) sweep() {
 // then ls.mu).
 func (ls *Leases) forget(l *lease) {
 	l.dead = true
-	k := leaseKey{l.limit.Algorithm, l.limit.Max, l.limit.RefillTime, l.limit.RefillAmount, l.limit.Burst,
-		l.limit.Count, l.limit.Period, l.limit.Window, l.limit.MaxDelay, l.key}
+	k := keyOf(&l.limit, l.key)
 	ls.mu.Lock()
 	if ls.leases[k] == l {
 		delete(ls.leases, k)

@@ -232,7 +232,15 @@ func TestLeaseNoAllocs(t *testing.T) {
 	if allocs != 0 {
 		t.Fatalf("%v allocations per leased decision, want 0", allocs)
 	}
-	if st := ls.Stats(); st.Grants != 1 || st.Local < 1000 {
+	allocs = testing.AllocsPerRun(1000, func() {
+		if d, ok := ls.Local(l, "k", 1); !ok || !d.Allowed {
+			t.Fatal(d, ok)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per Local decision, want 0", allocs)
+	}
+	if st := ls.Stats(); st.Grants != 1 || st.Local < 2000 {
 		t.Fatalf("stats %+v: want every decision from the first lease", st)
 	}
 }

@@ -18,6 +18,9 @@ type GlobalStats struct {
 	ToFallback, ToGlobal uint64 // outage policy transitions of a shard
 	Open, Closed, Local  uint64 // decisions made by each outage policy
 	ShardsDown           int    // shards following their outage policy now
+	Unanswered           uint64 // policy decisions of requests Redis failed while their shard was up
+	Misses, Probes       uint64 // pipelines without a reply in time; probes of shards down
+	Hosts                int    // sidecars sharing the Redis, as last counted
 }
 
 var (
@@ -50,11 +53,19 @@ var (
 		[]string{"policy"}, nil)
 	descShardsDown = prometheus.NewDesc("sluice_global_shards_down",
 		"Redis shards whose global limits follow their outage policy now.", nil, nil)
+	descUnanswered = prometheus.NewDesc("sluice_global_unanswered_total",
+		"Requests of global limits that Redis did not answer in time (or refused) while their shard was up, decided by their outage policy.", nil, nil)
+	descMisses = prometheus.NewDesc("sluice_global_pipeline_misses_total",
+		"Pipelines Redis did not answer within --global-timeout of their sending.", nil, nil)
+	descProbes = prometheus.NewDesc("sluice_global_probes_total",
+		"Probes of Redis shards that were down.", nil, nil)
+	descHosts = prometheus.NewDesc("sluice_global_hosts",
+		"Sidecars sharing this Redis, as last counted: the default outage share of a limit is 1/hosts.", nil, nil)
 )
 
 var globalDescs = []*prometheus.Desc{descGlobalRequests, descGlobalRoundTrips, descGlobalCommands,
 	descGlobalErrors, descGlobalBatch, descLeaseGrants, descLeaseGranted, descLeaseReturns, descLeaseReturned,
-	descLeaseLocal, descFallbacks, descPolicyDecisions, descShardsDown}
+	descLeaseLocal, descFallbacks, descPolicyDecisions, descShardsDown, descUnanswered, descMisses, descProbes, descHosts}
 
 // SetGlobal sets the function a scrape calls to read the global limits'
 // counters. Without one, the global metrics are not exported.
@@ -96,4 +107,8 @@ func (r *Recorder) collectGlobal(ch chan<- prometheus.Metric) {
 	counter(descPolicyDecisions, st.Closed, "closed")
 	counter(descPolicyDecisions, st.Local, "local")
 	ch <- prometheus.MustNewConstMetric(descShardsDown, prometheus.GaugeValue, float64(st.ShardsDown))
+	counter(descUnanswered, st.Unanswered)
+	counter(descMisses, st.Misses)
+	counter(descProbes, st.Probes)
+	ch <- prometheus.MustNewConstMetric(descHosts, prometheus.GaugeValue, float64(st.Hosts))
 }

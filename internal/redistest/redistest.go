@@ -170,6 +170,14 @@ func (s *Server) kill() {
 	s.cmd = nil
 }
 
+// Pause stops the server with SIGSTOP: it keeps its connections and its
+// data but answers nothing, as a server stalled by its host would, until
+// Resume (SIGKILL, at cleanup, ends a paused server too).
+func (s *Server) Pause() { s.cmd.Process.Signal(syscall.SIGSTOP) }
+
+// Resume continues a paused server with SIGCONT.
+func (s *Server) Resume() { s.cmd.Process.Signal(syscall.SIGCONT) }
+
 // Restart starts a killed server again at the same address with the same
 // options. Its data is gone: nothing is persisted.
 func (s *Server) Restart(t testing.TB) {
