@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -124,36 +123,6 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-// stall blocks srv for d with DEBUG SLEEP and returns once the stall has
-// begun (a PING on another connection gets no answer) and a channel closed
-// when it is over.
-func stall(t *testing.T, srv *redistest.Server, d time.Duration) <-chan struct{} {
-	t.Helper()
-	over := make(chan struct{})
-	c := srv.Client(t)
-	ping := redis.NewClient(&redis.Options{Network: srv.Network, Addr: srv.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
-	defer ping.Close()
-	go func() {
-		defer close(over)
-		if err := c.Do(context.Background(), "DEBUG", "SLEEP", d.Seconds()).Err(); err != nil {
-			t.Errorf("DEBUG SLEEP: %v", err)
-		}
-	}()
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
-		err := ping.Ping(ctx).Err()
-		cancel()
-		if err != nil {
-			return over
-		}
-		select {
-		case <-over:
-			t.Fatal("the stall ended before a PING saw it")
-		default:
-		}
-	}
-}
-
 // Ensure that one call Redis does not answer in time is decided by its
 // policy on its own, and does not send the shard to fallback: the next
 // requests go to Redis as soon as it answers again.
@@ -166,7 +135,7 @@ func TestFallback_slowCall(t *testing.T) {
 	if _, src, err := f.Decide(context.Background(), req, closed); err != nil || src != FromRedis {
 		t.Fatalf("before the stall: %v %v", src, err)
 	}
-	over := stall(t, srv, 300*time.Millisecond)
+	over := srv.Stall(t, 300*time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	d, src, err := f.Decide(ctx, req, closed)
 	cancel()

@@ -66,6 +66,13 @@ func fleetChild() (int, bool) {
 		}
 		return p.run(), true
 	}
+	if os.Getenv("SLUICE_FLEET_BUSY") != "" { // a busy loop on one core until stdin closes
+		var done atomic.Bool
+		go func() { io.Copy(io.Discard, os.Stdin); done.Store(true) }()
+		for n := 0; !done.Load(); n++ {
+		}
+		return 0, true
+	}
 	if v := os.Getenv("SLUICE_FLEET_CLIENT"); v != "" {
 		var p fleetClient
 		if err := json.Unmarshal([]byte(v), &p); err != nil {
