@@ -3,6 +3,7 @@ package global
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -213,11 +214,16 @@ func TestLeaseHold(t *testing.T) {
 	}
 }
 
-// Ensure that a decision from a lease allocates nothing.
+// Ensure that a decision from a lease allocates nothing, journaled too.
 func TestLeaseNoAllocs(t *testing.T) {
 	srv := redistest.Start(t)
 	s := newStore(t, Options{Addrs: []string{srv.Addr}})
-	ls := NewLeases(s, LeaseOptions{Size: 1 << 40, TTL: time.Hour})
+	j, err := OpenJournal(filepath.Join(t.TempDir(), "leases"), 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	ls := NewLeases(s, LeaseOptions{Size: 1 << 40, TTL: time.Hour, Journal: j})
 	defer ls.Close(context.Background())
 	l := tokenBucket(1<<50, hour)
 	ctx := context.Background()

@@ -14,6 +14,7 @@ type GlobalStats struct {
 	LeaseGrants, LeaseGranted   uint64 // leases that got tokens, and the tokens
 	LeaseReturns, LeaseReturned uint64 // leases whose unused tokens went back, and the tokens
 	LeaseLocal                  uint64 // decisions made from a lease, without Redis
+	LeaseRecovered              uint64 // unused tokens of a killed sidecar's leases, returned at start
 
 	ToFallback, ToGlobal uint64 // outage policy transitions of a shard
 	Open, Closed, Local  uint64 // decisions made by each outage policy
@@ -45,6 +46,8 @@ var (
 		"Unused lease tokens given back to Redis.", nil, nil)
 	descLeaseLocal = prometheus.NewDesc("sluice_global_lease_decisions_total",
 		"Decisions of global limits made from a lease, without Redis.", nil, nil)
+	descLeaseRecovered = prometheus.NewDesc("sluice_global_lease_tokens_recovered_total",
+		"Unused tokens of the leases a killed sidecar held, returned to Redis from its lease journal at start.", nil, nil)
 	descFallbacks = prometheus.NewDesc("sluice_global_fallback_transitions_total",
 		"Outage policy transitions of a Redis shard: to fallback (Redis unavailable) or to global (back).",
 		[]string{"to"}, nil)
@@ -65,7 +68,7 @@ var (
 
 var globalDescs = []*prometheus.Desc{descGlobalRequests, descGlobalRoundTrips, descGlobalCommands,
 	descGlobalErrors, descGlobalBatch, descLeaseGrants, descLeaseGranted, descLeaseReturns, descLeaseReturned,
-	descLeaseLocal, descFallbacks, descPolicyDecisions, descShardsDown, descUnanswered, descMisses, descProbes, descHosts}
+	descLeaseLocal, descLeaseRecovered, descFallbacks, descPolicyDecisions, descShardsDown, descUnanswered, descMisses, descProbes, descHosts}
 
 // SetGlobal sets the function a scrape calls to read the global limits'
 // counters. Without one, the global metrics are not exported.
@@ -101,6 +104,7 @@ func (r *Recorder) collectGlobal(ch chan<- prometheus.Metric) {
 	counter(descLeaseReturns, st.LeaseReturns)
 	counter(descLeaseReturned, st.LeaseReturned)
 	counter(descLeaseLocal, st.LeaseLocal)
+	counter(descLeaseRecovered, st.LeaseRecovered)
 	counter(descFallbacks, st.ToFallback, "fallback")
 	counter(descFallbacks, st.ToGlobal, "global")
 	counter(descPolicyDecisions, st.Open, "open")

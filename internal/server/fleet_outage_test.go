@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"runtime"
 	"sync"
 	"testing"
@@ -157,4 +159,69 @@ func TestFleet_stallContention(t *testing.T) {
 	}
 	n, _ := stallFleet(t)
 	checkOutageBound(t, n)
+}
+
+// Ensure that a sidecar killed with kill -9 while it holds a lease does
+// not take the lease's unused tokens with it: restarted on its state file,
+// it returns them (its lease journal), and the fleet admits the limit.
+func TestFleet_kill9Leases(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts 2 sidecars and Redis")
+	}
+	redis := redistest.Start(t)
+	cfgPath := filepath.Join(t.TempDir(), "sluice.yaml")
+	if err := os.WriteFile(cfgPath, []byte(`limits:
+  ltb: {limit: "token_bucket:max=100,refill_time=1h", scope: global, lease: 20, lease_ttl: 1h, on_unavailable: closed}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	part := func() fleetSidecar {
+		return fleetSidecar{Dir: shortDir(t), Config: cfgPath, Addrs: []string{redis.Addr}}
+	}
+	a, b := part(), part()
+	acmd, asock := startSidecarPart(t, a)
+	bcmd, bsock := startSidecarPart(t, b)
+	admit := func(sock string, most int) int {
+		c, err := sluice.Dial(sock, sluice.WithTimeout(5*time.Second), sluice.WithFailurePolicy(sluice.FailError))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		n := 0
+		for ; n < most; n++ {
+			d, err := c.Acquire(context.Background(), sluice.Limit{Name: "ltb"}, "k", 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !d.Allowed {
+				break
+			}
+		}
+		return n
+	}
+	total := admit(asock, 1) // A takes a lease of 20 and spends 1
+	acmd.Process.Kill()
+	acmd.Wait()
+	total += admit(bsock, 1000) // B has what Redis has left: 80
+	acmd, asock = startSidecarPart(t, a)
+	c, err := sluice.Dial(asock, sluice.WithFailurePolicy(sluice.FailError))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		st, err := c.Stats(context.Background())
+		if err == nil && st["lease_tokens_recovered"] == 19 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the restarted sidecar returned %d tokens (%v), want the 19 its lease had left", st["lease_tokens_recovered"], err)
+		}
+	}
+	c.Close()
+	total += admit(asock, 1000) // A again: the 19 it returned
+	t.Logf("the fleet admitted %d of a limit of 100", total)
+	if total != 100 {
+		t.Errorf("the fleet admitted %d, want the limit, 100", total)
+	}
+	stopFleet(t, []*partCmd{acmd, bcmd})
 }

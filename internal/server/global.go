@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/bucket"
@@ -35,10 +36,14 @@ var (
 
 // globalLimits decides the requests of global limits.
 type globalLimits struct {
-	store    *global.Store
-	members  *global.Members
-	fallback *global.Fallback
-	timeout  time.Duration
+	store     *global.Store
+	members   *global.Members
+	fallback  *global.Fallback
+	journal   *global.Journal // nil if it cannot be opened
+	timeout   time.Duration
+	stop      chan struct{} // closed by close: recovery stops
+	recovery  sync.WaitGroup
+	recovered atomic.Int64 // tokens returned from the journal at start
 
 	mu     sync.Mutex // serialises creating Leases (each runs a sweeper)
 	leases sync.Map   // leaseOptions -> *global.Leases, read without a lock per decision
@@ -51,9 +56,10 @@ type leaseOptions struct {
 	ttl  time.Duration
 }
 
-// newGlobalLimits connects to Redis as o says, and counts this sidecar
-// among those sharing it.
-func newGlobalLimits(o global.Options, log *slog.Logger) (*globalLimits, error) {
+// newGlobalLimits connects to Redis as o says, counts this sidecar among
+// those sharing it, and returns the leases a sidecar killed on the lease
+// journal at journalPath left (in the background, once Redis answers).
+func newGlobalLimits(o global.Options, log *slog.Logger, journalPath string) (*globalLimits, error) {
 	if o.Logger == nil {
 		o.Logger = log
 	}
@@ -69,7 +75,37 @@ func newGlobalLimits(o global.Options, log *slog.Logger) (*globalLimits, error) 
 	if err != nil {
 		log.Warn("Redis did not answer at start: until it does, a global limit's default outage share is its whole limit", "error", err.Error())
 	}
-	return &globalLimits{store: st, members: m, fallback: global.NewFallback(st, m), timeout: timeout}, nil
+	g := &globalLimits{store: st, members: m, fallback: global.NewFallback(st, m), timeout: timeout, stop: make(chan struct{})}
+	if g.journal, err = global.OpenJournal(journalPath, 0); err != nil {
+		log.Warn("leases are not journaled: a sidecar killed holding leases loses their unused tokens until the buckets refill", "error", err.Error())
+	} else if g.journal.Pending() > 0 {
+		g.recovery.Go(func() { g.recover(log) })
+	}
+	return g, nil
+}
+
+// recover returns the unused tokens of the leases the journal holds from a
+// process that died, once Redis answers (trying every second).
+func (g *globalLimits) recover(log *slog.Logger) {
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		n, err := g.journal.Recover(ctx, g.store)
+		cancel()
+		g.recovered.Add(n)
+		if g.journal.Pending() == 0 {
+			args := []any{"tokens", n}
+			if err != nil {
+				args = append(args, "error", err.Error())
+			}
+			log.Info("returned the unused tokens of the leases a stopped sidecar held", args...)
+			return
+		}
+		select {
+		case <-g.stop:
+			return
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // leasesFor returns the Leases of a leased limit's settings.
@@ -83,7 +119,7 @@ func (g *globalLimits) leasesFor(l *config.Limit) *global.Leases {
 	if ls, ok := g.leases.Load(k); ok {
 		return ls.(*global.Leases)
 	}
-	ls := global.NewLeases(g.store, global.LeaseOptions{Size: k.size, TTL: k.ttl})
+	ls := global.NewLeases(g.store, global.LeaseOptions{Size: k.size, TTL: k.ttl, Journal: g.journal})
 	g.leases.Store(k, ls)
 	return ls
 }
@@ -182,12 +218,15 @@ func (g *globalLimits) reset(l *config.Limit, key string, by func() time.Time) (
 func (g *globalLimits) close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
+	close(g.stop)
+	g.recovery.Wait()
 	g.leases.Range(func(_, ls any) bool {
 		ls.(*global.Leases).Close(ctx)
 		return true
 	})
 	g.members.Close(ctx)
 	g.store.Close()
+	g.journal.Close()
 }
 
 // stats returns the counters of global limits, for STATS and the metrics.
@@ -198,7 +237,7 @@ func (g *globalLimits) stats() metrics.GlobalStats {
 		Errors: st.Errors, Timeouts: st.Timeouts, Batches: st.Batches,
 		ToFallback: fb.ToFallback, ToGlobal: fb.ToGlobal, Open: fb.Open, Closed: fb.Closed, Local: fb.Local,
 		ShardsDown: fb.Down, Unanswered: fb.Unanswered, Misses: st.Misses, Probes: fb.Probes,
-		Hosts: g.members.Count(),
+		Hosts: g.members.Count(), LeaseRecovered: uint64(g.recovered.Load()),
 	}
 	g.leases.Range(func(_, ls any) bool {
 		l := ls.(*global.Leases).Stats()

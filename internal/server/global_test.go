@@ -26,10 +26,16 @@ func startGlobal(t *testing.T, addr, text string) *sidecar {
 }
 
 // dialDefault returns a Go client of sc in its default configuration
-// (a 50 ms timeout, failing open), closed at cleanup.
+// (a 50 ms timeout, failing open), closed at cleanup. Under the race
+// detector, which slows every step several times over, its timeout is 4
+// times the default: the sidecar's answers scale with it.
 func dialDefault(t *testing.T, sc *sidecar) *sluice.Client {
 	t.Helper()
-	c, err := sluice.Dial(sc.cfg.SocketPath)
+	var opts []sluice.Option
+	if raceEnabled {
+		opts = append(opts, sluice.WithTimeout(4*sluice.DefaultTimeout))
+	}
+	c, err := sluice.Dial(sc.cfg.SocketPath, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -389,6 +389,7 @@ func (s *server) appendStats(b []byte) []byte {
 			{"policy_open", gs.Open}, {"policy_closed", gs.Closed}, {"policy_local", gs.Local},
 			{"shards_down", uint64(gs.ShardsDown)}, {"global_unanswered", gs.Unanswered},
 			{"global_pipeline_misses", gs.Misses}, {"global_probes", gs.Probes}, {"global_hosts", uint64(gs.Hosts)},
+			{"lease_tokens_recovered", gs.LeaseRecovered},
 		} {
 			add(kv.name, kv.v)
 		}
