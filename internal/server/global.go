@@ -387,7 +387,11 @@ func (s *server) globalOp(b []byte, op *proto.Op, nl *namedLimit, c *conn) []byt
 		return c.fail(b, op.Code, errNoGlobal)
 	}
 	var r globalResult
-	if fg := c.globals; fg.pending() && fg.res[fg.next].frame == c.frameNo && fg.res[fg.next].op == c.opIndex {
+	fg := c.globals
+	for fg.pending() && (fg.res[fg.next].frame < c.frameNo || fg.res[fg.next].frame == c.frameNo && fg.res[fg.next].op < c.opIndex) {
+		fg.next++ // a limit a config reload made local between the scan and now: decided, not answered
+	}
+	if fg.pending() && fg.res[fg.next].frame == c.frameNo && fg.res[fg.next].op == c.opIndex {
 		r = fg.res[fg.next]
 		fg.res[fg.next] = globalResult{}
 		fg.next++

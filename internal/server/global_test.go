@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -11,18 +12,23 @@ import (
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/global"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/proto"
 )
 
 // startGlobal starts a sidecar whose limits are text, deciding the global
-// ones in the Redis at addr (its default timeout, 50 ms).
-func startGlobal(t *testing.T, addr, text string) *sidecar {
+// ones in the Redis at addr (by default with the default timeout, 50 ms).
+func startGlobal(t *testing.T, addr, text string, edit ...func(*global.Options)) *sidecar {
 	t.Helper()
 	set, err := config.Parse("sluice.yaml", []byte(text))
 	if err != nil {
 		t.Fatal(err)
 	}
 	redistest.QuietClientLogs()
-	return start(t, Config{Limits: config.NewHolder(set), Global: &global.Options{Addrs: []string{addr}}})
+	o := &global.Options{Addrs: []string{addr}}
+	for _, e := range edit {
+		e(o)
+	}
+	return start(t, Config{Limits: config.NewHolder(set), Global: o})
 }
 
 // dialDefault returns a Go client of sc in its default configuration
@@ -136,5 +142,42 @@ func TestGlobal_slowRedis(t *testing.T) {
 				t.Errorf("Redis %v away, beyond the sidecar's timeout: no decision of the closed policy", delay)
 			}
 		})
+	}
+}
+
+// Ensure that the global requests of frames that arrive together share
+// Redis's round trips: eight frames written at once, each an ACQUIRE of
+// its own key, to a Redis 50 ms away, take one or two pipelines, not one
+// round trip each after the other (which left the frames behind the first
+// to their policy).
+func TestGlobal_framesTogether(t *testing.T) {
+	redis := redistest.Start(t)
+	proxy := redistest.StartProxy(t, redis, 50*time.Millisecond)
+	sc := startGlobal(t, proxy.Addr, `limits:
+  g: {limit: "token_bucket:max=100,refill_time=1h", scope: global, on_unavailable: closed}
+`, func(o *global.Options) { o.Timeout = 2 * time.Second })
+	c := dial(t, sc)
+	if r := c.acquire("warm-up", proto.Named("g"), 1, 0); r.Status != proto.StatusOK || !r.Decision.Allowed {
+		t.Fatalf("warm-up (loads the script): %+v", r)
+	}
+	before := stat(t, c, "global_round_trips")
+	var b []byte
+	for i := range 8 {
+		var start int
+		b, start = proto.BeginFrame(b, proto.KindRequest, uint32(100+i))
+		b = proto.AppendItem(b, proto.OpAcquire, 0, proto.Named("g"), 1, 0, []byte(fmt.Sprint("k", i)))
+		b = proto.EndFrame(b, start, 1)
+	}
+	if _, err := c.c.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 8 {
+		h, rs := c.recv()
+		if h.ID != uint32(100+i) || rs[0].Status != proto.StatusOK || !rs[0].Decision.Allowed || rs[0].Outage != proto.OutageNone {
+			t.Fatalf("frame %d: %+v %+v, want Redis's decision, allowed", i, h, rs[0])
+		}
+	}
+	if n := stat(t, c, "global_round_trips") - before; n > 2 {
+		t.Errorf("8 frames written together took %d round trips to Redis, want 1 or 2", n)
 	}
 }
