@@ -55,6 +55,7 @@ func TestFallback(t *testing.T) {
 		t.Errorf("42 requests with Redis down took %v", took)
 	}
 	srv.Restart(t)
+	unanswered := f.Stats().Unanswered
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		d, src, err := f.Decide(ctx, req, local)
@@ -62,8 +63,10 @@ func TestFallback(t *testing.T) {
 			t.Fatal(err)
 		}
 		if src == FromRedis {
-			if !d.Allowed || d.Remaining != 99 { // a restarted Redis holds nothing
-				t.Fatalf("back in Redis: %+v", d)
+			// A restarted Redis holds nothing: 99 left, less what requests
+			// it ran but did not answer in time took (a loaded host).
+			if late := int64(f.Stats().Unanswered - unanswered); !d.Allowed || d.Remaining > 99 || d.Remaining < 99-late {
+				t.Fatalf("back in Redis: %+v, %d requests unanswered since the restart", d, late)
 			}
 			break
 		}
@@ -73,7 +76,7 @@ func TestFallback(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	st := f.Stats()
-	if st.Down != 0 || st.ToFallback != 1 || st.ToGlobal != 1 || st.Open != 1 || st.Closed != 1 || st.Local < 40 || st.Probes == 0 || st.Unanswered != 1 {
+	if st.Down != 0 || st.ToFallback != 1 || st.ToGlobal != 1 || st.Open != 1 || st.Closed != 1 || st.Local < 40 || st.Probes == 0 || st.Unanswered < 1 {
 		t.Errorf("stats %+v", st)
 	}
 	out := logs.String()
