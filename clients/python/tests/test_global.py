@@ -119,6 +119,28 @@ class DelayProxy:
             c.close()
 
 
+class Stalls:
+    """Measures how long this process is kept from running: a thread that sleeps 2 ms at a time
+    and records the worst oversleep."""
+
+    def __init__(self) -> None:
+        self.worst = 0.0
+        self.done = threading.Event()
+        self.t = threading.Thread(target=self._run, daemon=True)
+        self.t.start()
+
+    def _run(self) -> None:
+        while not self.done.is_set():
+            t = time.monotonic()
+            time.sleep(0.002)
+            self.worst = max(self.worst, time.monotonic() - t - 0.002)
+
+    def stop(self) -> float:
+        self.done.set()
+        self.t.join()
+        return self.worst
+
+
 @pytest.mark.parametrize("delay", [0.02, 0.08])
 def test_slow_redis_never_fails_open(redis: str, make_sidecar: Callable[..., Any], delay: float) -> None:
     proxy = DelayProxy(redis, delay)
@@ -130,6 +152,7 @@ def test_slow_redis_never_fails_open(redis: str, make_sidecar: Callable[..., Any
         c = Client(sc.socket)  # the defaults: 50 ms, on_unavailable="open"
         counts = {"redis": 0, "closed": 0, "degraded": 0, "other": 0}
         lock = threading.Lock()
+        stalls = Stalls()
 
         def work() -> None:
             for _ in range(50):
@@ -143,9 +166,14 @@ def test_slow_redis_never_fails_open(redis: str, make_sidecar: Callable[..., Any
             t.start()
         for t in threads:
             t.join()
+        worst = stalls.stop()
         c.close()
         assert counts["other"] == 0, counts  # the closed policy admits nothing
-        assert counts["degraded"] == 0, f"the client's fail-open decided: {counts}"
+        # The sidecar answers by the middle of the client's 50 ms. A host that stops this
+        # process for longer than the other half makes any client give up, whatever answers it:
+        # that is the host's doing, not the sidecar's.
+        assert counts["degraded"] == 0 or worst > 0.025, \
+            f"the client's fail-open decided {counts}, and this process was never stopped for 25 ms (worst {worst:.3f} s)"
         if delay > 0.05:  # beyond the sidecar's Redis timeout
             assert counts["closed"] > 0, counts
     finally:
