@@ -1,7 +1,6 @@
 package global
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
@@ -19,8 +18,9 @@ import (
 func TestFallback(t *testing.T) {
 	srv := redistest.Start(t)
 	const timeout = 50 * time.Millisecond
-	var logs lockedBuffer
-	s := newStore(t, Options{Addrs: []string{srv.Addr}, Timeout: timeout, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	var logs strings.Builder
+	var logMu sync.Mutex
+	s := newStore(t, Options{Addrs: []string{srv.Addr}, Timeout: timeout, Logger: slog.New(slog.NewTextHandler(lockedWriter{&logMu, &logs}, nil))})
 	f := NewFallback(s, nil)
 	ctx := context.Background()
 	l := tokenBucket(100, hour)
@@ -79,7 +79,9 @@ func TestFallback(t *testing.T) {
 	if st.Down != 0 || st.ToFallback != 1 || st.ToGlobal != 1 || st.Open != 1 || st.Closed != 1 || st.Local < 40 || st.Probes == 0 || st.Unanswered < 1 {
 		t.Errorf("stats %+v", st)
 	}
+	logMu.Lock()
 	out := logs.String()
+	logMu.Unlock()
 	// The restart came during a probe interval of at most ProbeMax.
 	if !strings.Contains(out, "level=WARN msg=\"Redis is unavailable") || !strings.Contains(out, "level=INFO msg=\"Redis is available again") {
 		t.Errorf("logs:\n%s", out)
@@ -105,25 +107,6 @@ func TestShare(t *testing.T) {
 	if _, err := ParseOnUnavailable("sometimes"); err == nil {
 		t.Error("ParseOnUnavailable accepted a bad name")
 	}
-}
-
-// lockedBuffer is a bytes.Buffer safe for the Store's goroutines to log
-// into while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // Ensure that one call Redis does not answer in time is decided by its
