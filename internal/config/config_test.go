@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"github.com/sluicehq/sluice/internal/global"
 	"path/filepath"
 	"strings"
@@ -89,7 +90,16 @@ func TestParse_errors(t *testing.T) {
 			`f.yaml:3: limits.a.limit: "sliding_log:limit=10,window=1s" cannot be global: `},
 		{"limits:\n  a:\n    limit: \"concurrency:limit=5,lease=30s\"\n    scope: global\n", "has no global form; use it with scope: local"},
 		{"limits:\n  a:\n    limit: \"sliding_log:limit=5000,window=1s\"\n", "MaxLogLimit"},
-		{"limits:\n  a: {limit: \"x\"\n", "f.yaml:1: did not find expected ',' or '}'"},
+		{"limits:\n  a: {limit: \"x\"\n", "f.yaml:2: did not find expected ',' or '}'"},
+		// A syntax error is reported on its own line, not on the line of
+		// the mapping or list around it.
+		{"version: 1\nlimits:\n  login:\n    limit: \"gcra:burst=1,count=1,period=1s\"\n   description: x\n  api: \"gcra:burst=1,count=1,period=1s\"\n",
+			"f.yaml:5: did not find expected key"},
+		{"version: 1\nlimits:\n  login:\n    limit: gcra:burst=1,count=1,period=1s\n  - api: foo\n", "f.yaml:5: did not find expected key"},
+		{"version: 1\nlimits:\n  login: [a, b\n  api: foo\n  other: bar\n", "f.yaml:3: did not find expected ',' or ']'"},
+		{"version: 1\nlimits:\n  login:\n    limit: gcra:burst=1,count=1,period=1s\n    description: a: b\n", "f.yaml:5: mapping values are not allowed in this context"},
+		{"version: 1\nlimits:\n" + manyLimits(200) + "   bad: \"gcra:burst=1,count=1,period=1s\"\n" + manyLimits(50),
+			"f.yaml:203: did not find expected key"},
 		{"limits:\n\ta: 1\n", "f.yaml:2: found character that cannot start any token"},
 	} {
 		_, err := Parse("f.yaml", []byte(c.in))
@@ -152,4 +162,13 @@ func TestParse_shadowInSpec(t *testing.T) {
 	if !a.Shadow || b.Shadow || a.Wire != b.Wire {
 		t.Errorf("a: shadow %v, wire %v; b: shadow %v, wire %v", a.Shadow, a.Wire, b.Shadow, b.Wire)
 	}
+}
+
+// manyLimits returns n lines of valid limits, a0 to an-1.
+func manyLimits(n int) string {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, "  a%d: \"gcra:burst=1,count=1,period=1s\"\n", i)
+	}
+	return b.String()
 }
