@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/global"
+	"github.com/sluicehq/sluice/proto"
 )
 
 // globalFlags are the flags of global limits: where Redis is, and how to
@@ -36,7 +37,7 @@ func (g *globalFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.keyFile, "global-tls-key", "", "PEM key of --global-tls-cert")
 	fs.StringVar(&g.serverName, "global-tls-server-name", "", "the name Redis's certificate must have (default: the address's host)")
 	fs.StringVar(&g.prefix, "global-prefix", "sluice:", "the prefix of every Redis key")
-	fs.DurationVar(&g.timeout, "global-timeout", global.DefaultTimeout, "the longest a request waits for Redis before its outage policy decides it")
+	fs.TextVar((*proto.Duration)(&g.timeout), "global-timeout", proto.Duration(global.DefaultTimeout), "a request waits at most `duration` for Redis before its outage policy decides it")
 	fs.IntVar(&g.waitReplicas, "global-wait-replicas", 0, "answer a decision only once this many replicas hold it (Redis WAIT)")
 }
 
