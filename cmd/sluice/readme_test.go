@@ -18,12 +18,7 @@ func TestDocs_readmeCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	sock := startSidecar(t, 128)
-	env := func(k string) string {
-		if k == "SLUICE_SOCKET" {
-			return sock
-		}
-		return ""
-	}
+	env := sidecarEnv(sock)
 	lines := strings.Split(string(readme), "\n")
 	ran := 0
 	for i, line := range lines {
