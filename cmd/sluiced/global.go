@@ -90,14 +90,23 @@ func (g *globalFlags) options() (*global.Options, error) {
 	return o, nil
 }
 
-// globalNames returns the config's global limits, for the warning that
-// says they need --global-redis.
-func globalNames(s *config.Set) []string {
+// checkGlobal refuses a config with global limits on a sidecar without
+// Redis (haveRedis false): every request on them would fail.
+func checkGlobal(s *config.Set, haveRedis bool) error {
+	if haveRedis {
+		return nil
+	}
 	var names []string
 	for _, n := range s.Names() {
 		if l, _ := s.Lookup(n); l.Scope == config.Global {
 			names = append(names, n)
 		}
 	}
-	return names
+	switch len(names) {
+	case 0:
+		return nil
+	case 1:
+		return fmt.Errorf("%s: the limit %s is global (scope: global), decided in Redis: give sluiced --global-redis HOST:PORT ($SLUICE_GLOBAL_REDIS), or make the limit local", s.Path(), names[0])
+	}
+	return fmt.Errorf("%s: the limits %s are global (scope: global), decided in Redis: give sluiced --global-redis HOST:PORT ($SLUICE_GLOBAL_REDIS), or make them local", s.Path(), strings.Join(names, ", "))
 }

@@ -132,8 +132,11 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 		return usage("%v", err)
 	}
 	c.Logger = log
+	if c.Global, err = gf.options(); err != nil {
+		return usage("%v", err)
+	}
 	notifySocket, _ := env("NOTIFY_SOCKET")
-	o, err := setupOps(log, *configPath, *metricsAddr, notifySocket)
+	o, err := setupOps(log, *configPath, *metricsAddr, notifySocket, c.Global != nil)
 	if err != nil {
 		return usage("%v", err)
 	}
@@ -141,15 +144,6 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 	wait := o.start(octx)
 	defer func() { stopOps(); wait() }()
 	c.Limits, c.Metrics = o.limits, o.metrics
-	if c.Global, err = gf.options(); err != nil {
-		return usage("%v", err)
-	}
-	if o.limits != nil && c.Global == nil {
-		if names := globalNames(o.limits.Load()); len(names) > 0 {
-			log.Warn("the config file has global limits, and no --global-redis to decide them: requests on them are refused",
-				"limits", strings.Join(names, ","))
-		}
-	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err != nil {

@@ -101,3 +101,13 @@ func TestRun_existingGeometry(t *testing.T) {
 		}
 	}
 }
+
+// Ensure duration flags and variables take days ("1d" was refused).
+func TestRun_days(t *testing.T) {
+	dir := t.TempDir()
+	code, stderr := runFor(t, 300*time.Millisecond, append(paths(dir), "--idle-timeout", "1d", "--sync-interval", "0.5d"),
+		map[string]string{"SLUICE_GLOBAL_TIMEOUT": "0.0000001d"})
+	if code != exitOK {
+		t.Errorf("exit %d: %s", code, stderr)
+	}
+}

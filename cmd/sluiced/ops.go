@@ -41,8 +41,10 @@ type ops struct {
 }
 
 // setupOps loads the config file and binds the metrics address, before the
-// server creates anything: either failing is a usage error.
-func setupOps(log *slog.Logger, configPath, metricsAddr, notifySocket string) (*ops, error) {
+// server creates anything: either failing is a usage error, and so is a
+// config with global limits when the sidecar has no Redis (haveRedis) to
+// decide them. A reload that brings one is refused the same way.
+func setupOps(log *slog.Logger, configPath, metricsAddr, notifySocket string, haveRedis bool) (*ops, error) {
 	o := &ops{log: log, metrics: metrics.New()}
 	n, err := sdnotify.New(notifySocket)
 	if err != nil {
@@ -51,11 +53,15 @@ func setupOps(log *slog.Logger, configPath, metricsAddr, notifySocket string) (*
 	o.notify = n
 	if configPath != "" {
 		s, err := config.Load(configPath)
+		if err == nil {
+			err = checkGlobal(s, haveRedis)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("--config: %w", err)
 		}
 		o.limits = config.NewHolder(s)
 		o.watcher = &config.Watcher{Path: configPath, Holder: o.limits, Logger: log,
+			Check:    func(s *config.Set) error { return checkGlobal(s, haveRedis) },
 			OnReload: func(r config.Result, _ error) { o.metrics.ConfigReload(r == config.Reloaded) }}
 		log.Info("config loaded", "path", configPath, "limits", s.Len())
 	}

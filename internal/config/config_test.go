@@ -3,6 +3,8 @@ package config
 import (
 	"errors"
 	"fmt"
+	"os"
+	"regexp"
 	"github.com/sluicehq/sluice/internal/global"
 	"path/filepath"
 	"strings"
@@ -13,14 +15,28 @@ import (
 	"github.com/sluicehq/sluice/proto"
 )
 
-// Ensure the example in deploy/ loads and says what its comments say.
+// Ensure the example in deploy/ loads and says what its comments say, and
+// so does its global limit, commented out (a sidecar without Redis refuses
+// it), once its lines are uncommented.
 func TestLoad_example(t *testing.T) {
-	s, err := Load(filepath.Join("..", "..", "deploy", "sluice.example.yaml"))
+	path := filepath.Join("..", "..", "deploy", "sluice.example.yaml")
+	s, err := Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := strings.Join(s.Names(), " "), "api exports login signup webhooks"; got != want {
+	if got, want := strings.Join(s.Names(), " "), "api login signup webhooks"; got != want {
 		t.Fatalf("names %q, want %q", got, want)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uncommented := regexp.MustCompile(`(?m)^#(  )`).ReplaceAll(data, []byte("$1"))
+	if s, err = Parse(path, uncommented); err != nil {
+		t.Fatalf("the example uncommented: %v", err)
+	}
+	if got, want := strings.Join(s.Names(), " "), "api exports login signup webhooks"; got != want {
+		t.Fatalf("names of the example uncommented %q, want %q", got, want)
 	}
 	login, _ := s.Lookup("login")
 	if login.Wire != proto.TokenBucketLimit(10, time.Hour, 1) || login.Shadow || login.Description == "" {
