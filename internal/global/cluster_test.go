@@ -33,7 +33,7 @@ func TestClusterExact(t *testing.T) {
 	}
 	stores := make([]*Store, hosts)
 	for i := range stores {
-		stores[i] = newStore(t, Options{Addrs: c.Addrs(), Timeout: 2 * time.Second})
+		stores[i] = newStore(t, Options{Addrs: c.Addrs()})
 	}
 	keys := spreadKeys(t, stores[0], 6)
 	admitted := make([][]atomic.Int64, len(limits))

@@ -95,7 +95,7 @@ func TestStoreSequence(t *testing.T) {
 // on its own: exactly the limit is admitted, and the counters add up.
 func TestStoreBatching(t *testing.T) {
 	srv := redistest.Start(t)
-	s := newStore(t, Options{Addrs: []string{srv.Addr}, Timeout: time.Second})
+	s := newStore(t, Options{Addrs: []string{srv.Addr}})
 	const goroutines, each, limit = 64, 40, 1000
 	l := bucket.Limit{Algorithm: bucket.FixedWindow, Max: limit, Window: hour}
 	var admitted atomic.Int64
