@@ -3,10 +3,10 @@ package config
 import (
 	"errors"
 	"fmt"
-	"os"
-	"regexp"
 	"github.com/sluicehq/sluice/internal/global"
+	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -105,7 +105,7 @@ func TestParse_errors(t *testing.T) {
 		{"limits:\n  a:\n    limit: \"sliding_log:limit=10,window=1s\"\n    scope: global\n",
 			`f.yaml:3: limits.a.limit: "sliding_log:limit=10,window=1s" cannot be global: `},
 		{"limits:\n  a:\n    limit: \"concurrency:limit=5,lease=30s\"\n    scope: global\n", "has no global form; use it with scope: local"},
-		{"limits:\n  a:\n    limit: \"sliding_log:limit=5000,window=1s\"\n", "MaxLogLimit"},
+		{"limits:\n  a:\n    limit: \"sliding_log:limit=5000,window=1s\"\n", "want <= 4096 (the most requests a sliding log remembers)"},
 		{"limits:\n  a: {limit: \"x\"\n", "f.yaml:2: did not find expected ',' or '}'"},
 		// A syntax error is reported on its own line, not on the line of
 		// the mapping or list around it.
