@@ -15,8 +15,9 @@ import (
 const maxSocketPath = 107
 
 var (
-	// ErrSocketInUse is returned when another process serves the socket path.
-	ErrSocketInUse = errors.New("server: another sluiced is serving this socket")
+	// ErrSocketInUse is returned when another process serves the socket
+	// path; the error names the path.
+	ErrSocketInUse = errors.New("server: another sluiced is serving the socket")
 	// ErrSocketPath is returned for a socket path that cannot be used.
 	ErrSocketPath = errors.New("server: unusable socket path")
 )
@@ -134,11 +135,13 @@ func listenUnix(path string, perm fs.FileMode) (*listener, error) {
 		return nil, fmt.Errorf("%w: directory %s is writable by every user", ErrSocketPath, dir)
 	}
 	lock, err := lockInstance(path + ".lock")
-	if err != nil {
+	if errors.Is(err, ErrSocketInUse) {
+		return nil, fmt.Errorf("%w %s", err, path)
+	} else if err != nil {
 		return nil, err
 	}
 	fail := func(err error) (*listener, error) {
-		lock.Close()
+		unlock(lock)
 		return nil, err
 	}
 	if fi, err := os.Lstat(path); err == nil {
@@ -180,13 +183,21 @@ func listenUnix(path string, perm fs.FileMode) (*listener, error) {
 }
 
 // close removes a Unix socket's file, if it is still the one this listener
-// bound (another sluiced may have replaced it since), and releases its
-// lock; the listener itself is closed first, by the caller.
+// bound (another sluiced may have replaced it since), then its lock file,
+// still holding the lock (lockInstance), and releases the lock; the
+// listener itself is closed first, by the caller.
 func (l *listener) close() {
 	if l.path != "" {
 		if fi, err := os.Lstat(l.path); err == nil && os.SameFile(fi, l.bound) {
 			os.Remove(l.path)
 		}
-		l.lock.Close()
+		unlock(l.lock)
 	}
+}
+
+// unlock removes the lock file of an instance lock, still holding the lock
+// (lockInstance), then releases it.
+func unlock(lock *os.File) {
+	os.Remove(lock.Name())
+	lock.Close()
 }
