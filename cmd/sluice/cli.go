@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/clients/go/sluice"
 	"github.com/sluicehq/sluice/clients/go/sluice/direct"
+	"github.com/sluicehq/sluice/internal/errtext"
 	"github.com/sluicehq/sluice/internal/version"
 	"github.com/sluicehq/sluice/proto"
 )
@@ -118,7 +119,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		x.usage()
 		return exitOK
 	case err != nil:
-		return x.fail("%v (see sluice --help)", err)
+		return x.fail("%s (see sluice --help)", errtext.Flag(err))
 	}
 	if *showVersion {
 		fmt.Fprintln(x.stdout, version.String("sluice"))
@@ -185,9 +186,9 @@ func (x *cli) usage() {
 	fmt.Fprintln(w, "\nexit status: 0 allowed (or success), 1 denied, 2 error")
 }
 
-// fail prints a one-line error and returns exitError.
+// fail prints a one-line error, in words (errtext), and returns exitError.
 func (x *cli) fail(format string, a ...any) int {
-	msg := strings.TrimPrefix(fmt.Sprintf(format, a...), "sluice: ")
+	msg := errtext.Clean(strings.TrimPrefix(fmt.Sprintf(format, a...), "sluice: "))
 	fmt.Fprintln(x.stderr, "sluice: "+strings.Join(strings.Fields(msg), " "))
 	return exitError
 }
@@ -255,7 +256,7 @@ func (x *cli) parse(cmd string, fs *flag.FlagSet, args []string, min, max int) (
 			return nil, exitOK, false
 		}
 		if err != nil {
-			return nil, x.fail("%s: %v (see sluice %s --help)", cmd, err, cmd), false
+			return nil, x.fail("%s: %s (see sluice %s --help)", cmd, errtext.Flag(err), cmd), false
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {

@@ -234,11 +234,11 @@ func TestUsage(t *testing.T) {
 
 		{"", 2, "", "sluice: no command (see sluice --help)"},
 		{"frobnicate", 2, "", `sluice: unknown command "frobnicate"`},
-		{"--bogus ping", 2, "", "sluice: flag provided but not defined: -bogus"},
+		{"--bogus ping", 2, "", "sluice: unknown flag --bogus (see sluice --help)"},
 		{"acquire k", 2, "", "sluice: acquire: want KEY LIMIT"},
 		{"acquire k " + tb10 + " extra", 2, "", "sluice: acquire: want KEY LIMIT"},
-		{"acquire k " + tb10 + " --cost x", 2, "", `sluice: acquire: invalid value "x" for flag -cost`},
-		{"acquire k " + tb10 + " --at noon", 2, "", `sluice: acquire: invalid value "noon" for flag -at`},
+		{"acquire k " + tb10 + " --cost x", 2, "", `sluice: acquire: --cost "x": parse error`},
+		{"acquire k " + tb10 + " --at noon", 2, "", `sluice: acquire: --at "noon": want Unix nanoseconds (see sluice acquire --help)`},
 		{"acquire k gcra:burst=1", 2, "", `sluice: acquire: invalid limit: limit "gcra:burst=1": missing parameter "count"`},
 		{"acquire k token_bucket:max=0,refill_time=1h", 2, "", "sluice: acquire: invalid limit: "},
 		{"acquire k " + tb10 + " --cost -1", 2, "", "sluice: acquire: invalid cost: "},
@@ -318,7 +318,7 @@ func TestTimeout(t *testing.T) {
 	}
 	runSteps(t, silent, []step{
 		{"--timeout 0 ping", 2, "", "sluice: ping: --timeout 0s: want a duration above 0"},
-		{"ping --timeout soon", 2, "", `sluice: ping: invalid value "soon" for flag -timeout: want a duration such as 500ms, 30s, 5m, 2h or 1d`},
+		{"ping --timeout soon", 2, "", `sluice: ping: --timeout "soon": want a duration such as 500ms, 30s, 5m, 2h or 1d (see sluice ping --help)`},
 	})
 	var stderr bytes.Buffer
 	if code := run([]string{"ping"}, env("x"), io.Discard, &stderr); code != exitError || stderr.String() != "sluice: SLUICE_TIMEOUT=\"x\": want a duration such as 500ms or 5s\n" {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"strconv"
@@ -216,7 +217,7 @@ func atFlag(fs *flag.FlagSet) *atValue {
 	fs.Func("at", "decide as of `UNIX_NANOS` instead of the sidecar's clock", func(s string) error {
 		ns, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
-			return fmt.Errorf("want Unix nanoseconds, got %q", s)
+			return errors.New("want Unix nanoseconds")
 		}
 		a.ns, a.set = ns, true
 		return nil

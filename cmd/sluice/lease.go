@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/clients/go/sluice"
+	"github.com/sluicehq/sluice/internal/errtext"
 )
 
 // The commands on concurrency limits: lease and release. A lease lives as
@@ -84,7 +85,7 @@ func (x *cli) parseLease(fs *flag.FlagSet, args []string) (pos, command []string
 			return nil, nil, exitOK, false
 		}
 		if err != nil {
-			return nil, nil, x.fail("lease: %v (see sluice lease --help)", err), false
+			return nil, nil, x.fail("lease: %s (see sluice lease --help)", errtext.Flag(err)), false
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {

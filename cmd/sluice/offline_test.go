@@ -100,10 +100,11 @@ func tear(t *testing.T, path string) int {
 
 func TestInspect_offline(t *testing.T) {
 	clean, dirty := cleanFile(t), dirtyFile(t)
+	none := filepath.Join(t.TempDir(), "none")
 	runSteps(t, "", []step{
 		{"inspect " + clean, 0, "state file     " + clean + "\nformat         version " + strconv.Itoa(shm.FormatVersion) + "\n...", ""},
 		{"inspect " + dirty, 0, "...", ""},
-		{"inspect " + filepath.Join(t.TempDir(), "none"), 2, "", "sluice: inspect: lstat "},
+		{"inspect " + none, 2, "", "sluice: inspect: " + none + ": no such file or directory"},
 		{"inspect", 2, "", "sluice: inspect: want STATEFILE [--json]"},
 	})
 	for _, c := range []struct {

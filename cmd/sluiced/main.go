@@ -18,9 +18,11 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/sluicehq/sluice/internal/errtext"
 	"github.com/sluicehq/sluice/internal/server"
 	"github.com/sluicehq/sluice/internal/version"
 	"github.com/sluicehq/sluice/proto"
+	"github.com/sluicehq/sluice/shm"
 )
 
 // Exit statuses.
@@ -77,7 +79,7 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (for go tool pprof)")
 	showVersion := fs.Bool("version", false, "print the version and the format versions, and exit")
 	usage := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "sluiced: "+format+" (sluiced -h lists the flags)\n", a...)
+		fmt.Fprintln(stderr, "sluiced: "+errtext.Clean(fmt.Sprintf(format, a...))+" (sluiced -h lists the flags)")
 		return exitUsage
 	}
 	var envErr error
@@ -99,7 +101,7 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 			fs.PrintDefaults()
 			return exitOK
 		}
-		return usage("%v", err)
+		return usage("%s", errtext.Flag(err))
 	}
 	if fs.NArg() > 0 {
 		return usage("unexpected argument %q", fs.Arg(0))
@@ -158,10 +160,18 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 	c.Ready = func() { o.notify.Ready("serving " + c.SocketPath) }
 	go func() { <-ctx.Done(); o.notify.Stopping("stopping") }()
 	if err := server.Run(ctx, c); err != nil {
-		log.Error("sluiced failed", "err", err)
+		log.Error("sluiced failed", "err", failure(err, c))
 		return exitFail
 	}
 	return exitOK
+}
+
+// failure says why the sidecar failed, in words.
+func failure(err error, c server.Config) string {
+	if errors.Is(err, shm.ErrLocked) {
+		return "the state file " + c.StatePath + " is in use by another process: another sluiced serves it (stop that one, or give this one its own --state)"
+	}
+	return errtext.String(err)
 }
 
 // ids parses a comma-separated list of numeric uids or gids into *dst.

@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/errtext"
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/sdnotify"
 )
@@ -18,9 +19,15 @@ import (
 // The operations side of sluiced: log format, config file and its reloads,
 // metrics, and systemd's notifications.
 
-// newLogger returns the logger of --log-format: text or json.
+// newLogger returns the logger of --log-format: text or json. Errors in
+// its records are in words, without the packages' prefixes (errtext).
 func newLogger(format string, w io.Writer, level slog.Level) (*slog.Logger, error) {
-	opts := &slog.HandlerOptions{Level: level}
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+		if err, ok := a.Value.Any().(error); ok && a.Value.Kind() == slog.KindAny {
+			return slog.String(a.Key, errtext.String(err))
+		}
+		return a
+	}}
 	switch format {
 	case "text":
 		return slog.New(slog.NewTextHandler(w, opts)), nil
