@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -178,4 +180,35 @@ func runOut(t *testing.T, code int, args ...string) string {
 		t.Fatalf("sluice %v: exit %d, want %d\nstdout %s\nstderr %s", args, got, code, stdout.String(), stderr.String())
 	}
 	return stdout.String()
+}
+
+// Ensure the README's inspect example is what inspect prints for its file
+// (4,096 slots of 64 bytes): its format version, geometry and arena, which
+// the code decides (the README showed format 4 and no arena after the
+// format moved to 5).
+func TestDocs_readmeInspect(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "sluice.state")
+	tb, err := shm.Create(path, shm.Options{SlotCount: 4096}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill(tb, 30)
+	if err := tb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var stdout bytes.Buffer
+	if code := run([]string{"inspect", path}, func(string) string { return "" }, &stdout, io.Discard); code != exitOK {
+		t.Fatalf("inspect: exit %d", code)
+	}
+	for _, line := range strings.Split(stdout.String(), "\n") {
+		for _, field := range []string{"format ", "geometry ", "arena ", "load ", "live buckets "} {
+			if strings.HasPrefix(line, field) && !strings.Contains(string(readme), "\n"+line+"\n") {
+				t.Errorf("the README's inspect example lacks the line %q", line)
+			}
+		}
+	}
 }
