@@ -66,7 +66,7 @@ func TestDocs_readmeNumbers(t *testing.T) {
 	rows := regexp.MustCompile("(?m)^\\| `--([\\w-]+)[^|]*\\| ([^|]*) \\|").FindAllStringSubmatch(doc, -1)
 	checked := 0
 	for _, r := range rows {
-		flag, cell := r[1], strings.Trim(strings.Fields(r[2]+" x")[0], "`")
+		flag, cell := r[1], strings.Trim(strings.Fields(r[2] + " x")[0], "`")
 		def, ok := defaults[flag]
 		if !ok {
 			continue // another table's flag (sluice's, a global one elsewhere)
