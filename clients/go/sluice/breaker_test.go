@@ -186,7 +186,7 @@ func TestBreaker_oneProbe(t *testing.T) {
 	// must not wait are checked to take less than one, which leaves a busy
 	// machine a second to run them.
 	const timeout, open = time.Second, 150 * time.Millisecond
-	read := make(chan struct{}, 64) // a request reached the sidecar
+	read := make(chan struct{}, 64)             // a request reached the sidecar
 	path := fakeSidecar(t, func(fc *fakeConn) { // reads everything, answers nothing
 		for {
 			if _, _, ok := fc.next(); !ok {
