@@ -262,7 +262,20 @@ func TestClusterRedirect(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := string(AppendKey(nil, s.Prefix(), &l, "moving"))
-	masters := c.Masters()
+	// The masters as the cluster serves its slots (the topology read at
+	// start may list a replica that gossip had not announced yet).
+	ranges, err := c.Nodes[0].Client(t).ClusterSlots(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var masters []*redistest.Node
+	for _, r := range ranges {
+		for _, n := range c.Nodes {
+			if len(r.Nodes) > 0 && n.Addr == r.Nodes[0].Addr && !slices.Contains(masters, n) {
+				masters = append(masters, n)
+			}
+		}
+	}
 	slot, err := masters[0].Client(t).ClusterKeySlot(ctx, key).Result()
 	if err != nil {
 		t.Fatal(err)
