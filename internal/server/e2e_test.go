@@ -301,7 +301,7 @@ func TestServer_socketRules(t *testing.T) {
 	}
 	dir := shortDir(t)
 	err = Run(t.Context(), Config{StatePath: filepath.Join(dir, "other"), SocketPath: sc.cfg.SocketPath, Slots: 16, RESPSocket: "-", Logger: quiet()})
-	if !errors.Is(err, ErrSocketInUse) || !strings.HasSuffix(err.Error(), "another sluiced is serving the socket "+sc.cfg.SocketPath) {
+	if !errors.Is(err, ErrSocketInUse) || !strings.HasSuffix(err.Error(), "another sluiced is serving this socket: "+sc.cfg.SocketPath) {
 		t.Errorf("second server on a live socket: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "other")); err == nil {
