@@ -55,3 +55,14 @@ func TestDocs_readmeCommands(t *testing.T) {
 		t.Errorf("ran %d README commands; the README has more", ran)
 	}
 }
+
+// Ensure the README says the CLI's --timeout as the code sets it.
+func TestDocs_readmeTimeout(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "`--timeout D` (default " + defaultTimeout.String() + ", or `$SLUICE_TIMEOUT`)"; !bytes.Contains(readme, []byte(want)) {
+		t.Errorf("the README does not say %q", want)
+	}
+}

@@ -11,9 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/global"
 	"github.com/sluicehq/sluice/internal/server"
 	"github.com/sluicehq/sluice/internal/version"
 	"github.com/sluicehq/sluice/proto"
+	"github.com/sluicehq/sluice/proto/resp"
 	"github.com/sluicehq/sluice/shm"
 )
 
@@ -49,6 +51,18 @@ func TestDocs_readmeNumbers(t *testing.T) {
 	arena := fmt.Sprintf("(the default %s cells, %d MiB,", thousands(cells), cells*shm.CellSize>>20)
 	if !strings.Contains(doc, arena) {
 		t.Errorf("the --arena-cells row does not say %q", arena)
+	}
+
+	// The protocols' bounds, and the global limits' default timeout.
+	for _, want := range []string{
+		fmt.Sprintf("(%d MiB at most, %d operations, %d-byte keys; RESP bulk strings of %d KiB, %d arguments)",
+			proto.MaxFrameLen>>20, proto.MaxBatch, proto.MaxKeyLen, resp.MaxBulkLen>>10, resp.MaxArgs),
+		fmt.Sprintf("batches of up to %d operations per frame", proto.MaxBatch),
+		fmt.Sprintf("`--global-timeout` (default %d ms:", global.DefaultTimeout.Milliseconds()),
+	} {
+		if !strings.Contains(strings.ReplaceAll(doc, "\n", " "), want) {
+			t.Errorf("the README does not say %q", want)
+		}
 	}
 
 	// The flags' defaults, as sluiced -h prints them.
