@@ -69,9 +69,9 @@ func StartCluster(t testing.TB) *Cluster {
 	if err := c.waitOK(nil); err != nil {
 		t.Fatalf("the cluster did not form: %v\n%s", err, out)
 	}
-	if err := c.readTopology(); err != nil {
-		t.Fatal(err)
-	}
+	// The node whose CLUSTER NODES is read learns the replicas by gossip:
+	// on a busy machine it may list one as a master still.
+	c.waitTopology(t, func() bool { return len(c.Masters()) == 3 }, "the cluster's topology does not show 3 masters and their replicas")
 	return c
 }
 
