@@ -53,12 +53,19 @@ func fill(tb *shm.Table, n int) {
 // cleanFile creates a closed state file of 1024 slots holding 40 buckets.
 func cleanFile(t *testing.T) string {
 	t.Helper()
+	return stateFile(t, 1024, 40)
+}
+
+// stateFile returns a state file of slots slots holding buckets buckets,
+// closed cleanly.
+func stateFile(t *testing.T, slots uint64, buckets int) string {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "clean.state")
-	tb, err := shm.Create(path, shm.Options{SlotCount: 1024}, 0)
+	tb, err := shm.Create(path, shm.Options{SlotCount: slots}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fill(tb, 40)
+	fill(tb, buckets)
 	if err := tb.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -191,15 +198,7 @@ func TestDocs_readmeInspect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(t.TempDir(), "sluice.state")
-	tb, err := shm.Create(path, shm.Options{SlotCount: 4096}, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fill(tb, 30)
-	if err := tb.Close(); err != nil {
-		t.Fatal(err)
-	}
+	path := stateFile(t, 4096, 30)
 	var stdout bytes.Buffer
 	if code := run([]string{"inspect", path}, func(string) string { return "" }, &stdout, io.Discard); code != exitOK {
 		t.Fatalf("inspect: exit %d", code)

@@ -62,22 +62,7 @@ func TestRun_badOps(t *testing.T) {
 // count), STOPPING=1 at shutdown; logs are JSON with --log-format json.
 func TestRun_systemd(t *testing.T) {
 	dir := shortDir(t)
-	notify := filepath.Join(dir, "notify")
-	nc, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: notify, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	recv := func() string {
-		t.Helper()
-		nc.SetReadDeadline(time.Now().Add(10 * time.Second))
-		buf := make([]byte, 4096)
-		n, err := nc.Read(buf)
-		if err != nil {
-			t.Fatalf("waiting for a notification: %v", err)
-		}
-		return string(buf[:n])
-	}
+	notify, recv := listenNotify(t, dir)
 	cfg := filepath.Join(dir, "sluice.yaml")
 	os.WriteFile(cfg, []byte("limits:\n  login: \"token_bucket:max=10,refill_time=1h\"\n"), 0o644)
 	msock := filepath.Join(dir, "metrics")
@@ -193,22 +178,7 @@ func TestRun_globalWithoutRedis(t *testing.T) {
 	}
 
 	os.WriteFile(cfg, []byte(local), 0o644)
-	notify := filepath.Join(dir, "notify")
-	nc, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: notify, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	recv := func() string {
-		t.Helper()
-		nc.SetReadDeadline(time.Now().Add(time.Minute))
-		buf := make([]byte, 4096)
-		n, err := nc.Read(buf)
-		if err != nil {
-			t.Fatalf("waiting for a notification: %v", err)
-		}
-		return string(buf[:n])
-	}
+	notify, recv := listenNotify(t, dir)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan int, 1)
@@ -280,5 +250,28 @@ func TestRun_socketModesUnderUmask(t *testing.T) {
 		if code := <-done; code != exitOK {
 			t.Fatalf("exit %d: %s", code, stderr.String())
 		}
+	}
+}
+
+// listenNotify listens on a notify socket in dir, as systemd does, and
+// returns its path and a function that waits (a minute at most) for the
+// next notification.
+func listenNotify(t *testing.T, dir string) (string, func() string) {
+	t.Helper()
+	notify := filepath.Join(dir, "notify")
+	nc, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: notify, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	return notify, func() string {
+		t.Helper()
+		nc.SetReadDeadline(time.Now().Add(time.Minute))
+		buf := make([]byte, 4096)
+		n, err := nc.Read(buf)
+		if err != nil {
+			t.Fatalf("waiting for a notification: %v", err)
+		}
+		return string(buf[:n])
 	}
 }
