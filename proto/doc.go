@@ -399,7 +399,8 @@
 // count_denied, which default to 60 and false. Names are lower case.
 // refill_time, window, period, max_delay and lease are durations: a Go
 // duration (time.ParseDuration: decimal numbers with units ns, us or µs,
-// ms, s, m, h, in sequence: "1h30m", "1.5s", "250ms", "10us") or a bare
+// ms, s, m, h, in sequence: "1h30m", "1.5s", "250ms", "10us") with one more
+// unit, d for 24 hours ("1d", "7d", "1d12h"; ParseDuration), or a bare
 // integer of nanoseconds. count_denied is true or false. The others are
 // decimal integers; counters is at most 255, what its 8 bits hold. No value
 // may be negative. ParseLimit checks the syntax only, not whether the

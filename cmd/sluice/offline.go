@@ -4,11 +4,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/errtext"
 	"github.com/sluicehq/sluice/proto"
 	"github.com/sluicehq/sluice/shm"
 )
@@ -86,9 +88,15 @@ func damaged(err error) bool {
 	return false
 }
 
-// offlineError is err without the package's prefixes.
+// offlineError is err in words: without the packages' prefixes, and
+// without the Go name of the system call that failed ("lstat x: no such
+// file or directory" says "x: no such file or directory").
 func offlineError(err error) string {
-	return strings.ReplaceAll(err.Error(), "shm: ", "")
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Path + ": " + errtext.String(pe.Err)
+	}
+	return errtext.String(err)
 }
 
 func describeState(r *shm.Report) string {

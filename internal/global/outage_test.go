@@ -50,8 +50,9 @@ func TestFallback(t *testing.T) {
 	if d, _, _ := f.Decide(ctx, req, Policy{OnUnavailable: Closed}); d.Allowed || d.RetryAfter < int64(time.Millisecond) || d.RetryAfter > int64(DefaultProbeMax) {
 		t.Errorf("closed policy: %+v, want a denial with the time to the next probe", d)
 	}
-	// Only the first request waited for Redis.
-	if took := time.Since(start); took > 10*timeout {
+	// Only the first request (and probes) waited for Redis: had each waited,
+	// the 42 would take 42 timeouts; the margin is for a busy machine.
+	if took := time.Since(start); took > 40*timeout {
 		t.Errorf("42 requests with Redis down took %v", took)
 	}
 	srv.Restart(t)

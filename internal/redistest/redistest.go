@@ -144,7 +144,9 @@ func (s *Server) waitReady() error {
 func (s *Server) client() *redis.Client {
 	return redis.NewClient(&redis.Options{
 		Network: s.Network, Addr: s.Addr, MaxRetries: -1,
-		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
+		// Generous: a test's own commands are not what it times, and a busy
+		// machine (a load of 20) took more than a second to answer.
+		DialTimeout: 30 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second,
 		Protocol: 2, DisableIdentity: true,
 	})
 }

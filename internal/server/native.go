@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/errtext"
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/proto"
 )
@@ -92,7 +94,8 @@ func (c *conn) frameError(h proto.Header, err error) {
 		v = proto.MinVersion
 	}
 	b, start := proto.BeginFrameVersion(c.out, v, proto.KindResponse, h.ID)
-	b = proto.AppendError(b, 0, proto.StatusOf(err), err.Error())
+	st := proto.StatusOf(err)
+	b = proto.AppendError(b, 0, st, wireMessage(st, err))
 	c.out = proto.EndFrame(b, start, 1)
 	c.closed = true
 }
@@ -128,7 +131,7 @@ func (c *conn) frame(frame []byte, h proto.Header) {
 				code = proto.Opcode(body[0])
 			}
 			for ; i < int(h.Count); i++ {
-				b = proto.AppendError(b, code, proto.StatusOf(err), err.Error())
+				b = proto.AppendError(b, code, proto.StatusOf(err), wireMessage(proto.StatusOf(err), err))
 			}
 			c.closed = true
 			break
@@ -294,7 +297,7 @@ func (s *server) scan(b []byte, op *proto.Op, room int, v uint8) []byte {
 	})
 	switch {
 	case errors.Is(err, engine.ErrNoInlineKeys):
-		return proto.AppendError(b[:start], op.Code, proto.StatusUnsupported, err.Error())
+		return proto.AppendError(b[:start], op.Code, proto.StatusUnsupported, wireMessage(proto.StatusUnsupported, err))
 	case full && n == 0:
 		return proto.AppendError(b[:start], op.Code, proto.StatusMalformed,
 			"no room for a SCAN result in this response frame: send SCAN in a smaller batch")
@@ -311,7 +314,15 @@ func scanEntryLen(k []byte) int { return 1 + 8 + 2 + len(k) }
 func (c *conn) fail(b []byte, code proto.Opcode, err error) []byte {
 	st := statusFor(err)
 	c.n.errors++
-	return proto.AppendError(b, code, st, err.Error())
+	return proto.AppendError(b, code, st, wireMessage(st, err))
+}
+
+// wireMessage is the message of an error result of status st: err in
+// words, without what the status already says (a client shows the status
+// first: "invalid key: ACQUIRE key of 0 bytes", not "invalid key: invalid
+// key: ...").
+func wireMessage(st proto.Status, err error) string {
+	return strings.TrimPrefix(errtext.String(err), errtext.String(st.Err())+": ")
 }
 
 // statusFor maps the errors of the layers below to wire status codes.

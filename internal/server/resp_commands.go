@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/errtext"
 	"github.com/sluicehq/sluice/proto/resp"
 )
 
@@ -191,7 +192,7 @@ func (rc *respConn) parseThrottle(req *rlRequest, args [][]byte) string {
 	}
 	l, err := rc.limits.get(bucket.Limit{Algorithm: bucket.GCRA, Burst: burst, Count: count, Period: period * 1_000_000_000}, engine.NewLimit)
 	if err != nil {
-		return cellPrefix + err.Error()
+		return cellPrefix + errtext.String(err)
 	}
 	if qty == math.MinInt64 {
 		return cellPrefix + "quantity out of range"
@@ -234,7 +235,7 @@ func (rc *respConn) failRequest(req *rlRequest, err error) {
 		rc.fail(err)
 		return
 	}
-	rc.out = resp.AppendError(rc.out, cellPrefix+err.Error())
+	rc.out = resp.AppendError(rc.out, cellPrefix+errtext.String(err))
 	rc.n.errors++
 }
 
@@ -278,8 +279,8 @@ func (rc *respConn) fail(err error) {
 	case errors.Is(err, engine.ErrTableFull):
 		rc.out = resp.AppendError(rc.out, "ERR table full")
 	case errors.Is(err, engine.ErrEmptyKey), errors.Is(err, engine.ErrKeyTooLong):
-		rc.out = resp.AppendError(rc.out, "ERR invalid key: "+err.Error())
+		rc.out = resp.AppendError(rc.out, "ERR invalid key: "+errtext.String(err))
 	default:
-		rc.out = resp.AppendError(rc.out, "ERR "+err.Error())
+		rc.out = resp.AppendError(rc.out, "ERR "+errtext.String(err))
 	}
 }

@@ -106,9 +106,12 @@ func (l *logBuffer) logger() *slog.Logger { return slog.New(slog.NewTextHandler(
 // says so once in its log; after SIGCONT a probe finds the sidecar again.
 func TestBreaker_stoppedSidecar(t *testing.T) {
 	proc, sock := startSluiced(t)
+	// The clients' timeout: long enough that a busy machine answers in
+	// time, short beside what 20 calls that each waited for it would take.
+	const timeout = 300 * time.Millisecond
 	first := new(logBuffer)
-	c := dial(t, sock, sluice.WithLogger(first.logger()))
-	if d, err := c.Acquire(context.Background(), tb10, "k", 1); err != nil || d.Degraded || d.Remaining != 9 {
+	c := dial(t, sock, sluice.WithLogger(first.logger()), sluice.WithTimeout(timeout))
+	if d, err := dial(t, sock).Acquire(context.Background(), tb10, "k", 1); err != nil || d.Degraded || d.Remaining != 9 {
 		t.Fatalf("before: %+v, %v", d, err)
 	}
 	if err := proc.Signal(syscall.SIGSTOP); err != nil {
@@ -128,7 +131,7 @@ func TestBreaker_stoppedSidecar(t *testing.T) {
 		c, log := c, first
 		if tc.name != "no deadline" {
 			log = new(logBuffer)
-			c = dial(t, sock, sluice.WithLogger(log.logger()))
+			c = dial(t, sock, sluice.WithLogger(log.logger()), sluice.WithTimeout(timeout))
 		}
 		start := time.Now()
 		for i := range 20 {
@@ -141,8 +144,8 @@ func TestBreaker_stoppedSidecar(t *testing.T) {
 		}
 		took := time.Since(start)
 		t.Logf("%s: 20 calls to a stopped sidecar took %v", tc.name, took)
-		if took > 500*time.Millisecond {
-			t.Errorf("%s: 20 calls to a stopped sidecar took %v, want well under 1s", tc.name, took)
+		if waited := sluice.DefaultBreakerThreshold*timeout + 2*time.Second; took > waited {
+			t.Errorf("%s: 20 calls to a stopped sidecar took %v, want at most %v (each waiting: %v)", tc.name, took, waited, 20*timeout)
 		}
 		if c.Healthy() {
 			t.Errorf("%s: Healthy with the sidecar stopped", tc.name)
@@ -179,36 +182,47 @@ func TestBreaker_stoppedSidecar(t *testing.T) {
 // policy's decision at once. FailClosed denies, its RetryAfter the time
 // until the next probe.
 func TestBreaker_oneProbe(t *testing.T) {
-	// Calls that waited for their answer would take the 100ms timeout
-	// each; the bounds below are far under it and far over a fast failure.
-	path := fakeSidecar(t, func(fc *fakeConn) { fc.wait() }) // reads everything, answers nothing
-	c := dial(t, path, sluice.WithFailurePolicy(sluice.FailClosed), sluice.WithTimeout(100*time.Millisecond),
-		sluice.WithBreaker(2, 150*time.Millisecond, 300*time.Millisecond))
+	// A call that waits for its answer takes the timeout: the calls that
+	// must not wait are checked to take less than one, which leaves a busy
+	// machine a second to run them.
+	const timeout, open = time.Second, 150 * time.Millisecond
+	read := make(chan struct{}, 64)             // a request reached the sidecar
+	path := fakeSidecar(t, func(fc *fakeConn) { // reads everything, answers nothing
+		for {
+			if _, _, ok := fc.next(); !ok {
+				return
+			}
+			read <- struct{}{}
+		}
+	})
+	c := dial(t, path, sluice.WithFailurePolicy(sluice.FailClosed), sluice.WithTimeout(timeout),
+		sluice.WithBreaker(2, open, 2*open))
 	cx := context.Background()
 	for range 2 {
 		if d, err := c.Acquire(cx, tb10, "k", 1); err != nil || d.Allowed || !d.Degraded {
 			t.Fatalf("timed out call: %+v, %v", d, err)
 		}
+		<-read
 	}
 	start := time.Now()
 	d, err := c.Acquire(cx, tb10, "k", 1)
-	if err != nil || d.Allowed || !d.Degraded || d.RetryAfter <= 0 || d.RetryAfter > 150*time.Millisecond {
-		t.Errorf("open breaker: %+v, %v, want a denial with RetryAfter in (0, 150ms]", d, err)
+	if err != nil || d.Allowed || !d.Degraded || d.RetryAfter <= 0 || d.RetryAfter > open {
+		t.Errorf("open breaker: %+v, %v, want a denial with RetryAfter in (0, %v]", d, err, open)
 	}
-	if took := time.Since(start); took > 50*time.Millisecond {
-		t.Errorf("a call with the breaker open took %v", took)
+	if took := time.Since(start); took >= timeout {
+		t.Errorf("a call with the breaker open took %v: it waited", took)
 	}
-	time.Sleep(160 * time.Millisecond) // the open period has passed
+	time.Sleep(open + 10*time.Millisecond) // the open period has passed
 	// The probe waits its timeout; meanwhile the others fail at once.
 	var wg sync.WaitGroup
 	wg.Go(func() { c.Acquire(cx, tb10, "probe", 1) })
-	time.Sleep(10 * time.Millisecond)
+	<-read // the probe is in flight
 	start = time.Now()
 	for range 10 {
 		c.Acquire(cx, tb10, "k", 1)
 	}
-	if took := time.Since(start); took > 50*time.Millisecond {
-		t.Errorf("10 calls during the probe took %v", took)
+	if took := time.Since(start); took >= timeout {
+		t.Errorf("10 calls during the probe took %v: one waited", took)
 	}
 	wg.Wait()
 	if c.Healthy() {
@@ -216,6 +230,11 @@ func TestBreaker_oneProbe(t *testing.T) {
 	}
 	if n := c.Degraded(); n != 14 {
 		t.Errorf("Degraded() = %d, want 14", n)
+	}
+	select {
+	case <-read:
+		t.Error("a call besides the probe reached the sidecar")
+	default:
 	}
 }
 

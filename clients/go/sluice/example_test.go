@@ -18,10 +18,11 @@ import (
 
 // The examples talk to a sidecar that TestMain runs at exampleSocket, its
 // clock stopped at 2023-11-14T22:13:20Z. In a program the socket would be
-// sluiced's, e.g. "var/sluice.sock".
+// sluiced's, e.g. "var/sluice.sock". Their clients wait a second for an
+// answer, not the default 50 ms, which a busy test machine can miss.
 
 func ExampleClient_Acquire() {
-	c, err := sluice.Dial(exampleSocket)
+	c, err := sluice.Dial(exampleSocket, sluice.WithTimeout(time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -63,7 +64,7 @@ func ExampleParseLimit() {
 }
 
 func ExampleClient_Multi() {
-	c, err := sluice.Dial(exampleSocket)
+	c, err := sluice.Dial(exampleSocket, sluice.WithTimeout(time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -92,7 +93,7 @@ func ExampleClient_Multi() {
 }
 
 func ExampleMiddleware() {
-	c, err := sluice.Dial(exampleSocket)
+	c, err := sluice.Dial(exampleSocket, sluice.WithTimeout(time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -146,7 +147,7 @@ func ExampleWithFailurePolicy() {
 }
 
 func ExampleClient_Pipeline() {
-	c, err := sluice.Dial(exampleSocket)
+	c, err := sluice.Dial(exampleSocket, sluice.WithTimeout(time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -176,7 +177,7 @@ func ExampleClient_Pipeline() {
 // early in the next can pass up to nearly twice the limit within one
 // window's length: here 19 within 9.95 s for a limit of 10 per 10 s.
 func ExampleSlidingWindow() {
-	c, err := sluice.Dial(exampleSocket)
+	c, err := sluice.Dial(exampleSocket, sluice.WithTimeout(time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -202,7 +203,7 @@ func ExampleSlidingWindow() {
 }
 
 func ExampleClient_Lease() {
-	c, err := sluice.Dial(exampleSocket)
+	c, err := sluice.Dial(exampleSocket, sluice.WithTimeout(time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}

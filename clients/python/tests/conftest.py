@@ -8,6 +8,7 @@ stopped with SIGTERM afterwards, which must exit 0 and remove its socket.
 
 from __future__ import annotations
 
+import inspect
 import os
 import shutil
 import signal
@@ -26,7 +27,40 @@ sys.path.insert(0, os.path.join(HERE, "..", "src"))
 REPO = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 GOLDEN = os.path.join(REPO, "proto", "testdata", "golden")
 
-from sluice import proto  # noqa: E402
+from sluice import AsyncClient, Client, proto  # noqa: E402
+
+#: The timeout of the tests' clients, unless a test gives its own: the
+#: default 50 ms is missed by a busy machine (a load of 8 on 2 cores made
+#: acquires of the real sidecar time out). Tests of the default itself and
+#: of the timeouts are marked default_timeout and keep it.
+TEST_TIMEOUT = 60.0
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "default_timeout: the clients keep the library's default timeout")
+
+
+@pytest.fixture(autouse=True)
+def _generous_timeout(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Clients made without a timeout wait TEST_TIMEOUT for an answer (see above)."""
+    if request.node.get_closest_marker("default_timeout"):
+        yield
+        return
+    saved = []
+    for cls in (Client, AsyncClient):
+        init = cls.__init__
+        params = [p for p in inspect.signature(init).parameters.values() if p.kind is p.POSITIONAL_OR_KEYWORD]
+        defaults = list(init.__defaults__ or ())
+        names = [p.name for p in params[len(params) - len(defaults):]]
+        if "timeout" in names:
+            saved.append((init, init.__defaults__))
+            defaults[names.index("timeout")] = TEST_TIMEOUT
+            init.__defaults__ = tuple(defaults)
+    try:
+        yield
+    finally:
+        for init, d in saved:
+            init.__defaults__ = d
 
 
 def short_tmpdir() -> str:

@@ -17,6 +17,10 @@ from conftest import Sidecar
 from sluice import AsyncClient, Busy, Client, Denied, Status, TokenBucket, Unavailable, proto
 from sluice import _common
 
+# These tests are about the default timeout and what a breaker does with
+# timeouts: the clients keep the library's (conftest gives the others more).
+pytestmark = pytest.mark.default_timeout
+
 LIMIT = TokenBucket(max=10, refill_time=3600)
 
 
