@@ -87,16 +87,10 @@ class RateLimitMiddleware:
         out = send
         extra: List[Tuple[bytes, bytes]] = []
         if k is not None and self.limit is not None:
-            try:
-                d = self.client.acquire(k, self.limit, self.cost, shadow=self.shadow) if self.shadow \
-                    else self.client.acquire(k, self.limit, self.cost)
-                if inspect.isawaitable(d):
-                    d = await d
-            except SluiceError as e:
-                d = self.failures.answer(self.client, e, Opcode.ACQUIRE)
-                if isinstance(d, Failed):
-                    await _fail(send, d)
-                    return
+            d = await self._ask(lambda: self.client.acquire(k, self.limit, self.cost, shadow=self.shadow)
+                                if self.shadow else self.client.acquire(k, self.limit, self.cost), Opcode.ACQUIRE, send)
+            if d is None:
+                return
             if d.shadow_denied:
                 shadow_denied("rate limit", self.name, k, self.shadow_ban is not None)
                 if self.shadow_ban is not None:
@@ -122,15 +116,9 @@ class RateLimitMiddleware:
         if ck is None:
             await self.app(scope, receive, out)
             return
-        try:
-            lease = self.client.lease(ck, self.concurrency)
-            if inspect.isawaitable(lease):
-                lease = await lease
-        except SluiceError as e:
-            lease = self.failures.answer(self.client, e, Opcode.LEASE)
-            if isinstance(lease, Failed):
-                await _fail(send, lease)
-                return
+        lease = await self._ask(lambda: self.client.lease(ck, self.concurrency), Opcode.LEASE, send)
+        if lease is None:
+            return
         own = self.limit is None  # the concurrency limit's fields, when it is the only limit
         if not lease.allowed:
             if not self.shadow or lease.degraded:
@@ -149,6 +137,20 @@ class RateLimitMiddleware:
             await self.app(scope, receive, out)
         finally:
             await self._release(ck, lease.id)
+
+    async def _ask(self, ask: Callable[[], Any], code: int, send: Send) -> Any:
+        """The decision ``ask()`` returns (awaited if need be), or the ``on_unavailable`` policy's
+        if it failed and the policy decides; None once a failure was answered (see _middleware)."""
+        try:
+            d = ask()
+            if inspect.isawaitable(d):
+                d = await d
+        except SluiceError as e:
+            d = self.failures.answer(self.client, e, code)
+            if isinstance(d, Failed):
+                await _fail(send, d)
+                return None
+        return d
 
     async def _release(self, key: Key, lease_id: int) -> None:
         try:
