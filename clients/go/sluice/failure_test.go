@@ -2,9 +2,9 @@ package sluice_test
 
 import (
 	"context"
-	"fmt"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"path/filepath"
