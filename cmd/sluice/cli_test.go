@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -31,8 +32,8 @@ func startSidecar(t *testing.T, slotSize int) string {
 }
 
 // startSidecarWith is startSidecar with the named limits of a config file
-// (nil for none).
-func startSidecarWith(t *testing.T, slotSize int, limits *config.Holder) string {
+// (nil for none), and its configuration changed by edit.
+func startSidecarWith(t *testing.T, slotSize int, limits *config.Holder, edit ...func(*server.Config)) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "sl") // short: socket paths are limited to 108 bytes
 	if err != nil {
@@ -45,6 +46,9 @@ func startSidecarWith(t *testing.T, slotSize int, limits *config.Holder) string 
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Now:    func() int64 { return t0 },
 		Limits: limits,
+	}
+	for _, e := range edit {
+		e(&cfg)
 	}
 	ready := make(chan struct{})
 	cfg.Ready = func() { close(ready) }
@@ -69,9 +73,12 @@ func startSidecarWith(t *testing.T, slotSize int, limits *config.Holder) string 
 type step struct {
 	args   string // split on spaces
 	code   int
-	stdout string // exact, unless it ends with "..." (then a prefix)
+	stdout string // exact, unless it ends with "..." (then a prefix); ID stands for any lease id but 0
 	stderr string // a prefix; "" means nothing
 }
+
+// leaseID matches a lease id in sluice's output: random, so steps say ID.
+var leaseID = regexp.MustCompile(`(lease=|"lease":)[1-9][0-9]*`)
 
 // run runs the steps against socket in order.
 func runSteps(t *testing.T, socket string, steps []step) {
@@ -86,6 +93,9 @@ func runSteps(t *testing.T, socket string, steps []step) {
 			return ""
 		}, &stdout, &stderr)
 		out := stdout.String()
+		if strings.Contains(s.stdout, "ID") {
+			out = leaseID.ReplaceAllString(out, "${1}ID")
+		}
 		outOK := out == s.stdout
 		if p, ok := strings.CutSuffix(s.stdout, "..."); ok {
 			outOK = strings.HasPrefix(out, p)

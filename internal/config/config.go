@@ -2,12 +2,11 @@ package config
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"io"
 	"math"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -68,7 +67,8 @@ type Limit struct {
 	LeaseTTL  time.Duration
 	// OnUnavailable is what the limit decides while Redis cannot be
 	// reached, and FallbackShare the share of it this host decides alone
-	// under global.Local (0: the default, 1).
+	// under global.Local (0: the default, 1/N of the N sidecars sharing
+	// the Redis).
 	OnUnavailable global.OnUnavailable
 	FallbackShare float64
 }
@@ -78,11 +78,7 @@ func (l *Limit) Leased() bool { return l.Lease > 0 || l.LeaseAuto }
 
 // Policy returns a global limit's outage policy.
 func (l *Limit) Policy() global.Policy {
-	share := l.FallbackShare
-	if share == 0 {
-		share = 1
-	}
-	return global.Policy{OnUnavailable: l.OnUnavailable, FallbackShare: share}
+	return global.Policy{OnUnavailable: l.OnUnavailable, FallbackShare: l.FallbackShare}
 }
 
 // ValidName reports why name cannot name a limit, or nil if it can: the
@@ -103,30 +99,14 @@ func ValidName(name string) error {
 	return nil
 }
 
-// Load reads and parses the config file at path.
+// Load reads and parses the config file at path. It reads a regular file
+// only, of at most MaxFileSize bytes, and gives up after DefaultReadTimeout.
 func Load(path string) (*Set, error) {
-	data, err := readFile(path)
+	data, err := readWithin(context.Background(), path, 0, nil, readFile)
 	if err != nil {
 		return nil, err
 	}
 	return Parse(path, data)
-}
-
-// readFile reads path, refusing files larger than MaxFileSize.
-func readFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(data) > MaxFileSize {
-		return nil, fmt.Errorf("%s: %w: more than %d bytes", path, ErrTooLarge, MaxFileSize)
-	}
-	return data, nil
 }
 
 // Parse parses a config file's content; file names it in errors. It checks

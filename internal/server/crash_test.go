@@ -27,6 +27,9 @@ func TestMain(m *testing.M) {
 	if code, ok := fleetChild(); ok {
 		os.Exit(code)
 	}
+	if code, ok := peerChild(); ok {
+		os.Exit(code)
+	}
 	if dir := os.Getenv("SLUICE_TEST_SERVE"); dir != "" {
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 		defer stop()

@@ -183,7 +183,8 @@ class Busy(StatusError, Unavailable):
 
 
 class Denied(StatusError):
-    """The peer's uid or gid is not allowed on the socket (status 16).
+    """The peer's uid or gid is not allowed on the socket (status 16), or
+    a release of a lease that another user's connection holds.
 
     Not an :class:`Unavailable`, as in the Go client: the sidecar is there
     and refuses this process (``--allow-uid``, ``--allow-gid``), a mistake
