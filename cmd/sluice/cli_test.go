@@ -195,14 +195,18 @@ func TestSocket(t *testing.T) {
 	sock := startSidecar(t, 128)
 	absent := filepath.Join(filepath.Dir(sock), "absent")
 	runSteps(t, absent, []step{ // $SLUICE_SOCKET names an absent socket
-		{"ping", 2, "", "sluice: ping: the sidecar is unavailable: cannot connect to " + absent + ": no such file or directory"},
+		{"ping", 2, "", "sluice: ping: the sidecar is unavailable: nothing listens at " + absent + ": no such file or directory"},
 		{"--socket " + sock + " ping", 0, "pong ...", ""},
 		{"ping --socket " + sock, 0, "pong ...", ""},
 		{"acquire k " + tb10 + " --socket " + sock, 0, "allowed...", ""},
 	})
 	var stdout, stderr bytes.Buffer
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if code := run([]string{"ping"}, func(string) string { return "" }, &stdout, &stderr); code != 2 ||
-		!strings.Contains(stderr.String(), "cannot connect to var/sluice.sock") {
+		!strings.Contains(stderr.String(), "nothing listens at "+filepath.Join(wd, "var", "sluice.sock")) {
 		t.Errorf("default socket: %d %q", code, stderr.String())
 	}
 }
