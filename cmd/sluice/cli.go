@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -196,13 +197,17 @@ func (x *cli) fail(format string, a ...any) int {
 // failCmd reports err, an error of the command name. The sidecar's
 // absence and silence are said in words, with what to do about them.
 func (x *cli) failCmd(name string, err error) int {
+	socket := x.socket
+	if abs, aerr := filepath.Abs(socket); aerr == nil {
+		socket = abs // a relative path is resolved where sluice runs: say where
+	}
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
-		return x.fail("%s: the sidecar at %s did not answer within %v: it is stopped or overloaded (--timeout waits longer)", name, x.socket, x.timeout)
+		return x.fail("%s: the sidecar at %s did not answer within %v: it is stopped or overloaded (--timeout waits longer)", name, socket, x.timeout)
 	case errors.Is(err, syscall.ENOENT) && errors.Is(err, sluice.ErrUnavailable):
-		return x.fail("%s: no sidecar at %s: no such socket (start sluiced, or give its socket with --socket or $SLUICE_SOCKET)", name, x.socket)
+		return x.fail("%s: no sidecar at %s: no such socket (start sluiced, or give its socket with --socket or $SLUICE_SOCKET)", name, socket)
 	case errors.Is(err, syscall.ECONNREFUSED):
-		return x.fail("%s: no sidecar at %s: nothing listens on the socket (sluiced is not running)", name, x.socket)
+		return x.fail("%s: no sidecar at %s: nothing listens on the socket (sluiced is not running)", name, socket)
 	}
 	return x.fail("%s: %s", name, strings.TrimPrefix(err.Error(), "sluice: "))
 }
@@ -320,7 +325,10 @@ func (x *cli) dial(cmd string) (*sluice.Client, int, bool) {
 	if x.timeout <= 0 {
 		return nil, x.fail("%s: --timeout %v: want a duration above 0", cmd, x.timeout), false
 	}
-	c, err := sluice.Dial(x.socket, sluice.WithTimeout(x.timeout), sluice.WithDialTimeout(x.timeout), sluice.WithFailurePolicy(sluice.FailError))
+	// The start check (is a sidecar answering there?) waits x.timeout too.
+	ctx, cancel := context.WithTimeout(context.Background(), x.timeout)
+	defer cancel()
+	c, err := sluice.DialContext(ctx, x.socket, sluice.WithTimeout(x.timeout), sluice.WithDialTimeout(x.timeout), sluice.WithFailurePolicy(sluice.FailError))
 	if err != nil {
 		return nil, x.failCmd(cmd, err), false
 	}

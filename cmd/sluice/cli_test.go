@@ -222,8 +222,12 @@ func TestSocket(t *testing.T) {
 		{"acquire k " + tb10 + " --socket " + sock, 0, "allowed...", ""},
 	})
 	var stdout, stderr bytes.Buffer
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if code := run([]string{"ping"}, func(string) string { return "" }, &stdout, &stderr); code != 2 ||
-		!strings.Contains(stderr.String(), "no sidecar at var/sluice.sock") {
+		!strings.Contains(stderr.String(), "no sidecar at "+filepath.Join(wd, "var", "sluice.sock")+":") {
 		t.Errorf("default socket: %d %q", code, stderr.String())
 	}
 }

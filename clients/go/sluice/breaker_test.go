@@ -114,6 +114,10 @@ func TestBreaker_stoppedSidecar(t *testing.T) {
 	if d, err := dial(t, sock).Acquire(context.Background(), tb10, "k", 1); err != nil || d.Degraded || d.Remaining != 9 {
 		t.Fatalf("before: %+v, %v", d, err)
 	}
+	// Another client, which answered its start check too: the failure
+	// policy covers the outages of a sidecar that has answered.
+	second := new(logBuffer)
+	c2 := dial(t, sock, sluice.WithLogger(second.logger()), sluice.WithTimeout(timeout))
 	if err := proc.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -130,8 +134,7 @@ func TestBreaker_stoppedSidecar(t *testing.T) {
 	} {
 		c, log := c, first
 		if tc.name != "no deadline" {
-			log = new(logBuffer)
-			c = dial(t, sock, sluice.WithLogger(log.logger()), sluice.WithTimeout(timeout))
+			c, log = c2, second
 		}
 		start := time.Now()
 		for i := range 20 {
@@ -156,7 +159,7 @@ func TestBreaker_stoppedSidecar(t *testing.T) {
 		if n := log.count("not answering"); n != 1 {
 			t.Errorf("%s: %d log lines about the breaker opening, want 1:\n%s", tc.name, n, log.buf.String())
 		}
-		if n := log.count("decisions made without the Sluice sidecar"); n != 1 {
+		if n := log.count("decisions made by the client's failure policy"); n != 1 {
 			t.Errorf("%s: %d log lines about degraded decisions, want 1 (at most one per 10s):\n%s", tc.name, n, log.buf.String())
 		}
 	}
@@ -240,29 +243,48 @@ func TestBreaker_oneProbe(t *testing.T) {
 
 // A sidecar that refuses a connection writes its refusal and closes it;
 // the client that writes afterwards gets EPIPE, and must report the
-// refusal, not a broken pipe.
+// refusal, not a broken pipe. Dial reports it too. Busy is an outage (the
+// sidecar is at its connection limit); Denied is not: this process is not
+// allowed, whatever the failure policy says.
 func TestClient_refusalBeforeWrite(t *testing.T) {
 	for _, st := range []proto.Status{proto.StatusBusy, proto.StatusDenied} {
 		t.Run(st.String(), func(t *testing.T) {
 			refused := make(chan struct{}, 100)
-			path := fakeSidecar(t, func(fc *fakeConn) {
+			path := serveUnix(t, "sock", func(nc net.Conn, wg *sync.WaitGroup, track func(...net.Conn)) {
 				b, start := proto.BeginFrame(nil, proto.KindResponse, 0)
 				b = proto.AppendError(b, 0, st, "refused by the test")
-				fc.nc.Write(proto.EndFrame(b, start, 1))
-				fc.nc.Close()
+				nc.Write(proto.EndFrame(b, start, 1))
+				nc.Close()
 				refused <- struct{}{}
 			})
+			check := func(what string, err error) {
+				t.Helper()
+				if !errors.Is(err, st.Err()) || errors.Is(err, sluice.ErrUnavailable) != (st == proto.StatusBusy) ||
+					strings.Contains(err.Error(), "broken pipe") || !strings.Contains(err.Error(), "refused by the test") {
+					t.Errorf("%s: %v, want the refusal (%v)", what, err, st)
+				}
+			}
+			_, err := sluice.Dial(path, sluice.WithLogger(quiet))
+			check("Dial", err)
+			<-refused
+			// Each connection is handed over once the refusal was written
+			// and the connection closed, before any request.
+			afterRefusal := func(ctx context.Context, path string) (net.Conn, error) {
+				var d net.Dialer
+				nc, err := d.DialContext(ctx, "unix", path)
+				if err == nil {
+					<-refused
+				}
+				return nc, err
+			}
 			for _, concurrent := range []int{1, 8} {
-				c := dial(t, path, sluice.WithFailurePolicy(sluice.FailError), sluice.WithBackoff(time.Millisecond, time.Millisecond))
-				<-refused // the refusal was written and the connection closed before any request
+				c := dial(t, path, sluice.WithLazyStart(), sluice.WithBackoff(time.Millisecond, time.Millisecond),
+					sluice.WithDial(afterRefusal))
 				var wg sync.WaitGroup
 				for range concurrent {
 					wg.Go(func() {
 						_, err := c.Acquire(context.Background(), tb10, "k", 1)
-						if !errors.Is(err, st.Err()) || !errors.Is(err, sluice.ErrUnavailable) ||
-							strings.Contains(err.Error(), "broken pipe") || !strings.Contains(err.Error(), "refused by the test") {
-							t.Errorf("%d callers: %v, want the refusal (%v)", concurrent, err, st)
-						}
+						check(strconv.Itoa(concurrent)+" callers", err)
 					})
 				}
 				wg.Wait()
@@ -281,12 +303,10 @@ func TestClient_busyServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 20 {
-		c := dial(t, sc.cfg.SocketPath, sluice.WithFailurePolicy(sluice.FailError))
-		err := c.Ping(context.Background())
-		if !errors.Is(err, sluice.ErrBusy) {
+		_, err := sluice.Dial(sc.cfg.SocketPath, sluice.WithLogger(quiet))
+		if !errors.Is(err, sluice.ErrBusy) || !errors.Is(err, sluice.ErrUnavailable) {
 			t.Fatalf("second client: %v, want ErrBusy", err)
 		}
-		c.Close()
 	}
 }
 
@@ -294,7 +314,6 @@ func TestClient_busyServer(t *testing.T) {
 func TestClient_errorTexts(t *testing.T) {
 	sc := startSidecar(t)
 	c := dial(t, sc.cfg.SocketPath, sluice.WithFailurePolicy(sluice.FailError))
-	absent := dial(t, filepath.Join(shortDir(t), "absent.sock"))
 	cx := context.Background()
 	_, parseErr := sluice.ParseLimit("gcra:burst=x")
 	for name, err := range map[string]error{
@@ -305,7 +324,7 @@ func TestClient_errorTexts(t *testing.T) {
 		"multi key":  third(c.Multi(cx, []sluice.Item{{Limit: tb10}})),
 		"cost":       second(c.Acquire(cx, tb10, "k", -1)),
 		"bad name":   second(c.Acquire(cx, sluice.Limit{Name: "9lives"}, "k", 1)),
-		"absent":     absent.Ping(cx),
+		"absent":     second(sluice.Dial(filepath.Join(shortDir(t), "absent.sock"))),
 		"closed": func() error {
 			cl := dial(t, sc.cfg.SocketPath)
 			cl.Close()

@@ -2,6 +2,8 @@ package sluice
 
 import (
 	"context"
+	"errors"
+	"syscall"
 	"time"
 )
 
@@ -24,6 +26,10 @@ func (c *Client) conn() (*conn, error) {
 	}
 	now := time.Now()
 	if now.Before(c.retryAt) {
+		var se *StatusError
+		if errors.As(c.lastErr, &se) && refusal(se.Status) {
+			return nil, c.lastErr // refused: a refusal, not an outage
+		}
 		next := "the next attempt to connect is in " + c.retryAt.Sub(now).Round(time.Millisecond).String()
 		if ue, ok := c.lastErr.(*unavailableError); ok && ue.why != "" {
 			return nil, unavailable(ue.why+"; "+next, ue.cause)
@@ -35,7 +41,11 @@ func (c *Client) conn() (*conn, error) {
 	cancel()
 	if err != nil {
 		c.backoffLocked(now, err)
-		err = unavailable("cannot connect to "+c.path, err)
+		why := "cannot connect to " + c.where
+		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
+			why = "nothing listens at " + c.where
+		}
+		err = unavailable(why, err)
 		c.lastErr = err
 		return nil, err
 	}

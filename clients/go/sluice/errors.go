@@ -39,10 +39,14 @@ var (
 var (
 	// ErrUnavailable: the sidecar could not be reached, the connection
 	// broke with the call in flight, no answer came within the client's
-	// default timeout, or the sidecar sent bytes the client cannot trust.
-	// The error wraps the cause too (errors.Is finds both). Acquire, Peek
-	// and Multi return the failure policy's decision instead, unless the
-	// policy is FailError.
+	// default timeout, the sidecar is at its connection limit (ErrBusy)
+	// or shutting down (ErrShuttingDown), or it sent bytes the client
+	// cannot trust. The error wraps the cause too (errors.Is finds both).
+	// Acquire, Peek, Multi and Lease return the failure policy's decision
+	// instead, unless the policy is FailError or the sidecar has never
+	// answered the client. A sidecar that refuses this process (ErrDenied)
+	// or the version of a request (ErrBadVersion) is not unavailable: it
+	// answered.
 	ErrUnavailable = errors.New("the sidecar is unavailable")
 
 	// ErrClosed: the Client was closed.
@@ -153,6 +157,25 @@ func (e *unavailableError) Error() string {
 }
 
 func (e *unavailableError) Is(target error) bool { return target == ErrUnavailable }
+
+// neverAnsweredError is the error of a call to a sidecar that has never
+// answered the client: the failure policy does not decide it.
+type neverAnsweredError struct{ err error }
+
+func (e *neverAnsweredError) Error() string {
+	return e.err.Error() + " (it has never answered this client, so the failure policy does not apply)"
+}
+
+func (e *neverAnsweredError) Unwrap() error { return e.err }
+
+// refusal reports whether st, the status of a frame-level error, refuses
+// the client rather than says the sidecar cannot serve it for now: Denied
+// (this process is not allowed), BadVersion (the sidecar is older than the
+// request), and anything else but Busy and ShuttingDown, which are
+// outages.
+func refusal(st proto.Status) bool {
+	return st != proto.StatusBusy && st != proto.StatusShuttingDown
+}
 
 func (e *unavailableError) Unwrap() error { return e.cause }
 

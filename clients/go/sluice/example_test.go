@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/clients/go/sluice"
@@ -123,27 +124,49 @@ func ExampleMiddleware() {
 }
 
 func ExampleWithFailurePolicy() {
-	// No sidecar listens here: with FailOpen, the default, Dial succeeds
-	// and decisions allow, marked Degraded, until the sidecar comes up.
-	absent := filepath.Join("testdata", "no-such.sock")
+	// Logins: refuse rather than let attempts through unlimited while the
+	// sidecar is away. Dial checks that the sidecar answers; from then on
+	// its outages (a restart, a crash) are decided by the policy, Degraded.
+	c, err := sluice.Dial(exampleSocket, sluice.WithFailurePolicy(sluice.FailClosed))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	d, err := c.Acquire(context.Background(), sluice.GCRA(4, 1, time.Second), "login:bob", 1)
+	fmt.Println(d.Allowed, d.Degraded, err)
+	// Every decision the policy made is counted: export it.
+	fmt.Println(c.Degraded())
+	// Output:
+	// true false <nil>
+	// 0
+}
+
+func ExampleDial() {
+	// Nothing listens here (a typo, or the application started from
+	// another directory than the sidecar): Dial fails, naming the socket's
+	// absolute path, rather than return a client that allows everything.
+	_, err := sluice.Dial(filepath.Join("testdata", "no-such.sock"))
+	fmt.Println(errors.Is(err, sluice.ErrUnavailable))
+	fmt.Println(strings.Contains(err.Error(), "nothing listens at /"))
+	// Output:
+	// true
+	// true
+}
+
+func ExampleWithLazyStart() {
+	// An application that may start before its sidecar: Dial does not ask
+	// it, and every call fails until it has answered once (then the failure
+	// policy covers its outages).
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	c, err := sluice.Dial(absent, sluice.WithFailurePolicy(sluice.FailOpen), sluice.WithLogger(quiet))
+	c, err := sluice.Dial(filepath.Join("testdata", "no-such.sock"), sluice.WithLazyStart(), sluice.WithLogger(quiet))
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer c.Close()
 	d, err := c.Acquire(context.Background(), sluice.GCRA(4, 1, time.Second), "api:token:42", 1)
-	fmt.Println(d.Allowed, d.Degraded, err)
-
-	// Operations that decide nothing report the outage.
-	err = c.Ping(context.Background())
-	fmt.Println(errors.Is(err, sluice.ErrUnavailable))
-	// Every decision the policy made is counted: export it.
-	fmt.Println(c.Degraded())
+	fmt.Println(d.Allowed, d.Degraded, errors.Is(err, sluice.ErrUnavailable))
 	// Output:
-	// true true <nil>
-	// true
-	// 1
+	// false false true
 }
 
 func ExampleClient_Pipeline() {
