@@ -34,13 +34,35 @@ func arenaOffset(n uint64, slotSize int) int64 {
 // bitmapBytes is the size of the bitmap of an arena of cells cells.
 func bitmapBytes(cells uint64) int64 { return alignPage(int64((cells+63)/64) * 8) }
 
-// fileSize is the size of a file of n slots of size slotSize and an arena
-// of cells cells.
-func fileSize(n uint64, slotSize int, cells uint64) int64 {
+// arenaEnd is the end of the arena (of the slots, without one) in a file of
+// n slots of size slotSize and an arena of cells cells: the size of such a
+// file of version 5.
+func arenaEnd(n uint64, slotSize int, cells uint64) int64 {
 	if cells == 0 {
 		return HeaderSize + int64(n)*int64(slotSize)
 	}
 	return arenaOffset(n, slotSize) + bitmapBytes(cells) + int64(cells)*CellSize
+}
+
+// registryOffset is the offset of the holders registry (version 6) in a
+// file of n slots of size slotSize and an arena of cells cells.
+func registryOffset(n uint64, slotSize int, cells uint64) int64 {
+	return alignPage(arenaEnd(n, slotSize, cells))
+}
+
+// fileSize is the size of a file of FormatVersion with n slots of size
+// slotSize and an arena of cells cells.
+func fileSize(n uint64, slotSize int, cells uint64) int64 {
+	return registryOffset(n, slotSize, cells) + registrySize
+}
+
+// versionSize is fileSize for a file of format version v (whose cells are
+// 0 before version 5).
+func versionSize(v uint32, n uint64, slotSize int, cells uint64) int64 {
+	if v < holdersVersion {
+		return arenaEnd(n, slotSize, cells)
+	}
+	return fileSize(n, slotSize, cells)
 }
 
 // arenaSum is the checksum of the arena's cell count.

@@ -147,7 +147,7 @@ func TestRecoverArena_bitFlipInBlock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	off := g.FileSize - int64(g.ArenaCells)*CellSize // cell 0
+	off := registryOffset(g.SlotCount, g.SlotSize, g.ArenaCells) - int64(g.ArenaCells)*CellSize // cell 0
 	for bit := 0; bit < 40*64; bit += 3 {
 		img := append([]byte(nil), b...)
 		img[off+int64(bit/8)] ^= 1 << (bit % 8)

@@ -303,7 +303,7 @@ func TestAttach_stoppedHolderKeepsItsLock(t *testing.T) {
 // Ensure processes that exit without closing their table do not use the
 // holders registry up: once every entry is taken, the next table frees
 // those of processes that are gone. A lock one of them died holding is
-// never taken for the new holder's, whose tag is of a later generation.
+// never taken for the new holder's, whose tag is drawn after theirs.
 func TestAttach_registryOfTheDead(t *testing.T) {
 	owner, path := newFile(t, Options{SlotCount: 16})
 	put(t, owner, "held", 5, math.MaxInt64, 0)
@@ -313,12 +313,12 @@ func TestAttach_registryOfTheDead(t *testing.T) {
 	}
 	deadPID := uint32(gone.Process.Pid)
 	var deadTags []uint32
-	for i := range numHolders {
+	for i := range NumHolders {
 		e := owner.holder(i)
 		if entryLive(atomic.LoadUint32(u32at(e, 0))) {
 			continue // the owner's
 		}
-		tag := nextTag(i, atomic.LoadUint32(u32at(e, 0)))
+		tag := owner.drawTag()
 		atomic.StoreUint32(u32at(e, 0), tag)
 		atomic.StoreUint32(u32at(e, 4), deadPID)
 		deadTags = append(deadTags, tag)

@@ -84,8 +84,10 @@
 // closing owner's final sync) until it continues or dies.
 //
 // Every table registers in the file's holders registry (format.go): a tag,
-// its pid and its process's start time. A lock word carries its holder's
-// tag. A waiter spins on a held lock, and asks every few hundred rounds
+// its pid and its process's start time. The registry takes NumHolders
+// (1,024) tables at once; when it is full, entries of processes that are
+// gone are freed, and if none is, Open and Attach fail with ErrHolders. A
+// lock word carries its holder's tag. A waiter spins on a held lock, and asks every few hundred rounds
 // whether the holder still lives: a registered process that exists, is not
 // a zombie and started when it registered. A lock whose holder is gone (a
 // process killed while holding it, or a tag no holder has, from damage) is

@@ -1,6 +1,7 @@
 package shm
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"testing"
@@ -82,18 +83,24 @@ func FuzzValidateHeader(f *testing.F) {
 	if err := writeHeader(good, Options{SlotCount: 8, SlotSize: 64, ProbeCap: 8}, 0); err != nil {
 		f.Fatal(err)
 	}
-	f.Add(good[:checksummed+8], int64(HeaderSize+8*64))
+	f.Add(good[:checksummed+8], fileSize(8, 64, 0))
 	f.Add([]byte(magic), int64(0))
 	f.Fuzz(func(t *testing.T, prefix []byte, size int64) {
 		hdr := make([]byte, HeaderSize)
 		copy(hdr, prefix)
-		if v, err := validateHeader(hdr, size); err != nil || v < 1 || v > FormatVersion {
+		v, err := validateHeader(hdr, size)
+		if err != nil {
 			return
 		}
-		var tb Table
-		tb.load(hdr)
-		if want := HeaderSize + int64(tb.n)*int64(tb.slotSize); want != size || tb.probeCap < 1 || tb.probeCap > tb.n {
-			t.Fatalf("validated header: %d slots of %d bytes, probe cap %d, file of %d bytes", tb.n, tb.slotSize, tb.probeCap, size)
+		le := binary.LittleEndian
+		n, ss, pc, cells := le.Uint64(hdr[offSlotCount:]), int(le.Uint32(hdr[offSlotSize:])), uint64(le.Uint32(hdr[offProbeCap:])), uint64(0)
+		if v >= arenaVersion {
+			cells = le.Uint64(hdr[offArenaCells:])
+		}
+		own := versionSize(v, n, ss, cells)
+		upgraded := v < FormatVersion && (size == upgradedSize(hdr, v) || v < arenaVersion && size == v5Size(hdr))
+		if size != own && !upgraded || pc < 1 || pc > n {
+			t.Fatalf("validated header: %d slots of %d bytes, probe cap %d, file of %d bytes", n, ss, pc, size)
 		}
 	})
 }
