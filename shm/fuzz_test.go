@@ -27,7 +27,7 @@ func FuzzTable(f *testing.F) {
 			op, k, arg := ops[i]%4, int(ops[i+1])%keys, int64(ops[i+2])
 			switch op {
 			case 0: // create or update
-				s, found, err := tb.LookupOrInsert(fp(tb, name(k)), 1, nil, now)
+				s, found, err := tb.LookupOrInsert(fp(tb, name(k)), 1, nil, now, nil)
 				if errors.Is(err, ErrTableFull) {
 					h := tb.home(fp(tb, name(k)))
 					for j := range tb.probeCap {
@@ -58,8 +58,8 @@ func FuzzTable(f *testing.F) {
 					t.Fatalf("op %d: %s lost before it was fresh", i/3, name(k))
 				}
 			case 2: // reset
-				if s, ok := tb.Lookup(fp(tb, name(k))); ok {
-					s.Clear()
+				if s, ok := tb.lookup(fp(tb, name(k))); ok {
+					s.Clear(nil)
 				}
 				delete(model, k)
 			case 3: // time passes

@@ -130,6 +130,18 @@ func (t *Table) holderLive(tag uint32) bool {
 	return pid == 0 || processAlive(int(pid), atomic.LoadUint64(u64at(e, 8)))
 }
 
+// holderPid returns the pid of the holder whose tag is tag, 0 if none is
+// registered (or it is registering).
+func (t *Table) holderPid(tag uint32) int {
+	if tag == t.gen {
+		return os.Getpid()
+	}
+	if e := t.entryOf(tag); e != nil {
+		return int(atomic.LoadUint32(u32at(e, 4)))
+	}
+	return 0
+}
+
 // pruneHolders frees the entries of holders whose process is gone: the
 // owner on open, before it registers (then an entry without a pid, whose
 // holder died registering, is gone too: no one registers while the owner
@@ -231,7 +243,7 @@ func (t *Table) quiesce() {
 			if n%quiesceCheckEvery == quiesceCheckEvery-1 && !t.holderLive(tag) {
 				break
 			}
-			if n < spinsBeforeYield {
+			if n < spinRounds {
 				continue
 			}
 			time.Sleep(quiesceSleep)

@@ -89,6 +89,8 @@ type Table struct {
 	busyBase  unsafe.Pointer // entry 0's busy count
 	busyStep  uintptr        // bytes from one busy count to the next
 	nHolders  int            // entries in the registry
+	alive     atomic.Uint64  // a holder recently found alive (holderAlive)
+	parked    parking        // waiters for locks that stay held (park.go)
 	slotSize  uintptr
 	n         uint64 // slot count
 	probeCap  uint64

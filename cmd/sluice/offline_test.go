@@ -39,7 +39,7 @@ func fill(tb *shm.Table, n int) {
 	for i := range n {
 		key := []byte(fmt.Sprint("user:", i))
 		kind := uint8(1 + i%2)
-		s, _, err := tb.LookupOrInsert(tb.Fingerprint(key, uint64(kind)), kind, key, 0)
+		s, _, err := tb.LookupOrInsert(tb.Fingerprint(key, uint64(kind)), kind, key, 0, nil)
 		if err != nil {
 			panic(err)
 		}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/sluicehq/sluice/bucket"
@@ -300,7 +301,10 @@ func TestUpgrade_staleLockOfTheOldRegistry(t *testing.T) {
 	if st := tb.Stats(); st.LockedOnOpen != 1 {
 		t.Errorf("locked on open: %d, want 1", st.LockedOnOpen)
 	}
-	sl := tb.LockIndex(uint64(held))
+	sl, err := tb.LockIndex(uint64(held), &shm.Wait{Budget: time.Second})
+	if err != nil {
+		t.Fatalf("the slot a version-5 holder left locked: %v", err)
+	}
 	if !sl.Conservative() {
 		t.Error("the slot is not marked conservative")
 	}

@@ -165,7 +165,7 @@ func (s *server) do(b []byte, op *proto.Op, c *conn) []byte {
 	case proto.OpStats:
 		return s.appendStats(b)
 	case proto.OpScan:
-		return s.scan(b, op, c.room(b), c.version)
+		return s.scan(b, op, c.room(b), c.version, engine.At(c.now))
 	case proto.OpMulti:
 		return s.multi(b, op, c)
 	}
@@ -194,7 +194,7 @@ func (s *server) do(b []byte, op *proto.Op, c *conn) []byte {
 	case proto.OpRefund:
 		err = s.engine.Refund(&d, op.Key, l, op.N, when, 0)
 	case proto.OpReset:
-		existed, err := s.engine.Reset(op.Key, l)
+		existed, err := s.engine.Reset(op.Key, l, when)
 		if err != nil {
 			return c.fail(b, op.Code, err)
 		}
@@ -270,12 +270,13 @@ func (s *server) multi(b []byte, op *proto.Op, c *conn) []byte {
 
 // scan lists live buckets whose inline key starts with the prefix, adding at
 // most room bytes to b; the cursor it returns resumes where it stopped. A
-// frame of version v lists only the algorithms v defines.
-func (s *server) scan(b []byte, op *proto.Op, room int, v uint8) []byte {
+// frame of version v lists only the algorithms v defines. t holds the
+// scan's lock waits.
+func (s *server) scan(b []byte, op *proto.Op, room int, v uint8, t engine.Time) []byte {
 	b, start := proto.BeginScanResult(b, 0)
 	limit := len(b) + room
 	n, full, resume := 0, false, uint64(0)
-	next, err := s.engine.Scan(op.Cursor, scanSpan, func(e *engine.Entry) bool {
+	next, err := s.engine.Scan(op.Cursor, scanSpan, t, func(e *engine.Entry) bool {
 		if !bytes.HasPrefix(e.Key, op.Prefix) || !proto.Algorithm(e.Algorithm).ValidIn(v) {
 			return true
 		}
@@ -290,6 +291,8 @@ func (s *server) scan(b []byte, op *proto.Op, room int, v uint8) []byte {
 	switch {
 	case errors.Is(err, engine.ErrNoInlineKeys):
 		return proto.AppendError(b[:start], op.Code, proto.StatusUnsupported, err.Error())
+	case err != nil:
+		return proto.AppendError(b[:start], op.Code, statusFor(err), err.Error())
 	case full && n == 0:
 		return proto.AppendError(b[:start], op.Code, proto.StatusMalformed,
 			"no room for a SCAN result in this response frame: send SCAN in a smaller batch")

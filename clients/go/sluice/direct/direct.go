@@ -264,7 +264,7 @@ func (c *Client) Reset(ctx context.Context, l sluice.Limit, key string) (bool, e
 			}
 			return false, c.unavailable()
 		}
-		existed, err := e.Reset(keyBytes(key), lim)
+		existed, err := e.Reset(keyBytes(key), lim, engine.Time{})
 		if errors.Is(err, engine.ErrNoOwner) {
 			c.detached(e, err)
 			continue
