@@ -301,7 +301,11 @@
 //	8  InvalidCost    a negative cost or refund amount
 //	9  TableFull      no free slot for a new bucket; existing buckets still work
 //	10 TooManyItems   a MULTI of more than MaxMulti items
-//	11 Contended      a MULTI could not lock its slots; retry
+//	11 Contended      the slots could not be locked; retry: a MULTI's kept being reclaimed, or
+//	                  another process (a direct client) kept one locked past the server's lock
+//	                  wait; the message then names it ("the bucket is locked by process 1234,
+//	                  which has held it for at least 1s: ..."). Any operation on buckets may
+//	                  get it; the operation changed nothing
 //	12 Unsupported    not possible on this server (SCAN on a table without inline keys)
 //	13 ShuttingDown   the server is stopping; reconnect later
 //	14 Internal       a server bug or I/O failure

@@ -60,6 +60,7 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 	fs.IntVar(&c.Loops, "loops", 0, "event loops of --transport epoll (default half the CPUs, at least one)")
 	fs.DurationVar(&c.LoopSpin, "loop-spin", server.DefaultLoopSpin, "how long an event loop polls for the next request before it sleeps (0: sleep at once)")
 	fs.DurationVar(&c.IdleTimeout, "idle-timeout", server.DefaultIdleTimeout, "close a connection idle this long (one holding concurrency leases: not before they expire)")
+	fs.DurationVar(&c.LockWait, "lock-wait", server.DefaultLockWait, "how long a request waits for a bucket's lock that another process keeps (a stopped direct client) before it is answered with an error naming that process")
 	fs.Func("allow-uid", "serve only peers with these uids (comma-separated), or with an --allow-gid", ids(&c.AllowUIDs))
 	fs.Func("allow-gid", "serve only peers with these gids (comma-separated), or with an --allow-uid", ids(&c.AllowGIDs))
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "debug, info, warn or error")
@@ -114,6 +115,8 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 		return usage("--sync-interval %v: want a duration from 1ms to 24h0m0s", c.SyncInterval)
 	case c.IdleTimeout <= 0:
 		return usage("--idle-timeout %v: want a duration from 1ms to 24h0m0s", c.IdleTimeout)
+	case c.LockWait <= 0:
+		return usage("--lock-wait %v: want a duration from 1ms to 24h0m0s", c.LockWait)
 	}
 	if c.LoopSpin == 0 {
 		c.LoopSpin = -1 // the flag's 0 is no polling; the Config's, the default

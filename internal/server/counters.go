@@ -10,6 +10,7 @@ type counters struct {
 	denied, allowed, errors          atomic.Int64
 	shadowDenied                     atomic.Int64 // denials of shadow limits, answered as allowed
 	buffered                         atomic.Int64 // bytes of connection buffers
+	handoffs                         atomic.Int64 // requests that handed their event loop over to wait for a lock
 }
 
 // connCounters are a connection's share of counters, kept without atomics

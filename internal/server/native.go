@@ -165,7 +165,7 @@ func (s *server) do(b []byte, op *proto.Op, c *conn) []byte {
 	case proto.OpStats:
 		return s.appendStats(b)
 	case proto.OpScan:
-		return s.scan(b, op, c.room(b), c.version, engine.At(c.now))
+		return s.scan(b, op, c.room(b), c.version, c.at(c.now))
 	case proto.OpMulti:
 		return s.multi(b, op, c)
 	}
@@ -323,7 +323,7 @@ func statusFor(err error) proto.Status {
 		return proto.StatusInvalidCost
 	case errors.Is(err, engine.ErrTooManyItems):
 		return proto.StatusTooManyItems
-	case errors.Is(err, engine.ErrContended):
+	case errors.Is(err, engine.ErrContended), errors.Is(err, engine.ErrLocked):
 		return proto.StatusContended
 	case errors.Is(err, engine.ErrTime):
 		return proto.StatusMalformed
@@ -367,7 +367,7 @@ func (s *server) appendStats(b []byte) []byte {
 		{"peers_denied", &c.peersDenied},
 		{"frames", &c.frames}, {"ops", &c.ops}, {"allowed", &c.allowed}, {"denied", &c.denied},
 		{"errors", &c.errors}, {"malformed", &c.malformed}, {"timeouts", &c.timeouts},
-		{"shadow_denied", &c.shadowDenied},
+		{"shadow_denied", &c.shadowDenied}, {"loop_handoffs", &c.handoffs},
 		{"buffered_bytes", &c.buffered},
 	} {
 		add(kv.name, uint64(kv.v.Load()))

@@ -182,9 +182,9 @@ func (rc *respConn) other(args [][]byte) {
 	case "command":
 		rc.commandInfo(args)
 	case "info":
-		rc.text(rc.s.info(args[1:], engine.At(rc.now)))
+		rc.text(rc.s.info(args[1:], rc.at(rc.now)))
 	case "dbsize":
-		if n, err := rc.s.liveBuckets(engine.At(rc.now)); err != nil {
+		if n, err := rc.s.liveBuckets(rc.at(rc.now)); err != nil {
 			rc.fail(err)
 		} else {
 			rc.out = resp.AppendInt(rc.out, n)

@@ -49,6 +49,10 @@ type stream struct {
 	// anything more is read.
 	more      bool
 	accounted int // bytes of buffers counted in the server's buffered_bytes
+	// blocking, if set, is called when a request is about to wait for a
+	// lock another holder keeps (engine.Time.Blocking): an event loop hands
+	// its other connections over to a new goroutine there.
+	blocking func()
 }
 
 // serve runs the connection until the client leaves, breaks the protocol,
@@ -178,11 +182,17 @@ func (st *stream) written() {
 // when is the Time of a request with flags f: the batch's server clock,
 // and the request's own time if it carries one.
 func (st *stream) when(f proto.Flags, at int64) engine.Time {
-	t := engine.At(st.now)
+	t := st.at(st.now)
 	if f&proto.FlagAt != 0 {
 		t.At = at
 	}
 	return t
+}
+
+// at is the Time of a request decided at the server clock now, with the
+// server's lock wait and the connection's way of waiting.
+func (st *stream) at(now int64) engine.Time {
+	return engine.Time{Now: now, At: now, Wait: st.s.cfg.LockWait, Blocking: st.blocking}
 }
 
 // limitCache remembers the last limit a connection used: clients send the
