@@ -44,6 +44,9 @@ fi
 if grep -rn --include='*.go' --exclude='*_test.go' 'time\.Now' bucket/ 2>/dev/null; then
   echo "deps: bucket must not read the clock (time is a parameter)"; fail=1
 fi
+if grep -rn --include='*.go' --exclude='*_test.go' -E '"(crypto/rand|math/rand(/v2)?)"' bucket/ 2>/dev/null; then
+  echo "deps: bucket must not draw random numbers (a lease id is a parameter)"; fail=1
+fi
 if grep -rln --include='*.go' --exclude='*_test.go' -E 'os\.Exit|log\.Fatal' shm bucket proto internal 2>/dev/null; then
   echo "deps: library packages must not exit the process"; fail=1
 fi

@@ -115,7 +115,7 @@ func BenchmarkDecideExt(b *testing.B) {
 		now := t0
 		for b.Loop() {
 			now += 50_000
-			if lease, _ := l.AcquireLease(now, &e.s, e.ext, &d); lease != 0 {
+			if lease, _ := l.AcquireLease(now, &e.s, e.ext, now, &d); lease != 0 {
 				l.ReleaseLease(now, &e.s, e.ext, lease, &d)
 			}
 		}

@@ -8,10 +8,10 @@ import "math"
 // the entry is held iff expiry > now; 0 when released or never taken) and
 // ext[2i+1] the lease's id.
 
-// concurrency State word 0: the id of the latest lease issued. InitExt
-// seeds it with now, so the ids issued after the bucket is reset exceed
-// every earlier one as long as fewer than one lease per ns was issued.
-const ccLastID = 0
+// concurrency State word 0 is not read. Versions before lease ids were
+// given by the caller kept the latest id there, and drew the next one from
+// it: InitExt and DrainedExt still seed it with now, as those versions
+// expect of a bucket they open.
 
 // scanLeases returns, at now, the number of free entries and the index of
 // the first (-1 if none), the earliest expiry of a held entry
@@ -63,15 +63,18 @@ func (l *Limit) peekConcurrency(now int64, ext []int64, d *Decision) {
 }
 
 // AcquireLease takes a concurrency lease at now if an entry is free: it is
-// held until now+Lease (saturated) under the id s[0]+1, and s[0] advances.
-// Then d is allowed, Remaining is the number of entries still free, and
-// lease is the id (> 0), the caller's handle for ReleaseLease. Otherwise d
-// is denied with RetryAfter the time until the first held entry expires,
-// lease is 0, and nothing changes. changed reports whether s or ext was
-// modified. An entry's expiry is absolute, so an earlier now finds only
-// more entries held. l must be a concurrency limit that passed Validate;
-// any other algorithm panics.
-func (l *Limit) AcquireLease(now int64, s *State, ext []int64, d *Decision) (lease int64, changed bool) {
+// held until now+Lease (saturated) under the id id, the caller's handle for
+// ReleaseLease. The caller draws id at random, so that no lease id can be
+// told from another (this package reads no randomness); id 0, which no
+// lease has, and an id an entry of the bucket has already are replaced by
+// the next value that is neither. Then d is allowed, Remaining is the
+// number of entries still free, and lease is the id the entry holds (never
+// 0). Otherwise d is denied with RetryAfter the time until the first held
+// entry expires, lease is 0, and nothing changes. changed reports whether s
+// or ext was modified. An entry's expiry is absolute, so an earlier now
+// finds only more entries held. l must be a concurrency limit that passed
+// Validate; any other algorithm panics.
+func (l *Limit) AcquireLease(now int64, s *State, ext []int64, id int64, d *Decision) (lease int64, changed bool) {
 	l.checkExt(ext)
 	if l.Algorithm != Concurrency {
 		badAlgorithm(l.Algorithm)
@@ -83,14 +86,13 @@ func (l *Limit) AcquireLease(now int64, s *State, ext []int64, d *Decision) (lea
 		d.ResetAfter = resetAfter(leasesFreshAt(latest), now)
 		return 0, false
 	}
-	id := max(satAdd(s[ccLastID], 1), 1) // > 0 even after a corrupt word
+	for id == 0 || hasLease(ext, id) { // at most Max+1 steps
+		id++
+	}
 	expiry := satAdd(now, l.Lease)
 	changed = setExt(s, ext, 2*first, expiry)
 	if setExt(s, ext, 2*first+1, id) {
 		changed = true
-	}
-	if s[ccLastID] != id {
-		s[ccLastID], changed = id, true
 	}
 	d.Allowed = true
 	d.Remaining = int64(free - 1)
@@ -98,9 +100,20 @@ func (l *Limit) AcquireLease(now int64, s *State, ext []int64, d *Decision) (lea
 	return id, changed
 }
 
+// hasLease reports whether an entry of ext has the id id, held or not.
+func hasLease(ext []int64, id int64) bool {
+	for i := 1; i < len(ext); i += 2 {
+		if ext[i] == id {
+			return true
+		}
+	}
+	return false
+}
+
 // ReleaseLease gives back the lease with id lease, if its entry is held at
 // now: the entry is freed (expiry 0) and released and changed are true. A
-// lease that is unknown, released already or expired changes nothing. d
+// lease that is unknown, released already or expired changes nothing, and
+// so does id 0, which no lease has (a drained bucket's entries have it). d
 // describes the bucket afterwards, as PeekExt. l must be a concurrency limit
 // that passed Validate; any other algorithm panics.
 func (l *Limit) ReleaseLease(now int64, s *State, ext []int64, lease int64, d *Decision) (released, changed bool) {
@@ -108,7 +121,7 @@ func (l *Limit) ReleaseLease(now int64, s *State, ext []int64, lease int64, d *D
 	if l.Algorithm != Concurrency {
 		badAlgorithm(l.Algorithm)
 	}
-	if lease > 0 {
+	if lease != 0 {
 		for i := 0; i+1 < len(ext); i += 2 {
 			if ext[i+1] == lease && ext[i] > now && setExt(s, ext, i, 0) {
 				released = true
@@ -121,11 +134,11 @@ func (l *Limit) ReleaseLease(now int64, s *State, ext []int64, lease int64, d *D
 }
 
 // drainedConcurrency: every entry held until now+Lease under id 0, which no
-// lease matches; the ids start again from now.
+// lease matches.
 func (l *Limit) drainedConcurrency(now int64, s *State, ext []int64) {
 	expiry := satAdd(now, l.Lease)
 	for i := 0; i+1 < len(ext); i += 2 {
 		ext[i], ext[i+1] = expiry, 0
 	}
-	s[ccLastID] = now
+	s[0] = now
 }

@@ -4,7 +4,7 @@ import "testing"
 
 func TestConcurrency(t *testing.T) {
 	l := Limit{Algorithm: Concurrency, Max: 2, Lease: sec}
-	b := newExtBucket(l, t0) // lease ids start after t0
+	b := newExtBucket(l, t0)
 	runExt(t, l, b, []extStep{
 		{opAcquire, t0, t0 + 1, allow(1, sec), true},
 		{opAcquire, t0 + 100*ms, t0 + 2, allow(0, sec), true},
@@ -26,12 +26,12 @@ func TestConcurrency(t *testing.T) {
 		{opRefund, t0 + 1200*ms, 5, deny(0, 100*ms, 900*ms), false}, // leases go back by ReleaseLease only
 		{opPeek, t0 + 3*sec, 0, allow(2, 0), false},
 	})
-	if b.s[0] != t0+4 {
-		t.Errorf("last lease id = t0%+d, want t0+4", b.s[0]-t0)
+	if b.s[0] != t0 {
+		t.Errorf("word 0 = t0%+d, want t0: a lease leaves it as InitExt set it", b.s[0]-t0)
 	}
 
 	// A drained bucket holds every entry for a lease under id 0, which
-	// nothing releases; ids start again after the time of the repair.
+	// nothing releases.
 	b = newExtBucket(l, t0)
 	l.DrainedExt(t0+5, &b.s, b.ext)
 	checkExtSum(t, b)
@@ -40,6 +40,48 @@ func TestConcurrency(t *testing.T) {
 		{opRelease, t0 + 5, 0, deny(0, sec, sec), false},
 		{opAcquire, t0 + 5 + sec, t0 + 6, allow(1, sec), true},
 	})
+}
+
+// Ensure a lease holds the id the caller drew, unless the bucket cannot
+// tell it from another: 0 (no lease) and an id one of its entries has,
+// held or not, are replaced by the next value that is neither; ids are
+// any int64, negative ones (u64 ids above 2^63 on the wire) included.
+func TestConcurrencyIDs(t *testing.T) {
+	l := Limit{Algorithm: Concurrency, Max: 4, Lease: sec}
+	b := newExtBucket(l, t0)
+	var d Decision
+	for _, c := range []struct{ id, want int64 }{
+		{-5, -5},
+		{-5, -4}, // held
+		{0, 1},   // no lease has id 0
+		{-5, -3}, // -5 and -4 held
+	} {
+		if lease, _ := l.AcquireLease(t0, &b.s, b.ext, c.id, &d); lease != c.want || !d.Allowed {
+			t.Fatalf("AcquireLease under %d: lease %d, %+v; want %d", c.id, lease, d, c.want)
+		}
+	}
+	if ok, _ := l.ReleaseLease(t0, &b.s, b.ext, -4, &d); !ok {
+		t.Fatal("lease -4 was not released")
+	}
+	// -4 is still in its (free) entry: a new lease does not take it.
+	if lease, _ := l.AcquireLease(t0, &b.s, b.ext, -4, &d); lease != -2 {
+		t.Fatalf("AcquireLease under -4 after its release: lease %d, want -2", lease)
+	}
+	for _, id := range []int64{-5, -2, 1, -3} {
+		if ok, _ := l.ReleaseLease(t0, &b.s, b.ext, id, &d); !ok {
+			t.Fatalf("lease %d was not released", id)
+		}
+	}
+	if ok, _ := l.ReleaseLease(t0, &b.s, b.ext, -4, &d); ok {
+		t.Fatal("a released lease was released again")
+	}
+	// A wrap past the largest int64 is a value like another.
+	if lease, _ := l.AcquireLease(t0, &b.s, b.ext, maxI64, &d); lease != maxI64 {
+		t.Fatalf("lease %d, want MaxInt64", lease)
+	}
+	if lease, _ := l.AcquireLease(t0, &b.s, b.ext, maxI64, &d); lease != minI64 {
+		t.Fatalf("lease %d, want MinInt64", lease)
+	}
 }
 
 func TestConcurrencyExtremes(t *testing.T) {
@@ -60,7 +102,6 @@ type leaseModel struct {
 	l        Limit
 	expiry   map[int64]int64
 	released map[int64]bool
-	lastID   int64
 }
 
 // held returns the leases held at now and the earliest of their expiries.
@@ -92,15 +133,16 @@ func (m *leaseModel) peek(now int64) Decision {
 	return d
 }
 
-func (m *leaseModel) acquire(now int64) (Decision, int64) {
+// acquire takes a lease under id, drawn at random: it is none of the ids
+// taken before (the chance that it is, over a test run, is below 2^-40).
+func (m *leaseModel) acquire(now, id int64) (Decision, int64) {
 	if d := m.peek(now); !d.Allowed {
 		return d, 0
 	}
-	m.lastID++
-	m.expiry[m.lastID] = now + m.l.Lease
+	m.expiry[id] = now + m.l.Lease
 	d := m.peek(now)
 	d.Allowed, d.RetryAfter = true, -1
-	return d, m.lastID
+	return d, id
 }
 
 func (m *leaseModel) release(now, id int64) (Decision, bool) {
@@ -135,7 +177,7 @@ func TestConcurrencyModel(t *testing.T) {
 			now = MaxTime - r.Int64N(100*min(l.Lease, MaxTime/100))
 		}
 		b := newExtBucket(l, now)
-		m := &leaseModel{l: l, expiry: map[int64]int64{}, released: map[int64]bool{}, lastID: now}
+		m := &leaseModel{l: l, expiry: map[int64]int64{}, released: map[int64]bool{}}
 		var ids []int64
 		for i := range 400 {
 			now = min(satAdd(now, r.Int64N(2*l.Lease/min(l.Max, 8))), MaxTime)
@@ -144,9 +186,10 @@ func TestConcurrencyModel(t *testing.T) {
 			switch r.IntN(6) {
 			case 0, 1:
 				op = "AcquireLease"
-				lease, _ := l.AcquireLease(now, &b.s, b.ext, &got)
+				id := int64(r.Uint64() | 1) // never 0
+				lease, _ := l.AcquireLease(now, &b.s, b.ext, id, &got)
 				var wantLease int64
-				want, wantLease = m.acquire(now)
+				want, wantLease = m.acquire(now, id)
 				if lease != wantLease {
 					t.Fatalf("seed %d step %d %+v: AcquireLease(t%+d) = lease %d, model %d", seed, i, l, now, lease, wantLease)
 				}

@@ -112,7 +112,9 @@
 //
 // concurrency (Max, Lease) is nginx limit_conn's slots in flight: at most
 // Max leases are held at once. AcquireLease takes a free entry, held until
-// now+Lease, and returns its id, the caller's handle; ReleaseLease frees it
+// now+Lease, under an id the caller draws at random (the bucket only makes
+// it non-zero and unique among its entries), and returns it, the caller's
+// handle; ReleaseLease frees it
 // by id (an unknown, released or expired id does nothing); an entry whose
 // expiry has passed is free again. A lease's expiry is absolute, so an
 // earlier now only finds more entries held. Leases are taken only through
@@ -120,10 +122,9 @@
 // entries free, Allowed whether one is), and a refund changes nothing. The
 // bucket is fresh when its latest expiry passes. The
 // extension is Max entries of two words, [expiry, id]; an entry is held iff
-// expiry > now, and a released entry's expiry is 0. State: [0] the latest
-// lease id, seeded with now by InitExt, so the ids issued after a bucket is
-// reset exceed every earlier one as long as fewer than one lease per ns was
-// issued. Max is capped at MaxConcurrency.
+// expiry > now, and a released entry's expiry is 0. State: [0] is not read
+// (InitExt and DrainedExt set it to now: earlier versions kept their latest
+// id there). Max is capped at MaxConcurrency.
 //
 // For all three, Decision.Limit is Max, State word [1] is ExtSum(ext),
 // updated word by word with every change to the extension, so the table can

@@ -88,7 +88,7 @@ func (l *Limit) checkExt(ext []int64) {
 
 // InitExt sets s and ext to a brand-new bucket at now: sliding_log an empty
 // log; window_counters every counter 0, now's sub-window the newest;
-// concurrency every lease free, the lease id counter at now. A new bucket is
+// concurrency every lease free (word 0 at now). A new bucket is
 // fresh: FreshAtExt <= now. Word 2 of s is left as it is.
 func (l *Limit) InitExt(now int64, s *State, ext []int64) {
 	l.checkExt(ext)
@@ -197,8 +197,9 @@ func (l *Limit) DecideRefundExt(now int64, s *State, ext []int64, amount int64, 
 // which s and ext are back to the state of a new bucket with no further
 // traffic, math.MinInt64 if they are at any time. sliding_log: the newest
 // admission plus Window; window_counters: the end of the newest non-zero
-// sub-window plus Window; concurrency: the latest expiry of a lease (up to
-// the ids of the leases to come).
+// sub-window plus Window; concurrency: the latest expiry of a lease (the
+// ids of the entries then may differ from a new bucket's, which no decision
+// reads).
 func (l *Limit) FreshAtExt(s *State, ext []int64) int64 {
 	l.checkExt(ext)
 	switch l.Algorithm {

@@ -82,10 +82,14 @@ func extTraffic(r *rand.Rand, l *Limit, b *extBucket, now int64, refunds bool) (
 	var d Decision
 	if l.Algorithm == Concurrency {
 		if r.IntN(3) == 0 {
-			l.ReleaseLease(now, &b.s, b.ext, b.s[0]-r.Int64N(2*l.Max), &d)
+			id := r.Int64() // unknown, or an entry's: held, released or expired
+			if r.IntN(4) > 0 {
+				id = b.ext[2*r.IntN(int(l.Max))+1]
+			}
+			l.ReleaseLease(now, &b.s, b.ext, id, &d)
 			return true
 		}
-		l.AcquireLease(now, &b.s, b.ext, &d)
+		l.AcquireLease(now, &b.s, b.ext, r.Int64(), &d)
 		return false
 	}
 	if refunds && r.IntN(8) == 0 {
@@ -142,8 +146,8 @@ func TestExtBackwardsNeverMints(t *testing.T) {
 				cost := r.Int64N(l.Max + 2)
 				bb, lb := b.clone(), b.clone()
 				if a == Concurrency {
-					l.AcquireLease(at, &bb.s, bb.ext, &back)
-					l.AcquireLease(latest, &lb.s, lb.ext, &late)
+					l.AcquireLease(at, &bb.s, bb.ext, 1, &back)
+					l.AcquireLease(latest, &lb.s, lb.ext, 1, &late)
 				} else {
 					l.DecideExt(at, &bb.s, bb.ext, cost, 0, &back)
 					l.DecideExt(latest, &lb.s, lb.ext, cost, 0, &late)
@@ -185,8 +189,8 @@ func TestExtFreshAtNeverEarly(t *testing.T) {
 					old, nw := b.clone(), newExtBucket(l, when)
 					var got, want Decision
 					if a == Concurrency {
-						l.AcquireLease(when, &old.s, old.ext, &got)
-						l.AcquireLease(when, &nw.s, nw.ext, &want)
+						l.AcquireLease(when, &old.s, old.ext, 1, &got)
+						l.AcquireLease(when, &nw.s, nw.ext, 1, &want)
 					} else {
 						l.DecideExt(when, &old.s, old.ext, cost, 0, &got)
 						l.DecideExt(when, &nw.s, nw.ext, cost, 0, &want)
@@ -307,7 +311,7 @@ func TestExtAllocs(t *testing.T) {
 			l.DecideRefundExt(now, &s, ext, 1, 0, &d)
 			l.FreshAtExt(&s, ext)
 			if l.Algorithm == Concurrency {
-				lease, _ := l.AcquireLease(now, &s, ext, &d)
+				lease, _ := l.AcquireLease(now, &s, ext, now, &d)
 				l.ReleaseLease(now, &s, ext, lease, &d)
 			}
 			l.DrainedExt(now, &s, ext)
@@ -337,7 +341,7 @@ func TestExtendedPanics(t *testing.T) {
 		"PeekExt":         func(l *Limit, s *State, ext []int64) { l.PeekExt(0, s, ext, &Decision{}) },
 		"DecideRefundExt": func(l *Limit, s *State, ext []int64) { l.DecideRefundExt(0, s, ext, 1, 0, &Decision{}) },
 		"FreshAtExt":      func(l *Limit, s *State, ext []int64) { l.FreshAtExt(s, ext) },
-		"AcquireLease":    func(l *Limit, s *State, ext []int64) { l.AcquireLease(0, s, ext, &Decision{}) },
+		"AcquireLease":    func(l *Limit, s *State, ext []int64) { l.AcquireLease(0, s, ext, 1, &Decision{}) },
 		"ReleaseLease":    func(l *Limit, s *State, ext []int64) { l.ReleaseLease(0, s, ext, 1, &Decision{}) },
 	}
 	panics := func(what string, want string, f func()) {

@@ -229,13 +229,13 @@ func fuzzExt(t *testing.T, l Limit, orig State, now, cost int64, flags uint8) {
 
 	if l.Algorithm == Concurrency {
 		leased := b.clone()
-		lease, lchanged := l.AcquireLease(now, &leased.s, leased.ext, &d)
-		if lchanged == leased.equal(b) || d.Allowed != (lease > 0) || (d.Allowed && d.Remaining != p.Remaining-1) {
+		lease, lchanged := l.AcquireLease(now, &leased.s, leased.ext, now^cost, &d)
+		if lchanged == leased.equal(b) || d.Allowed != (lease != 0) || (d.Allowed && d.Remaining != p.Remaining-1) {
 			t.Fatalf("AcquireLease at %d of %v %v: lease %d, %+v, changed %v; the peek before %+v", now, b.s, b.ext, lease, d, lchanged, p)
 		}
 		checkExtDecision(t, l, leased, now, d)
 		checkExtWords(t, b, leased)
-		if lease > 0 && now < maxI64-l.Lease {
+		if lease != 0 && now < maxI64-l.Lease {
 			released := leased.clone()
 			if ok, rc := l.ReleaseLease(now, &released.s, released.ext, lease, &d); !ok || !rc {
 				t.Fatalf("ReleaseLease(%d) at %d of %v %v: %v %v", lease, now, leased.s, leased.ext, ok, rc)

@@ -172,7 +172,7 @@ const (
 	opDecide  extOp = iota // DecideExt with cost n
 	opPeek                 // PeekExt
 	opRefund               // DecideRefundExt with amount n
-	opAcquire              // AcquireLease, wanting lease n
+	opAcquire              // AcquireLease under id n, wanting lease n if allowed, else 0
 	opRelease              // ReleaseLease of lease n, wanting it released iff changed
 )
 
@@ -200,7 +200,7 @@ func (b *extBucket) do(l *Limit, op extOp, at, n int64) (d Decision, changed boo
 	case opRefund:
 		changed = l.DecideRefundExt(at, &b.s, b.ext, n, 0, &d)
 	case opAcquire:
-		lease, changed = l.AcquireLease(at, &b.s, b.ext, &d)
+		lease, changed = l.AcquireLease(at, &b.s, b.ext, n, &d)
 	case opRelease:
 		_, changed = l.ReleaseLease(at, &b.s, b.ext, n, &d)
 	}
@@ -222,7 +222,11 @@ func runExt(t *testing.T, l Limit, b *extBucket, steps []extStep) {
 		d, changed, lease := b.do(&l, st.op, st.at, st.n)
 		want := st.want
 		want.Limit = l.Max
-		if d != want || changed != st.changed || (st.op == opAcquire && lease != st.n) {
+		wantLease := st.n
+		if !want.Allowed {
+			wantLease = 0
+		}
+		if d != want || changed != st.changed || (st.op == opAcquire && lease != wantLease) {
 			t.Errorf("step %d: %s(at=%d (t0%+d), %d) =\n\t%+v, changed %v, lease %d; want\n\t%+v, changed %v",
 				i, extOpNames[st.op], st.at, st.at-t0, st.n, d, changed, lease, want, st.changed)
 		}

@@ -171,7 +171,7 @@ func TestExtNeverWedges(t *testing.T) {
 			// concurrency, whatever the cost.
 			request := func(c *extBucket, at, cost int64) (d Decision) {
 				if a == Concurrency {
-					l.AcquireLease(at, &c.s, c.ext, &d)
+					l.AcquireLease(at, &c.s, c.ext, at, &d)
 				} else {
 					l.DecideExt(at, &c.s, c.ext, cost, 0, &d)
 				}

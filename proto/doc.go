@@ -156,8 +156,18 @@
 //
 // Concurrency limits (version 3) are taken and given back with LEASE and
 // RELEASE, on the server's clock. A LEASE decides as an ACQUIRE of cost 1
-// and, if allowed, holds one slot under a new lease id, never 0; a RELEASE
-// of a lease still held frees its slot. Only a concurrency limit may be
+// and, if allowed, holds one slot under a new lease id: 64 random bits,
+// never 0, that tell nothing of any other lease's id (a client must not
+// expect them to be ordered; servers before this rule drew them from a
+// counter). A RELEASE of a lease still held frees its slot. A RELEASE is
+// served from the connection that took the lease, or from a peer of the
+// same uid (SO_PEERCRED) on another connection; a peer of another uid is
+// refused with status Denied, and the slot stays held. A lease that no
+// connection of this server holds (taken through an earlier server process,
+// or expired) is released by whoever brings its id. RESET stays the
+// override: it forgets every lease of the key, whoever holds them. Denied
+// is a status of every version, so this rule needs no new version: a
+// client of version 3 reads the refusal as it reads any error result. Only a concurrency limit may be
 // leased or released: a LEASE or RELEASE of any other algorithm (or a named
 // limit that is not a concurrency limit) is answered InvalidLimit, with a
 // message saying so (the codec cannot tell: a name hides the algorithm).
@@ -250,7 +260,8 @@
 //
 //	offset size field
 //	2      1    released   boolean: 1 if the lease was held and its slot is free now; 0 if the
-//	                       server holds no such lease (unknown, already released, or expired)
+//	                       server holds no such lease (unknown, already released, or expired).
+//	                       A lease held by a peer of another uid is not released: status Denied
 //	3      41   decision   the limit as PEEK reports it afterwards
 //
 // MULTI (total 4 + 41n):
@@ -310,7 +321,8 @@
 //	13 ShuttingDown   the server is stopping; reconnect later
 //	14 Internal       a server bug or I/O failure
 //	15 Busy           the connection limit is reached
-//	16 Denied         the peer's uid or gid is not allowed
+//	16 Denied         the peer's uid or gid is not allowed; for RELEASE, the lease is held by a
+//	                  connection of another uid
 //
 // Errors and the connection. An operation that decodes but fails (the
 // server rejects its limit's parameters or its cost, the table is full, a

@@ -135,7 +135,7 @@ func extCases() []extCase {
 			fill: func(e *engine.Engine, l *engine.Limit, key []byte, at int64) error {
 				var d bucket.Decision
 				for j := range 10 { // every lease held
-					if id, err := e.Lease(&d, key, l, engine.At(at+int64(j))); err != nil || id == 0 {
+					if id, err := e.Lease(&d, key, l, engine.At(at+int64(j)), at+int64(j)); err != nil || id == 0 {
 						return fmt.Errorf("lease %d: id %d, %v", j, id, err)
 					}
 				}

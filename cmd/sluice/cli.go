@@ -55,7 +55,7 @@ func init() {
 		{"lease", "KEY LIMIT [--wait D] [-- COMMAND [ARGS...] | --hold D] [--json]",
 			"Take a slot of KEY's bucket under LIMIT, a concurrency limit, and run COMMAND holding it until it ends; exit with its status, or 1 if every slot is held. Without a COMMAND, print the lease and hold it for --hold D, or until interrupted. The slot comes back when sluice exits, whatever ends it.", runLease},
 		{"release", "KEY LIMIT ID [--json]",
-			"Give back lease ID of KEY's bucket under LIMIT, taken by any process; exit 0 if it was held, 1 if not (unknown, released or expired).", runRelease},
+			"Give back lease ID of KEY's bucket under LIMIT, taken by any process of the same user; exit 0 if it was held, 1 if not (unknown, released or expired).", runRelease},
 		{"scan", "[PREFIX] [--count N]",
 			"List the buckets whose key starts with PREFIX (all without one): algorithm, when the bucket is fresh again, key.", runScan},
 		{"stats", "[--json]",

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -69,9 +70,12 @@ func startSidecarWith(t *testing.T, slotSize int, limits *config.Holder) string 
 type step struct {
 	args   string // split on spaces
 	code   int
-	stdout string // exact, unless it ends with "..." (then a prefix)
+	stdout string // exact, unless it ends with "..." (then a prefix); ID stands for any lease id but 0
 	stderr string // a prefix; "" means nothing
 }
+
+// leaseID matches a lease id in sluice's output: random, so steps say ID.
+var leaseID = regexp.MustCompile(`(lease=|"lease":)[1-9][0-9]*`)
 
 // run runs the steps against socket in order.
 func runSteps(t *testing.T, socket string, steps []step) {
@@ -86,6 +90,9 @@ func runSteps(t *testing.T, socket string, steps []step) {
 			return ""
 		}, &stdout, &stderr)
 		out := stdout.String()
+		if strings.Contains(s.stdout, "ID") {
+			out = leaseID.ReplaceAllString(out, "${1}ID")
+		}
 		outOK := out == s.stdout
 		if p, ok := strings.CutSuffix(s.stdout, "..."); ok {
 			outOK = strings.HasPrefix(out, p)

@@ -142,7 +142,7 @@ func (x *cli) takeLease(c *sluice.Client, l sluice.Limit, key string, wait time.
 
 // formatLease is a lease's decision for people, its id after the verdict:
 //
-//	allowed lease=1700000000000000001 remaining=1 limit=2 reset_after=1h0m0s
+//	allowed lease=9046203127455128141 remaining=1 limit=2 reset_after=1h0m0s
 func formatLease(ls sluice.Lease) string {
 	s := formatDecision(ls.Decision)
 	if ls.ID == 0 {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -12,10 +11,6 @@ import (
 )
 
 const conc1 = "concurrency:limit=1,lease=1h"
-
-// firstLease is the id of the first lease of a bucket: ids start from the
-// clock when the bucket is created, t0 in these tests.
-var firstLease = strconv.FormatInt(t0+1, 10)
 
 // syncBuffer is a buffer that one goroutine writes and another reads.
 type syncBuffer struct {
@@ -86,11 +81,10 @@ func held(t *testing.T, sock, key string) int {
 func TestLease_hold(t *testing.T) {
 	sock := startSidecar(t, 64)
 	runSteps(t, sock, []step{
-		{"lease jobs " + conc1 + " --hold 1ms", 0, "allowed lease=" + firstLease + " remaining=0 limit=1 reset_after=1h0m0s\n", ""},
+		{"lease jobs " + conc1 + " --hold 1ms", 0, "allowed lease=ID remaining=0 limit=1 reset_after=1h0m0s\n", ""},
 		{"peek jobs " + conc1, 0, "allowed remaining=1 limit=1 reset_after=0s\n", ""}, // given back
 		{"lease --json jobs " + conc1 + " --hold 1ms", 0,
-			`{"allowed":true,"remaining":0,"limit":1,"retry_after_ns":-1,"reset_after_ns":3600000000000,"delay_ns":0,"lease":` +
-				strconv.FormatInt(t0+2, 10) + "}\n", ""},
+			`{"allowed":true,"remaining":0,"limit":1,"retry_after_ns":-1,"reset_after_ns":3600000000000,"delay_ns":0,"lease":ID}` + "\n", ""},
 	})
 
 	holder := runBackground(sock, "lease", "jobs", conc1, "--hold", "500ms")

@@ -53,7 +53,7 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 	fs.IntVar(&c.SlotSize, "slot-size", 0, "slot size of a new state file: 64, 128 or 256 (default 64); an existing file keeps its own")
 	fs.Uint64Var(&c.ArenaCells, "arena-cells", 0, "64-byte cells of a new state file's arena, where sliding_log, window_counters and concurrency buckets keep their state (default a quarter of the slot count, at least 1024); an existing file keeps its own")
 	fs.DurationVar(&c.SyncInterval, "sync-interval", server.DefaultSyncInterval, "how often the state file is synced to disk")
-	mode := fs.String("socket-mode", "0660", "permissions of the socket file, octal")
+	mode := fs.String("socket-mode", "0660", "permissions of the socket files (native, Redis and metrics), octal")
 	fs.IntVar(&c.MaxConns, "max-conns", server.DefaultMaxConns, "connections served at once; more are refused with Busy")
 	fs.IntVar(&c.MaxConnsPerUID, "max-conns-per-uid", 0, "connections one user (peer uid) may hold at once; 0 for no cap")
 	fs.StringVar(&c.Transport, "transport", server.TransportGoroutines, "how connections are served: goroutines (one each) or epoll (event loops, Linux)")
@@ -68,7 +68,7 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 	configPath := fs.String("config", "", "config file of named limits (reloaded on SIGHUP and when it changes)")
 	var gf globalFlags
 	gf.register(fs)
-	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics on this loopback host:port or unix:PATH")
+	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics on this loopback host:port or unix:PATH (a socket of --socket-mode)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (for go tool pprof)")
 	showVersion := fs.Bool("version", false, "print the version and the format versions, and exit")
 	usage := func(format string, a ...any) int {
@@ -130,7 +130,7 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 	}
 	c.Logger = log
 	notifySocket, _ := env("NOTIFY_SOCKET")
-	o, err := setupOps(log, *configPath, *metricsAddr, notifySocket)
+	o, err := setupOps(log, *configPath, *metricsAddr, c.SocketMode, notifySocket)
 	if err != nil {
 		return usage("%v", err)
 	}

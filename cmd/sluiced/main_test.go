@@ -24,6 +24,19 @@ func runFor(t *testing.T, d time.Duration, args []string, env map[string]string)
 	return code, stderr.String()
 }
 
+// shortDir returns a new directory under the system's temporary one,
+// removed at the end of the test: a short path, as socket paths are limited
+// to 108 bytes (t.TempDir's are long).
+func shortDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "sl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
 // paths returns the flags that put every file sluiced makes under dir.
 func paths(dir string) []string {
 	return []string{"--state", filepath.Join(dir, "var", "state"), "--socket", filepath.Join(dir, "var", "s"),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -42,7 +43,8 @@ type ops struct {
 
 // setupOps loads the config file and binds the metrics address, before the
 // server creates anything: either failing is a usage error.
-func setupOps(log *slog.Logger, configPath, metricsAddr, notifySocket string) (*ops, error) {
+// A metrics Unix socket gets socketMode, as the other sockets do.
+func setupOps(log *slog.Logger, configPath, metricsAddr string, socketMode fs.FileMode, notifySocket string) (*ops, error) {
 	o := &ops{log: log, metrics: metrics.New()}
 	n, err := sdnotify.New(notifySocket)
 	if err != nil {
@@ -56,11 +58,14 @@ func setupOps(log *slog.Logger, configPath, metricsAddr, notifySocket string) (*
 		}
 		o.limits = config.NewHolder(s)
 		o.watcher = &config.Watcher{Path: configPath, Holder: o.limits, Logger: log,
-			OnReload: func(r config.Result, _ error) { o.metrics.ConfigReload(r == config.Reloaded) }}
+			OnReload: func(r config.Result, _ error) {
+				o.metrics.ConfigReload(r == config.Reloaded)
+				o.metrics.ConfigKept(len(o.limits.Load().Kept()))
+			}}
 		log.Info("config loaded", "path", configPath, "limits", s.Len())
 	}
 	if metricsAddr != "" {
-		ln, err := metrics.Listen(metricsAddr)
+		ln, err := metrics.Listen(metricsAddr, socketMode)
 		if err != nil {
 			return nil, fmt.Errorf("--metrics: %w", err)
 		}
@@ -83,7 +88,7 @@ func (o *ops) start(ctx context.Context) (wait func()) {
 			case <-ctx.Done():
 				return
 			case <-hup:
-				o.reload()
+				o.reload(ctx)
 			}
 		}
 	}()
@@ -108,13 +113,17 @@ func (o *ops) start(ctx context.Context) (wait func()) {
 	}
 }
 
-// reload answers SIGHUP: reload the config file, telling systemd.
-func (o *ops) reload() {
+// reload answers SIGHUP: reload the config file, telling systemd. It
+// returns when ctx is done, whatever the read of the file is doing.
+func (o *ops) reload(ctx context.Context) {
 	o.notify.Reloading("reloading the config file")
 	status := "serving"
 	if o.watcher == nil {
 		o.log.Info("SIGHUP: no config file to reload (sluiced runs without --config)")
-	} else if err := o.watcher.Reload(); err != nil {
+	} else if err := o.watcher.Reload(ctx); err != nil {
+		if ctx.Err() != nil {
+			return // stopping
+		}
 		status = "serving; the last config reload failed: " + err.Error()
 	}
 	o.notify.Ready(status)

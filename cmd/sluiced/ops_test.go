@@ -33,12 +33,17 @@ func TestRun_badOps(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.yaml")
 	os.WriteFile(bad, []byte("limits:\n  login: \"token_bucket:max=0,refill_time=1h\"\n"), 0o644)
+	fifo := filepath.Join(dir, "fifo.yaml")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		args []string
 		want string
 	}{
 		{[]string{"--config", bad}, "--config: " + bad + ":2: limits.login.limit: "},
 		{[]string{"--config", filepath.Join(dir, "none.yaml")}, "--config: open "},
+		{[]string{"--config", fifo}, "fifo.yaml: not a regular file (it is a FIFO)"},
 		{[]string{"--metrics", "0.0.0.0:9464"}, `--metrics: invalid metrics address "0.0.0.0:9464": want a loopback host:port`},
 		{[]string{"--log-format", "xml"}, `--log-format "xml": want text or json`},
 	} {
@@ -56,11 +61,7 @@ func TestRun_badOps(t *testing.T) {
 // READY=1 around a SIGHUP reload of the config file (which the metrics
 // count), STOPPING=1 at shutdown; logs are JSON with --log-format json.
 func TestRun_systemd(t *testing.T) {
-	dir, err := os.MkdirTemp("", "sd") // short: socket paths are limited to 108 bytes
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
+	dir := shortDir(t)
 	notify := filepath.Join(dir, "notify")
 	nc, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: notify, Net: "unixgram"})
 	if err != nil {
@@ -166,4 +167,43 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// Ensure every socket sluiced binds, the metrics socket too, has
+// --socket-mode whatever the umask: under umask 000 the metrics socket was
+// 0777, and any local user could read every limit's traffic.
+func TestRun_socketModesUnderUmask(t *testing.T) {
+	dir := shortDir(t)
+	old := syscall.Umask(0)
+	defer syscall.Umask(old)
+	msock := filepath.Join(dir, "var", "metrics")
+	for _, c := range []struct {
+		flags []string
+		want  os.FileMode
+	}{
+		{nil, 0o660},
+		{[]string{"--socket-mode", "0600"}, 0o600},
+	} {
+		ctx, cancel := context.WithCancel(context.Background())
+		var stderr syncBuffer
+		done := make(chan int)
+		args := append(append(paths(dir), "--metrics", "unix:"+msock), c.flags...)
+		go func() { done <- run(ctx, args, func(string) (string, bool) { return "", false }, io.Discard, &stderr) }()
+		for _, sock := range []string{filepath.Join(dir, "var", "s"), filepath.Join(dir, "var", "r"), msock} {
+			var fi os.FileInfo
+			var err error
+			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+				if fi, err = os.Stat(sock); err == nil || time.Now().After(deadline) {
+					break
+				}
+			}
+			if err != nil || fi.Mode().Perm() != c.want {
+				t.Errorf("%v: socket %s: %v %v, want %v", c.flags, filepath.Base(sock), fi.Mode(), err, c.want)
+			}
+		}
+		cancel()
+		if code := <-done; code != exitOK {
+			t.Fatalf("exit %d: %s", code, stderr.String())
+		}
+	}
 }

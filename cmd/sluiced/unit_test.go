@@ -65,11 +65,7 @@ func TestUnit_commandLine(t *testing.T) {
 			env[k] = v
 		}
 	}
-	dir, err := os.MkdirTemp("", "unit") // short: socket paths are limited to 108 bytes
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
+	dir := shortDir(t)
 	cmdline = strings.NewReplacer("${STATE_DIRECTORY}", dir, "${RUNTIME_DIRECTORY}", dir).Replace(cmdline)
 	args := strings.Fields(cmdline)[1:] // without the program
 	if env["SLUICE_CONFIG"] != "/etc/sluice/sluice.yaml" || env["SLUICE_METRICS"] == "" {

@@ -2,12 +2,11 @@ package config
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"io"
 	"math"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -103,30 +102,14 @@ func ValidName(name string) error {
 	return nil
 }
 
-// Load reads and parses the config file at path.
+// Load reads and parses the config file at path. It reads a regular file
+// only, of at most MaxFileSize bytes, and gives up after DefaultReadTimeout.
 func Load(path string) (*Set, error) {
-	data, err := readFile(path)
+	data, err := readWithin(context.Background(), path, 0, nil, readFile)
 	if err != nil {
 		return nil, err
 	}
 	return Parse(path, data)
-}
-
-// readFile reads path, refusing files larger than MaxFileSize.
-func readFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(data) > MaxFileSize {
-		return nil, fmt.Errorf("%s: %w: more than %d bytes", path, ErrTooLarge, MaxFileSize)
-	}
-	return data, nil
 }
 
 // Parse parses a config file's content; file names it in errors. It checks

@@ -30,7 +30,15 @@
 // request decides under the Set it loaded. A Watcher reloads the file on
 // demand (SIGHUP, wired by the command) and when its content changes,
 // validates the new file whole and swaps it in atomically; a file that does
-// not validate leaves the current Set in place.
+// not validate leaves the current Set in place. A reload on a change
+// applies a content two polls agree on, and keeps in force the limits the
+// file stopped defining (Set.Kept) until a reload on demand: a file caught
+// half-written never takes a limit in use away.
+//
+// Only a regular file is read (opened without blocking, checked after the
+// open), within a read timeout; a reload waiting for its turn or for the
+// file returns as soon as its context is done, so it never holds up
+// shutdown.
 //
 // # Caveats
 //

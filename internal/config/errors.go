@@ -14,6 +14,12 @@ var (
 	ErrUnknownLimit = errors.New("unknown limit name")
 	// ErrTooLarge is returned for a config file larger than MaxFileSize.
 	ErrTooLarge = errors.New("config file too large")
+	// ErrNotRegular is returned for a path that is not a regular file (a
+	// FIFO, a device, a socket, a directory): it is refused unread.
+	ErrNotRegular = errors.New("not a regular file")
+	// ErrReadTimeout is returned when reading the file did not finish
+	// within the read timeout (DefaultReadTimeout).
+	ErrReadTimeout = errors.New("no answer from the file system")
 )
 
 // Error is a problem with a config file's content: the file, the line (0

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"maps"
+	"slices"
 	"sync/atomic"
 )
 
@@ -12,6 +14,7 @@ type Set struct {
 	sum    [32]byte // SHA-256 of the file's content
 	limits map[string]*Limit
 	names  []string // sorted
+	kept   []string // sorted: the names in force that the file no longer defines
 }
 
 // Empty returns a Set without limits, for a sidecar run without a config
@@ -28,6 +31,37 @@ func (s *Set) Lookup(name string) (*Limit, bool) {
 // Names returns the limits' names, sorted. The slice belongs to the Set and
 // must not be modified.
 func (s *Set) Names() []string { return s.names }
+
+// Kept returns the names of the limits in force that the file no longer
+// defines, sorted: a reload of a changed file keeps the limits it would
+// remove until a reload on demand (see Watcher). The slice belongs to the
+// Set and must not be modified.
+func (s *Set) Kept() []string { return s.kept }
+
+// keep returns s with the limits of old that s does not define, kept in
+// force, and the names among them that old did not keep already.
+func (s *Set) keep(old *Set) (*Set, []string) {
+	var gone []string
+	for _, n := range old.names {
+		if _, ok := s.limits[n]; !ok {
+			gone = append(gone, n)
+		}
+	}
+	if len(gone) == 0 {
+		return s, nil
+	}
+	k := &Set{path: s.path, sum: s.sum, limits: make(map[string]*Limit, len(s.limits)+len(gone)), kept: gone}
+	maps.Copy(k.limits, s.limits)
+	var newly []string
+	for _, n := range gone {
+		k.limits[n] = old.limits[n]
+		if !slices.Contains(old.kept, n) {
+			newly = append(newly, n)
+		}
+	}
+	k.names = slices.Sorted(maps.Keys(k.limits))
+	return k, newly
+}
 
 // Len returns the number of limits.
 func (s *Set) Len() int { return len(s.names) }

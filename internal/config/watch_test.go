@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -37,6 +38,19 @@ func write(t *testing.T, path, content string) {
 	}
 }
 
+// loaded writes content to dir/sluice.yaml and loads it, as the command
+// does before serving; it returns the path and the Holder of its Set.
+func loaded(t *testing.T, dir, content string) (string, *Holder) {
+	t.Helper()
+	path := filepath.Join(dir, "sluice.yaml")
+	write(t, path, content)
+	s, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path, NewHolder(s)
+}
+
 // Ensure the file can be rewritten 100 times, valid and invalid
 // alternately, while a client loop acquires under the named limits without
 // pause (on an engine over a heap table, as the server does): no request
@@ -44,13 +58,7 @@ func write(t *testing.T, path, content string) {
 // reports the new maximum), every invalid one is rejected, counted and
 // logged, and the previous config stays.
 func TestWatcher_reloadUnderLoad(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "sluice.yaml")
-	write(t, path, validFile(1))
-	s, err := Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := NewHolder(s)
+	path, h := loaded(t, t.TempDir(), validFile(1))
 	var logs bytes.Buffer
 	var mu sync.Mutex
 	results := map[Result]int{}
@@ -100,7 +108,7 @@ func TestWatcher_reloadUnderLoad(t *testing.T) {
 	for i := 1; i <= 100; i++ {
 		if i%2 == 0 {
 			write(t, path, validFile(i))
-			if err := w.Reload(); err != nil {
+			if err := w.Reload(t.Context()); err != nil {
 				t.Fatalf("reload %d: %v", i, err)
 			}
 			if d, err := acquire(h.Load(), "login", fmt.Sprint("probe", i), 2e18); err != nil || d.Limit != int64(i) || !d.Allowed {
@@ -110,7 +118,7 @@ func TestWatcher_reloadUnderLoad(t *testing.T) {
 		}
 		bad := strings.Replace(validFile(i), "refill_time=1h", "refill_time=soon", 1)
 		write(t, path, bad)
-		err := w.Reload()
+		err := w.Reload(t.Context())
 		if err == nil || !strings.Contains(err.Error(), `refill_time: invalid duration "soon"`) || !strings.Contains(err.Error(), "sluice.yaml:3: limits.login.limit") {
 			t.Fatalf("reload %d of a bad file: %v", i, err)
 		}
@@ -143,13 +151,7 @@ func TestWatcher_reloadUnderLoad(t *testing.T) {
 // broken file once however long it stays broken, and reloads on a signal
 // even when nothing changed.
 func TestWatcher_run(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "sluice.yaml")
-	write(t, path, validFile(1))
-	s, err := Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := NewHolder(s)
+	path, h := loaded(t, t.TempDir(), validFile(1))
 	sig := make(chan os.Signal, 1)
 	w := &Watcher{Path: path, Holder: h, Interval: 5 * time.Millisecond, Signals: sig}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -201,4 +203,69 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.w.Write(p)
+}
+
+// Ensure a reload on a change applies a content only once two reads find
+// it the same (a file seen half-written is not applied), and keeps in
+// force the limits the file no longer defines, logged once, until a reload
+// on demand removes them; a name the file defines again is no longer kept.
+func TestWatcher_keepsRemovedLimits(t *testing.T) {
+	whole := validFile(5)                            // login, then api
+	prefix := whole[:strings.Index(whole, "  api:")] // what a writer in place has written so far
+	path, h := loaded(t, t.TempDir(), whole)
+	var logs bytes.Buffer
+	w := &Watcher{Path: path, Holder: h, Interval: -1,
+		Logger: slog.New(slog.NewTextHandler(&syncWriter{w: &logs}, nil))}
+	poll := func() {
+		t.Helper()
+		if err := w.reload(t.Context(), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	has := func(name string) bool { _, ok := w.Holder.Load().Lookup(name); return ok }
+
+	if err := os.WriteFile(path, []byte(prefix+"  signup: \"gcra:burst=1,count=1,period=1s\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	poll()
+	if has("signup") {
+		t.Fatal("a content read once was applied")
+	}
+	poll()
+	if !has("signup") || !has("api") || !slices.Equal(w.Holder.Load().Kept(), []string{"api"}) {
+		t.Fatalf("after a change that drops api: signup %v, api %v, kept %v; want api kept",
+			has("signup"), has("api"), w.Holder.Load().Kept())
+	}
+	if err := os.WriteFile(path, []byte(prefix), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	poll()
+	poll()
+	if !has("signup") || !has("api") || !slices.Equal(w.Holder.Load().Kept(), []string{"api", "signup"}) {
+		t.Fatalf("after a change that drops signup too: signup %v, api %v, kept %v; want both kept",
+			has("signup"), has("api"), w.Holder.Load().Kept())
+	}
+	if n := strings.Count(logs.String(), "no longer defines these limits"); n != 2 {
+		t.Errorf("%d lines about kept limits, want 2 (api once, then signup):\n%s", n, logs.String())
+	}
+	if err := os.WriteFile(path, []byte(whole), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	poll()
+	poll()
+	if !has("api") || !slices.Equal(w.Holder.Load().Kept(), []string{"signup"}) {
+		t.Fatalf("the whole file: api %v, kept %v; want signup kept only", has("api"), w.Holder.Load().Kept())
+	}
+	if err := os.WriteFile(path, []byte(prefix), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Reload(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if has("api") || has("signup") || len(w.Holder.Load().Kept()) != 0 {
+		t.Fatalf("a reload on demand kept limits (api %v, kept %v)", has("api"), w.Holder.Load().Kept())
+	}
+	if !strings.Contains(logs.String(), "removed=\"[api signup]\"") {
+		t.Errorf("the reload on demand did not log api's removal:\n%s", logs.String())
+	}
 }

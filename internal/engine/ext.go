@@ -218,10 +218,12 @@ func (e *Engine) refundExt(d *bucket.Decision, key []byte, l *Limit, amount int6
 }
 
 // Lease takes one of the slots of key's concurrency bucket under l at the
-// server's clock t.Now (a lease is about real time: t.At is not read). It
-// writes the decision to *d and returns the lease's id, > 0, if it was
-// allowed, else 0.
-func (e *Engine) Lease(d *bucket.Decision, key []byte, l *Limit, t Time) (lease int64, err error) {
+// server's clock t.Now (a lease is about real time: t.At is not read), under
+// the id id, which the caller draws at random so that no lease's id can be
+// told from another's (bucket.Limit.AcquireLease: 0 or an id the bucket
+// holds already is replaced). It writes the decision to *d and returns the
+// lease's id, never 0, if it was allowed, else 0.
+func (e *Engine) Lease(d *bucket.Decision, key []byte, l *Limit, t Time, id int64) (lease int64, err error) {
 	t.At = t.Now
 	if err := check(key, l, 1, t); err != nil {
 		return 0, err
@@ -242,7 +244,7 @@ func (e *Engine) Lease(d *bucket.Decision, key []byte, l *Limit, t Time) (lease 
 	if err != nil {
 		return 0, err
 	}
-	lease, changed := l.b.AcquireLease(t.Now, (*bucket.State)(sl.State()), ext, d)
+	lease, changed := l.b.AcquireLease(t.Now, (*bucket.State)(sl.State()), ext, id, d)
 	finishExt(sl, l, ext, d, t, changed || replaced, &w)
 	return lease, nil
 }

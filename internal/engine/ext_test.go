@@ -90,12 +90,12 @@ func TestExt_leases(t *testing.T) {
 	e := newEngine(t, 64)
 	key, l := []byte("jobs"), concurrency(2, 10)
 	var d bucket.Decision
-	a, err := e.Lease(&d, key, l, At(t0))
-	if err != nil || a <= 0 || !d.Allowed || d.Remaining != 1 {
+	a, err := e.Lease(&d, key, l, At(t0), 101)
+	if err != nil || a != 101 || !d.Allowed || d.Remaining != 1 {
 		t.Fatalf("first lease: %d, %+v, %v", a, d, err)
 	}
-	b, _ := e.Lease(&d, key, l, At(t0+1))
-	if c, _ := e.Lease(&d, key, l, At(t0+2)); c != 0 || d.Allowed || d.RetryAfter != 10*sec-2 {
+	b, _ := e.Lease(&d, key, l, At(t0+1), 102)
+	if c, _ := e.Lease(&d, key, l, At(t0+2), 103); c != 0 || d.Allowed || d.RetryAfter != 10*sec-2 {
 		t.Errorf("third lease: %d, %+v; want denied until the first expires", c, d)
 	}
 	if ok, err := e.Release(&d, key, l, a, At(t0+3)); !ok || err != nil || d.Remaining != 1 {
@@ -107,10 +107,10 @@ func TestExt_leases(t *testing.T) {
 	if ok, _ := e.Release(&d, key, l, 12345, At(t0+4)); ok {
 		t.Error("an unknown lease released")
 	}
-	if c, _ := e.Lease(&d, key, l, At(t0+5)); c == 0 {
+	if c, _ := e.Lease(&d, key, l, At(t0+5), 104); c == 0 {
 		t.Error("no lease after a release")
 	}
-	if c, _ := e.Lease(&d, key, l, At(t0+1+10*sec)); c == 0 || d.Remaining != 0 {
+	if c, _ := e.Lease(&d, key, l, At(t0+1+10*sec), 105); c == 0 || d.Remaining != 0 {
 		t.Errorf("after the second lease expired: %d, %+v", c, d)
 	}
 	if ok, _ := e.Release(&d, key, l, b, At(t0+2+10*sec)); ok {
@@ -119,7 +119,7 @@ func TestExt_leases(t *testing.T) {
 	if _, err := acquire(e, key, l, 1, t0, 0); !errors.Is(err, ErrLeaseOnly) || !errors.Is(err, ErrInvalidLimit) {
 		t.Errorf("acquire of a concurrency limit: %v", err)
 	}
-	if _, err := e.Lease(&d, key, slidingLog(2, 1), At(t0)); !errors.Is(err, ErrNotConcurrency) {
+	if _, err := e.Lease(&d, key, slidingLog(2, 1), At(t0), 1); !errors.Is(err, ErrNotConcurrency) {
 		t.Errorf("lease of a sliding_log limit: %v", err)
 	}
 	if _, _, err := e.Multi(nil, []Item{{Key: key, Limit: l, Cost: 1}}, At(t0)); !errors.Is(err, ErrLeaseOnly) {
@@ -162,11 +162,11 @@ func TestExt_crash(t *testing.T) {
 			take := func(e *Engine, key string, at int64) bool {
 				if l.b.Algorithm == bucket.Concurrency {
 					var d bucket.Decision
-					lease, err := e.Lease(&d, []byte(key), l, At(at))
+					lease, err := e.Lease(&d, []byte(key), l, At(at), at)
 					if err != nil {
 						t.Fatal(err)
 					}
-					return lease > 0
+					return lease != 0
 				}
 				d, err := acquire(e, []byte(key), l, 1, at, 0)
 				if err != nil {
@@ -231,7 +231,7 @@ func TestExtAllocs(t *testing.T) {
 			dst, _, _ = e.Multi(dst[:0], []Item{{Key: key, Limit: sl, Cost: 1}, {Key: key, Limit: wc, Cost: 1}}, At(now))
 		},
 		"lease and release": func() {
-			id, _ := e.Lease(&d, key, cc, At(now))
+			id, _ := e.Lease(&d, key, cc, At(now), now)
 			e.Release(&d, key, cc, id, At(now))
 		},
 	} {

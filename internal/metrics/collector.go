@@ -45,6 +45,9 @@ var (
 	descReloads = prometheus.NewDesc("sluice_config_reloads_total",
 		"Config file reloads, by result: ok (the new file is in force) or error (the previous config stays).",
 		[]string{"result"}, nil)
+	descKept = prometheus.NewDesc("sluice_config_kept_limits",
+		"Limits kept in force after the config file stopped defining them, until it is reloaded on demand (SIGHUP).",
+		nil, nil)
 	descSlots = prometheus.NewDesc("sluice_table_slots",
 		"Slots in the state file's table.",
 		nil, nil)
@@ -80,7 +83,7 @@ type collector struct{ r *Recorder }
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descDecisions, descShadowDenied, descDecisionDur, descRequestDur,
 		descProtoErrors, descProbe, descSyncDur, descSyncErrors, descConns, descPeersDenied, descReloads,
-		descSlots, descUsed, descLive, descTableFull, descReclaimed, descTorn,
+		descKept, descSlots, descUsed, descLive, descTableFull, descReclaimed, descTorn,
 		descArenaCells, descArenaUsed, descArenaFull} {
 		ch <- d
 	}
@@ -142,6 +145,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descPeersDenied, r.peersDenied.Load())
 	counter(descReloads, r.reloads[0].Load(), "ok")
 	counter(descReloads, r.reloads[1].Load(), "error")
+	gauge(descKept, float64(r.kept.Load()))
 	if f := r.table.Load(); f != nil {
 		st := (*f)()
 		gauge(descSlots, float64(st.Slots))

@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,13 +21,14 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/sockfile"
 )
 
 // serve serves r's metrics on addr until the test ends and returns an
 // HTTP client and the URL of the metrics.
 func serve(t *testing.T, r *Recorder, addr string) (*http.Client, string) {
 	t.Helper()
-	ln, err := Listen(addr)
+	ln, err := Listen(addr, 0o660)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,6 +160,7 @@ func TestMetrics_countersMatch(t *testing.T) {
 	r.ConfigReload(true)
 	r.ConfigReload(false)
 	r.ConfigReload(false)
+	r.ConfigKept(2)
 	r.SetTable(func() TableStats {
 		return TableStats{Slots: 1024, UsedSlots: 60, LiveBuckets: 42, TableFull: k, Reclaimed: 7, Torn: 1}
 	})
@@ -190,6 +195,7 @@ func TestMetrics_countersMatch(t *testing.T) {
 		{"sluice_peers_denied_total", nil, 1},
 		{"sluice_config_reloads_total", []string{"result", "ok"}, 1},
 		{"sluice_config_reloads_total", []string{"result", "error"}, 2},
+		{"sluice_config_kept_limits", nil, 2},
 		{"sluice_table_slots", nil, 1024},
 		{"sluice_table_used_slots", nil, 60},
 		{"sluice_table_live_buckets", nil, 42},
@@ -240,9 +246,68 @@ func TestMetrics_unixSocket(t *testing.T) {
 	}
 }
 
+// Ensure the metrics socket follows the rules of sluiced's other sockets:
+// its mode is the one asked for whatever the umask (under umask 000 it was
+// 0777, open to every local user), a second listener on a live socket is
+// refused and leaves it alone, a stale socket is replaced, anything else at
+// the path is left alone, and the file goes when the server stops.
+func TestListen_unixSocketRules(t *testing.T) {
+	dir := t.TempDir() // 0700, made before the umask changes
+	old := syscall.Umask(0)
+	defer syscall.Umask(old)
+	path := filepath.Join(dir, "metrics.sock")
+	for _, perm := range []fs.FileMode{0o660, 0o600} {
+		ln, err := Listen("unix:"+path, perm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fi, err := os.Stat(path)
+		if err != nil || fi.Mode().Type() != fs.ModeSocket || fi.Mode().Perm() != perm {
+			t.Errorf("under umask 000, asked for %v: %v %v", perm, fi.Mode(), err)
+		}
+		if _, err := Listen("unix:"+path, perm); !errors.Is(err, sockfile.ErrInUse) {
+			t.Errorf("a second listener on a live socket: %v", err)
+		}
+		if _, err := os.Stat(path); err != nil {
+			t.Errorf("the live socket was removed: %v", err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- New().Serve(ctx, ln) }()
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Lstat(path); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("the socket file is still there after Serve returned: %v", err)
+		}
+	}
+
+	stale, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale.(*net.UnixListener).SetUnlinkOnClose(false)
+	stale.Close() // as a crashed sidecar leaves it
+	ln, err := Listen("unix:"+path, 0o660)
+	if err != nil {
+		t.Fatalf("on a stale socket: %v", err)
+	}
+	ln.Close()
+
+	file := filepath.Join(dir, "file")
+	os.WriteFile(file, []byte("keep"), 0o600)
+	if _, err := Listen("unix:"+file, 0o660); !errors.Is(err, sockfile.ErrPath) {
+		t.Errorf("a regular file at the path: %v", err)
+	}
+	if b, _ := os.ReadFile(file); string(b) != "keep" {
+		t.Error("the regular file at the path was touched")
+	}
+}
+
 func TestListen_refusesRemote(t *testing.T) {
 	for _, addr := range []string{"0.0.0.0:9090", ":9090", "10.1.2.3:9090", "example.com:9090", "9090", "unix:"} {
-		ln, err := Listen(addr)
+		ln, err := Listen(addr, 0o660)
 		if err == nil {
 			ln.Close()
 			t.Errorf("Listen(%q) succeeded", addr)

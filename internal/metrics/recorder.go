@@ -98,6 +98,7 @@ type Recorder struct {
 	conns       atomic.Int64
 	peersDenied atomic.Uint64
 	reloads     [2]atomic.Uint64 // ok, error
+	kept        atomic.Int64     // limits the config file no longer defines, kept in force
 
 	table  atomic.Pointer[func() TableStats]
 	global atomic.Pointer[func() GlobalStats]
@@ -197,6 +198,10 @@ func (r *Recorder) ConfigReload(ok bool) {
 		r.reloads[1].Add(1)
 	}
 }
+
+// ConfigKept sets the number of limits kept in force that the config file
+// no longer defines (config.Set.Kept).
+func (r *Recorder) ConfigKept(n int) { r.kept.Store(int64(n)) }
 
 // SetTable sets the function a scrape calls for the table's gauges and
 // counters. It must be safe to call concurrently with decisions; until it

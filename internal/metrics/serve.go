@@ -4,36 +4,36 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
-	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sluicehq/sluice/internal/sockfile"
 )
 
-// Listen listens on addr: "unix:PATH" for a Unix socket (a stale socket
-// file at PATH is replaced; anything else there is an error), or a
-// loopback "host:port" ("127.0.0.1:9090", "[::1]:0", "localhost:9090").
-// The metrics carry no secrets, but they name the limits and their traffic:
-// they are not served beyond the host.
-func Listen(addr string) (net.Listener, error) {
+// Listen listens on addr: "unix:PATH" for a Unix socket, or a loopback
+// "host:port" ("127.0.0.1:9090", "[::1]:0", "localhost:9090"). A Unix
+// socket follows the rules of every socket of sluiced (package sockfile):
+// file mode perm whatever the umask, an instance lock, a stale socket
+// replaced and anything else at PATH left alone; closing the listener
+// removes its file. The metrics carry no secrets, but they name the limits
+// and their traffic: they are not served beyond the host, nor to local
+// users perm does not let in.
+func Listen(addr string, perm fs.FileMode) (net.Listener, error) {
 	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
 		if path == "" {
 			return nil, fmt.Errorf("%w %q: want unix:PATH", ErrAddress, addr)
 		}
-		if fi, err := os.Lstat(path); err == nil {
-			if fi.Mode()&os.ModeSocket == 0 {
-				return nil, fmt.Errorf("metrics socket %s: a file that is not a socket is in the way", path)
-			}
-			if c, err := net.Dial("unix", path); err == nil {
-				c.Close()
-				return nil, fmt.Errorf("metrics socket %s: another process is listening on it", path)
-			}
-			os.Remove(path)
+		ln, err := sockfile.Listen(path, perm)
+		if err != nil {
+			return nil, fmt.Errorf("metrics socket %s: %w", path, err)
 		}
-		return net.Listen("unix", path)
+		return &unixListener{Listener: ln}, nil
 	}
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -43,6 +43,18 @@ func Listen(addr string) (net.Listener, error) {
 		return nil, fmt.Errorf("%w %q: want a loopback host:port (127.0.0.1, ::1 or localhost) or unix:PATH", ErrAddress, addr)
 	}
 	return net.Listen("tcp", addr)
+}
+
+// unixListener removes its socket file when it is closed.
+type unixListener struct {
+	*sockfile.Listener
+	once sync.Once
+}
+
+func (l *unixListener) Close() error {
+	err := l.Listener.Close()
+	l.once.Do(l.Remove)
+	return err
 }
 
 // Handler returns the HTTP handler of the metrics: GET /metrics serves the

@@ -3,11 +3,13 @@ package server
 import (
 	"context"
 	"fmt"
-	"github.com/sluicehq/sluice/internal/metrics"
 	"net"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/metrics"
 
 	"github.com/sluicehq/sluice/clients/go/sluice"
 	"github.com/sluicehq/sluice/internal/echo"
@@ -135,6 +137,38 @@ func parallel(b *testing.B, path string) {
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "decisions/s")
 }
 
+// leaseParallel is a concurrency limit as applications use it: many
+// goroutines sharing one Go client each take a lease of a key of their own
+// and give it back, two round trips per op.
+func leaseParallel(b *testing.B, path string) {
+	c, err := sluice.Dial(path, sluice.WithFailurePolicy(sluice.FailError), sluice.WithTimeout(10*time.Second))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	l := sluice.Concurrency(4, time.Minute)
+	ctx := context.Background()
+	var n atomic.Int64
+	b.ReportAllocs()
+	b.SetParallelism(16)
+	b.RunParallel(func(pb *testing.PB) {
+		key := fmt.Sprint("jobs:", n.Add(1))
+		for pb.Next() {
+			ls, err := c.Lease(ctx, l, key)
+			if err == nil && !ls.Allowed {
+				err = fmt.Errorf("lease denied: %+v", ls.Decision)
+			}
+			if err == nil {
+				_, err = ls.Release()
+			}
+			if err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
 func readFull(c net.Conn, b []byte) (int, error) {
 	n := 0
 	for n < len(b) {
@@ -161,6 +195,7 @@ func BenchmarkSocket(b *testing.B) {
 		pipelined(b, sc.cfg.SocketPath)
 	})
 	b.Run("acquire/parallel", func(b *testing.B) { parallel(b, sidecar(b)) })
+	b.Run("lease/parallel", func(b *testing.B) { leaseParallel(b, sidecar(b)) })
 	b.Run("echo/serial", func(b *testing.B) { serial(b, echoServer(b)) })
 	b.Run("echo/pipelined", func(b *testing.B) { pipelined(b, echoServer(b)) })
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/global"
 	"github.com/sluicehq/sluice/internal/metrics"
+	"github.com/sluicehq/sluice/internal/sockfile"
 )
 
 // Defaults for a Config's zero fields.
@@ -236,9 +237,9 @@ func (c *Config) Validate() error {
 	for _, p := range []struct{ field, flag, path string }{
 		{"SocketPath", "socket", c.SocketPath}, {"RESPSocket", "resp-socket", c.RESPSocket},
 	} {
-		if len(p.path) > maxSocketPath {
+		if len(p.path) > sockfile.MaxPath {
 			return &ConfigError{Field: p.field, Flag: p.flag, Value: p.path, Err: ErrSocketPath,
-				Want: fmt.Sprintf("a Unix socket path is at most %d bytes; this one is %d", maxSocketPath, len(p.path))}
+				Want: fmt.Sprintf("a Unix socket path is at most %d bytes; this one is %d", sockfile.MaxPath, len(p.path))}
 		}
 	}
 	if c.RESPAddr != "" {

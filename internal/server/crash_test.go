@@ -24,12 +24,16 @@ var crashIterations = flag.Int("crash.iterations", 30, "kill -9 rounds in TestCr
 
 // TestMain lets the test binary double as a sidecar: with SLUICE_TEST_SERVE
 // set it runs one, for tests that kill it with SIGKILL (and as a fleet
-// member, and as a direct client holding a lock: fleetChild, locktest.Child).
+// member, a direct client holding a lock, a peer of another uid:
+// fleetChild, locktest.Child, peerChild).
 func TestMain(m *testing.M) {
 	if code, ok := fleetChild(); ok {
 		os.Exit(code)
 	}
 	if code, ok := locktest.Child(); ok {
+		os.Exit(code)
+	}
+	if code, ok := peerChild(); ok {
 		os.Exit(code)
 	}
 	if dir := os.Getenv("SLUICE_TEST_SERVE"); dir != "" {

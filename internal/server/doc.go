@@ -25,6 +25,14 @@
 // Malformed input is answered with an error and closes that connection
 // only.
 //
+// # Leases
+//
+// A concurrency lease belongs to the connection that took it: given back
+// when it closes, released by it or by a peer of the same uid (read with
+// SO_PEERCRED when the connection is accepted), refused (Denied) to a peer
+// of another uid. Its id is drawn at random by the connection (leases.go),
+// so it cannot be guessed from another.
+//
 // # Time
 //
 // The server clock starts at the later of the wall clock and the highest

@@ -1,9 +1,12 @@
 package server
 
 import (
+	"crypto/rand"
 	"fmt"
 	"math"
+	mrand "math/rand/v2"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice/bucket"
@@ -15,6 +18,15 @@ import (
 // given back; when it closes (its client exited or died), the server gives
 // them back. A lease the sidecar cannot give back (the sidecar itself was
 // killed) expires at its limit's lease time.
+//
+// A lease's id is a random 64-bit number, drawn by the connection that takes
+// it from its own ChaCha8 stream (seeded from the operating system's random
+// source): an id tells nothing of any other, so a lease can only be released
+// by a process it was handed to. A RELEASE from a connection that does not
+// hold the lease is served only for a peer of the holder's uid (its
+// SO_PEERCRED credentials, read when it connected): another user is refused
+// (Denied), whatever id it brings. RESET stays the operator's override: it
+// forgets every lease of the key.
 
 // maxLeasesPerConn bounds the leases one connection holds at once, so a
 // client cannot grow the server's memory without bound: LEASE beyond it is
@@ -24,12 +36,103 @@ const maxLeasesPerConn = 4096
 var errTooManyLeases = fmt.Errorf("%w: this connection holds %d leases already; release some first",
 	proto.ErrStatusBusy, maxLeasesPerConn)
 
+// errNotHolder refuses a RELEASE of a lease that a connection of another
+// user holds: status Denied.
+var errNotHolder error = deniedError("this lease is held by another user's connection: " +
+	"only that connection or a process of the same user may release it (RESET gives back every lease of the key)")
+
+// deniedError is an error of status Denied with a message of its own.
+type deniedError string
+
+func (e deniedError) Error() string { return string(e) }
+
+func (deniedError) Is(target error) bool { return target == proto.ErrStatusDenied }
+
 // heldLease is a lease a connection took.
 type heldLease struct {
 	limit   engine.Limit
 	key     string
 	id      int64
 	expires int64 // Unix ns, the server's clock: from then on it holds nothing
+}
+
+// peer is who is at the other end of a connection: its uid, if known (a
+// Unix socket's peer; not a TCP one's).
+type peer struct {
+	uid   uint32
+	known bool
+}
+
+// sameUser reports whether p and q are known to be the same user.
+func (p peer) sameUser(q peer) bool { return p.known && q.known && p.uid == q.uid }
+
+// leaseHolders maps the id of each lease a connection of this server
+// holds to that connection, so that a RELEASE from another connection can
+// be checked against the holder's uid. Sharded: connections on every core
+// take and give back leases at once.
+type leaseHolders struct {
+	shards [16]struct {
+		mu sync.Mutex
+		m  map[int64]holder
+	}
+}
+
+// holder is the connection that holds a lease, and the lease's key and
+// expiry.
+type holder struct {
+	st      *stream
+	key     string
+	expires int64
+}
+
+func (h *leaseHolders) shard(id int64) *struct {
+	mu sync.Mutex
+	m  map[int64]holder
+} {
+	return &h.shards[uint64(id)%uint64(len(h.shards))]
+}
+
+// add records that st holds lease id of key until expires.
+func (h *leaseHolders) add(id int64, st *stream, key string, expires int64) {
+	sh := h.shard(id)
+	sh.mu.Lock()
+	if sh.m == nil {
+		sh.m = map[int64]holder{}
+	}
+	sh.m[id] = holder{st, key, expires}
+	sh.mu.Unlock()
+}
+
+// remove forgets lease id of key, if st holds it (st nil: whoever holds it).
+func (h *leaseHolders) remove(id int64, key []byte, st *stream) {
+	sh := h.shard(id)
+	sh.mu.Lock()
+	if v, ok := sh.m[id]; ok && v.key == string(key) && (st == nil || v.st == st) {
+		delete(sh.m, id)
+	}
+	sh.mu.Unlock()
+}
+
+// of returns the peer of the connection that holds lease id of key at now,
+// if a connection of this server does.
+func (h *leaseHolders) of(id int64, key []byte, now int64) (peer, bool) {
+	sh := h.shard(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if v, ok := sh.m[id]; ok && v.key == string(key) && v.expires > now {
+		return v.st.peer, true
+	}
+	return peer{}, false
+}
+
+// leaseID draws the id of the connection's next lease.
+func (st *stream) leaseID() int64 {
+	if st.ids == nil {
+		var seed [32]byte
+		rand.Read(seed[:]) // never fails (crypto/rand)
+		st.ids = mrand.NewChaCha8(seed)
+	}
+	return int64(st.ids.Uint64())
 }
 
 // leaseOp answers LEASE.
@@ -41,14 +144,16 @@ func (s *server) leaseOp(b []byte, op *proto.Op, c *conn, l *engine.Limit, nl *n
 		}
 	}
 	var d bucket.Decision
-	id, err := s.engine.Lease(&d, op.Key, l, c.at(c.now))
+	id, err := s.engine.Lease(&d, op.Key, l, c.at(c.now), c.leaseID())
 	if err != nil {
 		s.recordError(nl, l, err)
 		return c.fail(b, op.Code, err)
 	}
-	if id > 0 {
+	if id != 0 {
 		expires := c.now + min(l.Bucket().Lease, math.MaxInt64-c.now)
-		c.leases = append(c.leases, heldLease{*l, string(op.Key), id, expires})
+		key := string(op.Key)
+		c.leases = append(c.leases, heldLease{*l, key, id, expires})
+		s.holders.add(id, &c.stream, key, expires)
 		if until := time.Now().Add(time.Duration(l.Bucket().Lease)); until.After(c.leasedUntil) {
 			c.leasedUntil = until
 		}
@@ -61,16 +166,26 @@ func (s *server) leaseOp(b []byte, op *proto.Op, c *conn, l *engine.Limit, nl *n
 	return proto.AppendLeaseResult(b, &w, uint64(id))
 }
 
-// releaseOp answers RELEASE. Any connection may give a lease back, not only
-// the one that took it.
+// releaseOp answers RELEASE: from the connection that holds the lease, or
+// from a peer of the holder's uid; a lease no connection of this server
+// holds (taken through an earlier sidecar process, expired, or unknown) is
+// released by whoever brings its id, which only its holder was given.
 func (s *server) releaseOp(b []byte, op *proto.Op, c *conn, l *engine.Limit) []byte {
 	var d bucket.Decision
 	id := int64(op.Lease)
+	if !c.holds(op.Key, id) {
+		if p, held := s.holders.of(id, op.Key, c.now); held && !p.sameUser(c.peer) {
+			return c.fail(b, op.Code, errNotHolder)
+		}
+	}
 	released, err := s.engine.Release(&d, op.Key, l, id, c.at(c.now))
 	if err != nil {
 		return c.fail(b, op.Code, err)
 	}
 	c.forget(op.Key, id)
+	if released {
+		s.holders.remove(id, op.Key, nil)
+	}
 	w := proto.Decision(d)
 	return proto.AppendReleaseResult(b, released, &w)
 }
@@ -90,13 +205,31 @@ func (st *stream) idleDeadline(now time.Time) time.Time {
 
 // forgetExpired drops the leases that expired by now: they hold no slot.
 func (st *stream) forgetExpired(now int64) {
-	st.leases = slices.DeleteFunc(st.leases, func(h heldLease) bool { return h.expires <= now })
+	st.leases = slices.DeleteFunc(st.leases, func(h heldLease) bool {
+		if h.expires <= now {
+			st.s.holders.remove(h.id, []byte(h.key), st)
+			return true
+		}
+		return false
+	})
+}
+
+// holds reports whether the connection took lease id of key and has not
+// given it back.
+func (st *stream) holds(key []byte, id int64) bool {
+	for i := range st.leases {
+		if h := &st.leases[i]; h.id == id && h.key == string(key) {
+			return true
+		}
+	}
+	return false
 }
 
 // forget drops lease id of key from the connection's leases, if it is there.
 func (st *stream) forget(key []byte, id int64) {
 	for i := range st.leases {
 		if h := &st.leases[i]; h.id == id && h.key == string(key) {
+			st.s.holders.remove(id, key, st)
 			last := len(st.leases) - 1
 			st.leases[i] = st.leases[last]
 			st.leases = st.leases[:last]
@@ -119,7 +252,9 @@ func (st *stream) releaseLeases() {
 	var d bucket.Decision
 	for i := range st.leases {
 		h := &st.leases[i]
-		st.s.engine.Release(&d, []byte(h.key), &h.limit, h.id, now)
+		key := []byte(h.key)
+		st.s.holders.remove(h.id, key, st)
+		st.s.engine.Release(&d, key, &h.limit, h.id, now)
 	}
 	st.leases = nil
 }

@@ -3,31 +3,26 @@ package server
 import (
 	"errors"
 	"fmt"
-	"github.com/sluicehq/sluice/proto"
 	"io/fs"
 	"net"
-	"os"
-	"path/filepath"
-)
 
-// maxSocketPath is the longest Unix socket path Linux accepts (sun_path is
-// 108 bytes including the terminating NUL).
-const maxSocketPath = 107
+	"github.com/sluicehq/sluice/internal/sockfile"
+	"github.com/sluicehq/sluice/proto"
+)
 
 var (
 	// ErrSocketInUse is returned when another process serves the socket path.
-	ErrSocketInUse = errors.New("server: another sluiced is serving this socket")
+	ErrSocketInUse = sockfile.ErrInUse
 	// ErrSocketPath is returned for a socket path that cannot be used.
-	ErrSocketPath = errors.New("server: unusable socket path")
+	ErrSocketPath = sockfile.ErrPath
 )
 
 // listener is one listening socket, the protocol it speaks, and, for a
-// Unix socket, the instance lock that guards its path.
+// Unix socket, its file and instance lock.
 type listener struct {
-	ln    net.Listener
-	path  string      // Unix socket path, "" for TCP
-	bound os.FileInfo // the socket file this listener bound at path
-	lock  *os.File    // instance lock of path
+	ln   net.Listener
+	path string             // Unix socket path, "" for TCP
+	sock *sockfile.Listener // ln's file and lock, nil for TCP
 	// open makes the connection state of c for this listener's protocol:
 	// its stream and the handler that answers what the stream has read.
 	open    func(s *server, c net.Conn) (*stream, func())
@@ -113,80 +108,23 @@ func refuseNative(st proto.Status, msg string) []byte {
 	return proto.EndFrame(proto.AppendError(b, 0, st, msg), start, 1)
 }
 
-// listen binds a Unix stream socket at path with file mode perm. It first
-// takes the instance lock (an flock on path+".lock"), so a live socket is
-// never removed; with the lock held, a socket file left at path by a crashed
-// instance is stale and is replaced. The socket is bound under a temporary
-// name, given its mode, and renamed into place, so it is never reachable
-// with the process umask's permissions. The directory is created 0750 if
-// missing and must not be writable by others.
+// listenUnix binds a Unix stream socket at path with file mode perm, under
+// the rules every socket of sluiced follows (package sockfile): the
+// instance lock first, a stale socket replaced, the mode whatever the
+// umask, a directory not writable by every user.
 func listenUnix(path string, perm fs.FileMode) (*listener, error) {
-	if len(path) > maxSocketPath {
-		return nil, fmt.Errorf("%w: %q is %d bytes, the limit is %d", ErrSocketPath, path, len(path), maxSocketPath)
-	}
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrSocketPath, err)
-	}
-	if fi, err := os.Stat(dir); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrSocketPath, err)
-	} else if fi.Mode().Perm()&0o002 != 0 && fi.Mode()&fs.ModeSticky == 0 {
-		return nil, fmt.Errorf("%w: directory %s is writable by every user", ErrSocketPath, dir)
-	}
-	lock, err := lockInstance(path + ".lock")
+	sl, err := sockfile.Listen(path, perm)
 	if err != nil {
 		return nil, err
 	}
-	fail := func(err error) (*listener, error) {
-		lock.Close()
-		return nil, err
-	}
-	if fi, err := os.Lstat(path); err == nil {
-		if fi.Mode().Type() != fs.ModeSocket {
-			return fail(fmt.Errorf("%w: %s exists and is not a socket; not removing it", ErrSocketPath, path))
-		}
-		if err := os.Remove(path); err != nil { // stale: its server is gone
-			return fail(err)
-		}
-	}
-	tmp := filepath.Join(dir, fmt.Sprintf(".%s.%d", filepath.Base(path), os.Getpid()))
-	if len(tmp) > maxSocketPath {
-		tmp = path // no room for a temporary name: bind in place
-	}
-	os.Remove(tmp)
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
-	if err != nil {
-		return fail(fmt.Errorf("server: listen on %s: %w", path, err))
-	}
-	ln.SetUnlinkOnClose(false)
-	if err := os.Chmod(tmp, perm); err != nil {
-		ln.Close()
-		os.Remove(tmp)
-		return fail(err)
-	}
-	if tmp != path {
-		if err := os.Rename(tmp, path); err != nil {
-			ln.Close()
-			os.Remove(tmp)
-			return fail(err)
-		}
-	}
-	bound, err := os.Lstat(path)
-	if err != nil {
-		ln.Close()
-		return fail(err)
-	}
-	return &listener{path: path, ln: ln, lock: lock, bound: bound}, nil
+	return &listener{ln: sl, path: path, sock: sl}, nil
 }
 
 // close removes a Unix socket's file, if it is still the one this listener
-// bound (another sluiced may have replaced it since), and releases its
-// lock; the listener itself is closed first, by the caller.
+// bound, and releases its lock; the listener itself is closed first, by the
+// caller.
 func (l *listener) close() {
-	if l.path != "" {
-		if fi, err := os.Lstat(l.path); err == nil && os.SameFile(fi, l.bound) {
-			os.Remove(l.path)
-		}
-		l.lock.Close()
+	if l.sock != nil {
+		l.sock.Remove()
 	}
 }

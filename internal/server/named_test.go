@@ -2,14 +2,18 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/metrics"
@@ -166,7 +170,7 @@ func TestNamed_reloadUnderLoad(t *testing.T) {
 		if err := os.WriteFile(w.Path, []byte(text), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		err := w.Reload()
+		err := w.Reload(t.Context())
 		if valid != (err == nil) {
 			t.Fatalf("reload %d (valid %v): %v", i, valid, err)
 		}
@@ -192,4 +196,98 @@ func TestNamed_reloadUnderLoad(t *testing.T) {
 			t.Errorf("metrics lack %s", want)
 		}
 	}
+}
+
+// A file rewritten in place is seen between its writes: here a valid
+// prefix without "api", applied by the watcher, then the rest. Requests on
+// api meanwhile never fail (the watcher keeps api in force, and counts
+// it); a reload on demand (SIGHUP) of the prefix alone removes api.
+func TestNamed_rewriteInPlaceKeepsLimitsInUse(t *testing.T) {
+	prefix := "limits:\n  login: \"token_bucket:max=3,refill_time=1h,refill_amount=1\"\n"
+	whole := prefix + "  api: \"gcra:burst=1000000,count=1,period=1s\"\n"
+	sc, w, rec := startNamed(t, whole)
+	w.Interval = 5 * time.Millisecond
+	w.OnReload = func(r config.Result, _ error) {
+		rec.ConfigReload(r == config.Reloaded)
+		rec.ConfigKept(len(w.Holder.Load().Kept()))
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	ran := make(chan error, 1)
+	go func() { ran <- w.Run(ctx) }()
+	defer func() { cancel(); <-ran }()
+
+	var requests, failures atomic.Int64
+	var firstFailure atomic.Value
+	done := make(chan struct{})
+	var traffic sync.WaitGroup
+	c := dial(t, sc)
+	traffic.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if r := c.acquire(fmt.Sprintf("k%d", i%50), proto.Named("api"), 1, 0); r.Status != proto.StatusOK {
+				failures.Add(1)
+				firstFailure.CompareAndSwap(nil, string(r.Message))
+			}
+			requests.Add(1)
+		}
+	})
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+		}
+	}
+	reloads := w.Count(config.Reloaded)
+	f, err := os.OpenFile(w.Path, os.O_WRONLY|os.O_TRUNC, 0) // in place, as cat > file does
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString(prefix); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the prefix to be loaded", func() bool { return w.Count(config.Reloaded) > reloads })
+	if kept := w.Holder.Load().Kept(); !slices.Equal(kept, []string{"api"}) {
+		t.Errorf("kept %v after the prefix, want [api]", kept)
+	}
+	n := requests.Load()
+	waitFor("requests under the prefix", func() bool { return requests.Load() > n+100 })
+	reloads = w.Count(config.Reloaded)
+	if _, err := f.WriteString(whole[len(prefix):]); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	waitFor("the whole file to be loaded", func() bool { return w.Count(config.Reloaded) > reloads })
+	close(done)
+	traffic.Wait()
+	if failures.Load() != 0 {
+		t.Fatalf("%d of %d requests on api failed while the file was rewritten in place (first: %v)",
+			failures.Load(), requests.Load(), firstFailure.Load())
+	}
+	if kept := w.Holder.Load().Kept(); len(kept) != 0 {
+		t.Fatalf("kept %v once the file defines api again", kept)
+	}
+
+	// Removing a limit on purpose: the file without it, then SIGHUP.
+	if err := os.WriteFile(w.Path, []byte(prefix), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the prefix to be loaded again", func() bool { return len(w.Holder.Load().Kept()) == 1 })
+	rw := httptest.NewRecorder()
+	rec.Handler().ServeHTTP(rw, httptest.NewRequest("GET", "/metrics", nil))
+	if !strings.Contains(rw.Body.String(), "\nsluice_config_kept_limits 1\n") {
+		t.Errorf("the metrics do not count the kept limit:\n%s", rw.Body.String())
+	}
+	if err := w.Reload(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if r := c.acquire("k0", proto.Named("api"), 1, 0); r.Status != proto.StatusInvalidLimit || !strings.Contains(string(r.Message), "no limit of that name") {
+		t.Fatalf("api after a reload on demand without it: %+v", r)
+	}
+	t.Logf("%d requests on api while the file was rewritten in place", requests.Load())
 }

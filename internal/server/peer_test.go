@@ -59,8 +59,14 @@ func TestAllowed(t *testing.T) {
 		t.Errorf("a connection without credentials was allowed")
 	}
 	s := &server{cfg: Config{MaxConnsPerUID: 2}, log: quiet()}
-	if got, counted, ok := s.admit(c, &listener{path: "sock"}); !ok || !counted || got != uid {
-		t.Errorf("with a per-user cap: uid %d counted %v ok %v, want %d counted", got, counted, ok, uid)
+	if got, counted, ok := s.admit(c, &listener{path: "sock"}); !ok || !counted || got != (peer{uid, true}) {
+		t.Errorf("with a per-user cap: peer %+v counted %v ok %v, want uid %d counted", got, counted, ok, uid)
+	}
+	// Without any: the uid is read all the same (it says who may release
+	// the connection's leases), and not counted.
+	s = &server{cfg: Config{}, log: quiet()}
+	if got, counted, ok := s.admit(c, &listener{path: "sock"}); !ok || counted || got != (peer{uid, true}) {
+		t.Errorf("without a cap: peer %+v counted %v ok %v, want uid %d, not counted", got, counted, ok, uid)
 	}
 	if _, counted, ok := s.admit(&net.TCPConn{}, &listener{}); !ok || counted {
 		t.Errorf("a TCP connection under a per-user cap: counted %v ok %v, want served, not counted", counted, ok)

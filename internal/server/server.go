@@ -46,6 +46,7 @@ type server struct {
 	rec         *metrics.Recorder // nil without metrics
 	specMetrics *metrics.Limit    // the counters of requests that bring a spec
 	namedSet    atomic.Pointer[namedLimits]
+	holders     leaseHolders // who holds each lease taken here (leases.go)
 
 	draining atomic.Bool
 	mu       sync.Mutex
@@ -187,7 +188,8 @@ func (s *server) accept(l *listener) {
 			c.Write(l.refusal(st, msg))
 			c.Close()
 		}
-		uid, counted, ok := s.admit(c, l)
+		p, counted, ok := s.admit(c, l)
+		uid := p.uid
 		if !ok {
 			s.stats.peersDenied.Add(1)
 			if s.rec != nil {
@@ -224,12 +226,14 @@ func (s *server) accept(l *listener) {
 		}
 		if lp != nil {
 			st, handle := l.open(s, c)
+			st.peer = p
 			lp.add(st, handle, func() { st.releaseLeases(); s.release(c, uid, counted) })
 			continue
 		}
 		go func() {
 			defer s.release(c, uid, counted)
 			st, handle := l.open(s, c)
+			st.peer = p
 			st.serve(handle)
 			st.releaseLeases()
 		}()
@@ -264,24 +268,29 @@ func (s *server) release(c net.Conn, uid uint32, counted bool) {
 	s.wg.Done()
 }
 
-// admit reads the credentials of c's peer when the configuration needs
-// them, and reports whether it may be served (always, unless an allow-list
-// is configured) and, with MaxConnsPerUID, its uid, which counts against
-// the cap. A TCP connection has no credentials: it is never counted.
-func (s *server) admit(c net.Conn, l *listener) (uid uint32, counted, ok bool) {
+// admit reads the credentials of c's peer, on a Unix socket, and reports
+// whether it may be served (always, unless an allow-list is configured)
+// and, with MaxConnsPerUID, whether its uid counts against the cap. The
+// uid also says who may release the connection's leases. A TCP connection
+// has no credentials: it is never counted.
+func (s *server) admit(c net.Conn, l *listener) (p peer, counted, ok bool) {
 	lists := len(s.cfg.AllowUIDs) > 0 || len(s.cfg.AllowGIDs) > 0
-	if !lists && (s.cfg.MaxConnsPerUID == 0 || l.path == "") {
-		return 0, false, true
+	needed := lists || s.cfg.MaxConnsPerUID > 0 && l.path != ""
+	if l.path == "" && !needed {
+		return peer{}, false, true
 	}
 	uid, gid, err := peerCred(c)
 	if err != nil {
+		if !needed {
+			return peer{}, false, true // served; it may release only the leases it took
+		}
 		s.log.Warn("cannot read a peer's credentials; refusing it", "err", err)
-		return 0, false, false
+		return peer{}, false, false
 	}
 	if lists && !slices.Contains(s.cfg.AllowUIDs, uid) && !slices.Contains(s.cfg.AllowGIDs, gid) {
-		return 0, false, false
+		return peer{}, false, false
 	}
-	return uid, s.cfg.MaxConnsPerUID > 0 && l.path != "", true
+	return peer{uid: uid, known: true}, s.cfg.MaxConnsPerUID > 0 && l.path != "", true
 }
 
 // drain lets every connection finish what it has read, then closes it:

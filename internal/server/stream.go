@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	mrand "math/rand/v2"
 	"net"
 	"os"
 	"time"
@@ -35,6 +36,11 @@ type stream struct {
 	// leases are the concurrency leases taken on this connection and not
 	// given back: given back when it closes (leases.go)
 	leases []heldLease
+	// ids draws the ids of the leases taken on this connection: nil until
+	// the first (leases.go)
+	ids *mrand.ChaCha8
+	// peer is the connection's peer, who may release its leases (leases.go)
+	peer peer
 	// leasedUntil is when the latest lease taken on this connection
 	// expires: while it holds leases, it does not idle out before then
 	leasedUntil time.Time

@@ -5,13 +5,7 @@ package server
 import (
 	"errors"
 	"net"
-	"os"
 )
-
-// lockInstance needs flock; the sidecar runs on Linux.
-func lockInstance(string) (*os.File, error) {
-	return nil, errors.New("server: instance locking is supported on Linux only")
-}
 
 // peerCred needs SO_PEERCRED; the sidecar runs on Linux.
 func peerCred(net.Conn) (uid, gid uint32, err error) {

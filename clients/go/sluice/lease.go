@@ -97,8 +97,11 @@ func (ls Lease) Release() (released bool, err error) {
 // Release gives back lease id of key's bucket under l, a concurrency
 // limit, and reports whether the sidecar held it: false if it does not
 // (an id never granted, released already, expired, or taken under another
-// limit or key). Any client may release a lease, not only the one that
-// took it: an id can be handed to another process. id 0, a denied or
+// limit or key). Any client of the holder's user may release a lease, not
+// only the one that took it: an id can be handed to another process of the
+// same user. A client of another user is refused with ErrDenied, and the
+// slot stays held; ids are 64 random bits, so none is released by
+// guessing. id 0, a denied or
 // Degraded lease's, holds nothing: Release returns false without asking
 // the sidecar. The failure policy does not apply: an unreachable sidecar
 // is an error, and the lease comes back when the connection it was taken

@@ -195,7 +195,10 @@ class Client(c.Availability):
         (already released, expired, or never granted); a lease of id 0
         (denied, or granted by the on_unavailable policy) returns False
         without asking. The on_unavailable policy does not apply: an
-        unreachable sidecar raises :class:`Unavailable`.
+        unreachable sidecar raises :class:`Unavailable`. Only the connection
+        that took the lease, or a process of the same user, may release it:
+        another user's release raises :class:`Denied` and the slot stays
+        held (lease ids are random, so none is released by guessing).
         """
         lease_id = c.lease_id(lease)
         if lease_id == 0:

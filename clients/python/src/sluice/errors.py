@@ -184,7 +184,8 @@ class Busy(StatusError, Unavailable):
 
 
 class Denied(StatusError, Unavailable):
-    """The peer's uid or gid is not allowed on the socket (status 16).
+    """The peer's uid or gid is not allowed on the socket (status 16), or
+    a release of a lease that another user's connection holds.
 
     An :class:`Unavailable`, as in the Go client (whose ErrDenied comes
     wrapped in ErrUnavailable): the sidecar cannot decide for this process,
