@@ -182,14 +182,23 @@ func TestLockWait_stopWhileWaiting(t *testing.T) {
 			}
 			_, goOn := locktest.Stopped(t, sc.cfg.StatePath, "held", tb10)
 			c.send(1, func(b []byte) []byte { return proto.AppendItem(b, proto.OpAcquire, 0, tb10, 1, 0, []byte("held")) })
-			stopped := make(chan struct{})
-			go func() { sc.stop(t); close(stopped) }()
+			other := dial(t, sc)
+			for deadline := time.Now().Add(10 * time.Second); stat(t, other, "lock_waits") == 0; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the request did not begin to wait")
+				}
+			}
+			sc.cancel() // stop, with the request waiting
 			if _, rs := c.recv(); len(rs) != 1 || rs[0].Status != proto.StatusContended {
 				t.Errorf("the waiting request: %+v, want Contended", rs)
 			}
 			goOn()
 			select {
-			case <-stopped:
+			case err := <-sc.done:
+				if err != nil {
+					t.Errorf("Run: %v", err)
+				}
+				sc.cancel = nil // stopped
 			case <-time.After(10 * time.Second):
 				t.Fatal("the server did not stop")
 			}

@@ -183,7 +183,7 @@ func (lp *loop) add(st *stream, handle func(), release func()) {
 		return
 	}
 	lc := &lconn{fd: fd, st: st, handle: handle, release: release}
-	st.blocking = func() { lp.handOff(lc) }
+	st.handOff = func() { lp.handOff(lc) }
 	lp.mu.Lock()
 	lp.incoming = append(lp.incoming, lc)
 	lp.mu.Unlock()

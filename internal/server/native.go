@@ -367,7 +367,7 @@ func (s *server) appendStats(b []byte) []byte {
 		{"peers_denied", &c.peersDenied},
 		{"frames", &c.frames}, {"ops", &c.ops}, {"allowed", &c.allowed}, {"denied", &c.denied},
 		{"errors", &c.errors}, {"malformed", &c.malformed}, {"timeouts", &c.timeouts},
-		{"shadow_denied", &c.shadowDenied}, {"loop_handoffs", &c.handoffs},
+		{"shadow_denied", &c.shadowDenied}, {"lock_waits", &c.lockWaits}, {"loop_handoffs", &c.handoffs},
 		{"buffered_bytes", &c.buffered},
 	} {
 		add(kv.name, uint64(kv.v.Load()))

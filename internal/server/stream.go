@@ -55,10 +55,11 @@ type stream struct {
 	// anything more is read.
 	more      bool
 	accounted int // bytes of buffers counted in the server's buffered_bytes
-	// blocking, if set, is called when a request is about to wait for a
-	// lock another holder keeps (engine.Time.Blocking): an event loop hands
-	// its other connections over to a new goroutine there.
-	blocking func()
+	// blocking is the engine.Time.Blocking of the connection's requests
+	// (st.lockWait, set by begin), and handOff, if set, what an event loop
+	// does when one of them is about to wait for a lock: it hands its other
+	// connections over to a new goroutine.
+	blocking, handOff func()
 }
 
 // serve runs the connection until the client leaves, breaks the protocol,
@@ -115,6 +116,7 @@ func (st *stream) serve(handle func()) {
 
 // begin gives a new connection its buffers.
 func (st *stream) begin() {
+	st.blocking = st.lockWait
 	st.in = make([]byte, 0, initialBuffer)
 	st.out = make([]byte, 0, initialBuffer)
 	st.account()
@@ -193,6 +195,16 @@ func (st *stream) when(f proto.Flags, at int64) engine.Time {
 		t.At = at
 	}
 	return t
+}
+
+// lockWait is called when a request of the connection is about to wait for
+// a lock another holder keeps (past a short spin): it counts the wait
+// (lock_waits), and an event loop hands itself over.
+func (st *stream) lockWait() {
+	st.s.stats.lockWaits.Add(1)
+	if st.handOff != nil {
+		st.handOff()
+	}
 }
 
 // at is the Time of a request decided at the server clock now, with the
