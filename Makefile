@@ -7,6 +7,8 @@ BENCH    ?= .
 COUNT    ?= 1
 RESP_ROUNDS ?= 3
 PYTHON   ?= python3
+# The Go modules of the workspace (go.work): the main one, the benchmarks, the middleware stores.
+GOMODS   := ./... ./bench/... $(patsubst %/go.mod,./%/...,$(wildcard clients/go/*/go.mod))
 
 .PHONY: all build run test check-tools test-go test-python bench bench-global bench-python bench-compare bench-ext bench-resp bench-soak fuzz soak vet fmt lint deps clean
 
@@ -46,10 +48,10 @@ check-tools:
 	if [ -n "$$missing" ]; then printf "make test needs what is missing here:$$missing\n" >&2; exit 1; fi
 
 test-go:
-	$(GO) test -race -shuffle=on -count=1 ./... ./bench/...
+	$(GO) test -race -shuffle=on -count=1 $(GOMODS)
 	@# The race detector makes sync.Pool drop items, so the allocation tests
 	@# skip under it: run them again without it.
-	$(GO) test -count=1 -run '(?i)allocs$$' ./... ./bench/...
+	$(GO) test -count=1 -run '(?i)allocs$$' $(GOMODS)
 	@# The server's suite again over the epoll transport.
 	SLUICE_TEST_TRANSPORT=epoll $(GO) test -race -shuffle=on -count=1 ./internal/server
 	SLUICE_TEST_TRANSPORT=epoll $(GO) test -count=1 -run '(?i)allocs$$' ./internal/server
@@ -63,7 +65,7 @@ test-python: build
 
 ## bench: every benchmark (BENCH=regexp, COUNT=n to narrow or repeat)
 bench:
-	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count $(COUNT) ./... ./bench/...
+	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count $(COUNT) $(GOMODS)
 
 ## bench-global: four sidecars (32 client processes) on one Redis and on a Redis Cluster, exact
 ## and leased global limits, beside the same processes calling Redis + Lua (about 2 minutes)
@@ -112,7 +114,7 @@ soak:
 
 ## vet: go vet
 vet:
-	$(GO) vet ./... ./bench/...
+	$(GO) vet $(GOMODS)
 
 ## fmt: fail if any file is not gofmt'ed
 fmt:

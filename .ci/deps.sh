@@ -29,6 +29,12 @@ forbid clients/go/sluice "^$mod/(shm|bucket|internal)"
 # Global limits: bucket, go-redis and the standard library; the engine calls them, not the reverse.
 forbid internal/global "^$mod/(shm|clients|cmd|internal/(engine|server))"
 forbid internal/redistest "^$mod/"
+# The Go middleware stores, each a module of its own: the client and the library it adapts.
+for m in clients/go/*/go.mod; do forbid "${m%/go.mod}" "^$mod/(shm|bucket|internal|cmd|bench)"; done
+# Their helpers are in the main module, which must not require the stores' libraries.
+for pkg in clients/go/internal/storekey clients/go/internal/sluicedtest; do
+  forbid $pkg "^$mod/(shm|bucket|internal|cmd)" '^github.com/(ulule|sethvargo|go-chi|throttled)/'
+done
 
 # Direct imports only: the server reaches the table through the engine.
 if go list -f '{{join .Imports "\n"}}' ./internal/server | grep -qx "$mod/shm"; then

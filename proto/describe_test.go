@@ -125,6 +125,22 @@ func boolean(v uint64) string {
 	return "not a boolean"
 }
 
+// decisionByte describes a decision's first byte: a boolean, with the
+// shadow bit (version 2) and the outage policy (version 4).
+func decisionByte(v uint64) string {
+	if v <= 1 || v&^decisionBits != 0 {
+		return boolean(v)
+	}
+	s := boolean(v & 1)
+	if v&shadowDeniedBit != 0 {
+		s += ", shadow-denied"
+	}
+	if o := Outage(v >> outageShift); o != OutageNone {
+		s += ", decided by the outage policy " + o.String()
+	}
+	return s
+}
+
 func duration(v int64) string {
 	if v == -1 {
 		return "not applicable"
@@ -136,7 +152,7 @@ func unixTime(v int64) string { return time.Unix(0, v).UTC().Format(time.RFC3339
 
 func flagNames(v uint64) string {
 	var names []string
-	for bit, name := range []string{"STRICT", "SMYTE", "AT", "bit3", "bit4", "bit5", "bit6", "bit7"} {
+	for bit, name := range []string{"STRICT", "SMYTE", "AT", "bit3", "bit4", "DEADLINE", "bit6", "bit7"} {
 		if v&(1<<bit) != 0 {
 			names = append(names, name)
 		}
@@ -225,7 +241,7 @@ func (d *describer) op(p string) {
 }
 
 func (d *describer) decision(p string) {
-	d.uint(1, p+"allowed", boolean)
+	d.uint(1, p+"allowed", decisionByte)
 	d.i64(p+"remaining", nil)
 	d.i64(p+"limit", nil)
 	d.i64(p+"retry_after", duration)

@@ -14,17 +14,23 @@
 //
 // # Format
 //
-// This section is the protocol's specification, version 3: an
-// implementation in another language needs nothing else. Version 3 is
+// This section is the protocol's specification, version 4: an
+// implementation in another language needs nothing else. Version 4 is
+// version 3 with the client's deadline (flag bit 5, DEADLINE, of ACQUIRE,
+// PEEK, REFUND and RESET) and the mark of a decision that a global limit's
+// outage policy made (bits 2-3 of a decision's first byte). Version 3 is
 // version 2 with three more algorithms (6 sliding_log, 7 window_counters,
 // 8 concurrency) and the operations that lease a concurrency limit's slots
 // (10 LEASE, 11 RELEASE). Version 2 is version 1 with named limits (flag
 // bit 3, NAMED, is reserved in version 1) and shadowing (flag bit 4,
-// SHADOW). A server speaks all three and answers each request frame in its
-// version, so clients of versions 1 and 2 keep working unchanged: in a
+// SHADOW). A server speaks all four and answers each request frame in its
+// version, so clients of versions 1 to 3 keep working unchanged: in a
 // frame of version 1 or 2, opcodes 10 and 11 are unknown opcodes and
 // algorithms 6 to 8 unknown algorithms, exactly as any other value outside
-// that version's sets. The files in testdata/golden are byte-exact
+// that version's sets; flag bit 5 is reserved before version 4, and a
+// server never marks a decision of an older version's frame. A client
+// learns the server's version from HELLO before it writes frames of a
+// newer version than the server may speak. The files in testdata/golden are byte-exact
 // examples, each with a field-by-field description.
 //
 // Conventions. All integers are little-endian. u8, u16, u32 and u64 are
@@ -45,7 +51,7 @@
 //
 //	offset size field
 //	0      4    length   bytes after this field: 8 + body length; 8 <= length <= MaxFrameLen
-//	4      1    version  1, 2 or 3 (Version); a response has its request's version
+//	4      1    version  1 to 4 (Version); a response has its request's version
 //	5      1    kind     1 request (client to server), 2 response (server to client)
 //	6      2    count    operations (request) or results (response) in the body: 1..MaxBatch
 //	8      4    id       chosen by the client; a response carries its request's id
@@ -69,8 +75,8 @@
 // the operations, one each. Ids need not be unique; a client that matches
 // responses by order can send 0. Example, a PING and its answer (id 1):
 //
-//	request:  09000000 03 01 0100 01000000 | 02
-//	response: 0a000000 03 02 0100 01000000 | 02 00
+//	request:  09000000 04 01 0100 01000000 | 02
+//	response: 0a000000 04 02 0100 01000000 | 02 00
 //
 // Operations. An operation is an opcode u8 and its body:
 //
@@ -96,16 +102,18 @@
 //
 //	offset size field
 //	0      1    opcode   3, 4, 5, 6, 10 or 11
-//	1      1    flags    bit 0 STRICT, bit 1 SMYTE, bit 2 AT, bit 3 NAMED and bit 4 SHADOW (version 2);
-//	                     bits 5-7 must be 0 (bits 3-7 in version 1). LEASE and RELEASE: bit 3
-//	                     NAMED only, the others must be 0
+//	1      1    flags    bit 0 STRICT, bit 1 SMYTE, bit 2 AT, bit 3 NAMED and bit 4 SHADOW (version 2),
+//	                     bit 5 DEADLINE (version 4); bits 6-7 must be 0 (bits 5-7 in versions 2 and
+//	                     3, bits 3-7 in version 1). LEASE and RELEASE: bit 3 NAMED only, the
+//	                     others must be 0. AT and DEADLINE together are Malformed
 //	2      25   limit    see below (with NAMED: the limit's name instead, 1 + namelen bytes,
 //	                     and every later offset moves by namelen - 24)
 //	27     8    n        i64: the cost (ACQUIRE, >= 0; 0 peeks), the amount (REFUND); 0 for PEEK and RESET;
 //	                     1 for LEASE (any other value is Malformed); for RELEASE, the lease id, a u64
 //	                     that is not 0 (0 is Malformed), its 64 bits stored as they are
-//	35     8    at       i64: the request time, read only with AT (else the server's clock); else 0.
-//	                     It decides this request only, and must lie in [0, 2190-01-01T00:00:00Z]
+//	35     8    at       i64: the request time, read only with AT (else the server's clock); with
+//	                     DEADLINE the client's deadline instead; else 0. A time decides this
+//	                     request only, and must lie in [0, 2190-01-01T00:00:00Z]
 //	                     (6942585600000000000): the server answers Malformed for a time outside.
 //	                     LEASE and RELEASE cannot set AT (a lease is about real time): 0
 //	43     2    keylen   u16: 1..MaxKeyLen
@@ -115,7 +123,14 @@
 // its refill clock. SMYTE: smyte/ratelimit compatibility for token_bucket: a
 // denial drains the bucket to 0 and remaining is the count before the
 // deduction. The other algorithms ignore both, and LEASE and RELEASE may
-// not set them. SHADOW (ACQUIRE): decide and consume as usual, but answer a
+// not set them. DEADLINE (version 4): at is the moment, Unix ns on the
+// host's clock (client and server share it), at which the client stops
+// waiting for this answer. A local limit's decision takes microseconds and
+// ignores it; a global limit's request (one a server decides in Redis) is
+// answered before it: if Redis has not answered by then, less a margin of
+// a quarter of the time the client gave (1 ms to 20 ms), the limit's
+// outage policy decides it, and the decision says so. A request without DEADLINE
+// is answered within 4/5 of the server's own Redis timeout. SHADOW (ACQUIRE): decide and consume as usual, but answer a
 // denial as allowed and shadow-denied (the decision's first byte is 3), as
 // a shadow limit's are; the server counts it. NAMED: the limit field holds
 // the name of a limit the server's configuration defines (its config file),
@@ -241,9 +256,13 @@
 // decision is 41 bytes:
 //
 //	offset size field
-//	0      1    allowed      boolean: the request may proceed (pacer: after delay); version 2,
-//	                         ACQUIRE only: 3 is allowed and shadow-denied (bit 1: a shadow limit or
-//	                         SHADOW answered a denial as allowed)
+//	0      1    allowed      bit 0: the request may proceed (pacer: after delay). Version 2, ACQUIRE
+//	                         only: bit 1, shadow-denied (a shadow limit or SHADOW answered a denial
+//	                         as allowed; bit 0 is then set). Version 4, ACQUIRE, PEEK and REFUND:
+//	                         bits 2-3, the outage policy that made the decision because Redis did
+//	                         not answer a global limit's request in time: 0 none (the limit's own
+//	                         decision), 1 local (this host's share), 2 open, 3 closed. Bits 4-7 are
+//	                         0; in other results (MULTI, LEASE, RELEASE) the byte is a boolean
 //	1      8    remaining    i64: cost-1 requests still allowed now (after this request, if it took any), 0..limit
 //	9      8    limit        i64: the largest remaining can be
 //	17     8    retry_after  i64 ns until this request would be allowed; -1 if allowed or never

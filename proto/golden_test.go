@@ -69,6 +69,7 @@ func goldenCases() []goldenCase {
 	acquire := item(OpAcquire, FlagStrict|FlagAt, tb, 1, t0, "login:alice")
 	ping := req("ping_request", "", 2, Op{Code: OpPing})
 	v3 := func(c goldenCase) goldenCase { c.version = 3; return c }
+	v4 := func(c goldenCase) goldenCase { c.version = 4; return c }
 	conc := ConcurrencyLimit(10, 30*time.Second)
 	bad := func(name, desc string, want error, c goldenCase, f func([]byte) []byte) goldenCase {
 		c.name, c.desc, c.want = name, desc, want
@@ -118,7 +119,7 @@ func goldenCases() []goldenCase {
 			decisionResult(OpAcquire, Decision{true, 7, 9, -1, 500 * int64(time.Millisecond), 250 * int64(time.Millisecond)}),
 			errResult(OpAcquire, StatusInvalidCost, "engine: negative cost"), Result{Code: OpPing}),
 		resp("frame_error_response", "A frame-level error, the answer to bad_version: opcode 0, count 1, the request's id; the server then closes the connection.", 11,
-			errResult(0, StatusBadVersion, "proto: unsupported protocol version: version 4, this side speaks 1 to 3")),
+			errResult(0, StatusBadVersion, "proto: unsupported protocol version: version 5, this side speaks 1 to 4")),
 		v3(req("lease_request", "Version 3. LEASE a slot of concurrency limit=10 lease=30s for key \"upload:erin\": n is 1, at is 0 (no flag AT: a lease is on the server's clock).", 19,
 			lease(0, conc, "upload:erin"))),
 		v3(resp("lease_response_allowed", "Version 3. LEASE result, allowed: 9 of 10 slots still free, the last lease held expires in 30s; the lease's id is 7, to RELEASE.", 19,
@@ -134,8 +135,15 @@ func goldenCases() []goldenCase {
 			item(OpPeek, 0, WindowCountersLimit(100, time.Hour, 60, true), 0, 0, "api:tenant-7"),
 			item(OpPeek, 0, conc, 0, 0, "upload:erin"))),
 
-		bad("bad_version", "A PING frame with version 4.", ErrBadVersion, req("", "", 11, Op{Code: OpPing}),
-			func(b []byte) []byte { b[4] = 4; return b }),
+		v4(req("acquire_deadline_request", "Version 4. ACQUIRE 1 token of the named limit \"login\" for key \"login:alice\" with flag DEADLINE (and NAMED): at holds the client's deadline, 2023-11-14T22:13:20.05Z; the server answers before it.", 27,
+			item(OpAcquire, FlagDeadline, Named("login"), 1, t0+50*int64(time.Millisecond), "login:alice"))),
+		v4(resp("acquire_response_outage_closed", "Version 4. ACQUIRE result of a global limit whose Redis did not answer in time, decided by its outage policy, closed: denied, retry in 5ms (the next probe of Redis); the first byte is 0x0c, policy 3 in bits 2-3.", 27,
+			Result{Code: OpAcquire, Outage: OutageClosed, Decision: Decision{false, 0, 1000, 5 * int64(time.Millisecond), 0, 0}})),
+		v4(resp("acquire_response_outage_local", "Version 4. ACQUIRE result decided by the local outage policy (this host's share of the limit, 333 of 1000): allowed, 332 left; the first byte is 0x05, allowed and policy 1.", 27,
+			Result{Code: OpAcquire, Outage: OutageLocal, Decision: Decision{true, 332, 333, -1, 3600 * sec, 0}})),
+
+		bad("bad_version", "A PING frame with version 5.", ErrBadVersion, req("", "", 11, Op{Code: OpPing}),
+			func(b []byte) []byte { b[4] = 5; return b }),
 		bad("bad_kind", "A PING frame with kind 3.", ErrMalformed, ping,
 			func(b []byte) []byte { b[5] = 3; return b }),
 		bad("bad_length_too_large", "A header alone whose length is MaxFrameLen+1: refused before reading the body.", ErrFrameTooLarge, ping,
@@ -160,6 +168,10 @@ func goldenCases() []goldenCase {
 			v3(req("", "", 25, item(OpLease, FlagAt, conc, 1, t0, "upload:erin"))), nil),
 		bad("bad_release_lease_0", "A RELEASE of lease 0, which no LEASE returns.", ErrMalformed,
 			v3(req("", "", 26, Op{Code: OpRelease, Limit: conc, Key: []byte("upload:erin")})), nil),
+		bad("bad_deadline_in_version_3", "A version-3 ACQUIRE with flag bit 5, DEADLINE, which is version 4's: reserved in version 3.", ErrMalformed,
+			v3(req("", "", 28, item(OpAcquire, FlagDeadline, tb, 1, t0, "login:alice"))), nil),
+		bad("bad_deadline_with_at", "A version-4 ACQUIRE with flags AT and DEADLINE: both would use the at field.", ErrMalformed,
+			v4(req("", "", 29, item(OpAcquire, FlagAt|FlagDeadline, tb, 1, t0, "login:alice"))), nil),
 		bad("bad_empty_key", "An ACQUIRE with keylen 0.", ErrInvalidKey, req("", "", 17, item(OpAcquire, 0, tb, 1, 0, "")), nil),
 		bad("bad_algorithm", "An ACQUIRE whose limit has algorithm 0.", ErrInvalidLimit,
 			req("", "", 18, item(OpAcquire, 0, Limit{}, 1, 0, "login:alice")), nil),
@@ -279,7 +291,7 @@ func goldenReadme(cases []goldenCase) string {
 	var b strings.Builder
 	b.WriteString(`# Golden frames
 
-Shared test vectors of every Sluice client and server, protocol versions 1 to 3,
+Shared test vectors of every Sluice client and server, protocol versions 1 to 4,
 each frame in the version its header's version byte says (the specification is
 the package documentation of proto, proto/doc.go).
 

@@ -35,7 +35,11 @@ func encodeOp(dst []byte, op *Op) []byte {
 		if op.Code == OpRelease {
 			n = int64(op.Lease)
 		}
-		return AppendItem(dst, op.Code, op.Flags, l, n, op.At, op.Key)
+		at := op.At
+		if op.Flags&FlagDeadline != 0 {
+			at = op.Deadline
+		}
+		return AppendItem(dst, op.Code, op.Flags, l, n, at, op.Key)
 	case OpMulti:
 		items := op.Items[:op.NItems]
 		if slices.ContainsFunc(items, func(it MultiItem) bool { return it.Name != nil }) {
@@ -66,9 +70,9 @@ func encodeResult(dst []byte, r *Result) []byte {
 		return AppendPong(dst)
 	case OpAcquire, OpPeek, OpRefund:
 		if r.ShadowDenied {
-			return AppendShadowDecision(dst, r.Code, &r.Decision)
+			return MarkOutage(AppendShadowDecision(dst, r.Code, &r.Decision), r.Outage)
 		}
-		return AppendDecision(dst, r.Code, &r.Decision)
+		return MarkOutage(AppendDecision(dst, r.Code, &r.Decision), r.Outage)
 	case OpReset:
 		return AppendReset(dst, r.Existed)
 	case OpLease:
@@ -104,16 +108,17 @@ func encodeResult(dst []byte, r *Result) []byte {
 // opView is the part of an Op that applies to its opcode, comparable with
 // reflect.DeepEqual (nil and empty keys alike).
 type opView struct {
-	Code   Opcode
-	Flags  Flags
-	Limit  Limit
-	N, At  int64
-	Key    string
-	Lease  uint64
-	Items  []itemView
-	Cursor uint64
-	Count  uint16
-	Prefix string
+	Code     Opcode
+	Flags    Flags
+	Limit    Limit
+	N, At    int64
+	Deadline int64
+	Key      string
+	Lease    uint64
+	Items    []itemView
+	Cursor   uint64
+	Count    uint16
+	Prefix   string
 }
 
 type itemView struct {
@@ -124,8 +129,14 @@ type itemView struct {
 }
 
 func viewOp(op *Op) opView {
-	v := opView{Code: op.Code, Flags: op.Flags, Limit: op.Limit, N: op.N, At: op.At, Key: string(op.Key),
+	v := opView{Code: op.Code, Flags: op.Flags, Limit: op.Limit, N: op.N, At: op.At, Deadline: op.Deadline, Key: string(op.Key),
 		Lease: op.Lease, Cursor: op.Cursor, Count: op.Count, Prefix: string(op.Prefix)}
+	if op.Name != nil { // decoded: a named limit's name is apart
+		v.Limit = Named(string(op.Name))
+	}
+	if v.Limit.Name != "" { // the encoders set NAMED from the limit
+		v.Flags |= FlagNamed
+	}
 	for _, it := range op.Items[:op.NItems] {
 		v.Items = append(v.Items, itemView{it.Flags, it.Limit, it.Cost, string(it.Key)})
 	}
@@ -140,6 +151,7 @@ type resultView struct {
 	Message   string
 	Decision  Decision
 	Shadow    bool
+	Outage    Outage
 	Existed   bool
 	Lease     uint64
 	Released  bool
@@ -164,7 +176,7 @@ type statView struct {
 
 func viewResult(r *Result) resultView {
 	v := resultView{Code: r.Code, Status: r.Status, Message: string(r.Message), Decision: r.Decision,
-		Shadow: r.ShadowDenied, Existed: r.Existed, Lease: r.Lease, Released: r.Released, Allowed: r.Allowed, Hello: r.Hello, Next: r.Next}
+		Shadow: r.ShadowDenied, Outage: r.Outage, Existed: r.Existed, Lease: r.Lease, Released: r.Released, Allowed: r.Allowed, Hello: r.Hello, Next: r.Next}
 	v.Decisions = append(v.Decisions, r.Decisions[:r.NDecisions]...)
 	for e := r.Entries; len(e) > 0; {
 		alg, freshAt, key, rest, err := NextScanEntry(e)
@@ -186,6 +198,9 @@ func viewResult(r *Result) resultView {
 // Constructors for test values.
 
 func item(code Opcode, f Flags, l Limit, n, at int64, key string) Op {
+	if f&FlagDeadline != 0 && f&FlagAt == 0 { // as DecodeOp gives it
+		return Op{Code: code, Flags: f, Limit: l, N: n, Deadline: at, Key: []byte(key)}
+	}
 	return Op{Code: code, Flags: f, Limit: l, N: n, At: at, Key: []byte(key)}
 }
 
@@ -265,6 +280,8 @@ func sampleOps() []Op {
 		item(OpRefund, 0, WindowCountersLimit(100, time.Hour, 60, true), 1, 0, "api:tenant-7"),
 		item(OpReset, 0, Limit{Algorithm: WindowCounters, P: [3]int64{1, 1, 1<<63 - 1}}, 0, 0, "k"),
 		item(OpPeek, 0, ConcurrencyLimit(10, 30*time.Second), 0, 0, "upload:erin"),
+		item(OpAcquire, FlagDeadline|FlagStrict, TokenBucketLimit(10, time.Hour, 1), 1, t0, "login:alice"),
+		item(OpReset, FlagDeadline, SlidingWindowLimit(100, time.Minute), 0, t0, "search:carol"),
 		lease(0, ConcurrencyLimit(10, 30*time.Second), "upload:erin"),
 		lease(0, ConcurrencyLimit(1<<63-1, 1<<63-1), long),
 		release(0, ConcurrencyLimit(10, 30*time.Second), 7, "upload:erin"),
@@ -290,6 +307,9 @@ func sampleResults() []Result {
 		{Code: OpPing},
 		decisionResult(OpAcquire, Decision{true, 9, 10, -1, 3600 * sec, 0}),
 		{Code: OpAcquire, ShadowDenied: true, Decision: Decision{true, 0, 10, -1, 3600 * sec, 0}},
+		{Code: OpAcquire, Outage: OutageClosed, Decision: Decision{false, 0, 10, 5e6, 0, 0}},
+		{Code: OpPeek, Outage: OutageLocal, Decision: Decision{true, 2, 3, -1, 3600 * sec, 0}},
+		{Code: OpAcquire, ShadowDenied: true, Outage: OutageLocal, Decision: Decision{true, 0, 3, -1, 3600 * sec, 0}},
 		decisionResult(OpPeek, Decision{false, 0, 5, 1 << 62, -1 << 63, 1<<63 - 1}),
 		decisionResult(OpRefund, Decision{true, 50, 100, -1, 42 * sec, 0}),
 		{Code: OpReset, Existed: true}, {Code: OpReset},

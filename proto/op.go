@@ -79,17 +79,27 @@ const (
 	// answer a denial as allowed, marked shadow-denied (Result.ShadowDenied),
 	// as a shadow limit's are.
 	FlagShadow Flags = 16
+	// FlagDeadline (version 4; ACQUIRE, PEEK, REFUND, RESET): the at field
+	// holds the client's deadline instead of a request time: the moment,
+	// Unix ns on the host's clock, at which the client stops waiting for
+	// the answer. Not with FlagAt. A server answers a global limit's
+	// request before it, by the limit's outage policy if Redis has not
+	// answered (Op.Deadline).
+	FlagDeadline Flags = 32
 
-	itemFlags      = FlagStrict | FlagSmyte | FlagAt | FlagNamed | FlagShadow // item operations
-	leaseFlags     = FlagNamed                                                // LEASE and RELEASE
-	multiFlags     = FlagAt                                                   // the MULTI as a whole
-	multiItemFlags = FlagStrict | FlagSmyte | FlagNamed                       // each MULTI item
+	itemFlags      = FlagStrict | FlagSmyte | FlagAt | FlagNamed | FlagShadow | FlagDeadline // item operations
+	leaseFlags     = FlagNamed                                                               // LEASE and RELEASE
+	multiFlags     = FlagAt                                                                  // the MULTI as a whole
+	multiItemFlags = FlagStrict | FlagSmyte | FlagNamed                                      // each MULTI item
 )
 
 // allowedFlags returns the flags of mask that frames of version v may set.
 func allowedFlags(mask Flags, v uint8) Flags {
-	if v < 2 {
-		return mask &^ (FlagNamed | FlagShadow)
+	switch {
+	case v < 2:
+		return mask &^ (FlagNamed | FlagShadow | FlagDeadline)
+	case v < 4:
+		return mask &^ FlagDeadline
 	}
 	return mask
 }
@@ -119,12 +129,14 @@ type MultiItem struct {
 // Op is one decoded request operation. Which fields apply depends on Code:
 //
 //	HELLO, PING, STATS         none
-//	ACQUIRE, PEEK, REFUND, RESET  Flags, Limit, N, At, Key
+//	ACQUIRE, PEEK, REFUND, RESET  Flags, Limit, N, At, Deadline, Key
 //	LEASE                      Flags (FlagNamed only), Limit, N (always 1), Key
 //	RELEASE                    Flags (FlagNamed only), Limit, Lease, Key
 //	MULTI                      Flags (FlagAt only), At, Items[:NItems]
 //	SCAN                       Cursor, Count, Prefix
 //
+// Deadline is the at field of an operation with FlagDeadline (At is then
+// 0), else 0.
 // At is meaningful only with FlagAt, which LEASE and RELEASE may not set
 // (leases are on the server's clock; At then holds the field as sent, which
 // a server ignores); N is the cost (ACQUIRE), the amount (REFUND), and
@@ -133,14 +145,15 @@ type MultiItem struct {
 // DecodeOp sets every field that applies and zeroes the others, but leaves
 // Items[NItems:] unspecified. An Op is large (about 1.3 KiB): reuse one.
 type Op struct {
-	Code  Opcode
-	Flags Flags
-	Limit Limit
-	Name  []byte // with FlagNamed, the limit's name (Limit is then zero); it aliases the frame
-	N     int64
-	At    int64
-	Key   []byte
-	Lease uint64 // RELEASE: the lease to give back, never 0
+	Code     Opcode
+	Flags    Flags
+	Limit    Limit
+	Name     []byte // with FlagNamed, the limit's name (Limit is then zero); it aliases the frame
+	N        int64
+	At       int64
+	Deadline int64 // with FlagDeadline: the client's deadline, Unix ns
+	Key      []byte
+	Lease    uint64 // RELEASE: the lease to give back, never 0
 
 	Items  [MaxMulti]MultiItem
 	NItems int
@@ -162,8 +175,8 @@ func AppendStats(dst []byte) []byte { return append(dst, byte(OpStats)) }
 // AppendItem appends an operation of the item layout, ACQUIRE, PEEK,
 // REFUND or RESET (or LEASE and RELEASE, for which AppendLease and
 // AppendRelease are simpler): op, then flags, the limit, n (the cost or
-// amount; 0 for PEEK and RESET), at (Unix ns, read only with FlagAt; else
-// 0) and the key. It writes what it is given, checking nothing a peer
+// amount; 0 for PEEK and RESET), at (Unix ns, read only with FlagAt or, as
+// the deadline, FlagDeadline; else 0) and the key. It writes what it is given, checking nothing a peer
 // would reject, and panics if op is not one of the six or the key is
 // longer than its u16 length can say.
 func AppendItem(dst []byte, op Opcode, f Flags, l Limit, n, at int64, key []byte) []byte {
@@ -259,6 +272,7 @@ func DecodeOpVersion(b []byte, v uint8, op *Op) (rest []byte, err error) {
 	b = b[1:]
 	oldItems := op.NItems
 	op.Code, op.Flags, op.Limit, op.Name, op.N, op.At, op.Key, op.Lease = code, 0, Limit{}, nil, 0, 0, nil, 0
+	op.Deadline = 0
 	op.NItems, op.Cursor, op.Count, op.Prefix = 0, 0, 0, nil
 	switch {
 	case !code.ValidIn(v):
@@ -293,6 +307,9 @@ func decodeItem(b []byte, v uint8, op *Op) ([]byte, error) {
 	if bad := op.Flags &^ allowedFlags(mask, v); bad != 0 {
 		return nil, errorf(ErrMalformed, "%v: reserved flag bits %#02x", op.Code, byte(bad))
 	}
+	if op.Flags&(FlagAt|FlagDeadline) == FlagAt|FlagDeadline {
+		return nil, errorf(ErrMalformed, "%v: flags AT and DEADLINE together (both use the at field)", op.Code)
+	}
 	b, err := decodeLimitField(b[1:], op.Flags, op.Code, v, &op.Limit, &op.Name)
 	if err != nil {
 		return nil, err
@@ -309,6 +326,8 @@ func decodeItem(b []byte, v uint8, op *Op) ([]byte, error) {
 		return nil, errorf(ErrMalformed, "RELEASE of lease 0")
 	case op.Code == OpRelease:
 		op.Lease, op.N = uint64(op.N), 0
+	case op.Flags&FlagDeadline != 0:
+		op.Deadline, op.At = op.At, 0
 	}
 	key, rest, err := bytes16(b[itemTail-2:], 1, op.Code, "key")
 	op.Key = key

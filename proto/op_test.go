@@ -92,7 +92,7 @@ func TestDecodeOpErrors(t *testing.T) {
 		{"opcode 255", []byte{255, 1, 2, 3}, ErrUnknownOpcode},
 		{"item truncated", acquire[:44], ErrMalformed},
 		{"item key truncated", acquire[:len(acquire)-1], ErrMalformed},
-		{"item flag bit 5", set(acquire, 1, 0x20), ErrMalformed},
+		{"item flag bit 6", set(acquire, 1, 0x40), ErrMalformed},
 		{"item flag bit 7", set(acquire, 1, 0x80), ErrMalformed},
 		{"item algorithm 0", set(acquire, 2, 0), ErrInvalidLimit},
 		{"item algorithm 9", set(acquire, 2, 9), ErrInvalidLimit},
@@ -397,6 +397,8 @@ func TestItemVersion(t *testing.T) {
 		{OpReset, 0, WindowCountersLimit(5, time.Second, 60, false), 3},
 		{OpLease, 0, Named("jobs"), 3},
 		{OpRelease, 0, ConcurrencyLimit(2, time.Second), 3},
+		{OpAcquire, FlagDeadline, Named("login"), 4},
+		{OpReset, FlagDeadline, tb, 4},
 	} {
 		if got := ItemVersion(c.code, c.f, &c.l); got != c.want {
 			t.Errorf("%v %v %v: version %d, want %d", c.code, c.f, c.l, got, c.want)
@@ -411,5 +413,74 @@ func TestItemVersion(t *testing.T) {
 	}
 	if v := MultiVersion(append(items, MultiItem{Limit: SlidingLogLimit(1, time.Second)})); v != 3 {
 		t.Errorf("MULTI with a sliding_log: version %d", v)
+	}
+}
+
+// Version 4: DEADLINE puts the client's deadline in the at field, of
+// ACQUIRE, PEEK, REFUND and RESET only, never with AT, and is reserved in
+// the frames of older versions.
+func TestDecodeOp_deadline(t *testing.T) {
+	const deadline = int64(1_700_000_000_050_000_000)
+	named := Named("login")
+	for _, c := range []struct {
+		name string
+		b    []byte
+		v    uint8
+		want error
+	}{
+		{"acquire", AppendItem(nil, OpAcquire, FlagDeadline, named, 1, deadline, []byte("k")), 4, nil},
+		{"peek", AppendItem(nil, OpPeek, FlagDeadline, named, 0, deadline, []byte("k")), 4, nil},
+		{"refund", AppendItem(nil, OpRefund, FlagDeadline, named, 2, deadline, []byte("k")), 4, nil},
+		{"reset", AppendItem(nil, OpReset, FlagDeadline, named, 0, deadline, []byte("k")), 4, nil},
+		{"version 3", AppendItem(nil, OpAcquire, FlagDeadline, named, 1, deadline, []byte("k")), 3, ErrMalformed},
+		{"with AT", AppendItem(nil, OpAcquire, FlagDeadline|FlagAt, named, 1, deadline, []byte("k")), 4, ErrMalformed},
+		{"lease", AppendItem(nil, OpLease, FlagDeadline, named, 1, deadline, []byte("k")), 4, ErrMalformed},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var op Op
+			_, err := DecodeOpVersion(c.b, c.v, &op)
+			checkErr(t, err, c.want)
+			if c.want == nil && (op.Deadline != deadline || op.At != 0 || op.Flags != FlagDeadline|FlagNamed) {
+				t.Errorf("decoded deadline %d, at %d, flags %v", op.Deadline, op.At, op.Flags)
+			}
+		})
+	}
+	multi := AppendMulti(nil, 0, 0, []MultiItem{{Flags: FlagDeadline, Limit: named, Cost: 1, Key: []byte("k")}})
+	var op Op
+	if _, err := DecodeOp(multi, &op); !errors.Is(err, ErrMalformed) {
+		t.Errorf("a MULTI item with DEADLINE: %v, want ErrMalformed", err)
+	}
+}
+
+// Version 4: a decision of ACQUIRE, PEEK or REFUND may say which outage
+// policy made it, alone or with the shadow bit.
+func TestOutageDecision(t *testing.T) {
+	d := Decision{Allowed: false, Remaining: 0, Limit: 5, RetryAfter: 5e6}
+	var r Result
+	for _, o := range []Outage{OutageNone, OutageLocal, OutageOpen, OutageClosed} {
+		for _, code := range []Opcode{OpAcquire, OpPeek, OpRefund} {
+			b := MarkOutage(AppendDecision(nil, code, &d), o)
+			if rest, err := DecodeResult(b, &r); err != nil || len(rest) != 0 || r.Outage != o || r.Decision != d || r.ShadowDenied {
+				t.Fatalf("%v marked %q: decoded %+v, %v", code, o, r, err)
+			}
+		}
+	}
+	allowed := Decision{Allowed: true, Limit: 5, RetryAfter: -1}
+	b := MarkOutage(AppendShadowDecision(nil, OpAcquire, &allowed), OutageClosed)
+	if _, err := DecodeResult(b, &r); err != nil || !r.ShadowDenied || r.Outage != OutageClosed || !r.Decision.Allowed {
+		t.Fatalf("a shadowed decision of the closed policy: %+v, %v", r, err)
+	}
+	b = AppendDecision(nil, OpAcquire, &d)
+	b[2] = 0x10 // bit 4: reserved
+	if _, err := DecodeResult(b, &r); !errors.Is(err, ErrMalformed) {
+		t.Errorf("decision byte 0x10 = %v, want ErrMalformed", err)
+	}
+	b = AppendLeaseResult(nil, &d, 0)
+	b[2] = byte(OutageClosed) << outageShift // a LEASE's decision byte is a boolean
+	if _, err := DecodeResult(b, &r); !errors.Is(err, ErrMalformed) {
+		t.Errorf("a marked LEASE decision = %v, want ErrMalformed", err)
+	}
+	if got := OutageClosed.String(); got != "closed" {
+		t.Errorf("OutageClosed.String() = %q", got)
 	}
 }

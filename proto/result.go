@@ -33,6 +33,35 @@ type Decision struct {
 	Delay      int64 // pacer: the wait before acting; 0 for the other algorithms
 }
 
+// Outage names the outage policy of a global limit that made a decision
+// because Redis could not answer in time (version 4): bits 2-3 of a
+// decision's first byte. OutageNone: the decision is the limit's own (in
+// Redis, from a lease, or a local limit's).
+type Outage uint8
+
+// The outage policies, as the wire carries them.
+const (
+	OutageNone   Outage = 0
+	OutageLocal  Outage = 1 // decided on this host with its share of the limit
+	OutageOpen   Outage = 2 // admitted: the limit's policy is open
+	OutageClosed Outage = 3 // denied: the limit's policy is closed
+)
+
+// String returns "", "local", "open" or "closed".
+func (o Outage) String() string {
+	switch o {
+	case OutageNone:
+		return ""
+	case OutageLocal:
+		return "local"
+	case OutageOpen:
+		return "open"
+	case OutageClosed:
+		return "closed"
+	}
+	return "outage(" + strconv.Itoa(int(o)) + ")"
+}
+
 // Hello is the body of a HELLO result: the server's protocol version and
 // limits, and the geometry of its table.
 type Hello struct {
@@ -71,9 +100,12 @@ type Result struct {
 	// shadow limit, or FlagShadow) and would have been denied; Decision
 	// says allowed.
 	ShadowDenied bool
-	Existed      bool   // RESET: the bucket existed
-	Lease        uint64 // LEASE (version 3): the lease's id when allowed, to RELEASE; 0 when denied
-	Released     bool   // RELEASE (version 3): the lease was held and its slot is free now
+	// Outage (ACQUIRE, PEEK, REFUND; version 4): the global limit's outage
+	// policy made the decision, Redis not answering in time.
+	Outage   Outage
+	Existed  bool   // RESET: the bucket existed
+	Lease    uint64 // LEASE (version 3): the lease's id when allowed, to RELEASE; 0 when denied
+	Released bool   // RELEASE (version 3): the lease was held and its slot is free now
 
 	Allowed    bool // MULTI: every item was allowed, and so every item consumed
 	Decisions  [MaxMulti]Decision
@@ -150,9 +182,22 @@ func AppendShadowDecision(dst []byte, op Opcode, d *Decision) []byte {
 	return dst
 }
 
-// shadowDeniedBit is the bit of a decision's first byte that says the
-// decision was shadowed (version 2); bit 0 says allowed.
-const shadowDeniedBit = 2
+// MarkOutage marks the decision that ends dst (the result AppendDecision
+// or AppendShadowDecision just appended) as made by outage policy o
+// (version 4), and returns dst.
+func MarkOutage(dst []byte, o Outage) []byte {
+	dst[len(dst)-decisionLen] |= byte(o&3) << outageShift
+	return dst
+}
+
+// The bits of a decision's first byte: bit 0 says allowed; bit 1 that the
+// decision was shadowed (version 2, ACQUIRE); bits 2-3 the outage policy
+// that made it (version 4; ACQUIRE, PEEK, REFUND). The others are 0.
+const (
+	shadowDeniedBit = 2
+	outageShift     = 2
+	decisionBits    = 0x0f
+)
 
 // appendDecision appends d's 41 bytes.
 func appendDecision(dst []byte, d *Decision) []byte {
@@ -274,6 +319,7 @@ func DecodeResult(b []byte, r *Result) (rest []byte, err error) {
 	oldN := r.NDecisions
 	r.Code, r.Status, r.Message = Opcode(b[0]), Status(b[1]), nil
 	r.Decision, r.ShadowDenied, r.Existed, r.Allowed, r.NDecisions, r.Hello = Decision{}, false, false, false, 0, Hello{}
+	r.Outage = OutageNone
 	r.Lease, r.Released = 0, false
 	r.Next, r.Entries, r.NEntries, r.Stats, r.NStats = 0, nil, 0, nil, 0
 	rest, err = decodeResultBody(b[2:], r)
@@ -321,15 +367,8 @@ func decodeResultBody(b []byte, r *Result) ([]byte, error) {
 		return b[helloLen:], nil
 	case OpPing:
 		return b, nil
-	case OpAcquire:
-		if len(b) > 0 && b[0] == 1|shadowDeniedBit {
-			r.ShadowDenied = true
-			rest, err := decodeDecisionAllowed(b, &r.Decision, r.Code, true)
-			return rest, err
-		}
-		return decodeDecision(b, &r.Decision, r.Code)
-	case OpPeek, OpRefund:
-		return decodeDecision(b, &r.Decision, r.Code)
+	case OpAcquire, OpPeek, OpRefund:
+		return decodeFlaggedDecision(b, r)
 	case OpLease:
 		if len(b) < leaseResLen {
 			return nil, truncated("LEASE result", leaseResLen, len(b))
@@ -364,6 +403,22 @@ func decodeResultBody(b []byte, r *Result) ([]byte, error) {
 		return decodeStatsResult(b, r)
 	}
 	return nil, errorf(ErrUnknownOpcode, "OK result with opcode %d", r.Code)
+}
+
+// decodeFlaggedDecision decodes the decision of an ACQUIRE, PEEK or
+// REFUND result, whose first byte may carry the shadow bit (ACQUIRE) and
+// an outage policy besides allowed.
+func decodeFlaggedDecision(b []byte, r *Result) ([]byte, error) {
+	if len(b) < 1 {
+		return nil, truncated(r.Code.String()+" decision", decisionLen, len(b))
+	}
+	c := b[0]
+	shadow := c&shadowDeniedBit != 0
+	if c&^decisionBits != 0 || shadow && (c&1 == 0 || r.Code != OpAcquire) {
+		return nil, errorf(ErrMalformed, "%v decision's first byte %#02x", r.Code, c)
+	}
+	r.ShadowDenied, r.Outage = shadow, Outage(c>>outageShift)
+	return decodeDecisionAllowed(b, &r.Decision, r.Code, c&1 == 1)
 }
 
 // decodeDecision decodes the 41 bytes of a decision of an op's result.

@@ -7,11 +7,13 @@ package proto
 // specs, ACQUIRE and the rest), and only what is new needs a new sidecar.
 
 // ItemVersion returns the oldest version whose frames may carry the item
-// operation AppendItem(dst, code, f, l, ...) writes: 3 for LEASE, RELEASE
-// and the algorithms from SlidingLog on, 2 for a named limit or a shadow
-// request (a spec's shadow=true included), else 1.
+// operation AppendItem(dst, code, f, l, ...) writes: 4 with FlagDeadline, 3
+// for LEASE, RELEASE and the algorithms from SlidingLog on, 2 for a named
+// limit or a shadow request (a spec's shadow=true included), else 1.
 func ItemVersion(code Opcode, f Flags, l *Limit) uint8 {
 	switch {
+	case f&FlagDeadline != 0:
+		return 4
 	case isLeaseOp(code) || !l.Algorithm.ValidIn(2) && l.Name == "":
 		return 3
 	case (f|opLimitFlags(code, l))&(FlagNamed|FlagShadow) != 0:
@@ -19,6 +21,11 @@ func ItemVersion(code Opcode, f Flags, l *Limit) uint8 {
 	}
 	return 1
 }
+
+// ScanVersion is the version a SCAN is best written in: the newest that
+// changed what it lists (a SCAN in a frame of version 1 or 2 leaves out
+// the buckets of the algorithms of version 3; version 4 changed nothing).
+const ScanVersion = 3
 
 // MultiVersion returns the oldest version whose frames may carry the MULTI
 // AppendMulti(dst, f, at, items) writes.

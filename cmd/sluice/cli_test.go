@@ -32,8 +32,8 @@ func startSidecar(t *testing.T, slotSize int) string {
 }
 
 // startSidecarWith is startSidecar with the named limits of a config file
-// (nil for none).
-func startSidecarWith(t *testing.T, slotSize int, limits *config.Holder) string {
+// (nil for none), and its configuration changed by edit.
+func startSidecarWith(t *testing.T, slotSize int, limits *config.Holder, edit ...func(*server.Config)) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "sl") // short: socket paths are limited to 108 bytes
 	if err != nil {
@@ -46,6 +46,9 @@ func startSidecarWith(t *testing.T, slotSize int, limits *config.Holder) string 
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Now:    func() int64 { return t0 },
 		Limits: limits,
+	}
+	for _, e := range edit {
+		e(&cfg)
 	}
 	ready := make(chan struct{})
 	cfg.Ready = func() { close(ready) }

@@ -131,7 +131,7 @@ func (x *cli) decision(cmd string, asJSON bool, decide func(bucketClient) (sluic
 		err = json.NewEncoder(x.stdout).Encode(jsonDecision{
 			Allowed: d.Allowed, Remaining: d.Remaining, Limit: d.Limit,
 			RetryAfterNs: int64(d.RetryAfter), ResetAfterNs: int64(d.ResetAfter), DelayNs: int64(d.Delay),
-			ShadowDenied: d.ShadowDenied,
+			ShadowDenied: d.ShadowDenied, Policy: d.Outage,
 		})
 	} else {
 		_, err = fmt.Fprintln(x.stdout, formatDecision(d))
@@ -155,6 +155,9 @@ type jsonDecision struct {
 	ResetAfterNs int64 `json:"reset_after_ns"`
 	DelayNs      int64 `json:"delay_ns"`
 	ShadowDenied bool  `json:"shadow_denied,omitempty"`
+	// Policy is the global limit's outage policy that decided, Redis not
+	// answering in time: "local", "open" or "closed".
+	Policy string `json:"policy,omitempty"`
 }
 
 // formatDecision returns a decision as one line for people:
@@ -162,10 +165,13 @@ type jsonDecision struct {
 //	allowed remaining=9 limit=10 reset_after=6m0s
 //	denied remaining=0 limit=10 retry_after=6m0s reset_after=1h0m0s
 //	allowed shadow_denied remaining=0 limit=10 reset_after=1h0m0s
+//	denied policy=closed remaining=0 limit=1000 retry_after=5ms reset_after=0s
 //
 // retry_after appears for a denial ("never" if no wait helps), delay for a
 // paced request, shadow_denied for a shadow request that was allowed only
-// because it is one.
+// because it is one, policy for a global limit's decision that its outage
+// policy made because Redis did not answer in time (retry_after is then
+// when the sidecar asks Redis again).
 func formatDecision(d sluice.Decision) string {
 	var b strings.Builder
 	if d.Allowed {
@@ -175,6 +181,9 @@ func formatDecision(d sluice.Decision) string {
 		}
 	} else {
 		b.WriteString("denied")
+	}
+	if d.Outage != "" {
+		b.WriteString(" policy=" + d.Outage)
 	}
 	fmt.Fprintf(&b, " remaining=%d limit=%d", d.Remaining, d.Limit)
 	if !d.Allowed {

@@ -36,7 +36,7 @@ func (g *globalFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.keyFile, "global-tls-key", "", "PEM key of --global-tls-cert")
 	fs.StringVar(&g.serverName, "global-tls-server-name", "", "the name Redis's certificate must have (default: the address's host)")
 	fs.StringVar(&g.prefix, "global-prefix", "sluice:", "the prefix of every Redis key")
-	fs.DurationVar(&g.timeout, "global-timeout", global.DefaultTimeout, "the longest a request waits for Redis before its outage policy decides it")
+	fs.DurationVar(&g.timeout, "global-timeout", global.DefaultTimeout, "the longest a pipeline waits for Redis's reply from its sending: a request past it is decided by its outage policy, and 3 in a row are an outage")
 	fs.IntVar(&g.waitReplicas, "global-wait-replicas", 0, "answer a decision only once this many replicas hold it (Redis WAIT)")
 }
 

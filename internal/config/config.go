@@ -67,7 +67,8 @@ type Limit struct {
 	LeaseTTL  time.Duration
 	// OnUnavailable is what the limit decides while Redis cannot be
 	// reached, and FallbackShare the share of it this host decides alone
-	// under global.Local (0: the default, 1).
+	// under global.Local (0: the default, 1/N of the N sidecars sharing
+	// the Redis).
 	OnUnavailable global.OnUnavailable
 	FallbackShare float64
 }
@@ -77,11 +78,7 @@ func (l *Limit) Leased() bool { return l.Lease > 0 || l.LeaseAuto }
 
 // Policy returns a global limit's outage policy.
 func (l *Limit) Policy() global.Policy {
-	share := l.FallbackShare
-	if share == 0 {
-		share = 1
-	}
-	return global.Policy{OnUnavailable: l.OnUnavailable, FallbackShare: share}
+	return global.Policy{OnUnavailable: l.OnUnavailable, FallbackShare: l.FallbackShare}
 }
 
 // ValidName reports why name cannot name a limit, or nil if it can: the

@@ -8,9 +8,15 @@
 // refund. A Store batches the concurrent requests for each shard into one
 // pipeline (exact mode); Eval is one script call, as an application calling
 // Redis + Lua itself makes. Leases take tokens from a global bucket in
-// leases and decide from them locally (leased mode). Fallback applies a
-// limit's outage policy (local share, open, closed) while Redis is
-// unavailable. docs/global.md is the full description.
+// leases and decide from them locally (leased mode), journaled (Journal)
+// so that a killed process's leases are returned by the next. Fallback
+// applies a limit's outage policy (local share, open, closed) to a request
+// Redis does not decide in time; a Store tells one slow call (a miss) from
+// a shard that is down (refused, or three misses in a row), fails the
+// requests of a shard that is down at once, and probes it back within
+// about 100 ms of its answering. Members counts the hosts sharing the
+// Redis, for the default share of a limit. docs/global.md is the full
+// description.
 //
 // # Clock
 //
@@ -43,7 +49,11 @@
 // too; here always), and a pacer request whose slots would end more than
 // about 104 days ahead is denied (package bucket: past year 2262).
 //
+// The lease journal is a file of its own, <state file>.leases; its layout
+// is documented in journal.go (version 1).
+//
 // # Concurrency
 //
-// A Store is safe for simultaneous use by multiple goroutines.
+// A Store, Leases, a Fallback, Members and a Journal are safe for
+// simultaneous use by multiple goroutines.
 package global

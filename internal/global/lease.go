@@ -37,6 +37,9 @@ type LeaseOptions struct {
 	// TTL is a lease's longest life (default 1 s). Tokens unused by then
 	// go back.
 	TTL time.Duration
+	// Journal, if not nil, keeps the leases where the next process finds
+	// them if this one dies holding them (OpenJournal, Recover).
+	Journal *Journal
 }
 
 // LeaseStats are the counters of Leases since NewLeases.
@@ -87,6 +90,12 @@ type leaseKey struct {
 	key                                                                   string
 }
 
+// keyOf returns the name of the lease of limit and key.
+func keyOf(limit *bucket.Limit, key string) leaseKey {
+	return leaseKey{limit.Algorithm, limit.Max, limit.RefillTime, limit.RefillAmount, limit.Burst,
+		limit.Count, limit.Period, limit.Window, limit.MaxDelay, key}
+}
+
 // lease is one bucket's tokens on this host.
 type lease struct {
 	mu      sync.Mutex
@@ -107,6 +116,7 @@ type lease struct {
 	retryAt   time.Time // when the denied request could pass; zero: never
 
 	dead bool // removed from Leases.leases: look the bucket up again
+	rec  int  // its journal record, -1 for none
 }
 
 // NewLeases returns Leases taking tokens through store. A goroutine returns
@@ -148,30 +158,76 @@ func (ls *Leases) Decide(ctx context.Context, limit bucket.Limit, key string, co
 	}
 	defer l.mu.Unlock()
 	now := time.Now()
-	if now.Before(l.expires) && l.tokens >= cost {
-		l.tokens -= cost
-		l.used += cost
-		ls.local.Add(1)
-		return l.decision(true, -1, now), nil
+	if d, ok := ls.fromLease(l, cost, now); ok {
+		return d, nil
 	}
 	if cost == 0 { // a peek with no valid lease: the global bucket's view
 		return ls.store.Decide(ctx, Request{Limit: limit, Key: key})
-	}
-	if cost >= l.heldNeed && now.Before(l.heldUntil) {
-		ls.held.Add(1)
-		retry := int64(-1)
-		if !l.retryAt.IsZero() {
-			retry = max(int64(l.retryAt.Sub(now)), 1)
-		}
-		return l.decision(false, retry, now), nil
 	}
 	d, err := ls.renew(ctx, l, cost, now)
 	if err != nil || !d.Allowed {
 		return d, err
 	}
+	ls.take(l, cost)
+	return l.decision(true, -1, now), nil
+}
+
+// take spends cost tokens of l, in the journal first: a token is admitted
+// only once the journal no longer holds it. l.mu is held.
+func (ls *Leases) take(l *lease, cost int64) {
 	l.tokens -= cost
 	l.used += cost
-	return l.decision(true, -1, now), nil
+	ls.opt.Journal.tokens(l.rec, l.tokens)
+}
+
+// void forgets l's unused tokens on this host, in the journal first,
+// before a call that returns them: if its reply is lost, they count as
+// returned (under-admission), never as held. l.mu is held.
+func (ls *Leases) void(l *lease) {
+	ls.opt.Journal.release(l.rec)
+	l.rec, l.tokens = -1, 0
+}
+
+// Local decides a request as Decide does if it can without Redis: from
+// this host's lease, or as held after a denied lease. ok is false if the
+// request needs Redis (Decide then asks it). It allocates nothing.
+func (ls *Leases) Local(limit bucket.Limit, key string, cost int64) (d bucket.Decision, ok bool) {
+	if limit.Algorithm == bucket.Pacer {
+		return d, false
+	}
+	cost = clampCost(cost)
+	k := keyOf(&limit, key)
+	ls.mu.Lock()
+	l := ls.leases[k]
+	ls.mu.Unlock()
+	if l == nil {
+		return d, false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.dead {
+		return d, false
+	}
+	return ls.fromLease(l, cost, time.Now())
+}
+
+// fromLease decides a request of cost from l alone, if it can: from the
+// lease's tokens, or denied while a denied lease holds. l.mu is held.
+func (ls *Leases) fromLease(l *lease, cost int64, now time.Time) (bucket.Decision, bool) {
+	if now.Before(l.expires) && l.tokens >= cost {
+		ls.take(l, cost)
+		ls.local.Add(1)
+		return l.decision(true, -1, now), true
+	}
+	if cost > 0 && cost >= l.heldNeed && now.Before(l.heldUntil) {
+		ls.held.Add(1)
+		retry := int64(-1)
+		if !l.retryAt.IsZero() {
+			retry = max(int64(l.retryAt.Sub(now)), 1)
+		}
+		return l.decision(false, retry, now), true
+	}
+	return bucket.Decision{}, false
 }
 
 // decision is a Decision from the lease's state.
@@ -187,8 +243,7 @@ func (l *lease) decision(allowed bool, retry int64, now time.Time) bucket.Decisi
 
 // get returns the lease of a bucket, creating an empty one.
 func (ls *Leases) get(limit bucket.Limit, key string) (*lease, error) {
-	k := leaseKey{limit.Algorithm, limit.Max, limit.RefillTime, limit.RefillAmount, limit.Burst,
-		limit.Count, limit.Period, limit.Window, limit.MaxDelay, key}
+	k := keyOf(&limit, key)
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	if ls.closed {
@@ -196,7 +251,7 @@ func (ls *Leases) get(limit bucket.Limit, key string) (*lease, error) {
 	}
 	l := ls.leases[k]
 	if l == nil {
-		l = &lease{limit: limit, key: key}
+		l = &lease{limit: limit, key: key, rec: -1}
 		ls.leases[k] = l
 	}
 	return l, nil
@@ -224,6 +279,7 @@ func (ls *Leases) renew(ctx context.Context, l *lease, need int64, now time.Time
 	if l.tokens > 0 && l.until != "" {
 		ret, until = l.tokens, l.until
 	}
+	ls.void(l)
 	r := Request{Limit: l.limit, Key: l.key, Cost: want, Op: lease_}
 	reply, err := ls.store.lease(ctx, r, need, ret, until, ls.opt.TTL)
 	if err != nil {
@@ -235,6 +291,9 @@ func (ls *Leases) renew(ctx context.Context, l *lease, need int64, now time.Time
 	}
 	l.tokens, l.used, l.granted = reply.granted, 0, now
 	l.expires, l.until, l.reset = now.Add(time.Duration(reply.validFor)), reply.until, reply.resetAfter
+	if reply.granted > 0 {
+		l.rec = ls.opt.Journal.put(&l.limit, l.key, reply.granted, reply.until, time.Now().Add(time.Duration(reply.validFor)))
+	}
 	if reply.granted == 0 {
 		ls.denied.Add(1)
 		hold := ls.opt.TTL
@@ -253,18 +312,21 @@ func (ls *Leases) renew(ctx context.Context, l *lease, need int64, now time.Time
 }
 
 // giveBack returns l's unused tokens (a refund valid until the lease's
-// end on Redis's clock). l.mu is held.
+// end on Redis's clock); they are void on this host from then, returned
+// or not. l.mu is held.
 func (ls *Leases) giveBack(ctx context.Context, l *lease) error {
 	if l.tokens <= 0 || l.until == "" {
 		return nil
 	}
-	_, err := ls.store.lease(ctx, Request{Limit: l.limit, Key: l.key, Cost: 0, Op: lease_}, 1<<62, l.tokens, l.until, 0)
+	tokens, until := l.tokens, l.until
+	ls.void(l)
+	l.until = ""
+	_, err := ls.store.lease(ctx, Request{Limit: l.limit, Key: l.key, Cost: 0, Op: lease_}, 1<<62, tokens, until, 0)
 	if err != nil {
 		return err
 	}
 	ls.returns.Add(1)
-	ls.returned.Add(uint64(l.tokens))
-	l.tokens, l.until = 0, ""
+	ls.returned.Add(uint64(tokens))
 	return nil
 }
 
@@ -302,8 +364,7 @@ func (ls *Leases) sweep() {
 // then ls.mu).
 func (ls *Leases) forget(l *lease) {
 	l.dead = true
-	k := leaseKey{l.limit.Algorithm, l.limit.Max, l.limit.RefillTime, l.limit.RefillAmount, l.limit.Burst,
-		l.limit.Count, l.limit.Period, l.limit.Window, l.limit.MaxDelay, l.key}
+	k := keyOf(&l.limit, l.key)
 	ls.mu.Lock()
 	if ls.leases[k] == l {
 		delete(ls.leases, k)

@@ -3,6 +3,7 @@ package global
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -213,11 +214,16 @@ func TestLeaseHold(t *testing.T) {
 	}
 }
 
-// Ensure that a decision from a lease allocates nothing.
+// Ensure that a decision from a lease allocates nothing, journaled too.
 func TestLeaseNoAllocs(t *testing.T) {
 	srv := redistest.Start(t)
 	s := newStore(t, Options{Addrs: []string{srv.Addr}})
-	ls := NewLeases(s, LeaseOptions{Size: 1 << 40, TTL: time.Hour})
+	j, err := OpenJournal(filepath.Join(t.TempDir(), "leases"), 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	ls := NewLeases(s, LeaseOptions{Size: 1 << 40, TTL: time.Hour, Journal: j})
 	defer ls.Close(context.Background())
 	l := tokenBucket(1<<50, hour)
 	ctx := context.Background()
@@ -232,7 +238,15 @@ func TestLeaseNoAllocs(t *testing.T) {
 	if allocs != 0 {
 		t.Fatalf("%v allocations per leased decision, want 0", allocs)
 	}
-	if st := ls.Stats(); st.Grants != 1 || st.Local < 1000 {
+	allocs = testing.AllocsPerRun(1000, func() {
+		if d, ok := ls.Local(l, "k", 1); !ok || !d.Allowed {
+			t.Fatal(d, ok)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per Local decision, want 0", allocs)
+	}
+	if st := ls.Stats(); st.Grants != 1 || st.Local < 2000 {
 		t.Fatalf("stats %+v: want every decision from the first lease", st)
 	}
 }
@@ -260,4 +274,45 @@ func TestLeaseOutage(t *testing.T) {
 	if err := ls.Close(ctx); err != nil {
 		t.Fatalf("Close with an empty lease and Redis down: %v", err)
 	}
+}
+
+// Ensure that tokens sent back in a lease call whose reply is lost are
+// never admitted again on this host: Redis may have taken them back (it
+// ran the call after the caller gave up), so they count as returned.
+func TestLeaseLostReturn(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, Options{Addrs: []string{srv.Addr}, Timeout: 50 * time.Millisecond})
+	ls := NewLeases(s, LeaseOptions{Size: 10, TTL: time.Hour})
+	defer ls.Close(context.Background())
+	l := tokenBucket(10, hour)
+	ctx := context.Background()
+	admitted := int64(0)
+	for range 2 { // a lease of all 10; 2 left in it
+		if d, err := ls.Decide(ctx, l, "k", 4); err != nil || !d.Allowed {
+			t.Fatal(d, err)
+		}
+		admitted += 4
+	}
+	srv.Pause()
+	// Needs a new lease: the call returns the 2 left and asks for more,
+	// and gets no reply. Redis runs it when it resumes.
+	if _, err := ls.Decide(ctx, l, "k", 4); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("with Redis paused: %v, want ErrUnavailable", err)
+	}
+	srv.Resume()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		d, err := ls.Decide(ctx, l, "k", 1)
+		if err == nil && !d.Allowed {
+			break
+		}
+		if err == nil {
+			admitted++
+		}
+	}
+	ls.Close(ctx)
+	left := globalRemaining(t, s, l, "k")
+	if admitted+left > 10 {
+		t.Errorf("admitted %d and %d left in Redis: above the limit of 10 (the 2 returned tokens were used twice)", admitted, left)
+	}
+	t.Logf("admitted %d, %d left in Redis", admitted, left)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -50,8 +49,10 @@ func ParseOnUnavailable(s string) (OnUnavailable, error) {
 type Policy struct {
 	OnUnavailable OnUnavailable
 	// FallbackShare is the share of the limit this host may admit on its
-	// own under Local, in (0, 1]: with N hosts, 1/N keeps the fleet near
-	// the limit. Counts and rates are scaled down (at least 1).
+	// own under Local, in (0, 1]; 0 is the default: 1/N, N the sidecars
+	// sharing the Redis as last counted (Members), or 1 before Redis has
+	// answered once or without Members. Counts and rates are scaled down
+	// (at least 1).
 	FallbackShare float64
 }
 
@@ -60,157 +61,101 @@ type Source uint8
 
 const (
 	FromRedis  Source = iota // the global bucket in Redis
-	FromPolicy               // the outage policy: Redis was unavailable
+	FromPolicy               // the outage policy: Redis did not answer in time
 )
 
-// Fallback decides requests in Redis while it is available and by each
-// limit's Policy while it is not, without waiting for Redis on every
-// request: a state machine per shard (the Redis, or each Cluster master)
-// with two states. In "global" every request goes to Redis; one that fails
-// with ErrUnavailable moves the shard to "fallback", where requests are
-// decided by their policy at once and one request per probe interval still
-// tries Redis; one that succeeds moves it back to "global", forgetting the
-// shard's local buckets. Only a request sent after the last transition
-// can cause the next one, so replies still in flight do not flap the
-// state. Each transition is logged and counted.
+// Fallback decides requests in Redis while it answers and by each limit's
+// Policy when it does not: a request Redis did not answer before its
+// deadline (or within the Store's timeout of being sent) is decided by
+// its policy on its own, and while its shard is down (see Options.Misses)
+// at once, without waiting. The Store probes a shard that is down and
+// brings it back within about ProbeMax of Redis answering again.
+//
+// The local policy's buckets outlive an outage: each is kept until it is
+// back to its fresh state (a period of its limit), so a host admits at most
+// its share per period however often Redis flaps. A bucket keeps the share
+// it was created with until then.
 //
 // # Concurrency
 //
 // A Fallback is safe for simultaneous use.
 type Fallback struct {
-	store *Store
-	log   *slog.Logger
-	probe time.Duration
+	store   *Store
+	members *Members // nil: this host counts alone
 
-	mu     sync.Mutex
-	shards map[string]*shardState
-
-	toFallback, toGlobal            atomic.Uint64
-	opened, closed, locally, probes atomic.Uint64
+	mu         sync.Mutex
+	local      map[string]*localBucket // by the limit's identity and key
+	swept      int                     // len(local) after the last sweep
+	opened     atomic.Uint64
+	closed     atomic.Uint64
+	locally    atomic.Uint64
+	unanswered atomic.Uint64
 }
 
-// shardState is one shard's state in a Fallback.
-type shardState struct {
-	addr      string
-	down      atomic.Bool
-	since     atomic.Int64 // Unix ns of the last transition
-	lastProbe atomic.Int64 // Unix ns of the last probe in fallback
-	lastUsed  atomic.Int64 // Unix ns of the last request for the shard
-
-	mu    sync.Mutex
-	local map[string]*bucket.State // local buckets, by key, while in fallback
+// localBucket is one bucket of the local policy.
+type localBucket struct {
+	share   bucket.Limit // the share it was created with
+	state   bucket.State
+	freshAt int64 // Unix ns from which it is fresh again: forgotten
 }
 
-// FallbackStats are a Fallback's counters since NewFallback.
+// FallbackStats are a Fallback's counters since NewFallback, and its
+// Store's transitions.
 type FallbackStats struct {
-	// Down is the number of shards in fallback now that requests used
-	// within the last ten probe intervals (a dead master's address, no
-	// longer used once its replica serves its slots, is not counted).
+	// Down is the number of shards down now.
 	Down int
-	// ToFallback and ToGlobal count the transitions.
+	// ToFallback and ToGlobal count the shards' transitions to down and
+	// back.
 	ToFallback, ToGlobal uint64
 	// Open, Closed and Local count the decisions made by each policy.
 	Open, Closed, Local uint64
-	// Probes counts the requests sent to Redis while in fallback.
+	// Unanswered is the requests the policy decided because Redis failed
+	// them (no reply in time, or a refusal) while their shard was up; the
+	// others were decided at once, their shard being down.
+	Unanswered uint64
+	// Probes counts the probes of shards that were down.
 	Probes uint64
+	// LocalBuckets is the local policy's buckets held now.
+	LocalBuckets int
 }
 
-// NewFallback returns a Fallback over store, logging to log (slog.Default
-// if nil), probing Redis every probe (default 1 s) while it is down.
-func NewFallback(store *Store, log *slog.Logger, probe time.Duration) *Fallback {
-	if log == nil {
-		log = slog.Default()
-	}
-	if probe <= 0 {
-		probe = time.Second
-	}
-	return &Fallback{store: store, log: log, probe: probe, shards: make(map[string]*shardState)}
+// NewFallback returns a Fallback over store. m, if not nil, counts the
+// hosts for the default share.
+func NewFallback(store *Store, m *Members) *Fallback {
+	f := &Fallback{store: store, members: m, local: make(map[string]*localBucket)}
+	store.onTransition = f.sweep
+	return f
 }
 
-// Decide decides r in Redis, or by p if Redis is unavailable. It returns
-// an error only for a request Redis refused (ErrUnsupported, ErrScript):
-// unavailability is what the policy is for. Local decisions use this
-// host's clock; r.At is ignored then.
+// Decide decides r in Redis, or by p if Redis does not answer in time. It
+// returns an error only for a request Redis refused (ErrUnsupported,
+// ErrScript): unavailability is what the policy is for. Local decisions
+// use this host's clock; r.At is ignored then.
 func (f *Fallback) Decide(ctx context.Context, r Request, p Policy) (bucket.Decision, Source, error) {
-	st := f.state(ctx, &r)
-	start := time.Now().UnixNano()
-	if st.down.Load() && !f.probeNow(st, start) {
-		d, err := f.decideLocally(st, r, p)
-		return d, FromPolicy, err
-	}
 	d, err := f.store.Decide(ctx, r)
-	switch {
-	case err == nil:
-		if st.down.Load() && start > st.since.Load() && st.down.CompareAndSwap(true, false) {
-			f.transition(st, false, nil)
-		}
+	if err == nil {
 		return d, FromRedis, nil
-	case errors.Is(err, ErrUnavailable):
-		if !st.down.Load() && start > st.since.Load() && st.down.CompareAndSwap(false, true) {
-			f.transition(st, true, err)
-		}
-		d, err := f.decideLocally(st, r, p)
-		return d, FromPolicy, err
 	}
-	return d, FromRedis, err
+	if !errors.Is(err, ErrUnavailable) {
+		return d, FromRedis, err
+	}
+	d, err = f.Failed(ctx, r, p, err)
+	return d, FromPolicy, err
 }
 
-// state returns the state of the shard that holds r's bucket ("" for a
-// single Redis, or when the Cluster's slot map cannot tell).
-func (f *Fallback) state(ctx context.Context, r *Request) *shardState {
-	addr := ""
-	if f.store.cluster != nil {
-		key := string(AppendKey(nil, f.store.prefix, &r.Limit, r.Key))
-		if m, err := f.store.cluster.MasterForKey(ctx, key); err == nil {
-			addr = m.Options().Addr
-		}
+// Failed decides by p a request that Redis failed with err, an
+// ErrUnavailable (a leased limit's whose lease could not be renewed, say),
+// counting it. A closed denial's RetryAfter is the time to the next probe
+// of r's shard.
+func (f *Fallback) Failed(ctx context.Context, r Request, p Policy, err error) (bucket.Decision, error) {
+	if !errors.Is(err, errShed) {
+		f.unanswered.Add(1)
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	st := f.shards[addr]
-	if st == nil {
-		st = &shardState{addr: addr, local: make(map[string]*bucket.State)}
-		f.shards[addr] = st
-	}
-	st.lastUsed.Store(time.Now().UnixNano())
-	return st
+	return f.byPolicy(ctx, r, p)
 }
 
-// probeNow reports whether this request should try Redis: one per probe
-// interval while down.
-func (f *Fallback) probeNow(st *shardState, now int64) bool {
-	last := st.lastProbe.Load()
-	if now-last < int64(f.probe) || !st.lastProbe.CompareAndSwap(last, now) {
-		return false
-	}
-	f.probes.Add(1)
-	return true
-}
-
-// transition logs and counts a change of a shard's state.
-func (f *Fallback) transition(st *shardState, down bool, cause error) {
-	now := time.Now()
-	prev := st.since.Swap(now.UnixNano())
-	shard := st.addr
-	if shard == "" {
-		shard = "redis"
-	}
-	if down {
-		f.toFallback.Add(1)
-		st.lastProbe.Store(now.UnixNano())
-		f.log.Warn("Redis is unavailable: global limits follow their outage policy", "shard", shard, "error", cause.Error())
-		return
-	}
-	f.toGlobal.Add(1)
-	st.mu.Lock()
-	clear(st.local)
-	st.mu.Unlock()
-	f.log.Info("Redis is available again: global limits are decided in Redis", "shard", shard,
-		"unavailable_for", time.Duration(now.UnixNano()-prev).String())
-}
-
-// decideLocally applies p to r, with st's local buckets.
-func (f *Fallback) decideLocally(st *shardState, r Request, p Policy) (bucket.Decision, error) {
+// byPolicy decides r by p at once, without Redis.
+func (f *Fallback) byPolicy(ctx context.Context, r Request, p Policy) (bucket.Decision, error) {
 	l := r.Limit
 	if err := l.Validate(); err != nil {
 		return bucket.Decision{}, err
@@ -221,30 +166,66 @@ func (f *Fallback) decideLocally(st *shardState, r Request, p Policy) (bucket.De
 		return bucket.Decision{Allowed: true, Remaining: decisionLimit(&l), Limit: decisionLimit(&l), RetryAfter: -1}, nil
 	case Closed:
 		f.closed.Add(1)
-		return bucket.Decision{Limit: decisionLimit(&l), RetryAfter: -1}, nil
+		return bucket.Decision{Limit: decisionLimit(&l), RetryAfter: int64(f.store.retryAfter(ctx, &r))}, nil
 	}
 	f.locally.Add(1)
-	share := Share(l, p.FallbackShare)
+	share := Share(l, f.share(p))
 	if err := share.Validate(); err != nil {
-		return bucket.Decision{Limit: decisionLimit(&l), RetryAfter: -1}, nil // no local form: deny
+		// No local form: deny.
+		return bucket.Decision{Limit: decisionLimit(&l), RetryAfter: int64(f.store.retryAfter(ctx, &r))}, nil
 	}
 	now := time.Now().UnixNano()
-	k := string(AppendKey(nil, "", &share, r.Key))
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	s := st.local[k]
-	if s == nil {
-		s = new(bucket.State)
-		share.Init(now, s)
-		st.local[k] = s
+	k := string(AppendKey(nil, "", &l, r.Key))
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b := f.local[k]
+	if b == nil || now >= b.freshAt {
+		if b == nil {
+			b = new(localBucket)
+			f.local[k] = b
+			if len(f.local) > 2*f.swept+1024 {
+				f.sweepLocked(now)
+			}
+		}
+		b.share = share
+		b.share.Init(now, &b.state)
 	}
 	var d bucket.Decision
 	if r.Op == Refund {
-		d, _ = share.Refund(now, s, r.Cost, r.Flags&(bucket.Strict|bucket.Smyte))
+		d, _ = b.share.Refund(now, &b.state, r.Cost, r.Flags&(bucket.Strict|bucket.Smyte))
 	} else {
-		d, _ = share.Apply(now, s, clampCost(r.Cost), r.Flags&(bucket.Strict|bucket.Smyte))
+		d, _ = b.share.Apply(now, &b.state, clampCost(r.Cost), r.Flags&(bucket.Strict|bucket.Smyte))
 	}
+	b.freshAt = now + max(d.ResetAfter, 0)
+	d.Limit = decisionLimit(&b.share)
 	return d, nil
+}
+
+// share returns the share of p: its FallbackShare, or 1/N.
+func (f *Fallback) share(p Policy) float64 {
+	if p.FallbackShare > 0 {
+		return p.FallbackShare
+	}
+	if f.members == nil {
+		return 1
+	}
+	return 1 / float64(max(f.members.Count(), 1))
+}
+
+// sweep forgets the local buckets that are fresh again.
+func (f *Fallback) sweep() {
+	f.mu.Lock()
+	f.sweepLocked(time.Now().UnixNano())
+	f.mu.Unlock()
+}
+
+func (f *Fallback) sweepLocked(now int64) {
+	for k, b := range f.local {
+		if now >= b.freshAt {
+			delete(f.local, k)
+		}
+	}
+	f.swept = len(f.local)
 }
 
 // Share returns l with its capacity and rate scaled by share in (0, 1]:
@@ -285,19 +266,14 @@ func Share(l bucket.Limit, share float64) bucket.Limit {
 
 // Stats returns the counters.
 func (f *Fallback) Stats() FallbackStats {
-	down := 0
-	recent := time.Now().UnixNano() - 10*int64(f.probe)
+	st := f.store.Stats()
 	f.mu.Lock()
-	for _, st := range f.shards {
-		if st.down.Load() && st.lastUsed.Load() >= recent {
-			down++
-		}
-	}
+	n := len(f.local)
 	f.mu.Unlock()
 	return FallbackStats{
-		Down:       down,
-		ToFallback: f.toFallback.Load(), ToGlobal: f.toGlobal.Load(),
+		Down:       st.Down,
+		ToFallback: st.ToDown, ToGlobal: st.ToUp,
 		Open: f.opened.Load(), Closed: f.closed.Load(), Local: f.locally.Load(),
-		Probes: f.probes.Load(),
+		Unanswered: f.unanswered.Load(), Probes: st.Probes, LocalBuckets: n,
 	}
 }

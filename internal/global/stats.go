@@ -18,8 +18,15 @@ type Stats struct {
 	// 2^(i+1)-1 calls (the last also counts every larger one).
 	Batches [10]uint64
 	// Errors is the requests that returned an error; Timeouts those of
-	// them that gave up waiting for Redis.
-	Errors, Timeouts uint64
+	// them whose deadline passed before Redis answered; Shed those
+	// refused at once because their shard was down.
+	Errors, Timeouts, Shed uint64
+	// Misses is the pipelines that got no reply within the timeout.
+	Misses uint64
+	// ToDown and ToUp count the shards' transitions between up and down;
+	// Down is the shards down now; Probes the probes sent to them.
+	ToDown, ToUp, Probes uint64
+	Down                 int
 	// ScriptLoads is the pipelines that had to load the script (NOSCRIPT:
 	// a restarted Redis, a promoted replica).
 	ScriptLoads uint64
@@ -36,6 +43,8 @@ type counters struct {
 	batches                        [10]atomic.Uint64
 	errors, timeouts, scriptLoads  atomic.Uint64
 	unreplicated, redirects        atomic.Uint64
+	shed, misses                   atomic.Uint64
+	toDown, toUp, probes           atomic.Uint64
 }
 
 // batch counts a pipeline of n >= 1 calls.
@@ -56,7 +65,19 @@ func (s *Store) Stats() Stats {
 		ScriptLoads:  c.scriptLoads.Load(),
 		Unreplicated: c.unreplicated.Load(),
 		Redirects:    c.redirects.Load(),
+		Shed:         c.shed.Load(),
+		Misses:       c.misses.Load(),
+		ToDown:       c.toDown.Load(),
+		ToUp:         c.toUp.Load(),
+		Probes:       c.probes.Load(),
 	}
+	s.mu.Lock()
+	for _, sh := range s.shards {
+		if sh.down.Load() {
+			st.Down++
+		}
+	}
+	s.mu.Unlock()
 	for i := range c.batches {
 		st.Batches[i] = c.batches[i].Load()
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -48,10 +49,22 @@ type Options struct {
 	TLS *tls.Config
 	// Prefix begins every key (default "sluice:").
 	Prefix string
-	// Timeout bounds every decision, from the call to the reply, including
-	// the wait for a batch in flight (default 50 ms). A request not decided
-	// in time returns ErrUnavailable.
+	// Timeout bounds the wait for a pipeline's replies, from when it is
+	// sent (default 50 ms): the wait in the shard's queue for the pipeline
+	// in flight does not count against it, only against the caller's
+	// context. A request not decided in time returns ErrUnavailable.
 	Timeout time.Duration
+	// Misses is the pipelines in a row without a reply within Timeout
+	// after which a shard is down (default 3): one slow call is not an
+	// outage. A connection error or a reply saying Redis cannot decide
+	// (CLUSTERDOWN, LOADING, ...) makes it down at once.
+	Misses int
+	// ProbeMax is the longest time between two probes of a shard that is
+	// down (default 100 ms); the first comes 5 ms after the outage begins,
+	// each next one twice as late.
+	ProbeMax time.Duration
+	// Logger receives the shards' transitions (default slog.Default()).
+	Logger *slog.Logger
 	// MaxBatch is the most requests one pipeline carries (default 256).
 	MaxBatch int
 	// PoolSize is go-redis's connections per node (default: its own).
@@ -78,16 +91,24 @@ type Options struct {
 //
 // A Store is safe for simultaneous use by multiple goroutines.
 type Store struct {
-	rdb      redis.UniversalClient
-	cluster  *redis.ClusterClient // rdb, if it is a Cluster client
-	prefix   string
-	timeout  time.Duration
-	maxBatch int
-	wait     int
+	rdb       redis.UniversalClient
+	cluster   *redis.ClusterClient // rdb, if it is a Cluster client
+	prefix    string
+	timeout   time.Duration
+	maxBatch  int
+	wait      int
+	maxMisses int
+	probeMax  time.Duration
+	log       *slog.Logger
 
-	mu     sync.Mutex
-	shards map[string]*shard // by master address; "" for a non-Cluster client
-	closed bool
+	// onTransition, if set (before the first request), is called after
+	// each change of a shard's health.
+	onTransition func()
+
+	mu      sync.Mutex
+	shards  map[string]*shard // by master address; "" for a non-Cluster client
+	closed  bool
+	closing chan struct{} // closed by Close: probes stop
 
 	reloading atomic.Bool // a Cluster topology reload is under way
 	stats     counters
@@ -116,7 +137,10 @@ func New(o Options) (*Store, error) {
 		PoolSize:         o.PoolSize,
 		// A decision is never retried by the client: a retried script may
 		// have run once already. The Store's caller decides what to do.
-		MaxRetries:            -1,
+		MaxRetries: -1,
+		// Nor is a refused connection dialled again: Redis is down, and
+		// the shard's probes find out when it is back.
+		DialerRetries:         1,
 		DialTimeout:           timeout,
 		ReadTimeout:           timeout,
 		WriteTimeout:          timeout,
@@ -131,18 +155,32 @@ func New(o Options) (*Store, error) {
 		}
 	}
 	s := &Store{
-		rdb:      redis.NewUniversalClient(uo),
-		prefix:   o.Prefix,
-		timeout:  timeout,
-		maxBatch: o.MaxBatch,
-		wait:     o.WaitReplicas,
-		shards:   make(map[string]*shard),
+		rdb:       redis.NewUniversalClient(uo),
+		prefix:    o.Prefix,
+		timeout:   timeout,
+		maxBatch:  o.MaxBatch,
+		wait:      o.WaitReplicas,
+		maxMisses: o.Misses,
+		probeMax:  o.ProbeMax,
+		log:       o.Logger,
+		shards:    make(map[string]*shard),
+		closing:   make(chan struct{}),
 	}
 	if s.prefix == "" {
 		s.prefix = DefaultPrefix
 	}
 	if s.maxBatch <= 0 {
 		s.maxBatch = DefaultMaxBatch
+	}
+	if s.maxMisses <= 0 {
+		s.maxMisses = DefaultMisses
+	}
+	if s.probeMax <= 0 {
+		s.probeMax = DefaultProbeMax
+	}
+	s.probeMax = max(s.probeMax, minProbe)
+	if s.log == nil {
+		s.log = slog.Default()
 	}
 	s.cluster, _ = s.rdb.(*redis.ClusterClient)
 	return s, nil
@@ -201,18 +239,20 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed = true
+	close(s.closing)
 	s.mu.Unlock()
 	return s.rdb.Close()
 }
 
 // call is one script call waiting in a shard's queue.
 type call struct {
-	ctx  context.Context
-	keys []string
-	args []any
-	v    any // the reply
-	err  error
-	done chan struct{}
+	ctx   context.Context
+	keys  []string
+	args  []any
+	v     any // the reply
+	err   error
+	done  chan struct{}
+	probe bool // sent by probeLoop while the shard is down
 }
 
 // shard queues the requests for one Redis master.
@@ -226,11 +266,21 @@ type shard struct {
 	mu      sync.Mutex
 	pending []*call
 	busy    bool // a goroutine is sending this shard's pipelines
+
+	// Health (health.go).
+	down      atomic.Bool
+	since     atomic.Int64 // Unix ns of the last transition
+	misses    atomic.Int32 // pipelines in a row without a reply in time
+	nextProbe atomic.Int64 // Unix ns of the next probe while down
+	downErr   atomic.Pointer[error]
+	probeKeys []string // the probe's request, under mu
+	probeArgs []any
 }
 
 // Decide decides r in Redis, batched with the concurrent requests for the
-// same shard. It returns within the Store's timeout (or ctx's deadline, if
-// earlier): ErrUnavailable if Redis did not answer in time.
+// same shard. It returns ErrUnavailable if Redis did not answer before
+// ctx's deadline, or within the Store's timeout of the request's pipeline
+// being sent, and at once if r's shard is down (see Options.Misses).
 func (s *Store) Decide(ctx context.Context, r Request) (bucket.Decision, error) {
 	var d bucket.Decision
 	if err := Check(r.Limit); err != nil {
@@ -248,25 +298,28 @@ func (s *Store) Decide(ctx context.Context, r Request) (bucket.Decision, error) 
 }
 
 // do runs the script with keys and args in the next pipeline of the key's
-// shard and returns its reply, within the Store's timeout.
+// shard and returns its reply: within the Store's timeout of the
+// pipeline's sending, or ctx's deadline if earlier; at once if the shard
+// is down.
 func (s *Store) do(ctx context.Context, keys []string, args []any) (any, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	c := &call{ctx: ctx, keys: keys, args: args, done: make(chan struct{})}
+	if ctx.Err() != nil {
+		s.stats.errors.Add(1)
+		s.stats.timeouts.Add(1)
+		return nil, errDeadline
+	}
 	sh, err := s.shardFor(ctx, keys[0])
 	if err != nil {
 		s.stats.errors.Add(1)
 		return nil, err
 	}
 	s.stats.requests.Add(1)
-	sh.mu.Lock()
-	sh.pending = append(sh.pending, c)
-	start := !sh.busy
-	sh.busy = true
-	sh.mu.Unlock()
-	if start {
-		go s.run(sh)
+	if sh.down.Load() {
+		s.stats.errors.Add(1)
+		s.stats.shed.Add(1)
+		return nil, *sh.downErr.Load()
 	}
+	c := &call{ctx: ctx, keys: keys, args: args, done: make(chan struct{})}
+	s.enqueue(sh, c)
 	select {
 	case <-c.done:
 		if c.err != nil {
@@ -276,7 +329,23 @@ func (s *Store) do(ctx context.Context, keys []string, args []any) (any, error) 
 	case <-ctx.Done():
 		s.stats.errors.Add(1)
 		s.stats.timeouts.Add(1)
-		return nil, fmt.Errorf("%w: no reply within %v", ErrUnavailable, s.timeout)
+		return nil, errDeadline
+	}
+}
+
+// errDeadline is the error of a request whose caller's deadline passed
+// before Redis answered it.
+var errDeadline = fmt.Errorf("%w: no reply before the request's deadline", ErrUnavailable)
+
+// enqueue queues c on sh, starting the shard's sender if it is idle.
+func (s *Store) enqueue(sh *shard, c *call) {
+	sh.mu.Lock()
+	sh.pending = append(sh.pending, c)
+	start := !sh.busy
+	sh.busy = true
+	sh.mu.Unlock()
+	if start {
+		go s.run(sh)
 	}
 }
 
@@ -333,7 +402,7 @@ func (s *Store) send(sh *shard, batch []*call) {
 	live := batch[:0]
 	for _, c := range batch {
 		if c.ctx.Err() != nil {
-			c.err = fmt.Errorf("%w: no reply within %v", ErrUnavailable, s.timeout)
+			c.err = errDeadline
 			close(c.done)
 			continue
 		}
@@ -342,14 +411,10 @@ func (s *Store) send(sh *shard, batch []*call) {
 	if len(live) == 0 {
 		return
 	}
-	// The pipeline may take until the last of its callers gives up.
-	last := deadline(live[0].ctx)
-	for _, c := range live[1:] {
-		if d := deadline(c.ctx); d.After(last) {
-			last = d
-		}
-	}
-	ctx, cancel := context.WithDeadline(context.Background(), last)
+	// The timeout counts from now, whatever the callers' deadlines: it
+	// tells a slow Redis from a dead one.
+	sentAt := time.Now()
+	ctx, cancel := context.WithDeadline(context.Background(), sentAt.Add(s.timeout))
 	defer cancel()
 	cmds, werr := s.pipeline(ctx, sh, live, false)
 	// A restarted or promoted Redis does not know the script: load it with
@@ -371,24 +436,45 @@ func (s *Store) send(sh *shard, batch []*call) {
 		}
 	}
 	unavailable := false
+	o, cause := timedOut, error(nil)
 	for i, c := range live {
 		v, err := cmds[i].Result()
 		if err == nil && werr != nil {
 			err = werr
 		}
-		if isRedirect(err) && s.cluster != nil && s.wait == 0 {
-			// The slot moved (resharding, failover): Redis did not run
-			// the script. The Cluster client follows MOVED and ASK.
-			s.stats.redirects.Add(1)
-			s.stats.commands.Add(1)
-			unavailable = true // reread the slot map
-			v, err = decideScript.Run(ctx, s.cluster, c.keys, c.args...).Result()
+		if isRedirect(err) {
+			o = answered // this master answered: the slot is another's now
+			if s.cluster != nil && s.wait == 0 {
+				// The slot moved (resharding, failover): Redis did not
+				// run the script. The Cluster client follows MOVED and ASK.
+				s.stats.redirects.Add(1)
+				s.stats.commands.Add(1)
+				unavailable = true // reread the slot map
+				v, err = decideScript.Run(ctx, s.cluster, c.keys, c.args...).Result()
+			}
+		} else {
+			switch outcomeOf(err) {
+			case answered:
+				o = answered
+			case refused:
+				if o != answered {
+					o, cause = refused, err
+				}
+			case timedOut:
+				if cause == nil {
+					cause = err
+				}
+			}
 		}
 		if err != nil {
 			c.err = classify(err)
 			unavailable = unavailable || errors.Is(c.err, ErrUnavailable)
 		}
 		c.v = v
+	}
+	// The shard's health first, so that a caller woken below sees it.
+	s.observe(sh, sentAt.UnixNano(), o, cause, live[0])
+	for _, c := range live {
 		close(c.done)
 	}
 	if unavailable {

@@ -14,10 +14,14 @@ type GlobalStats struct {
 	LeaseGrants, LeaseGranted   uint64 // leases that got tokens, and the tokens
 	LeaseReturns, LeaseReturned uint64 // leases whose unused tokens went back, and the tokens
 	LeaseLocal                  uint64 // decisions made from a lease, without Redis
+	LeaseRecovered              uint64 // unused tokens of a killed sidecar's leases, returned at start
 
 	ToFallback, ToGlobal uint64 // outage policy transitions of a shard
 	Open, Closed, Local  uint64 // decisions made by each outage policy
 	ShardsDown           int    // shards following their outage policy now
+	Unanswered           uint64 // policy decisions of requests Redis failed while their shard was up
+	Misses, Probes       uint64 // pipelines without a reply in time; probes of shards down
+	Hosts                int    // sidecars sharing the Redis, as last counted
 }
 
 var (
@@ -42,6 +46,8 @@ var (
 		"Unused lease tokens given back to Redis.", nil, nil)
 	descLeaseLocal = prometheus.NewDesc("sluice_global_lease_decisions_total",
 		"Decisions of global limits made from a lease, without Redis.", nil, nil)
+	descLeaseRecovered = prometheus.NewDesc("sluice_global_lease_tokens_recovered_total",
+		"Unused tokens of the leases a killed sidecar held, returned to Redis from its lease journal at start.", nil, nil)
 	descFallbacks = prometheus.NewDesc("sluice_global_fallback_transitions_total",
 		"Outage policy transitions of a Redis shard: to fallback (Redis unavailable) or to global (back).",
 		[]string{"to"}, nil)
@@ -50,11 +56,19 @@ var (
 		[]string{"policy"}, nil)
 	descShardsDown = prometheus.NewDesc("sluice_global_shards_down",
 		"Redis shards whose global limits follow their outage policy now.", nil, nil)
+	descUnanswered = prometheus.NewDesc("sluice_global_unanswered_total",
+		"Requests of global limits that Redis did not answer in time (or refused) while their shard was up, decided by their outage policy.", nil, nil)
+	descMisses = prometheus.NewDesc("sluice_global_pipeline_misses_total",
+		"Pipelines Redis did not answer within --global-timeout of their sending.", nil, nil)
+	descProbes = prometheus.NewDesc("sluice_global_probes_total",
+		"Probes of Redis shards that were down.", nil, nil)
+	descHosts = prometheus.NewDesc("sluice_global_hosts",
+		"Sidecars sharing this Redis, as last counted: the default outage share of a limit is 1/hosts.", nil, nil)
 )
 
 var globalDescs = []*prometheus.Desc{descGlobalRequests, descGlobalRoundTrips, descGlobalCommands,
 	descGlobalErrors, descGlobalBatch, descLeaseGrants, descLeaseGranted, descLeaseReturns, descLeaseReturned,
-	descLeaseLocal, descFallbacks, descPolicyDecisions, descShardsDown}
+	descLeaseLocal, descLeaseRecovered, descFallbacks, descPolicyDecisions, descShardsDown, descUnanswered, descMisses, descProbes, descHosts}
 
 // SetGlobal sets the function a scrape calls to read the global limits'
 // counters. Without one, the global metrics are not exported.
@@ -90,10 +104,15 @@ func (r *Recorder) collectGlobal(ch chan<- prometheus.Metric) {
 	counter(descLeaseReturns, st.LeaseReturns)
 	counter(descLeaseReturned, st.LeaseReturned)
 	counter(descLeaseLocal, st.LeaseLocal)
+	counter(descLeaseRecovered, st.LeaseRecovered)
 	counter(descFallbacks, st.ToFallback, "fallback")
 	counter(descFallbacks, st.ToGlobal, "global")
 	counter(descPolicyDecisions, st.Open, "open")
 	counter(descPolicyDecisions, st.Closed, "closed")
 	counter(descPolicyDecisions, st.Local, "local")
 	ch <- prometheus.MustNewConstMetric(descShardsDown, prometheus.GaugeValue, float64(st.ShardsDown))
+	counter(descUnanswered, st.Unanswered)
+	counter(descMisses, st.Misses)
+	counter(descProbes, st.Probes)
+	ch <- prometheus.MustNewConstMetric(descHosts, prometheus.GaugeValue, float64(st.Hosts))
 }

@@ -170,6 +170,47 @@ func (s *Server) kill() {
 	s.cmd = nil
 }
 
+// Pause stops the server with SIGSTOP: it keeps its connections and its
+// data but answers nothing, as a server stalled by its host would, until
+// Resume (SIGKILL, at cleanup, ends a paused server too).
+func (s *Server) Pause() { s.cmd.Process.Signal(syscall.SIGSTOP) }
+
+// Resume continues a paused server with SIGCONT.
+func (s *Server) Resume() { s.cmd.Process.Signal(syscall.SIGCONT) }
+
+// Stall blocks the server for d with DEBUG SLEEP (start it with
+// "--enable-debug-command", "yes"), as one slow command does: it returns
+// once the stall has begun (a PING on another connection goes unanswered)
+// and a channel closed when it is over.
+func (s *Server) Stall(t testing.TB, d time.Duration) <-chan struct{} {
+	t.Helper()
+	over := make(chan struct{})
+	c := s.client()
+	ping := redis.NewClient(&redis.Options{Network: s.Network, Addr: s.Addr, MaxRetries: -1, ContextTimeoutEnabled: true,
+		Protocol: 2, DisableIdentity: true})
+	defer ping.Close()
+	go func() {
+		defer close(over)
+		defer c.Close()
+		if err := c.Do(context.Background(), "DEBUG", "SLEEP", d.Seconds()).Err(); err != nil {
+			t.Errorf("DEBUG SLEEP: %v", err)
+		}
+	}()
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+		err := ping.Ping(ctx).Err()
+		cancel()
+		if err != nil {
+			return over
+		}
+		select {
+		case <-over:
+			t.Fatal("the stall ended before a PING saw it")
+		default:
+		}
+	}
+}
+
 // Restart starts a killed server again at the same address with the same
 // options. Its data is gone: nothing is persisted.
 func (s *Server) Restart(t testing.TB) {

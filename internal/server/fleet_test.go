@@ -66,6 +66,13 @@ func fleetChild() (int, bool) {
 		}
 		return p.run(), true
 	}
+	if os.Getenv("SLUICE_FLEET_BUSY") != "" { // a busy loop on one core until stdin closes
+		var done atomic.Bool
+		go func() { io.Copy(io.Discard, os.Stdin); done.Store(true) }()
+		for n := 0; !done.Load(); n++ {
+		}
+		return 0, true
+	}
 	if v := os.Getenv("SLUICE_FLEET_CLIENT"); v != "" {
 		var p fleetClient
 		if err := json.Unmarshal([]byte(v), &p); err != nil {
@@ -201,20 +208,27 @@ func startFleet(t testing.TB, hosts int, text string, p fleetSidecar) ([]string,
 	for range hosts {
 		p := p
 		p.Dir, p.Config = shortDir(t), cfgPath
-		cmd, _, _ := startPart(t, "SLUICE_FLEET_SIDECAR", p)
-		sock := filepath.Join(p.Dir, "sock")
-		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-			if c, err := net.Dial("unix", sock); err == nil {
-				c.Close()
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("a sidecar did not start")
-			}
-		}
+		cmd, sock := startSidecarPart(t, p)
 		socks, cmds = append(socks, sock), append(cmds, cmd)
 	}
 	return socks, cmds
+}
+
+// startSidecarPart starts a sidecar's part in p.Dir and waits until it
+// listens; it returns its process and socket.
+func startSidecarPart(t testing.TB, p fleetSidecar) (*partCmd, string) {
+	t.Helper()
+	cmd, _, _ := startPart(t, "SLUICE_FLEET_SIDECAR", p)
+	sock := filepath.Join(p.Dir, "sock")
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if c, err := net.Dial("unix", sock); err == nil {
+			c.Close()
+			return cmd, sock
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a sidecar did not start")
+		}
+	}
 }
 
 // stopFleet stops the sidecars with SIGTERM and checks they exit cleanly.

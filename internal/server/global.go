@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/bucket"
@@ -34,9 +36,14 @@ var (
 
 // globalLimits decides the requests of global limits.
 type globalLimits struct {
-	store    *global.Store
-	fallback *global.Fallback
-	timeout  time.Duration
+	store     *global.Store
+	members   *global.Members
+	fallback  *global.Fallback
+	journal   *global.Journal // nil if it cannot be opened
+	timeout   time.Duration
+	stop      chan struct{} // closed by close: recovery stops
+	recovery  sync.WaitGroup
+	recovered atomic.Int64 // tokens returned from the journal at start
 
 	mu     sync.Mutex // serialises creating Leases (each runs a sweeper)
 	leases sync.Map   // leaseOptions -> *global.Leases, read without a lock per decision
@@ -49,8 +56,13 @@ type leaseOptions struct {
 	ttl  time.Duration
 }
 
-// newGlobalLimits connects to Redis as o says.
-func newGlobalLimits(o global.Options, log *slog.Logger) (*globalLimits, error) {
+// newGlobalLimits connects to Redis as o says, counts this sidecar among
+// those sharing it, and returns the leases a sidecar killed on the lease
+// journal at journalPath left (in the background, once Redis answers).
+func newGlobalLimits(o global.Options, log *slog.Logger, journalPath string) (*globalLimits, error) {
+	if o.Logger == nil {
+		o.Logger = log
+	}
 	st, err := global.New(o)
 	if err != nil {
 		return nil, err
@@ -59,7 +71,41 @@ func newGlobalLimits(o global.Options, log *slog.Logger) (*globalLimits, error) 
 	if timeout <= 0 {
 		timeout = global.DefaultTimeout
 	}
-	return &globalLimits{store: st, fallback: global.NewFallback(st, log, 0), timeout: timeout}, nil
+	m, err := global.StartMembers(st, 0)
+	if err != nil {
+		log.Warn("Redis did not answer at start: until it does, a global limit's default outage share is its whole limit", "error", err.Error())
+	}
+	g := &globalLimits{store: st, members: m, fallback: global.NewFallback(st, m), timeout: timeout, stop: make(chan struct{})}
+	if g.journal, err = global.OpenJournal(journalPath, 0); err != nil {
+		log.Warn("leases are not journaled: a sidecar killed holding leases loses their unused tokens until the buckets refill", "error", err.Error())
+	} else if g.journal.Pending() > 0 {
+		g.recovery.Go(func() { g.recover(log) })
+	}
+	return g, nil
+}
+
+// recover returns the unused tokens of the leases the journal holds from a
+// process that died, once Redis answers (trying every second).
+func (g *globalLimits) recover(log *slog.Logger) {
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		n, err := g.journal.Recover(ctx, g.store)
+		cancel()
+		g.recovered.Add(n)
+		if g.journal.Pending() == 0 {
+			args := []any{"tokens", n}
+			if err != nil {
+				args = append(args, "error", err.Error())
+			}
+			log.Info("returned the unused tokens of the leases a stopped sidecar held", args...)
+			return
+		}
+		select {
+		case <-g.stop:
+			return
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // leasesFor returns the Leases of a leased limit's settings.
@@ -73,54 +119,93 @@ func (g *globalLimits) leasesFor(l *config.Limit) *global.Leases {
 	if ls, ok := g.leases.Load(k); ok {
 		return ls.(*global.Leases)
 	}
-	ls := global.NewLeases(g.store, global.LeaseOptions{Size: k.size, TTL: k.ttl})
+	ls := global.NewLeases(g.store, global.LeaseOptions{Size: k.size, TTL: k.ttl, Journal: g.journal})
 	g.leases.Store(k, ls)
 	return ls
 }
 
-// acquire decides a request of cost on key's global bucket under l.
-// Requests with STRICT or SMYTE go to Redis even for a leased limit (a
-// lease spends tokens, it has no refill clock to restart).
-func (g *globalLimits) acquire(l *config.Limit, key string, cost int64, f bucket.Flags) (bucket.Decision, error) {
-	// The Store bounds every call to Redis by its timeout: no context
-	// deadline is needed (and a lease's decision, mostly local, pays for
-	// none).
+// answerBy returns when the answer to a global operation that arrived at
+// arrived is due: a quarter of the time its client gave (1 ms to 20 ms)
+// before the client's deadline, if the request carries one (DEADLINE),
+// else 4/5 of the Redis timeout after its arrival. The margin is for the
+// answer's way back on a loaded host. Redis's answer is awaited until
+// then, and the limit's outage policy decides after.
+func (g *globalLimits) answerBy(arrived time.Time, flags proto.Flags, deadline int64) time.Time {
+	if flags&proto.FlagDeadline == 0 {
+		return arrived.Add(g.timeout * 4 / 5)
+	}
+	d := time.Unix(0, deadline)
+	margin := min(max(d.Sub(arrived)/2, time.Millisecond), 25*time.Millisecond)
+	return d.Add(-margin)
+}
+
+// outageOf is the wire's name of a limit's outage policy.
+func outageOf(l *config.Limit) proto.Outage {
+	switch l.OnUnavailable {
+	case global.Open:
+		return proto.OutageOpen
+	case global.Closed:
+		return proto.OutageClosed
+	}
+	return proto.OutageLocal
+}
+
+// acquire decides a request of cost on key's global bucket under l, Redis
+// answering by the time by returns, and says which outage policy decided
+// it, if one did. Requests with STRICT or SMYTE go to Redis even for a
+// leased limit (a lease spends tokens, it has no refill clock to restart).
+func (g *globalLimits) acquire(l *config.Limit, key string, cost int64, f bucket.Flags, by func() time.Time) (bucket.Decision, proto.Outage, error) {
 	r := global.Request{Limit: l.Bucket, Key: key, Cost: cost, Flags: f, Op: global.Acquire}
 	if l.Leased() && f == 0 {
-		d, err := g.leasesFor(l).Decide(context.Background(), l.Bucket, key, cost)
-		if !errors.Is(err, global.ErrUnavailable) {
-			return d, err
+		ls := g.leasesFor(l)
+		if d, ok := ls.Local(l.Bucket, key, cost); ok {
+			return d, proto.OutageNone, nil // no Redis, no context, no allocation
 		}
-		// Redis did not answer the lease: the outage policy decides.
+		ctx, cancel := context.WithDeadline(context.Background(), by())
+		defer cancel()
+		d, err := ls.Decide(ctx, l.Bucket, key, cost)
+		if !errors.Is(err, global.ErrUnavailable) {
+			return d, proto.OutageNone, err
+		}
+		// Redis did not answer the lease (or its shard is down, and the
+		// lease was not even asked for): the outage policy decides.
+		d, err = g.fallback.Failed(ctx, r, l.Policy(), err)
+		return d, outageOf(l), err
 	}
-	d, _, err := g.fallback.Decide(context.Background(), r, l.Policy())
-	return d, err
+	return g.decideBy(r, l, by)
+}
+
+// decideBy decides r in Redis, or by l's outage policy if Redis does not
+// answer by the time by returns.
+func (g *globalLimits) decideBy(r global.Request, l *config.Limit, by func() time.Time) (bucket.Decision, proto.Outage, error) {
+	ctx, cancel := context.WithDeadline(context.Background(), by())
+	defer cancel()
+	d, src, err := g.fallback.Decide(ctx, r, l.Policy())
+	if src == global.FromPolicy {
+		return d, outageOf(l), err
+	}
+	return d, proto.OutageNone, err
 }
 
 // refund gives amount tokens back to key's global bucket, in Redis.
-func (g *globalLimits) refund(l *config.Limit, key string, amount int64) (bucket.Decision, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
-	defer cancel()
-	d, _, err := g.fallback.Decide(ctx, global.Request{Limit: l.Bucket, Key: key, Cost: amount, Op: global.Refund}, l.Policy())
-	return d, err
+func (g *globalLimits) refund(l *config.Limit, key string, amount int64, by func() time.Time) (bucket.Decision, proto.Outage, error) {
+	return g.decideBy(global.Request{Limit: l.Bucket, Key: key, Cost: amount, Op: global.Refund}, l, by)
 }
 
 // peek reports key's global bucket as it stands: a request of cost 0,
 // which changes nothing. Allowed says whether a cost of 1 would be; a
 // peek does not compute how long a denied request of 1 must wait
 // (RetryAfter is -1).
-func (g *globalLimits) peek(l *config.Limit, key string) (bucket.Decision, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
-	defer cancel()
-	d, _, err := g.fallback.Decide(ctx, global.Request{Limit: l.Bucket, Key: key, Op: global.Acquire}, l.Policy())
+func (g *globalLimits) peek(l *config.Limit, key string, by func() time.Time) (bucket.Decision, proto.Outage, error) {
+	d, o, err := g.decideBy(global.Request{Limit: l.Bucket, Key: key, Op: global.Acquire}, l, by)
 	d.Allowed, d.RetryAfter = d.Remaining >= 1, -1
-	return d, err
+	return d, o, err
 }
 
 // reset deletes key's global bucket in Redis and reports whether it
 // existed.
-func (g *globalLimits) reset(l *config.Limit, key string) (bool, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
+func (g *globalLimits) reset(l *config.Limit, key string, by func() time.Time) (bool, error) {
+	ctx, cancel := context.WithDeadline(context.Background(), by())
 	defer cancel()
 	n, err := g.store.Client().Del(ctx, string(global.AppendKey(nil, g.store.Prefix(), &l.Bucket, key))).Result()
 	if err != nil {
@@ -133,11 +218,15 @@ func (g *globalLimits) reset(l *config.Limit, key string) (bool, error) {
 func (g *globalLimits) close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
+	close(g.stop)
+	g.recovery.Wait()
 	g.leases.Range(func(_, ls any) bool {
 		ls.(*global.Leases).Close(ctx)
 		return true
 	})
+	g.members.Close(ctx)
 	g.store.Close()
+	g.journal.Close()
 }
 
 // stats returns the counters of global limits, for STATS and the metrics.
@@ -147,7 +236,8 @@ func (g *globalLimits) stats() metrics.GlobalStats {
 		Requests: st.Requests, RoundTrips: st.RoundTrips, Commands: st.Commands,
 		Errors: st.Errors, Timeouts: st.Timeouts, Batches: st.Batches,
 		ToFallback: fb.ToFallback, ToGlobal: fb.ToGlobal, Open: fb.Open, Closed: fb.Closed, Local: fb.Local,
-		ShardsDown: fb.Down,
+		ShardsDown: fb.Down, Unanswered: fb.Unanswered, Misses: st.Misses, Probes: fb.Probes,
+		Hosts: g.members.Count(), LeaseRecovered: uint64(g.recovered.Load()),
 	}
 	g.leases.Range(func(_, ls any) bool {
 		l := ls.(*global.Leases).Stats()
@@ -164,81 +254,97 @@ func (g *globalLimits) stats() metrics.GlobalStats {
 // globalResult is what a global operation decided.
 type globalResult struct {
 	d       bucket.Decision
-	existed bool // RESET
+	outage  proto.Outage // the outage policy that decided, if one did
+	existed bool         // RESET
 	err     error
-	done    bool
+	frame   int // its frame, counted from the first that handle answers
+	op      int // its index in the frame
 }
 
 // globalArgs is a global operation, copied out of its frame.
 type globalArgs struct {
-	code  proto.Opcode
-	flags proto.Flags
-	n     int64
-	key   string
-	nl    *namedLimit
+	code     proto.Opcode
+	flags    proto.Flags
+	n        int64
+	deadline int64 // the client's, with FlagDeadline
+	key      string
+	nl       *namedLimit
+	arrived  time.Time // when its frame was read; zero: read the clock when needed
 }
 
-// frameGlobals holds the results of a frame's global operations, by the
-// operation's index in the frame.
+// frameGlobals holds the decisions of the global operations of the
+// frames a call of handle answers, in the order it answers them.
 type frameGlobals struct {
-	res     [proto.MaxBatch]globalResult
-	buckets map[string][]int // operations by bucket, in frame order
+	res     []globalResult
+	args    []globalArgs
+	next    int              // the next result to answer
+	buckets map[string][]int // operations (indexes of res) by bucket, in order
 }
 
-// decideGlobals decides the global operations of the frame in body before
-// it is answered: those on one bucket one after the other, in the frame's
-// order, and those on different buckets at once, so that they travel to
-// Redis in shared pipelines instead of a round trip each. An operation
-// that does not decode ends the scan (the answer reports it).
-func (c *conn) decideGlobals(body []byte, h proto.Header) {
-	var op proto.Op
-	var args []globalArgs
+// pending reports whether decisions remain to be answered.
+func (fg *frameGlobals) pending() bool { return fg != nil && fg.next < len(fg.res) }
+
+// decideGlobals decides the global operations of the complete frames at
+// the front of in before any is answered: those of one frame on one
+// bucket one after the other, in the frame's order, and all others at
+// once, so that they travel to Redis in shared pipelines instead of a
+// round trip each, and a frame waiting for Redis does not hold up the
+// frames behind it. (Frames in flight at once on one bucket are decided in
+// the order their requests reach Redis, as those of different connections
+// are.) An operation that does not decode (or a frame that is not a
+// request) ends the scan: the connection closes after answering it.
+func (c *conn) decideGlobals(in []byte) {
 	fg := c.globals
-	for i := 0; i < int(h.Count); i++ {
-		rest, err := proto.DecodeOpVersion(body, h.Version, &op)
-		if err != nil {
+	if fg == nil {
+		fg = &frameGlobals{buckets: make(map[string][]int)}
+		c.globals = fg
+	}
+	fg.res, fg.args, fg.next = fg.res[:0], fg.args[:0], 0
+	clear(fg.buckets)
+	var op proto.Op
+scan:
+	for n := 0; ; n++ {
+		frame, rest, h, err := proto.SplitFrame(in)
+		if err != nil || frame == nil || h.Kind != proto.KindRequest {
 			break
 		}
-		body = rest
-		if op.Name == nil || op.Code < proto.OpAcquire || op.Code > proto.OpReset {
-			continue
-		}
-		nl, err := c.s.lookup(op.Name)
-		if err != nil || nl.cfg.Scope != config.Global {
-			continue
-		}
-		if op.Code == proto.OpAcquire && nl.cfg.Leased() && op.Flags&(proto.FlagStrict|proto.FlagSmyte) == 0 {
-			continue // decided from its lease, in place: Redis only now and then
-		}
-		if args == nil {
-			if fg == nil {
-				fg = &frameGlobals{buckets: make(map[string][]int)}
-				c.globals = fg
+		in = rest
+		body := frame[proto.HeaderLen:]
+		for i := 0; i < int(h.Count); i++ {
+			rest, err := proto.DecodeOpVersion(body, h.Version, &op)
+			if err != nil {
+				break scan
 			}
-			clear(fg.buckets)
-			args = make([]globalArgs, h.Count)
+			body = rest
+			if op.Name == nil || op.Code < proto.OpAcquire || op.Code > proto.OpReset {
+				continue
+			}
+			nl, err := c.s.lookup(op.Name)
+			if err != nil || nl.cfg.Scope != config.Global {
+				continue
+			}
+			if op.Code == proto.OpAcquire && nl.cfg.Leased() && op.Flags&(proto.FlagStrict|proto.FlagSmyte) == 0 {
+				continue // decided from its lease, in place: Redis only now and then
+			}
+			k := strconv.Itoa(n) + "\x00" + string(op.Name) + "\x00" + string(op.Key)
+			fg.buckets[k] = append(fg.buckets[k], len(fg.res))
+			fg.res = append(fg.res, globalResult{frame: n, op: i})
+			fg.args = append(fg.args, globalArgs{code: op.Code, flags: op.Flags, n: op.N, deadline: op.Deadline,
+				key: string(op.Key), nl: nl, arrived: c.arrived})
 		}
-		args[i] = globalArgs{code: op.Code, flags: op.Flags, n: op.N, key: string(op.Key), nl: nl}
-		fg.res[i] = globalResult{}
-		k := string(op.Name) + "\x00" + args[i].key
-		fg.buckets[k] = append(fg.buckets[k], i)
-	}
-	if args == nil {
-		if fg != nil {
-			clear(fg.buckets) // none in this frame
-		}
-		return
 	}
 	var wg sync.WaitGroup
 	for _, idx := range fg.buckets {
 		wg.Go(func() {
 			for _, i := range idx {
-				fg.res[i] = c.s.global.decide(&args[i])
-				fg.res[i].done = true
+				r := c.s.global.decide(&fg.args[i])
+				r.frame, r.op = fg.res[i].frame, fg.res[i].op
+				fg.res[i] = r
 			}
 		})
 	}
 	wg.Wait()
+	clear(fg.args) // drop the keys and limits
 }
 
 // decide decides one global operation.
@@ -254,32 +360,43 @@ func (g *globalLimits) decide(a *globalArgs) globalResult {
 	case a.n < 0:
 		return globalResult{err: fmt.Errorf("%w: %d", engine.ErrNegativeCost, a.n)}
 	}
+	by := func() time.Time {
+		if a.arrived.IsZero() {
+			a.arrived = time.Now()
+		}
+		return g.answerBy(a.arrived, a.flags, a.deadline)
+	}
 	var r globalResult
 	switch a.code {
 	case proto.OpAcquire:
-		r.d, r.err = g.acquire(l, a.key, a.n, engine.FlagsFromProto(a.flags))
+		r.d, r.outage, r.err = g.acquire(l, a.key, a.n, engine.FlagsFromProto(a.flags), by)
 	case proto.OpPeek:
-		r.d, r.err = g.peek(l, a.key)
+		r.d, r.outage, r.err = g.peek(l, a.key, by)
 	case proto.OpRefund:
-		r.d, r.err = g.refund(l, a.key, a.n)
+		r.d, r.outage, r.err = g.refund(l, a.key, a.n, by)
 	case proto.OpReset:
-		r.existed, r.err = g.reset(l, a.key)
+		r.existed, r.err = g.reset(l, a.key, by)
 	}
 	return r
 }
 
 // globalOp answers an ACQUIRE, PEEK, REFUND or RESET on a global limit,
-// decided by decideGlobals for this frame, or now.
+// decided by decideGlobals, or now.
 func (s *server) globalOp(b []byte, op *proto.Op, nl *namedLimit, c *conn) []byte {
 	if s.global == nil {
 		return c.fail(b, op.Code, errNoGlobal)
 	}
 	var r globalResult
-	if fg := c.globals; fg != nil && fg.res[c.opIndex].done {
-		r = fg.res[c.opIndex]
-		fg.res[c.opIndex].done = false
+	fg := c.globals
+	for fg.pending() && (fg.res[fg.next].frame < c.frameNo || fg.res[fg.next].frame == c.frameNo && fg.res[fg.next].op < c.opIndex) {
+		fg.next++ // a limit a config reload made local between the scan and now: decided, not answered
+	}
+	if fg.pending() && fg.res[fg.next].frame == c.frameNo && fg.res[fg.next].op == c.opIndex {
+		r = fg.res[fg.next]
+		fg.res[fg.next] = globalResult{}
+		fg.next++
 	} else {
-		r = s.global.decide(&globalArgs{code: op.Code, flags: op.Flags, n: op.N, key: string(op.Key), nl: nl})
+		r = s.global.decide(&globalArgs{code: op.Code, flags: op.Flags, n: op.N, deadline: op.Deadline, key: string(op.Key), nl: nl, arrived: c.arrived})
 	}
 	if r.err != nil {
 		s.recordError(nl, &nl.cfg.Engine, r.err)
@@ -288,5 +405,9 @@ func (s *server) globalOp(b []byte, op *proto.Op, nl *namedLimit, c *conn) []byt
 	if op.Code == proto.OpReset {
 		return proto.AppendReset(b, r.existed)
 	}
-	return c.answer(b, op, nl, nl.cfg.Bucket.Algorithm, &r.d, time.Time{})
+	b = c.answer(b, op, nl, nl.cfg.Bucket.Algorithm, &r.d, time.Time{})
+	if r.outage != proto.OutageNone && c.version >= 4 {
+		b = proto.MarkOutage(b, r.outage) // older clients cannot read the mark
+	}
+	return b
 }

@@ -28,8 +28,10 @@ type conn struct {
 	frameStart int           // where the response frame being built starts in out
 	version    uint8         // the protocol version of the frame being answered
 	opIndex    int           // the operation of the frame being answered
+	frameNo    int           // the frame being answered, counted from the first of this handle
 	opsLeft    int           // operations of the frame still to answer after this one
-	globals    *frameGlobals // the frame's global operations, decided first (nil until one)
+	globals    *frameGlobals // the frames' global operations, decided first (nil until one)
+	arrived    time.Time     // when the frames being handled were read (with global limits only)
 }
 
 // maxResult bounds the size of any result but SCAN's: an error with the
@@ -46,9 +48,15 @@ func (c *conn) room(b []byte) int {
 // handle answers the complete frames at the front of c.in, until
 // maxPending bytes of answers wait.
 func (c *conn) handle() {
+	if c.s.global != nil && c.s.named().global {
+		// A global limit's answer is due a time after its frame arrived,
+		// not after the frames before it were answered (global.go).
+		c.arrived = time.Now()
+		c.decideGlobals(c.in)
+	}
 	rest := c.in
-	for !c.closed {
-		if len(c.out) >= maxPending {
+	for c.frameNo = 0; !c.closed; c.frameNo++ {
+		if len(c.out) >= maxPending && !c.globals.pending() { // the decisions made must be answered
 			c.more = true
 			break
 		}
@@ -108,9 +116,6 @@ func (c *conn) frame(frame []byte, h proto.Header) {
 	b, start := proto.BeginFrameVersion(c.out, h.Version, proto.KindResponse, h.ID)
 	c.frameStart, c.version = start, h.Version
 	body := frame[proto.HeaderLen:]
-	if c.s.global != nil && c.s.named().global {
-		c.decideGlobals(body, h) // in Redis, all at once: they share pipelines
-	}
 	for i := 0; i < int(h.Count); i++ {
 		c.opIndex = i
 		c.opsLeft = int(h.Count) - i - 1
@@ -385,7 +390,9 @@ func (s *server) appendStats(b []byte) []byte {
 			{"lease_decisions", gs.LeaseLocal},
 			{"fallbacks", gs.ToFallback}, {"fallback_recoveries", gs.ToGlobal},
 			{"policy_open", gs.Open}, {"policy_closed", gs.Closed}, {"policy_local", gs.Local},
-			{"shards_down", uint64(gs.ShardsDown)},
+			{"shards_down", uint64(gs.ShardsDown)}, {"global_unanswered", gs.Unanswered},
+			{"global_pipeline_misses", gs.Misses}, {"global_probes", gs.Probes}, {"global_hosts", uint64(gs.Hosts)},
+			{"lease_tokens_recovered", gs.LeaseRecovered},
 		} {
 			add(kv.name, kv.v)
 		}

@@ -74,7 +74,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	var gl *globalLimits
 	if c.Global != nil {
-		if gl, err = newGlobalLimits(*c.Global, c.Logger); err != nil {
+		if gl, err = newGlobalLimits(*c.Global, c.Logger, c.StatePath+".leases"); err != nil {
 			e.Close()
 			return err
 		}

@@ -129,6 +129,8 @@ type Client struct {
 
 	cur atomic.Pointer[conn] // the connection in use; nil when there is none
 
+	sidecar atomic.Pointer[sidecarVersion] // the protocol version of cur's sidecar (outage.go)
+
 	degradedN   atomic.Uint64 // decisions the failure policy made
 	degradedLog atomic.Int64  // when the last line about them was logged, Unix ns
 	degradedAt  atomic.Uint64 // degradedN when it was

@@ -103,6 +103,17 @@
 // are refused by the client before they are sent, because the sidecar
 // closes a connection that carries one.
 //
+// # Global limits
+//
+// A named limit the sidecar's config makes global is decided in Redis,
+// which may be slow. A request on a named limit carries the call's
+// deadline (its timeout or its context's, whichever is earlier) to a
+// sidecar of protocol version 4, which the client learns with one HELLO
+// per connection; the sidecar answers before it, by the limit's outage
+// policy if Redis is late, so that the client's own failure policy does
+// not decide for a sidecar that works. Decision.Outage names the policy
+// ("local", "open", "closed") when it made the decision.
+//
 // # Caveats
 //
 // A call that times out or is cancelled may still have been decided: an

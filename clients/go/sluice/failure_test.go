@@ -406,7 +406,9 @@ func TestClient_noSidecar(t *testing.T) {
 // one does. The client writes each frame in the oldest version that holds
 // it, so everything that sidecar knows keeps working: a spec limit's
 // acquire goes in version 1, a named limit's or a shadow request in
-// version 2; only what version 3 added needs version 3.
+// version 2; only what version 3 added needs version 3. A named limit's
+// request carries its deadline (version 4) only to a sidecar whose HELLO
+// says it speaks version 4.
 func TestClient_olderSidecar(t *testing.T) {
 	const sidecarVersion = 2
 	versions := make(chan uint8, 16)
@@ -416,9 +418,14 @@ func TestClient_olderSidecar(t *testing.T) {
 			if !ok {
 				return
 			}
-			versions <- h.Version
 			op := proto.Opcode(frame[proto.HeaderLen])
 			b, start := proto.BeginFrameVersion(nil, min(h.Version, sidecarVersion), proto.KindResponse, h.ID)
+			if op == proto.OpHello {
+				fc.nc.Write(proto.EndFrame(proto.AppendHelloResult(b, &proto.Hello{Version: sidecarVersion,
+					MaxFrame: proto.MaxFrameLen, MaxBatch: proto.MaxBatch, MaxKey: proto.MaxKeyLen, MaxMulti: proto.MaxMulti}), start, 1))
+				continue
+			}
+			versions <- h.Version
 			if h.Version > sidecarVersion {
 				b = proto.AppendError(b, 0, proto.StatusBadVersion, "version 3, this side speaks 1 to 2")
 				fc.nc.Write(proto.EndFrame(b, start, 1))

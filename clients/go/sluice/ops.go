@@ -36,6 +36,13 @@ type Decision struct {
 	// through, and may log it or answer it without doing the work (a
 	// shadow ban).
 	ShadowDenied bool
+
+	// Outage is set when a global limit's outage policy made the decision
+	// because Redis did not answer the sidecar in time: "local" (this
+	// host's share of the limit), "open" (allowed) or "closed" (denied;
+	// RetryAfter is when the sidecar asks Redis again). It needs a sidecar
+	// of protocol version 4 (outage.go).
+	Outage string
 }
 
 func decisionOf(w *proto.Decision) Decision {
@@ -110,7 +117,9 @@ func checkLimit(op proto.Opcode, l Limit) error {
 
 // encode checks an ACQUIRE, PEEK, REFUND, RESET, LEASE or RELEASE (n the
 // lease id) and returns a call holding its request frame.
-func (c *Client) encode(op proto.Opcode, l Limit, key string, n int64, opts []RequestOption) (*call, error) {
+// deadline, if not 0, is the client's deadline to tell the sidecar
+// (DEADLINE, outage.go).
+func (c *Client) encode(op proto.Opcode, l Limit, key string, n int64, opts []RequestOption, deadline int64) (*call, error) {
 	if err := checkKey(op, key); err != nil {
 		return nil, err
 	}
@@ -118,6 +127,9 @@ func (c *Client) encode(op proto.Opcode, l Limit, key string, n int64, opts []Re
 		return nil, err
 	}
 	f, at := requestFlags(opts)
+	if deadline != 0 && f&proto.FlagAt == 0 {
+		f, at = f|proto.FlagDeadline, deadline
+	}
 	cl := getCall(op)
 	cl.key = append(cl.key[:0], key...)
 	// Each frame in the oldest version that holds it: a sidecar of an
@@ -139,7 +151,7 @@ func (c *Client) encode(op proto.Opcode, l Limit, key string, n int64, opts []Re
 // item sends an ACQUIRE, PEEK, REFUND, RESET, LEASE or RELEASE and returns
 // its call, or an error (then the call is not the caller's).
 func (c *Client) item(ctx context.Context, op proto.Opcode, l Limit, key string, n int64, opts []RequestOption) (*call, error) {
-	cl, err := c.encode(op, l, key, n, opts)
+	cl, err := c.encode(op, l, key, n, opts, c.deadlineFor(ctx, op, &l))
 	if err != nil {
 		return nil, err
 	}
@@ -165,6 +177,7 @@ func (c *Client) decide(ctx context.Context, op proto.Opcode, l Limit, key strin
 	}
 	d := decisionOf(&cl.res.Decision)
 	d.ShadowDenied = cl.res.ShadowDenied
+	d.Outage = cl.res.Outage.String()
 	putCall(cl)
 	return d, nil
 }
@@ -407,7 +420,7 @@ func (c *Client) Scan(ctx context.Context, prefix string, cursor uint64, count i
 	}
 	cl := getCall(proto.OpScan)
 	cl.key = append(cl.key[:0], prefix...)
-	b, start := proto.BeginFrame(cl.req[:0], proto.KindRequest, 0)
+	b, start := proto.BeginFrameVersion(cl.req[:0], proto.ScanVersion, proto.KindRequest, 0)
 	b = proto.AppendScan(b, cursor, uint16(count), cl.key)
 	cl.req = proto.EndFrame(b, start, 1)
 	if err := c.roundTrip(ctx, cl); err != nil {

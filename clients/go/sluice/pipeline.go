@@ -97,7 +97,7 @@ func (p *Pipeline) Exec(ctx context.Context) ([]Result, error) {
 		var cl *call
 		var err error
 		if it.op != proto.OpRelease || it.n != 0 { // lease 0 holds nothing
-			cl, err = c.encode(it.op, it.l, it.key, it.n, it.opts)
+			cl, err = c.encode(it.op, it.l, it.key, it.n, it.opts, 0)
 		}
 		if err != nil {
 			p.res[i].Err = err

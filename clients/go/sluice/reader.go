@@ -148,7 +148,7 @@ func (cn *conn) releaseOrphan(cl *call) {
 	rc := getCall(proto.OpRelease)
 	rc.state.Store(detached)
 	rc.key = append(rc.key[:0], cl.key...)
-	b, start := proto.BeginFrame(rc.req[:0], proto.KindRequest, 0)
+	b, start := proto.BeginFrameVersion(rc.req[:0], proto.ItemVersion(proto.OpRelease, 0, &cl.limit), proto.KindRequest, 0)
 	b = proto.AppendRelease(b, 0, cl.limit, cl.res.Lease, rc.key)
 	rc.req = proto.EndFrame(b, start, 1)
 	if _, err := cn.enqueue(false, rc); err != nil {

@@ -48,8 +48,8 @@ def raw(sidecar: Sidecar, version: int, *ops: bytes) -> List[proto.Result]:
         return results  # type: ignore[return-value]
 
 
-def test_hello_says_version_3(client: Client) -> None:
-    assert client.hello().version == proto.VERSION == 3
+def test_hello_says_version_4(client: Client) -> None:
+    assert client.hello().version == proto.VERSION == 4
 
 
 def test_leases_up_to_the_limit(client: Client) -> None:

@@ -125,7 +125,8 @@ def test_item_version() -> None:
     assert proto.multi_version(items + [proto.WireMultiItem(0, Named("x"), 1, b"c")]) == 2
     assert proto.multi_version(items + [proto.WireMultiItem(0, SlidingLog(1, 1), 1, b"c")]) == 3
     assert [proto.op_version(proto.Op(code)) for code in (O.HELLO, O.PING, O.STATS)] == [1, 1, 1]
-    assert proto.op_version(proto.Op(O.SCAN, count=1)) == proto.VERSION == 3
+    assert proto.op_version(proto.Op(O.SCAN, count=1)) == proto.SCAN_VERSION == 3
+    assert proto.item_version(O.ACQUIRE, F.DEADLINE, Named("login")) == 4
 
 
 def _sent(payload: bytes) -> Tuple[int, List[proto.Op]]:

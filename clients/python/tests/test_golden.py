@@ -224,3 +224,16 @@ def test_truncations_never_escape_as_other_exceptions() -> None:
                 proto.decode_frame(proto.frame(h.kind, h.id, h.count, b[proto.HEADER_LEN:n]))
             with pytest.raises(errors.StatusError):
                 proto.decode_frame(b[:n])
+
+
+def test_deadline_and_outage() -> None:
+    # Version 4: the client's deadline in the at field (DEADLINE), and the outage policy that decided.
+    h, (op,) = proto.decode_frame(load("acquire_deadline_request"))
+    assert (h.version, op.flags, op.at) == (4, proto.Flags.DEADLINE | proto.Flags.NAMED, 1_700_000_000_050_000_000)
+    _, (r,) = proto.decode_frame(load("acquire_response_outage_closed"))
+    assert (r.value.allowed, r.value.outage, r.value.retry_after) == (False, "closed", 0.005)
+    _, (r,) = proto.decode_frame(load("acquire_response_outage_local"))
+    assert (r.value.allowed, r.value.outage, r.value.remaining) == (True, "local", 332)
+    assert proto.decode_frame(load("acquire_response_allowed"))[1][0].value.outage is None
+    with pytest.raises(errors.Malformed):
+        proto.decode_frame(load("bad_deadline_in_version_3"))

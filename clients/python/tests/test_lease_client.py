@@ -96,7 +96,7 @@ def test_lease_and_release(lease_server: Any) -> None:
         assert c.release("upload:erin", LIMIT, a.id) is False  # released already
         assert c.release("upload:erin", LIMIT, denied) is False  # id 0: not asked
         assert c.lease("upload:erin", "concurrency:limit=2,lease=30s")  # a spec works too
-    assert all(v == proto.VERSION == 3 for v, _ in srv.ops)
+    assert all(v == 3 for v, _ in srv.ops)
     assert srv.codes() == [proto.Opcode.LEASE] * 3 + [proto.Opcode.RELEASE] * 2 + [proto.Opcode.LEASE]
     assert [op.lease for _, op in srv.ops if op.code == proto.Opcode.RELEASE] == [a.id, a.id]
     assert all(op.n == 1 and op.at == 0 and op.flags == 0 for _, op in srv.ops if op.code == proto.Opcode.LEASE)

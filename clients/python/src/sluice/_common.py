@@ -146,11 +146,14 @@ def cost_of(n: Any, what: str = "cost") -> int:
     raise InvalidCost(f"{what} {n} outside int64")
 
 
-def decide_frame(fid: int, code: int, key: Key, limit: LimitLike, n: Any, at: At, flags: int) -> bytes:
+def decide_frame(fid: int, code: int, key: Key, limit: LimitLike, n: Any, at: At, flags: int,
+                 deadline: int = 0) -> bytes:
     """The whole request frame of one ACQUIRE or PEEK: the hot path, packed in one go.
 
     The frame is in the oldest version that holds it (proto.item_version, inlined), so a sidecar
-    of an older version answers it too; its answer comes in the same version (byte 4).
+    of an older version answers it too; its answer comes in the same version (byte 4). A named
+    limit's request carries ``deadline`` (Unix ns, DEADLINE, version 4) if it is not 0 and
+    ``at`` is None.
     """
     k = key.encode() if type(key) is str else key_bytes(key)
     if not 0 < len(k) <= MAX_KEY_LEN:
@@ -165,6 +168,8 @@ def decide_frame(fid: int, code: int, key: Key, limit: LimitLike, n: Any, at: At
         t = 0
         if at is not None:
             f, t = f | 4, at_ns(at)
+        elif deadline:
+            f, t = f | _DEADLINE, deadline
         return proto.frame(proto.Kind.REQUEST, fid, 1, proto.encode_item(code, f, lim, n, t, k),
                            proto.item_version(code, f, lim))
     a, p0, p1, p2 = lim._wire
@@ -174,6 +179,19 @@ def decide_frame(fid: int, code: int, key: Key, limit: LimitLike, n: Any, at: At
                                a, p0, p1, p2, n, 0, len(k)) + k
     return ITEM_FRAME.pack(ITEM_FRAME_LEN + len(k), v, 1, 1, fid, code, f | 4,
                            a, p0, p1, p2, n, at_ns(at), len(k)) + k
+
+
+_DEADLINE = 32  # proto.Flags.DEADLINE
+
+
+def named(limit: LimitLike) -> bool:
+    """Whether limit is the name of a limit of the sidecar's config (the kind a global limit is)."""
+    return type(limit if isinstance(limit, Limit) else limit_of(limit)) is Named
+
+
+def deadline_ns(timeout: float) -> int:
+    """The deadline of a call that waits ``timeout`` seconds from now, Unix ns (the sidecar's clock too)."""
+    return time.time_ns() + int(timeout * 1e9)
 
 
 def request_flags(strict: bool, shadow: bool) -> int:
@@ -190,6 +208,27 @@ class Call(NamedTuple):
     decides: bool  #: acquire, peek, multi and lease: the on_unavailable policy may answer it
     n: int = 0  #: MULTI: its items
     version: int = 1  #: the frame holding it is in the highest version of its calls
+
+
+def hello_frame(fid: int) -> bytes:
+    """A HELLO request frame, in version 1: every sidecar answers it."""
+    return proto.frame(proto.Kind.REQUEST, fid, 1, bytes((Opcode.HELLO,)), 1)
+
+
+def hello_version(f: proto.Buffer, fid: int) -> int:
+    """The protocol version a sidecar's answer to hello_frame(fid) says it speaks; raises
+    ProtocolError if the frame is not that answer, or the error result the sidecar sent."""
+    try:
+        h, parts = proto.decode_frame(f)
+    except SluiceError as e:
+        raise ProtocolError(f"malformed reply from the sidecar: {e}") from e
+    if h.kind != proto.Kind.RESPONSE or h.id != fid or len(parts) != 1 or not isinstance(parts[0], proto.Result) \
+            or parts[0].code != Opcode.HELLO:
+        raise ProtocolError("the sidecar's answer to a HELLO is out of step")
+    r = parts[0]
+    if r.status != Status.OK:
+        raise r.error()
+    return r.value.version  # type: ignore[no-any-return,union-attr]
 
 
 def item_call(code: int, key: Key, limit: LimitLike, n: Any, at: At, flags: int) -> Call:
@@ -264,7 +303,7 @@ def scan_call(prefix: Key, cursor: int, count: int) -> Call:
     if not 0 < count <= proto.MAX_SCAN_COUNT:
         raise ValueError(f"scan count must be 1..{proto.MAX_SCAN_COUNT}, got {count}")
     # In a frame of version 1 or 2 a SCAN would leave out the buckets of version 3's algorithms.
-    return Call(proto.encode_scan(cursor, count, prefix_bytes(prefix)), Opcode.SCAN, False, 0, proto.VERSION)
+    return Call(proto.encode_scan(cursor, count, prefix_bytes(prefix)), Opcode.SCAN, False, 0, proto.SCAN_VERSION)
 
 
 def simple_call(code: int) -> Call:
@@ -358,12 +397,16 @@ def results(frame: proto.Buffer, fid: int, calls: Sequence[Call]) -> List[Any]:
                     and 3 <= code <= 5:
                 # the common case, a decision: unpacked in one go
                 _, _, allowed, rem, lim, ra, rs, dl = unpack(frame, off)
-                if allowed > 1 and not (allowed == 3 and code == Opcode.ACQUIRE):  # 3: shadow-denied
-                    raise ProtocolError(f"malformed reply from the sidecar: decision allowed byte {allowed}")
+                if allowed > 1:  # shadow-denied (version 2), the outage policy (version 4)
+                    ok, shadow, outage = proto.parse_decision_byte(allowed, code)
+                    d = make_decision(ok, rem, lim, ra, rs, dl, shadow_denied=shadow, outage=outage)
+                    out.append(d)
+                    off += _RESULT_DECISION_SIZE
+                    continue
                 d = _new(Decision)  # make_decision, inlined: this loop runs per result
                 _setattr(d, "__dict__", {"allowed": allowed != 0, "remaining": rem, "limit": lim,
                                          "retry_after_ns": ra, "reset_after_ns": rs, "delay_ns": dl,
-                                         "degraded": False, "shadow_denied": allowed == 3})
+                                         "degraded": False, "shadow_denied": False, "outage": None})
                 out.append(d)
                 off += _RESULT_DECISION_SIZE
                 continue

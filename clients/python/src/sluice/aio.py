@@ -75,6 +75,8 @@ class _Conn(asyncio.Protocol):
         self.pending: Deque[_Pending] = collections.deque()
         self.closed = False
         self.rx = 0
+        self.version: Optional[int] = None  # the sidecar's protocol version, once a HELLO said it (0: it failed)
+        self.asking: "Optional[asyncio.Future[int]]" = None  # that HELLO, while in flight
         self._timer: Optional[asyncio.TimerHandle] = None
         self._wbuf: List[bytes] = []
 
@@ -363,6 +365,9 @@ class AsyncClient(c.Availability):
                 conn = self._conn
                 if conn is None or conn.closed or conn.loop is not asyncio.get_running_loop():
                     conn = await self._connect()
+                if self.timeout is not None and c.named(limit) and await self._sidecar_version(conn) >= 4:
+                    # Tell the sidecar the deadline, so that a global limit's answer comes first.
+                    payload = c.decide_frame(fid, code, key, limit, n, at, flags, c.deadline_ns(self.timeout))
                 f = await conn.send_one(payload, fid)
                 d = c.fast_decision(f, fid, code, payload[4])  # answered in the request's version
                 if d is None:
@@ -381,6 +386,27 @@ class AsyncClient(c.Availability):
                 brk.done(probe, e)
                 raise
         raise AssertionError("unreachable")
+
+    async def _sidecar_version(self, conn: _Conn) -> int:
+        """The protocol version of conn's sidecar, asked with a HELLO the first time (the tasks
+        that come meanwhile wait for its answer); 0 if it failed."""
+        if conn.version is not None:
+            return conn.version
+        if conn.asking is None:
+            conn.asking = asyncio.ensure_future(self._ask_version(conn))
+        return await asyncio.shield(conn.asking)
+
+    async def _ask_version(self, conn: _Conn) -> int:
+        self._id = fid = (self._id + 1) & 0xFFFFFFFF
+        try:
+            f = await conn.send_one(c.hello_frame(fid), fid)
+            conn.version = c.hello_version(f, fid)
+        except ProtocolError as e:
+            conn.fail(e)  # the stream is out of step
+            conn.version = 0
+        except SluiceError:
+            conn.version = 0  # the request goes without its deadline, and meets the same trouble
+        return conn.version
 
     async def _one(self, call: Call) -> Any:
         out = await self._run((call,), raise_on_error=True)

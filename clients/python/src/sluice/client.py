@@ -117,6 +117,8 @@ class Client(c.Availability):
         self._lock = threading.Lock()
         self._sock: Optional[socket.socket] = None
         self._id = 0
+        self._version_of: Optional[socket.socket] = None  # the connection whose sidecar's version is known
+        self._version = 0  # its protocol version (0: unknown, or its HELLO failed)
         _clients.add(self)
 
     def __repr__(self) -> str:
@@ -288,8 +290,9 @@ class Client(c.Availability):
             return self._guarded(Call(b"", code, True), lambda: self._decide_slow(code, key, limit, n, at, flags))
         try:
             with self._lock:
+                dl = self._deadline() if self.timeout is not None and c.named(limit) else 0
                 self._id = fid = (self._id + 1) & 0xFFFFFFFF
-                payload = c.decide_frame(fid, code, key, limit, n, at, flags)
+                payload = c.decide_frame(fid, code, key, limit, n, at, flags, dl)
                 sock = self._sock
                 f: Any = None
                 if sock is not None:
@@ -330,10 +333,29 @@ class Client(c.Availability):
 
     def _decide_slow(self, code: int, key: Key, limit: LimitLike, n: Any, at: At, flags: int) -> Decision:
         with self._lock:
+            dl = self._deadline() if self.timeout is not None and c.named(limit) else 0
             self._id = fid = (self._id + 1) & 0xFFFFFFFF
-            payload = c.decide_frame(fid, code, key, limit, n, at, flags)
+            payload = c.decide_frame(fid, code, key, limit, n, at, flags, dl)
             f = self._exchange(payload, 1)[0]
             return c.value(self._results(f, fid, (Call(b"", code, True),))[0])  # type: ignore[no-any-return]
+
+    def _deadline(self) -> int:
+        """The deadline (Unix ns) a named limit's acquire or peek tells the sidecar, so that a
+        global limit's answer comes before this client gives up: the sidecar answers by its
+        outage policy if Redis is late. Only a sidecar of protocol version 4 reads it, so the
+        first such request on each connection asks the sidecar's version (HELLO); 0 for an
+        older sidecar. The lock is held."""
+        assert self.timeout is not None
+        if self._sock is None or self._version_of is not self._sock:
+            self._id = fid = (self._id + 1) & 0xFFFFFFFF
+            f = self._exchange(c.hello_frame(fid), 1)[0]  # connects, if need be
+            try:
+                v = c.hello_version(f, fid)
+            except SluiceError:
+                self._drop()
+                raise
+            self._version_of, self._version = self._sock, v
+        return c.deadline_ns(self.timeout) if self._version >= 4 else 0
 
     def _guarded(self, call: Call, f: Callable[[], Any]) -> Any:
         """f() if the breaker lets a call through, its outcome recorded; else the policy's answer."""

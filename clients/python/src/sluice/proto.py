@@ -1,4 +1,4 @@
-"""The native wire format, version 3: frames, operations and results as bytes.
+"""The native wire format, version 4: frames, operations and results as bytes.
 
 A port of the Go package proto; its package documentation (proto/doc.go)
 is the specification, and the golden frames in proto/testdata/golden are
@@ -15,10 +15,12 @@ status a server would answer for the same bytes (:class:`Malformed`,
 :class:`UnknownOpcode`, :class:`InvalidLimit`, :class:`InvalidKey`,
 :class:`TooManyItems`); they never raise anything else on bad bytes.
 
-It reads and writes versions 1 to 3: in a frame of version 1 or 2, LEASE
+It reads and writes versions 1 to 4: in a frame of version 1 or 2, LEASE
 and RELEASE are unknown opcodes and the algorithms of version 3
-(sliding_log, window_counters, concurrency) unknown algorithms, and a frame
-of version 1 has no named limits and no shadow requests. A server answers
+(sliding_log, window_counters, concurrency) unknown algorithms, a frame
+of version 1 has no named limits and no shadow requests, and only version 4
+has the client's deadline (DEADLINE) and the mark of a decision an outage
+policy made (``Decision.outage``). A server answers
 each request frame in its version, so a client that writes each frame in
 the oldest version that holds it (:func:`item_version`,
 :func:`multi_version`, :func:`op_version`) keeps working against a server
@@ -28,7 +30,7 @@ Frame::
 
     offset size field
     0      4    length   u32: bytes after this field, 8 + body; 8..MAX_FRAME_LEN
-    4      1    version  1, 2 or 3
+    4      1    version  1 to 4
     5      1    kind     1 request, 2 response
     6      2    count    u16: operations or results in the body, 1..MAX_BATCH
     8      4    id       u32: chosen by the client, echoed by the server
@@ -55,7 +57,9 @@ from .results import (
 
 Buffer = Union[bytes, bytearray, memoryview]
 
-VERSION = 3  #: the newest version this side reads and writes
+VERSION = 4  #: the newest version this side reads and writes
+#: the version a SCAN is written in: the newest that changed what it lists (version 4 changed nothing)
+SCAN_VERSION = 3
 MIN_VERSION = 1  #: the oldest version this side reads and writes (version 1 has no named limits, 2 no leases)
 HEADER_LEN = 12  #: bytes of the frame header, the length field included
 MAX_FRAME_LEN = 1 << 20  #: the largest length field: bytes after it
@@ -99,11 +103,13 @@ class Flags(enum.IntFlag):
     AT = 4  #: the operation carries its own time
     NAMED = 8  #: the limit is named (version 2): the limit field holds its name
     SHADOW = 16  #: version 2, acquire: answer a denial as allowed and shadow-denied
+    DEADLINE = 32  #: version 4: ``at`` is the client's deadline, Unix ns (not with AT)
 
 
 _NAMED = 8  # Flags.NAMED as a plain int: IntFlag's ~ keeps only defined bits
 _SHADOW = 16
-_ITEM_FLAGS = 31
+_DEADLINE = 32
+_ITEM_FLAGS = 63
 _LEASE_FLAGS = 8  # LEASE and RELEASE: NAMED only
 _MULTI_FLAGS = 4
 _MULTI_ITEM_FLAGS = 11
@@ -371,9 +377,11 @@ def encode_op(op: Op) -> bytes:
 
 def item_version(code: int, flags: int, limit: Limit) -> int:
     """The oldest version whose frames may carry the item operation ``encode_item(code, flags,
-    limit, ...)`` writes: 3 for LEASE, RELEASE and a limit of the algorithms from sliding_log on,
+    limit, ...)`` writes: 4 with DEADLINE, 3 for LEASE, RELEASE and a limit of the algorithms from sliding_log on,
     2 for a named limit or a shadow request (SHADOW in ``flags``, or an ACQUIRE of a limit whose
     spec says shadow=true), else 1."""
+    if flags & _DEADLINE:
+        return 4
     if code == Opcode.LEASE or code == Opcode.RELEASE or limit._wire[0] >= Algorithm.SLIDING_LOG:
         return 3  # a named limit's _wire is all 0: the sidecar's config holds its algorithm
     if isinstance(limit, Named) or flags & _SHADOW or limit.shadow and code == Opcode.ACQUIRE:
@@ -397,7 +405,7 @@ def multi_version(items: Sequence[WireMultiItem]) -> int:
 def op_version(op: Op) -> int:
     """The oldest version whose frames may carry ``encode_op(op)``: :func:`item_version` of an
     item operation, :func:`multi_version` of a MULTI, 1 for HELLO, PING and STATS, and
-    VERSION for a SCAN (a SCAN in a frame of version 1 or 2 leaves out the buckets of the
+    SCAN_VERSION for a SCAN (a SCAN in a frame of version 1 or 2 leaves out the buckets of the
     algorithms of version 3)."""
     c = op.code
     if Opcode.ACQUIRE <= c <= Opcode.RESET or c == Opcode.LEASE or c == Opcode.RELEASE:
@@ -406,7 +414,7 @@ def op_version(op: Op) -> int:
     if c == Opcode.MULTI:
         return multi_version(op.items)
     if c == Opcode.SCAN:
-        return VERSION
+        return SCAN_VERSION
     return MIN_VERSION
 
 
@@ -468,9 +476,12 @@ def decode_op(b: Buffer, off: int = 0, end: Optional[int] = None, version: int =
         if code >= Opcode.LEASE:
             bad = flags & ~_LEASE_FLAGS  # a lease is on the server's clock: no AT
         else:
-            bad = flags & ~((_ITEM_FLAGS & ~(_NAMED | _SHADOW)) | (named and _NAMED | _SHADOW))
+            ok = 7 | (named and _NAMED | _SHADOW) | (_DEADLINE if version >= 4 else 0)
+            bad = flags & ~ok
         if bad:
             raise Malformed(f"malformed: {_name(code)}: reserved flag bits 0x{bad:02x}")
+        if flags & 4 and flags & _DEADLINE:
+            raise Malformed(f"malformed: {_name(code)}: flags AT and DEADLINE together (both use the at field)")
         if not flags & _NAMED and end - off < ITEM.size:
             raise _truncated(_name(code), ITEM.size - 1, end - off - 1)
         limit, off = _decode_limit_field(b, off + 2, end, flags, code, version)
@@ -562,8 +573,25 @@ def encode_release_result(r: Released) -> bytes:
 
 
 def _pack_decision(d: Decision) -> bytes:
-    return DECISION.pack(3 if d.shadow_denied else 1 if d.allowed else 0, d.remaining, d.limit,
-                         d.retry_after_ns, d.reset_after_ns, d.delay_ns)
+    return DECISION.pack(decision_byte(d), d.remaining, d.limit, d.retry_after_ns, d.reset_after_ns, d.delay_ns)
+
+
+#: The outage policies a decision's first byte names in bits 2-3 (version 4), by their code.
+OUTAGES = (None, "local", "open", "closed")
+
+
+def decision_byte(d: Decision) -> int:
+    """A decision's first byte: allowed, shadow-denied (bit 1) and the outage policy (bits 2-3)."""
+    return (3 if d.shadow_denied else 1 if d.allowed else 0) | (OUTAGES.index(d.outage) << 2 if d.outage else 0)
+
+
+def parse_decision_byte(c: int, code: int) -> Tuple[bool, bool, Optional[str]]:
+    """The allowed, shadow-denied and outage of a decision's first byte of an ACQUIRE, PEEK or
+    REFUND; raises Malformed for bits no version sets."""
+    shadow = c & 2 != 0
+    if c & ~0x0F or shadow and (not c & 1 or code != Opcode.ACQUIRE):
+        raise Malformed(f"malformed: {_name(code)} decision's first byte 0x{c:02x}")
+    return c & 1 == 1, shadow, OUTAGES[c >> 2]
 
 
 def encode_result(r: Result) -> bytes:
@@ -619,8 +647,10 @@ def _decision(b: Buffer, off: int, end: int, code: int) -> Tuple[Decision, int]:
     if end - off < DECISION.size:
         raise _truncated(f"{_name(code)} decision", DECISION.size, end - off)
     allowed, rem, lim, retry, reset, delay = DECISION.unpack_from(b, off)
-    if allowed == 3 and code == Opcode.ACQUIRE:  # version 2: allowed, shadow-denied
-        return make_decision(True, rem, lim, retry, reset, delay, shadow_denied=True), off + DECISION.size
+    if Opcode.ACQUIRE <= code <= Opcode.REFUND:  # shadow-denied (version 2), the outage policy (version 4)
+        ok, shadow, outage = parse_decision_byte(allowed, code)
+        return make_decision(ok, rem, lim, retry, reset, delay, shadow_denied=shadow, outage=outage), \
+            off + DECISION.size
     return make_decision(_bool(allowed, "decision allowed"), rem, lim, retry, reset, delay), off + DECISION.size
 
 

@@ -48,6 +48,11 @@ class Decision:
         shadow_denied: an allowed acquire that a shadow limit (or the
             ``shadow=True`` option) would have denied: let it through, and
             log it, or answer it without doing the work (a shadow ban).
+        outage: None, or the outage policy of a global limit that made this
+            decision because Redis did not answer in time: "local" (this
+            host's share of the limit), "open" (allowed) or "closed"
+            (denied; ``retry_after`` is when the sidecar asks Redis again).
+            Needs a sidecar of protocol version 4.
     """
 
     allowed: bool
@@ -58,6 +63,7 @@ class Decision:
     delay_ns: int
     degraded: bool = False
     shadow_denied: bool = False
+    outage: Optional[str] = None
 
     def __bool__(self) -> bool:
         return self.allowed
@@ -99,13 +105,13 @@ _setattr = object.__setattr__
 
 def make_decision(allowed: bool, remaining: int, limit: int, retry_after_ns: int,
                   reset_after_ns: int, delay_ns: int, degraded: bool = False,
-                  shadow_denied: bool = False) -> Decision:
+                  shadow_denied: bool = False, outage: Optional[str] = None) -> Decision:
     """Build a Decision without the frozen dataclass's per-field ``__init__`` (2x faster)."""
     d = _new(Decision)
     _setattr(d, "__dict__", {
         "allowed": allowed, "remaining": remaining, "limit": limit,
         "retry_after_ns": retry_after_ns, "reset_after_ns": reset_after_ns,
-        "delay_ns": delay_ns, "degraded": degraded, "shadow_denied": shadow_denied,
+        "delay_ns": delay_ns, "degraded": degraded, "shadow_denied": shadow_denied, "outage": outage,
     })
     return d
 

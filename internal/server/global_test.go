@@ -1,0 +1,183 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/clients/go/sluice"
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/global"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/proto"
+)
+
+// startGlobal starts a sidecar whose limits are text, deciding the global
+// ones in the Redis at addr (by default with the default timeout, 50 ms).
+func startGlobal(t *testing.T, addr, text string, edit ...func(*global.Options)) *sidecar {
+	t.Helper()
+	set, err := config.Parse("sluice.yaml", []byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	redistest.QuietClientLogs()
+	o := &global.Options{Addrs: []string{addr}}
+	for _, e := range edit {
+		e(o)
+	}
+	return start(t, Config{Limits: config.NewHolder(set), Global: o})
+}
+
+// dialDefault returns a Go client of sc in its default configuration
+// (a 50 ms timeout, failing open), closed at cleanup. Under the race
+// detector, which slows every step several times over, its timeout is 4
+// times the default: the sidecar's answers scale with it.
+func dialDefault(t *testing.T, sc *sidecar) *sluice.Client {
+	t.Helper()
+	var opts []sluice.Option
+	if raceEnabled {
+		opts = append(opts, sluice.WithTimeout(4*sluice.DefaultTimeout))
+	}
+	c, err := sluice.Dial(sc.cfg.SocketPath, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// Ensure that a leased limit does not wait for a Redis that answers
+// nothing: once its lease is spent and Redis has missed a few pipelines,
+// its closed policy answers at once, each denial marked as the policy's.
+func TestGlobal_leasedOutage(t *testing.T) {
+	redis := redistest.Start(t)
+	sc := startGlobal(t, redis.Addr, `limits:
+  leased: {limit: "token_bucket:max=1000,refill_time=1h", scope: global, lease: 10, on_unavailable: closed}
+`)
+	c := dialDefault(t, sc)
+	ctx := context.Background()
+	l := sluice.Limit{Name: "leased"}
+	if d, err := c.Acquire(ctx, l, "k", 1); err != nil || !d.Allowed || d.Outage != "" {
+		t.Fatalf("with Redis up: %+v, %v", d, err)
+	}
+	redis.Pause()
+	var took []time.Duration
+	allowed := 0
+	for range 200 {
+		start := time.Now()
+		d, err := c.Acquire(ctx, l, "k", 1)
+		took = append(took, time.Since(start))
+		switch {
+		case err != nil || d.Degraded:
+			t.Fatalf("the client decided (%+v, %v): the sidecar did not answer in time", d, err)
+		case d.Allowed:
+			allowed++ // from the lease
+		case d.Outage != "closed" || d.RetryAfter <= 0:
+			t.Fatalf("a denial with Redis paused: %+v, want the closed policy's with a retry_after", d)
+		}
+	}
+	slices.Sort(took)
+	t.Logf("Redis paused: %d allowed from the lease; answers in %v (median), %v (90th), %v (max)",
+		allowed, took[len(took)/2], took[len(took)*9/10], took[len(took)-1])
+	if allowed != 9 {
+		t.Errorf("%d allowed, want the 9 tokens left in the lease", allowed)
+	}
+	if med := took[len(took)/2]; med >= 10*time.Millisecond {
+		t.Errorf("median answer %v with Redis paused, want under 10ms", med)
+	}
+}
+
+// Ensure that through the default Go client a closed limit is never
+// admitted by the client's own fail-open when Redis is slow (a proxy
+// delaying each request by 20 or 80 ms): the sidecar answers each request
+// by the middle of the client's time, by the closed policy if Redis is
+// late. Two goroutines share the client, as two handlers of a service do.
+func TestGlobal_slowRedis(t *testing.T) {
+	for _, delay := range []time.Duration{20 * time.Millisecond, 80 * time.Millisecond} {
+		t.Run(delay.String(), func(t *testing.T) {
+			redis := redistest.Start(t)
+			proxy := redistest.StartProxy(t, redis, delay)
+			sc := startGlobal(t, proxy.Addr, `limits:
+  closed: {limit: "token_bucket:max=100000,refill_time=1h", scope: global, on_unavailable: closed}
+`)
+			c := dialDefault(t, sc)
+			l := sluice.Limit{Name: "closed"}
+			var mu sync.Mutex
+			var byRedis, byPolicy, degraded int
+			var slowest time.Duration
+			var wg sync.WaitGroup
+			for range 2 {
+				wg.Go(func() {
+					for range 100 {
+						start := time.Now()
+						d, err := c.Acquire(context.Background(), l, "k", 1)
+						mu.Lock()
+						slowest = max(slowest, time.Since(start))
+						switch {
+						case err != nil:
+							t.Errorf("%v", err)
+						case d.Degraded:
+							degraded++
+						case d.Outage == "closed" && !d.Allowed:
+							byPolicy++
+						case d.Outage == "" && d.Allowed:
+							byRedis++
+						default:
+							t.Errorf("decision %+v: a closed limit's policy admits nothing", d)
+						}
+						mu.Unlock()
+					}
+				})
+			}
+			wg.Wait()
+			t.Logf("Redis %v away: %d decided by Redis, %d by the closed policy, %d by the client's fail-open; slowest answer %v",
+				delay, byRedis, byPolicy, degraded, slowest)
+			if degraded != 0 {
+				t.Errorf("the client's fail-open decided %d requests: the sidecar's answers came too late", degraded)
+			}
+			if delay > global.DefaultTimeout && byPolicy == 0 {
+				t.Errorf("Redis %v away, beyond the sidecar's timeout: no decision of the closed policy", delay)
+			}
+		})
+	}
+}
+
+// Ensure that the global requests of frames that arrive together share
+// Redis's round trips: eight frames written at once, each an ACQUIRE of
+// its own key, to a Redis 50 ms away, take one or two pipelines, not one
+// round trip each after the other (which left the frames behind the first
+// to their policy).
+func TestGlobal_framesTogether(t *testing.T) {
+	redis := redistest.Start(t)
+	proxy := redistest.StartProxy(t, redis, 50*time.Millisecond)
+	sc := startGlobal(t, proxy.Addr, `limits:
+  g: {limit: "token_bucket:max=100,refill_time=1h", scope: global, on_unavailable: closed}
+`, func(o *global.Options) { o.Timeout = 2 * time.Second })
+	c := dial(t, sc)
+	if r := c.acquire("warm-up", proto.Named("g"), 1, 0); r.Status != proto.StatusOK || !r.Decision.Allowed {
+		t.Fatalf("warm-up (loads the script): %+v", r)
+	}
+	before := stat(t, c, "global_round_trips")
+	var b []byte
+	for i := range 8 {
+		var start int
+		b, start = proto.BeginFrame(b, proto.KindRequest, uint32(100+i))
+		b = proto.AppendItem(b, proto.OpAcquire, 0, proto.Named("g"), 1, 0, []byte(fmt.Sprint("k", i)))
+		b = proto.EndFrame(b, start, 1)
+	}
+	if _, err := c.c.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 8 {
+		h, rs := c.recv()
+		if h.ID != uint32(100+i) || rs[0].Status != proto.StatusOK || !rs[0].Decision.Allowed || rs[0].Outage != proto.OutageNone {
+			t.Fatalf("frame %d: %+v %+v, want Redis's decision, allowed", i, h, rs[0])
+		}
+	}
+	if n := stat(t, c, "global_round_trips") - before; n > 2 {
+		t.Errorf("8 frames written together took %d round trips to Redis, want 1 or 2", n)
+	}
+}
