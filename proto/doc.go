@@ -126,7 +126,9 @@
 // not set them. DEADLINE (version 4): at is the moment, Unix ns on the
 // host's clock (client and server share it), at which the client stops
 // waiting for this answer. A local limit's decision takes microseconds and
-// ignores it; a global limit's request (one a server decides in Redis) is
+// ignores it, unless its bucket's lock is kept by another process (a
+// stopped direct client): it then waits no later than the deadline before
+// it is answered Contended; a global limit's request (one a server decides in Redis) is
 // answered before it: if Redis has not answered by then, less a margin of
 // a quarter of the time the client gave (1 ms to 20 ms), the limit's
 // outage policy decides it, and the decision says so. A request without DEADLINE

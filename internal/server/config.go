@@ -68,8 +68,10 @@ type Config struct {
 	// another process keeps (a direct client stopped while it decides):
 	// past it the request is answered with an error naming that process
 	// (the native protocol's Contended, -ERR in Redis) and changes nothing.
-	// Waiting costs no CPU after a short spin, and an event loop hands its
-	// other connections over to a new goroutine before it waits.
+	// A request that carries its client's deadline (the native protocol's
+	// FlagDeadline) waits until that deadline if it comes first. Waiting
+	// costs no CPU after a short spin, and an event loop hands its other
+	// connections over to a new goroutine before it waits.
 	LockWait time.Duration
 	Logger   *slog.Logger // nil: slog.Default()
 

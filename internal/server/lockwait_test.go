@@ -205,3 +205,27 @@ func TestLockWait_stopWhileWaiting(t *testing.T) {
 		})
 	}
 }
+
+// Ensure a request that carries its client's deadline waits for a lock no
+// longer than that, when it comes before Config.LockWait.
+func TestLockWait_clientDeadline(t *testing.T) {
+	sc := start(t, Config{LockWait: time.Minute})
+	c := dial(t, sc)
+	if r := c.acquire("held", tb10, 1, 0); r.Status != proto.StatusOK {
+		t.Fatalf("acquire: %+v", r)
+	}
+	pid, goOn := locktest.Stopped(t, sc.cfg.StatePath, "held", tb10)
+	defer goOn()
+	const wait = 300 * time.Millisecond
+	begun := time.Now()
+	r := c.do(func(b []byte) []byte {
+		return proto.AppendItem(b, proto.OpAcquire, proto.FlagDeadline, tb10, 1, begun.Add(wait).UnixNano(), []byte("held"))
+	})
+	took := time.Since(begun)
+	if named := "the bucket is locked by process " + strconv.Itoa(pid); r.Status != proto.StatusContended || !strings.Contains(string(r.Message), named) {
+		t.Errorf("acquire with a deadline: %v %q, want Contended saying %q", r.Status, r.Message, named)
+	}
+	if took < wait-20*time.Millisecond || took > wait+4*time.Second {
+		t.Errorf("answered after %v, want about the client's deadline (%v)", took, wait)
+	}
+}

@@ -182,6 +182,9 @@ func (s *server) do(b []byte, op *proto.Op, c *conn) []byte {
 		return s.globalOp(b, op, nl, c)
 	}
 	when := c.when(op.Flags, op.At)
+	if op.Flags&proto.FlagDeadline != 0 {
+		when.Wait = c.waitUntil(op.Deadline)
+	}
 	var d bucket.Decision
 	var start time.Time
 	if s.rec != nil && c.n.ops&sampleMask == 0 {

@@ -197,6 +197,14 @@ func (st *stream) when(f proto.Flags, at int64) engine.Time {
 	return t
 }
 
+// waitUntil is the lock wait of a request whose client stops waiting at
+// deadline (Unix ns, the host's clock): Config.LockWait, or until the
+// deadline if that comes first (at least a moment: a lock about to be
+// freed is still taken). It reads the clock: only such requests pay it.
+func (st *stream) waitUntil(deadline int64) time.Duration {
+	return min(st.s.cfg.LockWait, max(time.Duration(deadline-time.Now().UnixNano()), time.Nanosecond))
+}
+
 // lockWait is called when a request of the connection is about to wait for
 // a lock another holder keeps (past a short spin): it counts the wait
 // (lock_waits), and an event loop hands itself over.
