@@ -41,7 +41,7 @@ func fill(tb *shm.Table, n int) {
 	for i := range n {
 		key := []byte(fmt.Sprint("user:", i))
 		kind := uint8(1 + i%2)
-		s, _, err := tb.LookupOrInsert(tb.Fingerprint(key, uint64(kind)), kind, key, 0)
+		s, _, err := tb.LookupOrInsert(tb.Fingerprint(key, uint64(kind)), kind, key, 0, nil)
 		if err != nil {
 			panic(err)
 		}
@@ -122,9 +122,9 @@ func TestInspect_offline(t *testing.T) {
 	}{
 		{clean, []string{"state          clean\n", "load           0.039 (40 of 1,024 slots used)\n",
 			"live buckets   40 (0 back to new, reclaimable)\n", "token_bucket    20\n", "gcra            20\n",
-			"geometry       1,024 slots of 64 bytes, probe cap 512, 136.0 KiB\n",
+			"geometry       1,024 slots of 64 bytes, probe cap 512, 216.0 KiB\n",
 			"arena          1,024 cells of 64 bytes, 0 in blocks (0.0%), 0 blocks refused (arena full)\n", "counters       inserts 40,"}},
-		{dirty, []string{"state          dirty: not closed cleanly, and no owner; the next open recovers it\n", "holders        pids "}},
+		{dirty, []string{"state          dirty: not closed cleanly, and no owner; the next open recovers it\n", "holders        1 of at most 1,024: pids "}},
 	} {
 		out := runOut(t, 0, "inspect", c.path)
 		for _, w := range c.want {

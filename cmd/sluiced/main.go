@@ -63,6 +63,7 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 	fs.IntVar(&c.Loops, "loops", 0, "event loops of --transport epoll (default half the CPUs, at least one)")
 	fs.TextVar((*proto.Duration)(&c.LoopSpin), "loop-spin", proto.Duration(server.DefaultLoopSpin), "an event loop polls for the next request for `duration` before it sleeps (0: sleep at once)")
 	fs.TextVar((*proto.Duration)(&c.IdleTimeout), "idle-timeout", proto.Duration(server.DefaultIdleTimeout), "close a connection idle for `duration` (one holding concurrency leases: not before they expire)")
+	fs.TextVar((*proto.Duration)(&c.LockWait), "lock-wait", proto.Duration(server.DefaultLockWait), "a request waits at most `duration` for a bucket's lock that another process keeps (a stopped direct client) before it is answered with an error naming that process")
 	fs.Func("allow-uid", "serve only peers with these uids (comma-separated), or with an --allow-gid", ids(&c.AllowUIDs))
 	fs.Func("allow-gid", "serve only peers with these gids (comma-separated), or with an --allow-uid", ids(&c.AllowGIDs))
 	fs.Func("log-level", "log from `level` up: debug, info, warn or error (default info)", func(s string) error {
@@ -122,6 +123,8 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 		return usage("--sync-interval %v: want a duration from 1ms to 24h0m0s", c.SyncInterval)
 	case c.IdleTimeout <= 0:
 		return usage("--idle-timeout %v: want a duration from 1ms to 24h0m0s", c.IdleTimeout)
+	case c.LockWait <= 0:
+		return usage("--lock-wait %v: want a duration from 1ms to 24h0m0s", c.LockWait)
 	}
 	if c.LoopSpin == 0 {
 		c.LoopSpin = -1 // the flag's 0 is no polling; the Config's, the default

@@ -64,6 +64,7 @@ func TestRun_badFlags(t *testing.T) {
 		{[]string{"--loops", "-1"}, nil, "--loops -1: want 0 (half the CPUs)"},
 		{[]string{"--loop-spin", "2ms"}, nil, "--loop-spin 2ms: want a duration up to 1ms"},
 		{[]string{"--idle-timeout", "-1s"}, nil, "--idle-timeout -1s: want a duration"},
+		{[]string{"--lock-wait", "0s"}, nil, "--lock-wait 0s: want a duration"},
 		{[]string{"--slot-size", "96"}, nil, "--slot-size 96: want 64, 128 or 256"},
 		{[]string{"--slots", "2000000000000"}, nil, "--slots 2000000000000: want a slot count from 1 to 1099511627776"},
 		{[]string{"--socket-mode", "999"}, nil, `--socket-mode "999": want octal permissions`},

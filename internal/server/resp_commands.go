@@ -145,7 +145,7 @@ func (rc *respConn) parseRateLimit(req *rlRequest, args [][]byte, name string, m
 		return errValue
 	}
 	// smyte keeps time in milliseconds: so does the refill arithmetic here.
-	req.when = engine.At(rc.now / 1_000_000 * 1_000_000)
+	req.when = rc.at(rc.now / 1_000_000 * 1_000_000)
 	if atMs >= 0 {
 		req.when.At, req.at = atMs*1_000_000, true
 	}
@@ -197,7 +197,7 @@ func (rc *respConn) parseThrottle(req *rlRequest, args [][]byte) string {
 	if qty == math.MinInt64 {
 		return cellPrefix + "quantity out of range"
 	}
-	*req = rlRequest{cell: true, key: args[1], limit: *l, cost: qty, when: engine.At(rc.now)}
+	*req = rlRequest{cell: true, key: args[1], limit: *l, cost: qty, when: rc.at(rc.now)}
 	if qty < 0 {
 		// redis-cell decides a negative quantity like any request: limited,
 		// and nothing written, if the bucket would still be past its

@@ -381,7 +381,11 @@ func (s *server) tableStats() func() metrics.TableStats {
 		mu.Lock()
 		defer mu.Unlock()
 		if time.Since(counted) >= liveEvery {
-			live, counted = s.engine.Live(s.now()), time.Now()
+			// A count that gave up waiting for a lock keeps the last one.
+			if n, err := s.engine.Live(engine.At(s.now())); err == nil {
+				live = n
+			}
+			counted = time.Now()
 		}
 		st := s.engine.Stats()
 		return metrics.TableStats{Slots: st.SlotCount, UsedSlots: st.Used, LiveBuckets: live,

@@ -27,7 +27,7 @@ var (
 	ErrInvalidCost   = proto.ErrStatusInvalidCost   // a negative cost or refund amount
 	ErrTableFull     = proto.ErrStatusTableFull     // no free slot for a new bucket
 	ErrTooManyItems  = proto.ErrStatusTooManyItems  // a Multi of more than proto.MaxMulti items
-	ErrContended     = proto.ErrStatusContended     // a Multi could not lock its slots: retry
+	ErrContended     = proto.ErrStatusContended     // the buckets could not be locked (a Multi's kept moving, or another process kept one locked): retry
 	ErrUnsupported   = proto.ErrStatusUnsupported   // not possible on this sidecar (Scan without inline keys)
 	ErrShuttingDown  = proto.ErrStatusShuttingDown  // the sidecar is stopping
 	ErrInternal      = proto.ErrStatusInternal      // a sidecar bug or I/O failure
@@ -98,7 +98,7 @@ func statusText(st proto.Status) string {
 	case proto.StatusTooManyItems:
 		return "too many items in one multi"
 	case proto.StatusContended:
-		return "the multi could not lock its buckets, retry it"
+		return "could not lock the buckets, retry"
 	case proto.StatusUnsupported:
 		return "not supported by this sidecar"
 	case proto.StatusShuttingDown:

@@ -141,7 +141,9 @@ class TooManyItems(StatusError, ValueError):
 
 
 class Contended(StatusError):
-    """A MULTI could not lock its slots; retry (status 11)."""
+    """The buckets could not be locked; retry (status 11): a MULTI's kept moving,
+    or another process (a direct client) kept one locked past the sidecar's
+    lock wait, which the message names."""
 
     status = Status.CONTENDED
 
@@ -253,7 +255,7 @@ STATUS_TEXT: Dict[Status, str] = {
     Status.INVALID_COST: "invalid cost",
     Status.TABLE_FULL: "the sidecar's table is full",
     Status.TOO_MANY_ITEMS: "too many items in one multi",
-    Status.CONTENDED: "the multi could not lock its buckets, retry it",
+    Status.CONTENDED: "could not lock the buckets, retry",
     Status.UNSUPPORTED: "not supported by this sidecar",
     Status.SHUTTING_DOWN: "the sidecar is shutting down",
     Status.INTERNAL: "the sidecar failed",
