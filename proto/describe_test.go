@@ -126,7 +126,8 @@ func boolean(v uint64) string {
 }
 
 // decisionByte describes a decision's first byte: a boolean, with the
-// shadow bit (version 2) and the outage policy (version 4).
+// shadow bit (version 2), the outage policy and the fails-closed bit
+// (version 4).
 func decisionByte(v uint64) string {
 	if v <= 1 || v&^decisionBits != 0 {
 		return boolean(v)
@@ -135,8 +136,11 @@ func decisionByte(v uint64) string {
 	if v&shadowDeniedBit != 0 {
 		s += ", shadow-denied"
 	}
-	if o := Outage(v >> outageShift); o != OutageNone {
+	if o := Outage(v >> outageShift & outageMask); o != OutageNone {
 		s += ", decided by the outage policy " + o.String()
+	}
+	if v&failsClosedBit != 0 {
+		s += ", the limit fails closed"
 	}
 	return s
 }

@@ -17,8 +17,9 @@
 // This section is the protocol's specification, version 4: an
 // implementation in another language needs nothing else. Version 4 is
 // version 3 with the client's deadline (flag bit 5, DEADLINE, of ACQUIRE,
-// PEEK, REFUND and RESET) and the mark of a decision that a global limit's
-// outage policy made (bits 2-3 of a decision's first byte). Version 3 is
+// PEEK, REFUND and RESET), the mark of a decision that a global limit's
+// outage policy made (bits 2-3 of a decision's first byte) and the mark of
+// a limit that fails closed (bit 4). Version 3 is
 // version 2 with three more algorithms (6 sliding_log, 7 window_counters,
 // 8 concurrency) and the operations that lease a concurrency limit's slots
 // (10 LEASE, 11 RELEASE). Version 2 is version 1 with named limits (flag
@@ -263,13 +264,32 @@
 //	                         as allowed; bit 0 is then set). Version 4, ACQUIRE, PEEK and REFUND:
 //	                         bits 2-3, the outage policy that made the decision because Redis did
 //	                         not answer a global limit's request in time: 0 none (the limit's own
-//	                         decision), 1 local (this host's share), 2 open, 3 closed. Bits 4-7 are
-//	                         0; in other results (MULTI, LEASE, RELEASE) the byte is a boolean
+//	                         decision), 1 local (this host's share), 2 open, 3 closed. Version 4,
+//	                         ACQUIRE, PEEK and REFUND: bit 4, fails closed: the limit is a global
+//	                         limit whose outage policy is closed, set on each of its decisions,
+//	                         whoever made it (see below). Bits 5-7 are 0; in other results
+//	                         (MULTI, LEASE, RELEASE) the byte is a boolean
 //	1      8    remaining    i64: cost-1 requests still allowed now (after this request, if it took any), 0..limit
 //	9      8    limit        i64: the largest remaining can be
 //	17     8    retry_after  i64 ns until this request would be allowed; -1 if allowed or never
 //	25     8    reset_after  i64 ns until the bucket is back to its fresh state; 0 if fresh
 //	33     8    delay        i64 ns to wait before acting (pacer); 0 for the other algorithms
+//
+// Fails closed (bit 4). A client gives up on a request at its deadline and
+// then decides by its own failure policy, which may admit (fail open). A
+// server answers a global limit's request before the deadline, but a host
+// may stop the server or the client for longer than the margin. So the
+// server sets bit 4 on every decision (ACQUIRE, PEEK, REFUND; frames of
+// version 4) of a named global limit whose outage policy is closed, and a
+// client remembers, per limit name, what the last decision it received
+// said: while the last said the limit fails closed, the client's failure
+// policy denies the name's requests the server does not answer, whatever
+// the policy would do otherwise (an application that asked for an error
+// still gets one). A decision without the bit (the configuration changed)
+// makes the client forget it; before a name's first decision reaches it, a
+// client knows nothing of the name. A client that knows the server speaks
+// version 4 sends its requests on named limits in version-4 frames, so
+// that their answers carry the bit.
 //
 // LEASE (version 3; total 51):
 //

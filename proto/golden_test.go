@@ -137,8 +137,10 @@ func goldenCases() []goldenCase {
 
 		v4(req("acquire_deadline_request", "Version 4. ACQUIRE 1 token of the named limit \"login\" for key \"login:alice\" with flag DEADLINE (and NAMED): at holds the client's deadline, 2023-11-14T22:13:20.05Z; the server answers before it.", 27,
 			item(OpAcquire, FlagDeadline, Named("login"), 1, t0+50*int64(time.Millisecond), "login:alice"))),
-		v4(resp("acquire_response_outage_closed", "Version 4. ACQUIRE result of a global limit whose Redis did not answer in time, decided by its outage policy, closed: denied, retry in 5ms (the next probe of Redis); the first byte is 0x0c, policy 3 in bits 2-3.", 27,
-			Result{Code: OpAcquire, Outage: OutageClosed, Decision: Decision{false, 0, 1000, 5 * int64(time.Millisecond), 0, 0}})),
+		v4(resp("acquire_response_outage_closed", "Version 4. ACQUIRE result of a global limit whose Redis did not answer in time, decided by its outage policy, closed: denied, retry in 5ms (the next probe of Redis); the first byte is 0x1c, policy 3 in bits 2-3 and bit 4, the limit fails closed.", 27,
+			Result{Code: OpAcquire, Outage: OutageClosed, FailsClosed: true, Decision: Decision{false, 0, 1000, 5 * int64(time.Millisecond), 0, 0}})),
+		v4(resp("acquire_response_fails_closed", "Version 4. ACQUIRE result of a global limit whose outage policy is closed, decided in Redis: allowed, 999 of 1000 left; the first byte is 0x11, allowed and bit 4: were the server not to answer a later request on this limit, the client's failure policy must deny it.", 27,
+			Result{Code: OpAcquire, FailsClosed: true, Decision: Decision{true, 999, 1000, -1, 3600 * sec, 0}})),
 		v4(resp("acquire_response_outage_local", "Version 4. ACQUIRE result decided by the local outage policy (this host's share of the limit, 333 of 1000): allowed, 332 left; the first byte is 0x05, allowed and policy 1.", 27,
 			Result{Code: OpAcquire, Outage: OutageLocal, Decision: Decision{true, 332, 333, -1, 3600 * sec, 0}})),
 

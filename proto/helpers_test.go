@@ -70,9 +70,14 @@ func encodeResult(dst []byte, r *Result) []byte {
 		return AppendPong(dst)
 	case OpAcquire, OpPeek, OpRefund:
 		if r.ShadowDenied {
-			return MarkOutage(AppendShadowDecision(dst, r.Code, &r.Decision), r.Outage)
+			dst = MarkOutage(AppendShadowDecision(dst, r.Code, &r.Decision), r.Outage)
+		} else {
+			dst = MarkOutage(AppendDecision(dst, r.Code, &r.Decision), r.Outage)
 		}
-		return MarkOutage(AppendDecision(dst, r.Code, &r.Decision), r.Outage)
+		if r.FailsClosed {
+			dst = MarkFailsClosed(dst)
+		}
+		return dst
 	case OpReset:
 		return AppendReset(dst, r.Existed)
 	case OpLease:
@@ -152,6 +157,7 @@ type resultView struct {
 	Decision  Decision
 	Shadow    bool
 	Outage    Outage
+	Closed    bool // FailsClosed
 	Existed   bool
 	Lease     uint64
 	Released  bool
@@ -176,7 +182,7 @@ type statView struct {
 
 func viewResult(r *Result) resultView {
 	v := resultView{Code: r.Code, Status: r.Status, Message: string(r.Message), Decision: r.Decision,
-		Shadow: r.ShadowDenied, Outage: r.Outage, Existed: r.Existed, Lease: r.Lease, Released: r.Released, Allowed: r.Allowed, Hello: r.Hello, Next: r.Next}
+		Shadow: r.ShadowDenied, Outage: r.Outage, Closed: r.FailsClosed, Existed: r.Existed, Lease: r.Lease, Released: r.Released, Allowed: r.Allowed, Hello: r.Hello, Next: r.Next}
 	v.Decisions = append(v.Decisions, r.Decisions[:r.NDecisions]...)
 	for e := r.Entries; len(e) > 0; {
 		alg, freshAt, key, rest, err := NextScanEntry(e)
@@ -310,6 +316,9 @@ func sampleResults() []Result {
 		{Code: OpAcquire, Outage: OutageClosed, Decision: Decision{false, 0, 10, 5e6, 0, 0}},
 		{Code: OpPeek, Outage: OutageLocal, Decision: Decision{true, 2, 3, -1, 3600 * sec, 0}},
 		{Code: OpAcquire, ShadowDenied: true, Outage: OutageLocal, Decision: Decision{true, 0, 3, -1, 3600 * sec, 0}},
+		{Code: OpAcquire, FailsClosed: true, Decision: Decision{true, 9, 10, -1, 3600 * sec, 0}},
+		{Code: OpRefund, Outage: OutageClosed, FailsClosed: true, Decision: Decision{false, 0, 10, 5e6, 0, 0}},
+		{Code: OpAcquire, ShadowDenied: true, Outage: OutageClosed, FailsClosed: true, Decision: Decision{true, 0, 3, -1, 0, 0}},
 		decisionResult(OpPeek, Decision{false, 0, 5, 1 << 62, -1 << 63, 1<<63 - 1}),
 		decisionResult(OpRefund, Decision{true, 50, 100, -1, 42 * sec, 0}),
 		{Code: OpReset, Existed: true}, {Code: OpReset},

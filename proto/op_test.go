@@ -453,32 +453,49 @@ func TestDecodeOp_deadline(t *testing.T) {
 }
 
 // Version 4: a decision of ACQUIRE, PEEK or REFUND may say which outage
-// policy made it, alone or with the shadow bit.
+// policy made it and that its limit fails closed, each alone or with the
+// others and the shadow bit.
 func TestOutageDecision(t *testing.T) {
 	d := Decision{Allowed: false, Remaining: 0, Limit: 5, RetryAfter: 5e6}
 	var r Result
-	for _, o := range []Outage{OutageNone, OutageLocal, OutageOpen, OutageClosed} {
-		for _, code := range []Opcode{OpAcquire, OpPeek, OpRefund} {
-			b := MarkOutage(AppendDecision(nil, code, &d), o)
-			if rest, err := DecodeResult(b, &r); err != nil || len(rest) != 0 || r.Outage != o || r.Decision != d || r.ShadowDenied {
-				t.Fatalf("%v marked %q: decoded %+v, %v", code, o, r, err)
+	for _, closed := range []bool{false, true} {
+		for _, o := range []Outage{OutageNone, OutageLocal, OutageOpen, OutageClosed} {
+			for _, code := range []Opcode{OpAcquire, OpPeek, OpRefund} {
+				b := MarkOutage(AppendDecision(nil, code, &d), o)
+				if closed {
+					b = MarkFailsClosed(b)
+				}
+				if rest, err := DecodeResult(b, &r); err != nil || len(rest) != 0 || r.Outage != o || r.FailsClosed != closed || r.Decision != d || r.ShadowDenied {
+					t.Fatalf("%v marked %q, fails closed %v: decoded %+v, %v", code, o, closed, r, err)
+				}
 			}
 		}
 	}
 	allowed := Decision{Allowed: true, Limit: 5, RetryAfter: -1}
-	b := MarkOutage(AppendShadowDecision(nil, OpAcquire, &allowed), OutageClosed)
-	if _, err := DecodeResult(b, &r); err != nil || !r.ShadowDenied || r.Outage != OutageClosed || !r.Decision.Allowed {
+	b := MarkFailsClosed(MarkOutage(AppendShadowDecision(nil, OpAcquire, &allowed), OutageClosed))
+	if b[2] != 0x1f {
+		t.Errorf("every bit of a version-4 decision: first byte %#02x, want 0x1f", b[2])
+	}
+	if _, err := DecodeResult(b, &r); err != nil || !r.ShadowDenied || r.Outage != OutageClosed || !r.FailsClosed || !r.Decision.Allowed {
 		t.Fatalf("a shadowed decision of the closed policy: %+v, %v", r, err)
 	}
-	b = AppendDecision(nil, OpAcquire, &d)
-	b[2] = 0x10 // bit 4: reserved
-	if _, err := DecodeResult(b, &r); !errors.Is(err, ErrMalformed) {
-		t.Errorf("decision byte 0x10 = %v, want ErrMalformed", err)
+	b = MarkFailsClosed(AppendDecision(nil, OpPeek, &allowed))
+	if _, err := DecodeResult(b, &r); err != nil || r.Outage != OutageNone || !r.FailsClosed || !r.Decision.Allowed {
+		t.Fatalf("Redis's decision of a limit that fails closed: %+v, %v", r, err)
 	}
-	b = AppendLeaseResult(nil, &d, 0)
-	b[2] = byte(OutageClosed) << outageShift // a LEASE's decision byte is a boolean
-	if _, err := DecodeResult(b, &r); !errors.Is(err, ErrMalformed) {
-		t.Errorf("a marked LEASE decision = %v, want ErrMalformed", err)
+	for _, c := range []byte{0x20, 0x40, 0x80} {
+		b = AppendDecision(nil, OpAcquire, &d)
+		b[2] = c // bits 5-7: reserved
+		if _, err := DecodeResult(b, &r); !errors.Is(err, ErrMalformed) {
+			t.Errorf("decision byte %#02x = %v, want ErrMalformed", c, err)
+		}
+	}
+	for _, c := range []byte{byte(OutageClosed) << outageShift, failsClosedBit} {
+		b = AppendLeaseResult(nil, &d, 0)
+		b[2] = c // a LEASE's decision byte is a boolean
+		if _, err := DecodeResult(b, &r); !errors.Is(err, ErrMalformed) {
+			t.Errorf("a LEASE decision byte %#02x = %v, want ErrMalformed", c, err)
+		}
 	}
 	if got := OutageClosed.String(); got != "closed" {
 		t.Errorf("OutageClosed.String() = %q", got)

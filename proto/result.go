@@ -102,10 +102,15 @@ type Result struct {
 	ShadowDenied bool
 	// Outage (ACQUIRE, PEEK, REFUND; version 4): the global limit's outage
 	// policy made the decision, Redis not answering in time.
-	Outage   Outage
-	Existed  bool   // RESET: the bucket existed
-	Lease    uint64 // LEASE (version 3): the lease's id when allowed, to RELEASE; 0 when denied
-	Released bool   // RELEASE (version 3): the lease was held and its slot is free now
+	Outage Outage
+	// FailsClosed (ACQUIRE, PEEK, REFUND; version 4): the limit is a global
+	// limit whose outage policy is closed, whoever made the decision; a
+	// client's failure policy then denies, rather than admits, the limit's
+	// requests the server does not answer.
+	FailsClosed bool
+	Existed     bool   // RESET: the bucket existed
+	Lease       uint64 // LEASE (version 3): the lease's id when allowed, to RELEASE; 0 when denied
+	Released    bool   // RELEASE (version 3): the lease was held and its slot is free now
 
 	Allowed    bool // MULTI: every item was allowed, and so every item consumed
 	Decisions  [MaxMulti]Decision
@@ -186,17 +191,28 @@ func AppendShadowDecision(dst []byte, op Opcode, d *Decision) []byte {
 // or AppendShadowDecision just appended) as made by outage policy o
 // (version 4), and returns dst.
 func MarkOutage(dst []byte, o Outage) []byte {
-	dst[len(dst)-decisionLen] |= byte(o&3) << outageShift
+	dst[len(dst)-decisionLen] |= byte(o&outageMask) << outageShift
+	return dst
+}
+
+// MarkFailsClosed marks the decision that ends dst (the result
+// AppendDecision or AppendShadowDecision just appended) as one of a global
+// limit whose outage policy is closed (version 4), and returns dst.
+func MarkFailsClosed(dst []byte) []byte {
+	dst[len(dst)-decisionLen] |= failsClosedBit
 	return dst
 }
 
 // The bits of a decision's first byte: bit 0 says allowed; bit 1 that the
 // decision was shadowed (version 2, ACQUIRE); bits 2-3 the outage policy
-// that made it (version 4; ACQUIRE, PEEK, REFUND). The others are 0.
+// that made it and bit 4 that the limit fails closed (version 4; ACQUIRE,
+// PEEK, REFUND). The others are 0.
 const (
 	shadowDeniedBit = 2
 	outageShift     = 2
-	decisionBits    = 0x0f
+	outageMask      = 3
+	failsClosedBit  = 16
+	decisionBits    = 0x1f
 )
 
 // appendDecision appends d's 41 bytes.
@@ -319,7 +335,7 @@ func DecodeResult(b []byte, r *Result) (rest []byte, err error) {
 	oldN := r.NDecisions
 	r.Code, r.Status, r.Message = Opcode(b[0]), Status(b[1]), nil
 	r.Decision, r.ShadowDenied, r.Existed, r.Allowed, r.NDecisions, r.Hello = Decision{}, false, false, false, 0, Hello{}
-	r.Outage = OutageNone
+	r.Outage, r.FailsClosed = OutageNone, false
 	r.Lease, r.Released = 0, false
 	r.Next, r.Entries, r.NEntries, r.Stats, r.NStats = 0, nil, 0, nil, 0
 	rest, err = decodeResultBody(b[2:], r)
@@ -406,8 +422,8 @@ func decodeResultBody(b []byte, r *Result) ([]byte, error) {
 }
 
 // decodeFlaggedDecision decodes the decision of an ACQUIRE, PEEK or
-// REFUND result, whose first byte may carry the shadow bit (ACQUIRE) and
-// an outage policy besides allowed.
+// REFUND result, whose first byte may carry the shadow bit (ACQUIRE), an
+// outage policy and the fails-closed bit besides allowed.
 func decodeFlaggedDecision(b []byte, r *Result) ([]byte, error) {
 	if len(b) < 1 {
 		return nil, truncated(r.Code.String()+" decision", decisionLen, len(b))
@@ -417,7 +433,7 @@ func decodeFlaggedDecision(b []byte, r *Result) ([]byte, error) {
 	if c&^decisionBits != 0 || shadow && (c&1 == 0 || r.Code != OpAcquire) {
 		return nil, errorf(ErrMalformed, "%v decision's first byte %#02x", r.Code, c)
 	}
-	r.ShadowDenied, r.Outage = shadow, Outage(c>>outageShift)
+	r.ShadowDenied, r.Outage, r.FailsClosed = shadow, Outage(c>>outageShift&outageMask), c&failsClosedBit != 0
 	return decodeDecisionAllowed(b, &r.Decision, r.Code, c&1 == 1)
 }
 

@@ -231,9 +231,18 @@ def test_deadline_and_outage() -> None:
     h, (op,) = proto.decode_frame(load("acquire_deadline_request"))
     assert (h.version, op.flags, op.at) == (4, proto.Flags.DEADLINE | proto.Flags.NAMED, 1_700_000_000_050_000_000)
     _, (r,) = proto.decode_frame(load("acquire_response_outage_closed"))
-    assert (r.value.allowed, r.value.outage, r.value.retry_after) == (False, "closed", 0.005)
+    assert (r.value.allowed, r.value.outage, r.value.retry_after, r.value.fails_closed) == (False, "closed", 0.005, True)
     _, (r,) = proto.decode_frame(load("acquire_response_outage_local"))
-    assert (r.value.allowed, r.value.outage, r.value.remaining) == (True, "local", 332)
-    assert proto.decode_frame(load("acquire_response_allowed"))[1][0].value.outage is None
+    assert (r.value.allowed, r.value.outage, r.value.remaining, r.value.fails_closed) == (True, "local", 332, False)
+    _, (r,) = proto.decode_frame(load("acquire_response_fails_closed"))
+    assert (r.value.allowed, r.value.outage, r.value.remaining, r.value.fails_closed) == (True, None, 999, True)
+    d = proto.decode_frame(load("acquire_response_allowed"))[1][0].value
+    assert d.outage is None and not d.fails_closed
+    # Bits 5-7 of a decision's first byte are set by no version.
+    b = bytearray(load("acquire_response_fails_closed"))
+    for c in (0x20, 0x40, 0x80):
+        b[14] = c | 1
+        with pytest.raises(errors.Malformed):
+            proto.decode_frame(bytes(b))
     with pytest.raises(errors.Malformed):
         proto.decode_frame(load("bad_deadline_in_version_3"))

@@ -413,16 +413,18 @@ def results(frame: proto.Buffer, fid: int, calls: Sequence[Call]) -> List[Any]:
                     and 3 <= code <= 5:
                 # the common case, a decision: unpacked in one go
                 _, _, allowed, rem, lim, ra, rs, dl = unpack(frame, off)
-                if allowed > 1:  # shadow-denied (version 2), the outage policy (version 4)
-                    ok, shadow, outage = proto.parse_decision_byte(allowed, code)
-                    d = make_decision(ok, rem, lim, ra, rs, dl, shadow_denied=shadow, outage=outage)
+                if allowed > 1:  # shadow-denied (version 2), outage, fails closed (version 4)
+                    ok, shadow, outage, closed = proto.parse_decision_byte(allowed, code)
+                    d = make_decision(ok, rem, lim, ra, rs, dl, shadow_denied=shadow, outage=outage,
+                                      fails_closed=closed)
                     out.append(d)
                     off += _RESULT_DECISION_SIZE
                     continue
                 d = _new(Decision)  # make_decision, inlined: this loop runs per result
                 _setattr(d, "__dict__", {"allowed": allowed != 0, "remaining": rem, "limit": lim,
                                          "retry_after_ns": ra, "reset_after_ns": rs, "delay_ns": dl,
-                                         "degraded": False, "shadow_denied": False, "outage": None})
+                                         "degraded": False, "shadow_denied": False, "outage": None,
+                                         "fails_closed": False})
                 out.append(d)
                 off += _RESULT_DECISION_SIZE
                 continue

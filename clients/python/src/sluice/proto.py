@@ -580,18 +580,24 @@ def _pack_decision(d: Decision) -> bytes:
 OUTAGES = (None, "local", "open", "closed")
 
 
+#: Bit 4 of a decision's first byte (version 4): the limit fails closed.
+FAILS_CLOSED = 16
+
+
 def decision_byte(d: Decision) -> int:
-    """A decision's first byte: allowed, shadow-denied (bit 1) and the outage policy (bits 2-3)."""
-    return (3 if d.shadow_denied else 1 if d.allowed else 0) | (OUTAGES.index(d.outage) << 2 if d.outage else 0)
+    """A decision's first byte: allowed, shadow-denied (bit 1), the outage policy (bits 2-3) and
+    fails closed (bit 4)."""
+    return (3 if d.shadow_denied else 1 if d.allowed else 0) | (OUTAGES.index(d.outage) << 2 if d.outage else 0) \
+        | (FAILS_CLOSED if d.fails_closed else 0)
 
 
-def parse_decision_byte(c: int, code: int) -> Tuple[bool, bool, Optional[str]]:
-    """The allowed, shadow-denied and outage of a decision's first byte of an ACQUIRE, PEEK or
-    REFUND; raises Malformed for bits no version sets."""
+def parse_decision_byte(c: int, code: int) -> Tuple[bool, bool, Optional[str], bool]:
+    """The allowed, shadow-denied, outage and fails-closed of a decision's first byte of an
+    ACQUIRE, PEEK or REFUND; raises Malformed for bits no version sets."""
     shadow = c & 2 != 0
-    if c & ~0x0F or shadow and (not c & 1 or code != Opcode.ACQUIRE):
+    if c & ~0x1F or shadow and (not c & 1 or code != Opcode.ACQUIRE):
         raise Malformed(f"malformed: {_name(code)} decision's first byte 0x{c:02x}")
-    return c & 1 == 1, shadow, OUTAGES[c >> 2]
+    return c & 1 == 1, shadow, OUTAGES[c >> 2 & 3], c & FAILS_CLOSED != 0
 
 
 def encode_result(r: Result) -> bytes:
@@ -647,9 +653,10 @@ def _decision(b: Buffer, off: int, end: int, code: int) -> Tuple[Decision, int]:
     if end - off < DECISION.size:
         raise _truncated(f"{_name(code)} decision", DECISION.size, end - off)
     allowed, rem, lim, retry, reset, delay = DECISION.unpack_from(b, off)
-    if Opcode.ACQUIRE <= code <= Opcode.REFUND:  # shadow-denied (version 2), the outage policy (version 4)
-        ok, shadow, outage = parse_decision_byte(allowed, code)
-        return make_decision(ok, rem, lim, retry, reset, delay, shadow_denied=shadow, outage=outage), \
+    if Opcode.ACQUIRE <= code <= Opcode.REFUND:  # shadow-denied (version 2), outage, fails closed (version 4)
+        ok, shadow, outage, closed = parse_decision_byte(allowed, code)
+        return make_decision(ok, rem, lim, retry, reset, delay, shadow_denied=shadow, outage=outage,
+                             fails_closed=closed), \
             off + DECISION.size
     return make_decision(_bool(allowed, "decision allowed"), rem, lim, retry, reset, delay), off + DECISION.size
 

@@ -52,7 +52,15 @@ class Decision:
             decision because Redis did not answer in time: "local" (this
             host's share of the limit), "open" (allowed) or "closed"
             (denied; ``retry_after`` is when the sidecar asks Redis again).
-            Needs a sidecar of protocol version 4.
+            Needs a sidecar of protocol version 4. With ``degraded``,
+            "closed": the sidecar did not answer a request on a global limit
+            that fails closed, and the client denied it (see
+            ``fails_closed``).
+        fails_closed: the limit is a global limit whose outage policy is
+            "closed" (protocol version 4), whoever made this decision. The
+            client remembers it per limit name: when the sidecar does not
+            answer a later request on the name, ``on_unavailable`` denies it
+            ("open" does not admit it; "raise" still raises).
     """
 
     allowed: bool
@@ -64,6 +72,7 @@ class Decision:
     degraded: bool = False
     shadow_denied: bool = False
     outage: Optional[str] = None
+    fails_closed: bool = False
 
     def __bool__(self) -> bool:
         return self.allowed
@@ -105,13 +114,15 @@ _setattr = object.__setattr__
 
 def make_decision(allowed: bool, remaining: int, limit: int, retry_after_ns: int,
                   reset_after_ns: int, delay_ns: int, degraded: bool = False,
-                  shadow_denied: bool = False, outage: Optional[str] = None) -> Decision:
+                  shadow_denied: bool = False, outage: Optional[str] = None,
+                  fails_closed: bool = False) -> Decision:
     """Build a Decision without the frozen dataclass's per-field ``__init__`` (2x faster)."""
     d = _new(Decision)
     _setattr(d, "__dict__", {
         "allowed": allowed, "remaining": remaining, "limit": limit,
         "retry_after_ns": retry_after_ns, "reset_after_ns": reset_after_ns,
         "delay_ns": delay_ns, "degraded": degraded, "shadow_denied": shadow_denied, "outage": outage,
+        "fails_closed": fails_closed,
     })
     return d
 
@@ -119,6 +130,9 @@ def make_decision(allowed: bool, remaining: int, limit: int, retry_after_ns: int
 #: The decision of a request the sidecar could not be asked about, by policy.
 DEGRADED_OPEN = Decision(True, 0, 0, -1, 0, 0, degraded=True)
 DEGRADED_CLOSED = Decision(False, 0, 0, -1, 0, 0, degraded=True)
+#: The decision of a request the sidecar could not be asked about, on a limit the sidecar said
+#: fails closed, whatever the policy but "raise".
+DEGRADED_FAILS_CLOSED = Decision(False, 0, 0, -1, 0, 0, degraded=True, outage="closed", fails_closed=True)
 
 
 @dataclass(frozen=True)
