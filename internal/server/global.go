@@ -406,8 +406,13 @@ func (s *server) globalOp(b []byte, op *proto.Op, nl *namedLimit, c *conn) []byt
 		return proto.AppendReset(b, r.existed)
 	}
 	b = c.answer(b, op, nl, nl.cfg.Bucket.Algorithm, &r.d, time.Time{})
-	if r.outage != proto.OutageNone && c.version >= 4 {
-		b = proto.MarkOutage(b, r.outage) // older clients cannot read the mark
+	if c.version >= 4 { // older clients cannot read the marks
+		b = proto.MarkOutage(b, r.outage)
+		if nl.cfg.OnUnavailable == global.Closed {
+			// Whoever decided: the client's own failure policy must then
+			// deny what this sidecar does not answer in time.
+			b = proto.MarkFailsClosed(b)
+		}
 	}
 	return b
 }

@@ -90,6 +90,59 @@ func TestGlobal_leasedOutage(t *testing.T) {
 	}
 }
 
+// Ensure that every decision of a global limit whose outage policy is
+// closed says so (bit 4), whoever made it: Redis, a lease, or the policy;
+// and no other limit's, nor any in a frame of a version before 4, whose
+// clients cannot read it.
+func TestGlobal_failsClosedMark(t *testing.T) {
+	redis := redistest.Start(t)
+	sc := startGlobal(t, redis.Addr, `limits:
+  closed: {limit: "token_bucket:max=1000,refill_time=1h", scope: global, on_unavailable: closed}
+  leased: {limit: "token_bucket:max=1000,refill_time=1h", scope: global, lease: 10, on_unavailable: closed}
+  open: {limit: "token_bucket:max=1000,refill_time=1h", scope: global, on_unavailable: open}
+  local: {limit: "token_bucket:max=1000,refill_time=1h", scope: global}
+  here: "token_bucket:max=1000,refill_time=1h"
+`)
+	c := dial(t, sc)
+	ops := func(name string) func(b []byte) []byte {
+		return func(b []byte) []byte {
+			l := proto.Named(name)
+			b = proto.AppendItem(b, proto.OpAcquire, 0, l, 1, 0, []byte("k"))
+			b = proto.AppendItem(b, proto.OpPeek, 0, l, 0, 0, []byte("k"))
+			return proto.AppendItem(b, proto.OpRefund, 0, l, 1, 0, []byte("k"))
+		}
+	}
+	for _, name := range []string{"closed", "leased", "open", "local", "here"} {
+		for _, v := range []uint8{2, 3, 4} {
+			_, rs := c.sendVersion(v, 3, ops(name))
+			for _, r := range rs {
+				want := v >= 4 && (name == "closed" || name == "leased")
+				if r.Status != proto.StatusOK || r.FailsClosed != want || r.Outage != proto.OutageNone {
+					t.Errorf("%s, version %d, %v: %+v; want fails closed %v", name, v, r.Code, r, want)
+				}
+			}
+		}
+	}
+	redis.Pause()
+	defer redis.Resume()
+	byPolicy := 0
+	for range 20 { // spend the lease; then the policy decides
+		_, rs := c.sendVersion(4, 1, func(b []byte) []byte {
+			return proto.AppendItem(b, proto.OpAcquire, 0, proto.Named("leased"), 1, 0, []byte("k"))
+		})
+		r := rs[0]
+		if r.Status != proto.StatusOK || !r.FailsClosed || !r.Decision.Allowed && r.Outage != proto.OutageClosed {
+			t.Fatalf("leased, Redis paused: %+v; want the lease's or the closed policy's, marked as failing closed", r)
+		}
+		if r.Outage == proto.OutageClosed {
+			byPolicy++
+		}
+	}
+	if byPolicy == 0 {
+		t.Errorf("20 requests on a lease of 10 with Redis paused: none decided by the closed policy")
+	}
+}
+
 // Ensure that through the default Go client a closed limit is never
 // admitted by the client's own fail-open when Redis is slow (a proxy
 // delaying each request by 20 or 80 ms): the sidecar answers each request
