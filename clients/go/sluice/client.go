@@ -160,6 +160,9 @@ type Client struct {
 
 	sidecar atomic.Pointer[sidecarVersion] // the protocol version of cur's sidecar (outage.go)
 
+	closedNames atomic.Pointer[failsClosed] // the limits that fail closed, by name (outage.go)
+	closedMu    sync.Mutex                  // serializes replacing closedNames
+
 	degradedN   atomic.Uint64 // decisions the failure policy made
 	degradedLog atomic.Int64  // when the last line about them was logged, Unix ns
 	degradedAt  atomic.Uint64 // degradedN when it was

@@ -61,7 +61,7 @@ func (m *middleware) failed(w http.ResponseWriter, r *http.Request, err error) (
 	}
 	kind := failureOf(err)
 	if kind == failPolicy {
-		if d, perr := m.c.byPolicy(err); perr == nil {
+		if d, perr := m.c.byPolicy(err, m.l.Name); perr == nil {
 			m.log.report(m, err, "the failure policy ("+m.c.opt.policy.String()+") decided")
 			return d, true
 		}

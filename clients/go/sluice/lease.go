@@ -63,7 +63,7 @@ type Lease struct {
 func (c *Client) Lease(ctx context.Context, l Limit, key string) (Lease, error) {
 	cl, err := c.item(ctx, proto.OpLease, l, key, 1, nil)
 	if err != nil {
-		d, err := c.degraded(err)
+		d, err := c.degraded(err, l.Name)
 		return Lease{Decision: d}, err
 	}
 	ls := Lease{Decision: decisionOf(&cl.res.Decision), ID: cl.res.Lease, c: c, l: l, key: key}

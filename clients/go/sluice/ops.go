@@ -41,8 +41,18 @@ type Decision struct {
 	// because Redis did not answer the sidecar in time: "local" (this
 	// host's share of the limit), "open" (allowed) or "closed" (denied;
 	// RetryAfter is when the sidecar asks Redis again). It needs a sidecar
-	// of protocol version 4 (outage.go).
+	// of protocol version 4 (outage.go). With Degraded, "closed" says the
+	// sidecar did not answer a request on a limit that fails closed
+	// (FailsClosed), and the failure policy denied it.
 	Outage string
+
+	// FailsClosed is set on the decisions of a global limit whose outage
+	// policy is closed, whoever made them (protocol version 4). The client
+	// remembers it per limit name: while the last decision on a name says
+	// so, the failure policy denies the name's requests that the sidecar
+	// does not answer, even under FailOpen (FailError still returns the
+	// error).
+	FailsClosed bool
 }
 
 func decisionOf(w *proto.Decision) Decision {
@@ -118,8 +128,8 @@ func checkLimit(op proto.Opcode, l Limit) error {
 // encode checks an ACQUIRE, PEEK, REFUND, RESET, LEASE or RELEASE (n the
 // lease id) and returns a call holding its request frame.
 // deadline, if not 0, is the client's deadline to tell the sidecar
-// (DEADLINE, outage.go).
-func (c *Client) encode(op proto.Opcode, l Limit, key string, n int64, opts []RequestOption, deadline int64) (*call, error) {
+// (DEADLINE, outage.go); v4 asks for a frame of version 4 at least.
+func (c *Client) encode(op proto.Opcode, l Limit, key string, n int64, opts []RequestOption, deadline int64, v4 bool) (*call, error) {
 	if err := checkKey(op, key); err != nil {
 		return nil, err
 	}
@@ -134,7 +144,11 @@ func (c *Client) encode(op proto.Opcode, l Limit, key string, n int64, opts []Re
 	cl.key = append(cl.key[:0], key...)
 	// Each frame in the oldest version that holds it: a sidecar of an
 	// older version keeps answering what it knows.
-	b, start := proto.BeginFrameVersion(cl.req[:0], proto.ItemVersion(op, f, &l), proto.KindRequest, 0)
+	v := proto.ItemVersion(op, f, &l)
+	if v4 {
+		v = max(v, 4) // its answer says whether the limit fails closed
+	}
+	b, start := proto.BeginFrameVersion(cl.req[:0], v, proto.KindRequest, 0)
 	switch op {
 	case proto.OpLease:
 		cl.limit = l // to give the lease back if its caller leaves
@@ -151,7 +165,8 @@ func (c *Client) encode(op proto.Opcode, l Limit, key string, n int64, opts []Re
 // item sends an ACQUIRE, PEEK, REFUND, RESET, LEASE or RELEASE and returns
 // its call, or an error (then the call is not the caller's).
 func (c *Client) item(ctx context.Context, op proto.Opcode, l Limit, key string, n int64, opts []RequestOption) (*call, error) {
-	cl, err := c.encode(op, l, key, n, opts, c.deadlineFor(ctx, op, &l))
+	deadline, v4 := c.deadlineFor(ctx, op, &l)
+	cl, err := c.encode(op, l, key, n, opts, deadline, v4)
 	if err != nil {
 		return nil, err
 	}
@@ -171,36 +186,47 @@ func (c *Client) decide(ctx context.Context, op proto.Opcode, l Limit, key strin
 	cl, err := c.item(ctx, op, l, key, n, opts)
 	if err != nil {
 		if policy {
-			return c.degraded(err)
+			return c.degraded(err, l.Name)
 		}
 		return Decision{}, err
 	}
-	d := decisionOf(&cl.res.Decision)
-	d.ShadowDenied = cl.res.ShadowDenied
-	d.Outage = cl.res.Outage.String()
+	d := c.decided(cl, l.Name)
 	putCall(cl)
 	return d, nil
 }
 
-// degraded returns the failure policy's decision for err if err means the
-// sidecar is unavailable, it has answered this client before, and the
-// policy is not FailError; else err (one that says so if the sidecar has
-// never answered).
-func (c *Client) degraded(err error) (Decision, error) {
+// decided returns the decision an ACQUIRE, PEEK or REFUND call on the
+// named limit (or "") holds, and learns whether the limit fails closed.
+func (c *Client) decided(cl *call, name string) Decision {
+	d := decisionOf(&cl.res.Decision)
+	d.ShadowDenied = cl.res.ShadowDenied
+	d.Outage = cl.res.Outage.String()
+	d.FailsClosed = cl.res.FailsClosed
+	c.learn(name, cl)
+	return d
+}
+
+// degraded returns the failure policy's decision for err, a request's on
+// the named limit (or ""), if err means the sidecar is unavailable, it has
+// answered this client before, and the policy is not FailError; else err
+// (one that says so if the sidecar has never answered).
+func (c *Client) degraded(err error, name string) (Decision, error) {
 	if !errors.Is(err, ErrUnavailable) {
 		return Decision{}, err
 	}
 	if !c.answered.Load() {
 		return Decision{}, &neverAnsweredError{err}
 	}
-	return c.byPolicy(err)
+	return c.byPolicy(err, name)
 }
 
-// byPolicy returns the failure policy's decision for a request the sidecar
-// could not decide because of err, or err under FailError. Every such
-// decision is counted (Degraded) and, at most every degradedLogInterval,
-// logged with the count since the last line.
-func (c *Client) byPolicy(err error) (Decision, error) {
+// byPolicy returns the failure policy's decision for a request on the
+// named limit (or "") that the sidecar could not decide because of err, or
+// err under FailError: a denial, marked Outage "closed", if the last
+// decision on the name said the limit fails closed. Every such decision is
+// counted (Degraded) and, at most every degradedLogInterval, logged with
+// the count since the last line.
+func (c *Client) byPolicy(err error, name string) (Decision, error) {
 	if c.opt.policy == FailError {
 		return Decision{}, err
 	}
@@ -212,10 +238,12 @@ func (c *Client) byPolicy(err error) (Decision, error) {
 				"policy", c.opt.policy.String(), "decisions", n-prev, "total", n, "socket", c.where, "error", err.Error())
 		}
 	}
-	switch c.opt.policy {
-	case FailOpen:
+	switch {
+	case c.knownClosed(name):
+		return Decision{RetryAfter: c.retryIn(), ResetAfter: -1, Degraded: true, Outage: "closed", FailsClosed: true}, nil
+	case c.opt.policy == FailOpen:
 		return Decision{Allowed: true, RetryAfter: -1, ResetAfter: -1, Degraded: true}, nil
-	case FailClosed:
+	case c.opt.policy == FailClosed:
 		return Decision{RetryAfter: c.retryIn(), ResetAfter: -1, Degraded: true}, nil
 	}
 	return Decision{}, err
@@ -314,7 +342,7 @@ func (c *Client) Multi(ctx context.Context, items []Item, opts ...RequestOption)
 	b = proto.AppendMulti(b, f&proto.FlagAt, at, cl.items[:len(items)])
 	cl.req = proto.EndFrame(b, start, 1)
 	if err := c.roundTrip(ctx, cl); err != nil {
-		d, err := c.degraded(err)
+		d, err := c.degraded(err, "") // a Multi cannot hold a global limit
 		if err != nil {
 			return false, nil, err
 		}

@@ -23,6 +23,17 @@ import (
 // then answers within 4/5 of its Redis timeout, which the default
 // timeouts of both leave inside this client's.
 
+//
+// A deadline makes the sidecar's answer come first, but a host may stop
+// the sidecar or this process for longer than its margin. So the sidecar
+// also marks every decision of a global limit whose outage policy is
+// closed (Decision.FailsClosed), and the client remembers, per limit name,
+// what the last decision in a frame of version 4 said: while it says the
+// limit fails closed, the failure policy denies the name's requests the
+// sidecar does not answer (Degraded, Outage "closed"), and FailError still
+// returns the error. Named requests go in frames of version 4 whenever the
+// sidecar speaks it, deadline or not, so that their answers carry the mark.
+
 // sidecarVersion is the protocol version of the sidecar at the other end
 // of cn, 0 if its HELLO failed (the client then writes older versions);
 // known once done is closed.
@@ -33,25 +44,29 @@ type sidecarVersion struct {
 }
 
 // deadlineFor returns the deadline (Unix ns) to tell the sidecar with a
-// request op on l, or 0 for none: ACQUIRE, PEEK, REFUND and RESET of a
-// named limit, with a timeout or a context deadline, to a sidecar of
-// protocol version 4 or later.
-func (c *Client) deadlineFor(ctx context.Context, op proto.Opcode, l *Limit) int64 {
+// request op on l, or 0 for none, and whether to send the request in a
+// frame of version 4: ACQUIRE, PEEK, REFUND and RESET of a named limit, to
+// a sidecar of protocol version 4 or later; the deadline if the call has
+// one (a timeout or the context's).
+func (c *Client) deadlineFor(ctx context.Context, op proto.Opcode, l *Limit) (deadline int64, v4 bool) {
 	if l.Name == "" || op < proto.OpAcquire || op > proto.OpReset {
-		return 0
+		return 0, false
 	}
 	d, ok, _ := callDeadline(ctx, time.Now(), c.opt.timeout)
-	if !ok || c.sidecarSpeaks(ctx, d) < 4 {
-		return 0
+	if c.sidecarSpeaks(ctx, d, ok) < 4 {
+		return 0, false
 	}
-	return d.UnixNano()
+	if !ok {
+		return 0, true
+	}
+	return d.UnixNano(), true
 }
 
 // sidecarSpeaks returns the protocol version of the sidecar on the
 // current connection, asking it with a HELLO the first time (callers that
-// come meanwhile wait for its answer until their deadline); 0 while
-// unknown.
-func (c *Client) sidecarSpeaks(ctx context.Context, deadline time.Time) uint8 {
+// come meanwhile wait for its answer until their deadline, if they have
+// one); 0 while unknown.
+func (c *Client) sidecarSpeaks(ctx context.Context, deadline time.Time, hasDeadline bool) uint8 {
 	cn := c.cur.Load()
 	if cn == nil || cn.failed.Load() {
 		return 0 // the request connects; the next one asks
@@ -60,7 +75,7 @@ func (c *Client) sidecarSpeaks(ctx context.Context, deadline time.Time) uint8 {
 	if sv == nil || sv.cn != cn {
 		mine := &sidecarVersion{cn: cn, done: make(chan struct{})}
 		if !c.sidecar.CompareAndSwap(sv, mine) {
-			return c.sidecarSpeaks(ctx, deadline) // another caller asks
+			return c.sidecarSpeaks(ctx, deadline, hasDeadline) // another caller asks
 		}
 		h, err := c.Hello(ctx)
 		if err == nil {
@@ -74,14 +89,68 @@ func (c *Client) sidecarSpeaks(ctx context.Context, deadline time.Time) uint8 {
 		return sv.v
 	default:
 	}
-	t := time.NewTimer(time.Until(deadline))
-	defer t.Stop()
+	var expired <-chan time.Time
+	if hasDeadline {
+		t := time.NewTimer(time.Until(deadline))
+		defer t.Stop()
+		expired = t.C
+	}
 	select {
 	case <-sv.done:
 		return sv.v
-	case <-t.C:
+	case <-expired:
 		return 0
 	case <-ctx.Done():
 		return 0
 	}
+}
+
+// failsClosed is the set of the names of the limits that fail closed, as
+// the last decision on each said: replaced, never changed, so that a
+// decision reads it without a lock.
+type failsClosed = map[string]struct{}
+
+// learn records what the decision of an ACQUIRE, PEEK or REFUND on the
+// named limit said about its outage policy, if it came in a frame of
+// version 4 (older ones cannot say).
+func (c *Client) learn(name string, cl *call) {
+	if name == "" || cl.op < proto.OpAcquire || cl.op > proto.OpRefund || len(cl.req) <= 4 || cl.req[4] < 4 {
+		return
+	}
+	closed := cl.res.FailsClosed
+	if m := c.closedNames.Load(); m != nil {
+		if _, known := (*m)[name]; known == closed {
+			return
+		}
+	} else if !closed {
+		return
+	}
+	c.closedMu.Lock()
+	defer c.closedMu.Unlock()
+	next := failsClosed{}
+	if m := c.closedNames.Load(); m != nil {
+		for k := range *m {
+			next[k] = struct{}{}
+		}
+	}
+	if closed {
+		next[name] = struct{}{}
+	} else {
+		delete(next, name)
+	}
+	c.closedNames.Store(&next)
+}
+
+// knownClosed reports whether the last decision on the named limit said
+// it fails closed.
+func (c *Client) knownClosed(name string) bool {
+	if name == "" {
+		return false
+	}
+	m := c.closedNames.Load()
+	if m == nil {
+		return false
+	}
+	_, ok := (*m)[name]
+	return ok
 }

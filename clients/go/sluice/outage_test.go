@@ -2,6 +2,10 @@ package sluice_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -76,4 +80,161 @@ func TestClient_deadline(t *testing.T) {
 	if s := <-frames; s.version != 1 || s.flags != 0 {
 		t.Errorf("a spec limit's request: version %d, flags %v; want version 1 without a deadline", s.version, s.flags)
 	}
+	// Without a timeout or a deadline, a named request still goes in
+	// version 4, so that its answer can say whether the limit fails closed.
+	c0 := dial(t, path, sluice.WithTimeout(0))
+	if _, err := c0.Acquire(context.Background(), sluice.Limit{Name: "login"}, "k", 1); err != nil {
+		t.Fatal(err)
+	}
+	if s := <-frames; s.version != 4 || s.flags&proto.FlagDeadline != 0 {
+		t.Errorf("a named request without a deadline: version %d, flags %v; want version 4 without DEADLINE", s.version, s.flags)
+	}
+}
+
+// The modes of failsClosedSidecar.
+const (
+	answerClosed int32 = iota // decisions say the limit fails closed
+	answerPlain               // decisions say nothing of it
+	answerError               // every decision fails with Internal
+	answerNone                // requests are read and never answered
+)
+
+// failsClosedSidecar returns the socket of a fake sidecar of protocol
+// version 4 that answers each ACQUIRE and PEEK as mode says when it reads
+// it: allowed, marked as failing closed or not, an Internal error, or not
+// at all.
+func failsClosedSidecar(t *testing.T, mode *atomic.Int32) string {
+	return fakeSidecar(t, func(fc *fakeConn) {
+		var op proto.Op
+		for {
+			h, frame, ok := fc.next()
+			if !ok {
+				return
+			}
+			if _, err := proto.DecodeOpVersion(frame[proto.HeaderLen:], h.Version, &op); err != nil {
+				t.Error(err)
+				return
+			}
+			b, start := proto.BeginFrameVersion(nil, h.Version, proto.KindResponse, h.ID)
+			switch m := mode.Load(); {
+			case op.Code == proto.OpHello:
+				b = proto.AppendHelloResult(b, &proto.Hello{Version: proto.Version,
+					MaxFrame: proto.MaxFrameLen, MaxBatch: proto.MaxBatch, MaxKey: proto.MaxKeyLen, MaxMulti: proto.MaxMulti})
+			case m == answerNone:
+				continue
+			case m == answerError:
+				b = proto.AppendError(b, op.Code, proto.StatusInternal, "fake")
+			default:
+				d := proto.Decision{Allowed: true, Remaining: 5, Limit: 10, RetryAfter: -1}
+				b = proto.AppendDecision(b, op.Code, &d)
+				if m == answerClosed && h.Version >= 4 {
+					b = proto.MarkFailsClosed(b)
+				}
+			}
+			fc.nc.Write(proto.EndFrame(b, start, 1))
+		}
+	})
+}
+
+// A client that has heard that a limit fails closed denies the limit's
+// requests the sidecar does not answer, whatever its failure policy would
+// do: in Acquire, Peek, a Pipeline and the middleware, each denial
+// Degraded and marked Outage "closed"; other limits' requests still fail
+// open, and FailError still returns the error. A decision without the mark
+// makes it forget. (The sidecar's silence is what is tested: the client's
+// timeout is short, and the decisions it learns from are asked until one
+// is answered in time.)
+func TestClient_failsClosed(t *testing.T) {
+	var mode atomic.Int32
+	path := failsClosedSidecar(t, &mode)
+	c := dial(t, path, sluice.WithTimeout(100*time.Millisecond))
+	cErr := dial(t, path, sluice.WithTimeout(100*time.Millisecond), sluice.WithFailurePolicy(sluice.FailError))
+	cx := ctx(t)
+	login, other := sluice.Limit{Name: "login"}, sluice.Limit{Name: "other"}
+	learn := func(c *sluice.Client, closed bool) {
+		t.Helper()
+		eventually(t, func() error {
+			d, err := c.Acquire(cx, login, "k", 1)
+			if err != nil || d.Degraded || d.FailsClosed != closed {
+				return fmt.Errorf("%+v, %v; want the sidecar's decision, fails closed %v", d, err, closed)
+			}
+			return nil
+		})
+	}
+	closedDenial := func(what string, d sluice.Decision, err error) {
+		t.Helper()
+		if err != nil || d.Allowed || !d.Degraded || d.Outage != "closed" || !d.FailsClosed || d.RetryAfter <= 0 {
+			t.Errorf("%s: %+v, %v; want a degraded denial marked closed", what, d, err)
+		}
+	}
+	openAdmission := func(what string, d sluice.Decision, err error) {
+		t.Helper()
+		if err != nil || !d.Allowed || !d.Degraded || d.Outage != "" || d.FailsClosed {
+			t.Errorf("%s: %+v, %v; want the fail-open admission", what, d, err)
+		}
+	}
+
+	learn(c, true)
+	learn(cErr, true)
+	cPipe := dial(t, path, sluice.WithTimeout(100*time.Millisecond))
+	eventually(t, func() error { // a pipeline's decisions teach too
+		p := cPipe.Pipeline()
+		p.Peek(login, "k")
+		rs, err := p.Exec(cx)
+		if err != nil || rs[0].Decision.Degraded || !rs[0].Decision.FailsClosed {
+			return fmt.Errorf("%+v, %v; want the sidecar's decision, failing closed", rs[0], err)
+		}
+		return nil
+	})
+	mode.Store(answerNone)
+	d, err := cPipe.Acquire(cx, login, "k", 1)
+	closedDenial("acquire after a pipeline's decision", d, err)
+	for i := range 5 { // timeouts, then the open breaker
+		d, err := c.Acquire(cx, login, "k", 1)
+		closedDenial(fmt.Sprint("acquire ", i), d, err)
+	}
+	d, err = c.Peek(cx, login, "k")
+	closedDenial("peek", d, err)
+	d, err = c.Acquire(cx, other, "k", 1)
+	openAdmission("another limit", d, err)
+	p := c.Pipeline()
+	p.Acquire(login, "k", 1)
+	p.Peek(login, "k")
+	p.Acquire(other, "k", 1)
+	rs, _ := p.Exec(cx)
+	closedDenial("pipelined acquire", rs[0].Decision, rs[0].Err)
+	closedDenial("pipelined peek", rs[1].Decision, rs[1].Err)
+	openAdmission("pipelined acquire of another limit", rs[2].Decision, rs[2].Err)
+	var served atomic.Int64
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { served.Add(1) })
+	if res := serve(sluice.Middleware(c, login, byPath)(handler), "/m"); res.StatusCode != http.StatusTooManyRequests {
+		t.Errorf("the middleware: %d, want 429", res.StatusCode)
+	}
+	if res := serve(sluice.Middleware(c, other, byPath)(handler), "/m"); res.StatusCode != http.StatusOK {
+		t.Errorf("the middleware of another limit: %d, want 200", res.StatusCode)
+	}
+	if _, err := cErr.Acquire(cx, login, "k", 1); !errors.Is(err, sluice.ErrUnavailable) {
+		t.Errorf("FailError: %v, want ErrUnavailable", err)
+	}
+
+	// A sidecar that cannot decide (an internal error): the middleware's
+	// failure policy decides, and denies too.
+	mode.Store(answerPlain)
+	learn(c, false) // the breaker closes
+	mode.Store(answerClosed)
+	learn(c, true)
+	mode.Store(answerError)
+	if res := serve(sluice.Middleware(c, login, byPath)(handler), "/m"); res.StatusCode != http.StatusTooManyRequests {
+		t.Errorf("the middleware, an internal error: %d, want 429", res.StatusCode)
+	}
+	if served.Load() != 1 {
+		t.Errorf("the handler served %d requests, want only the other limit's", served.Load())
+	}
+
+	// A decision without the mark: the client forgets.
+	mode.Store(answerPlain)
+	learn(c, false)
+	mode.Store(answerNone)
+	d, err = c.Acquire(cx, login, "k", 1)
+	openAdmission("after a decision without the mark", d, err)
 }

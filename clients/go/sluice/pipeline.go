@@ -97,7 +97,8 @@ func (p *Pipeline) Exec(ctx context.Context) ([]Result, error) {
 		var cl *call
 		var err error
 		if it.op != proto.OpRelease || it.n != 0 { // lease 0 holds nothing
-			cl, err = c.encode(it.op, it.l, it.key, it.n, it.opts, 0)
+			deadline, v4 := c.deadlineFor(ctx, it.op, &it.l)
+			cl, err = c.encode(it.op, it.l, it.key, it.n, it.opts, deadline, v4)
 		}
 		if err != nil {
 			p.res[i].Err = err
@@ -162,8 +163,7 @@ func (p *Pipeline) settle(i int, err error) {
 	if err := statusError(it.op, cl.res.Status, cl.res.Message); err != nil {
 		r.Err = err
 	} else {
-		r.Decision = decisionOf(&cl.res.Decision)
-		r.Decision.ShadowDenied = cl.res.ShadowDenied
+		r.Decision = p.c.decided(cl, it.l.Name)
 		switch it.op {
 		case proto.OpLease:
 			r.Lease = Lease{Decision: r.Decision, ID: cl.res.Lease, c: p.c, l: it.l, key: it.key}
@@ -180,7 +180,7 @@ func (p *Pipeline) failed(i int, err error) {
 	r := &p.res[i]
 	switch op := p.items[i].op; op {
 	case proto.OpAcquire, proto.OpPeek, proto.OpLease:
-		r.Decision, r.Err = p.c.degraded(err)
+		r.Decision, r.Err = p.c.degraded(err, p.items[i].l.Name)
 		if op == proto.OpLease {
 			r.Lease.Decision = r.Decision
 		}
