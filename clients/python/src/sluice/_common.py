@@ -24,7 +24,7 @@ import time
 from decimal import Decimal
 from fractions import Fraction
 from numbers import Real
-from typing import Any, Callable, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, FrozenSet, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from . import proto
 from .errors import (
@@ -34,8 +34,8 @@ from .errors import (
 from .limits import Algorithm, Concurrency, Limit, Named, parse_limit
 from .proto import HEADER_LEN, MAX_BATCH, MAX_FRAME_LEN, MAX_KEY_LEN, MAX_MULTI, Flags, Opcode
 from .results import (
-    DEGRADED_CLOSED, DEGRADED_CLOSED_LEASE, DEGRADED_OPEN, DEGRADED_OPEN_LEASE, Decision, Lease, MultiDecision,
-    MultiItem, make_decision,
+    DEGRADED_CLOSED, DEGRADED_CLOSED_LEASE, DEGRADED_FAILS_CLOSED, DEGRADED_OPEN, DEGRADED_OPEN_LEASE, Decision, Lease,
+    MultiDecision, MultiItem, make_decision,
 )
 
 log = logging.getLogger("sluice")
@@ -163,13 +163,14 @@ def cost_of(n: Any, what: str = "cost") -> int:
 
 
 def decide_frame(fid: int, code: int, key: Key, limit: LimitLike, n: Any, at: At, flags: int,
-                 deadline: int = 0) -> bytes:
+                 deadline: int = 0, v4: bool = False) -> bytes:
     """The whole request frame of one ACQUIRE or PEEK: the hot path, packed in one go.
 
     The frame is in the oldest version that holds it (proto.item_version, inlined), so a sidecar
     of an older version answers it too; its answer comes in the same version (byte 4). A named
     limit's request carries ``deadline`` (Unix ns, DEADLINE, version 4) if it is not 0 and
-    ``at`` is None.
+    ``at`` is None, and goes in version 4 with ``v4`` (its answer then says whether the limit
+    fails closed).
     """
     k = key.encode() if type(key) is str else key_bytes(key)
     if not 0 < len(k) <= MAX_KEY_LEN:
@@ -186,8 +187,8 @@ def decide_frame(fid: int, code: int, key: Key, limit: LimitLike, n: Any, at: At
             f, t = f | 4, at_ns(at)
         elif deadline:
             f, t = f | _DEADLINE, deadline
-        return proto.frame(proto.Kind.REQUEST, fid, 1, proto.encode_item(code, f, lim, n, t, k),
-                           proto.item_version(code, f, lim))
+        v = proto.item_version(code, f, lim)
+        return proto.frame(proto.Kind.REQUEST, fid, 1, proto.encode_item(code, f, lim, n, t, k), max(v, 4) if v4 else v)
     a, p0, p1, p2 = lim._wire
     v = 3 if a >= _V3_ALGORITHM else 2 if f & _SHADOW else 1  # proto.item_version, inlined
     if at is None:
@@ -205,6 +206,12 @@ def named(limit: LimitLike) -> bool:
     return type(limit if isinstance(limit, Limit) else limit_of(limit)) is Named
 
 
+def name_of(limit: LimitLike) -> Optional[str]:
+    """The name of a named limit, None for a spec's."""
+    lim = limit if isinstance(limit, Limit) else limit_of(limit)
+    return lim.name if type(lim) is Named else None  # type: ignore[attr-defined,no-any-return]
+
+
 def deadline_ns(timeout: float) -> int:
     """The deadline of a call that waits ``timeout`` seconds from now, Unix ns (the sidecar's clock too)."""
     return time.time_ns() + int(timeout * 1e9)
@@ -216,14 +223,29 @@ def request_flags(strict: bool, shadow: bool) -> int:
 
 
 class Call(NamedTuple):
-    """One operation on its way: its bytes, its opcode, whether it decides, and the oldest
-    protocol version whose frames may carry it (proto.op_version)."""
+    """One operation on its way: its bytes, its opcode, whether it decides, the oldest
+    protocol version whose frames may carry it (proto.op_version), and the name of its limit."""
 
     body: bytes
     code: int
     decides: bool  #: acquire, peek, multi and lease: the on_unavailable policy may answer it
     n: int = 0  #: MULTI: its items
     version: int = 1  #: the frame holding it is in the highest version of its calls
+    name: Optional[str] = None  #: an ACQUIRE, PEEK, REFUND or RESET of a named limit: the name
+
+
+_name = operator.itemgetter(5)  # Call.name
+
+
+def any_named(calls: Sequence[Call]) -> bool:
+    """Whether a call is on a named limit."""
+    return any(map(_name, calls))
+
+
+def named_v4(calls: Sequence[Call]) -> List[Call]:
+    """calls, those on named limits in version 4 (for a sidecar that speaks it: their answers
+    then say whether the limit fails closed)."""
+    return [cl._replace(version=4) if cl.name is not None and cl.version < 4 else cl for cl in calls]
 
 
 def hello_frame(fid: int) -> bytes:
@@ -264,10 +286,11 @@ def item_call(code: int, key: Key, limit: LimitLike, n: Any, at: At, flags: int)
         t = at_ns(at)
     if type(lim) is Named:
         return _tuple_new(Call, (proto.encode_item(code, flags, lim, n, t, k), code, code <= 4, 0,
-                                 proto.item_version(code, flags, lim)))
+                                 proto.item_version(code, flags, lim), lim.name))  # type: ignore[attr-defined]
     a, p0, p1, p2 = lim._wire
     v = 3 if a >= _V3_ALGORITHM else 2 if flags & _SHADOW else 1  # proto.item_version, inlined
-    return _tuple_new(Call, (proto.ITEM.pack(code, flags, a, p0, p1, p2, n, t, len(k)) + k, code, code <= 4, 0, v))
+    return _tuple_new(Call, (proto.ITEM.pack(code, flags, a, p0, p1, p2, n, t, len(k)) + k, code, code <= 4, 0, v,
+                             None))
 
 
 def _leasable(limit: LimitLike) -> Limit:
@@ -688,6 +711,9 @@ class Availability:
     _down = False  # the last call found it unavailable (after an answer), and said so
     #: Decisions the on_unavailable policy made ("open" or "closed") since the client was created.
     degraded_decisions = 0
+    #: The names of the limits that fail closed, as the last decision (in a frame of version 4)
+    #: on each said: replaced, never changed, so that a call reads it without a lock.
+    _fails_closed: FrozenSet[str] = frozenset()
     _degraded_logged = 0  # degraded_decisions at the last log line
     _degraded_log_at = -DEGRADED_LOG_INTERVAL  # time.monotonic() of the last log line
 
@@ -709,8 +735,14 @@ class Availability:
 
     def _by_policy(self, e: SluiceError, call: Any) -> Any:
         """The on_unavailable policy's answer to a call the sidecar could not decide (e raised
-        for "raise", and for a call that decides nothing), counted and logged."""
-        d = degraded(self.on_unavailable, call, e)
+        for "raise", and for a call that decides nothing), counted and logged: a denial marked
+        ``outage="closed"`` for an acquire or peek of a limit the sidecar said fails closed."""
+        name = call.name
+        if name is not None and name in self._fails_closed and self.on_unavailable != "raise" \
+                and call.code in (Opcode.ACQUIRE, Opcode.PEEK):
+            d = DEGRADED_FAILS_CLOSED
+        else:
+            d = degraded(self.on_unavailable, call, e)
         self.degraded_decisions += 1
         now = time.monotonic()
         if now - self._degraded_log_at >= DEGRADED_LOG_INTERVAL:
@@ -719,6 +751,22 @@ class Availability:
             log.warning("%d decisions made by on_unavailable=%s, not by the Sluice sidecar at %s (%d in all): %s",
                         n, self.on_unavailable, self.socket_path, self.degraded_decisions, e)
         return d
+
+    def _learn(self, f: proto.Buffer, calls: Sequence[Call], out: Sequence[Any]) -> None:
+        """Remember what the decisions of response frame f, the answers to calls, said about
+        whether their named limits fail closed; a frame before version 4 cannot say."""
+        if f[4] < 4:
+            return
+        for call, v in zip(calls, out):
+            if call.name is not None and Opcode.ACQUIRE <= call.code <= Opcode.REFUND and isinstance(v, Decision):
+                self._fails_closed_is(call.name, v.fails_closed)
+
+    def _fails_closed_is(self, name: str, closed: bool) -> None:
+        """Record whether the named limit fails closed. The caller serializes (the sync
+        client's lock, the asyncio client's loop)."""
+        known = self._fails_closed
+        if (name in known) != closed:
+            self._fails_closed = known | {name} if closed else known - {name}
 
     def _answered(self) -> None:
         """The sidecar answered a call (a result, even an error result)."""

@@ -24,7 +24,7 @@ import threading
 import time
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Union
 
-from ._common import Call, Key, LimitLike, _leasable, limit_of
+from ._common import Call, Key, LimitLike, _leasable, limit_of, name_of
 from ._gotime import format_duration
 from .errors import Internal, ProtocolError, SluiceError, TableFull, Unavailable
 from .limits import Concurrency, Limit
@@ -72,14 +72,14 @@ class Failures:
         self._lock = threading.Lock()
         self._kinds: Dict[str, List[float]] = {}  # kind -> [count, logged count, time logged]
 
-    def answer(self, client: Any, exc: SluiceError, code: int) -> Union[Decision, Failed]:
-        """The policy's decision for ``exc``, the error of an acquire or lease (``code``), or
-        the answer to send."""
+    def answer(self, client: Any, exc: SluiceError, code: int, limit: Optional[Limit] = None) -> Union[Decision, Failed]:
+        """The policy's decision for ``exc``, the error of an acquire or lease (``code``) of
+        ``limit``, or the answer to send."""
         if isinstance(exc, _POLICY_ERRORS):
             by_policy = getattr(client, "_by_policy", None)
             if by_policy is not None:
                 try:
-                    d: Decision = by_policy(exc, Call(b"", code, True))
+                    d: Decision = by_policy(exc, Call(b"", code, True, 0, 1, None if limit is None else name_of(limit)))
                 except SluiceError:
                     pass  # "raise": 503
                 else:

@@ -365,35 +365,46 @@ class AsyncClient(c.Availability):
         brk = self._breaker
         ok, probe = brk.allow()
         if not ok:
-            return self._unavailable(c.breaker_open(self.socket_path), Call(b"", code, True))  # type: ignore[no-any-return]
+            return self._unavailable(c.breaker_open(self.socket_path), self._decide_call(code, limit))  # type: ignore[no-any-return]
         for attempt in (0, 1):
             try:
                 conn = self._conn
                 if conn is None or conn.closed or conn.loop is not asyncio.get_running_loop():
                     conn = await self._connect()
-                if self.timeout is not None and c.named(limit) and await self._sidecar_version(conn) >= 4:
-                    # Tell the sidecar the deadline, so that a global limit's answer comes first.
-                    payload = c.decide_frame(fid, code, key, limit, n, at, flags, c.deadline_ns(self.timeout))
+                v4 = c.named(limit) and await self._sidecar_version(conn) >= 4
+                if v4:
+                    # Tell the sidecar the deadline, so that a global limit's answer comes first,
+                    # in version 4, so that it says whether the limit fails closed.
+                    dl = c.deadline_ns(self.timeout) if self.timeout is not None else 0
+                    payload = c.decide_frame(fid, code, key, limit, n, at, flags, dl, True)
                 f = await conn.send_one(payload, fid)
                 d = c.fast_decision(f, fid, code, payload[4])  # answered in the request's version
                 if d is None:
-                    d = c.value(self._results(conn, f, fid, (Call(b"", code, True),))[0])
-                elif not self._up:
-                    self._answered()
+                    d = c.value(self._results(conn, f, fid, (self._decide_call(code, limit),))[0])
+                else:
+                    if not self._up:
+                        self._answered()
+                    if v4 and self._fails_closed:  # a decision without the mark
+                        self._fails_closed_is(c.name_of(limit), False)  # type: ignore[arg-type]
                 brk.done(probe, None)
                 return d  # type: ignore[no-any-return]
             except _Stale as e:
                 if attempt == 0:
                     continue
                 brk.done(probe, e)
-                return self._unavailable(e, Call(b"", code, True))  # type: ignore[no-any-return]
+                return self._unavailable(e, self._decide_call(code, limit))  # type: ignore[no-any-return]
             except Unavailable as e:
                 brk.done(probe, e)
-                return self._unavailable(e, Call(b"", code, True))  # type: ignore[no-any-return]
+                return self._unavailable(e, self._decide_call(code, limit))  # type: ignore[no-any-return]
             except BaseException as e:
                 brk.done(probe, e)
                 raise
         raise AssertionError("unreachable")
+
+    @staticmethod
+    def _decide_call(code: int, limit: LimitLike) -> Call:
+        """The call of an acquire or peek, for the policy and the decoder: its opcode and limit name."""
+        return Call(b"", code, True, 0, 1, c.name_of(limit))
 
     async def _sidecar_version(self, conn: _Conn) -> int:
         """The protocol version of conn's sidecar, asked with a HELLO the first time (the tasks
@@ -450,6 +461,8 @@ class AsyncClient(c.Availability):
             except Unavailable as e:
                 failure = e
                 break
+            if c.any_named(calls) and await self._sidecar_version(conn) >= 4:
+                calls = c.named_v4(calls)  # their answers say whether the limits fail closed
             packed = c.pack(calls, (self._id + 1) & 0xFFFFFFFF)
             self._id = packed.frames[-1][0]
             futs = conn.send(packed.payload, [fid for fid, _ in packed.frames])
@@ -482,6 +495,7 @@ class AsyncClient(c.Availability):
             raise
         if not self._up:
             self._answered()
+        self._learn(f, calls, out)
         return out
 
     async def _connect(self) -> _Conn:

@@ -39,6 +39,7 @@ from ._common import Key, LimitLike
 from ._middleware import Failed, Failures, limits_of, release_failed, shadow_denied
 from .errors import SluiceError
 from .headers import check_name, ratelimit_headers, response_headers
+from .limits import Limit
 from .proto import Opcode
 
 __all__ = ["RateLimitMiddleware"]
@@ -88,7 +89,8 @@ class RateLimitMiddleware:
         extra: List[Tuple[bytes, bytes]] = []
         if k is not None and self.limit is not None:
             d = await self._ask(lambda: self.client.acquire(k, self.limit, self.cost, shadow=self.shadow)
-                                if self.shadow else self.client.acquire(k, self.limit, self.cost), Opcode.ACQUIRE, send)
+                                if self.shadow else self.client.acquire(k, self.limit, self.cost), Opcode.ACQUIRE, send,
+                                self.limit)
             if d is None:
                 return
             if d.shadow_denied:
@@ -138,15 +140,16 @@ class RateLimitMiddleware:
         finally:
             await self._release(ck, lease.id)
 
-    async def _ask(self, ask: Callable[[], Any], code: int, send: Send) -> Any:
+    async def _ask(self, ask: Callable[[], Any], code: int, send: Send, limit: Optional[Limit] = None) -> Any:
         """The decision ``ask()`` returns (awaited if need be), or the ``on_unavailable`` policy's
-        if it failed and the policy decides; None once a failure was answered (see _middleware)."""
+        if it failed and the policy decides (``limit``'s); None once a failure was answered (see
+        _middleware)."""
         try:
             d = ask()
             if inspect.isawaitable(d):
                 d = await d
         except SluiceError as e:
-            d = self.failures.answer(self.client, e, code)
+            d = self.failures.answer(self.client, e, code, limit)
             if isinstance(d, Failed):
                 await _fail(send, d)
                 return None

@@ -312,12 +312,14 @@ class Client(c.Availability):
         """
         brk = self._breaker
         if brk.state:  # not closed
-            return self._guarded(Call(b"", code, True), lambda: self._decide_slow(code, key, limit, n, at, flags))
+            return self._guarded(Call(b"", code, True, 0, 1, c.name_of(limit)),
+                                 lambda: self._decide_slow(code, key, limit, n, at, flags))
         try:
             with self._lock:
-                dl = self._deadline() if self.timeout is not None and c.named(limit) else 0
+                v4 = c.named(limit) and self._sidecar_version() >= 4
+                dl = c.deadline_ns(self.timeout) if v4 and self.timeout is not None else 0
                 self._id = fid = (self._id + 1) & 0xFFFFFFFF
-                payload = c.decide_frame(fid, code, key, limit, n, at, flags, dl)
+                payload = c.decide_frame(fid, code, key, limit, n, at, flags, dl, v4)
                 sock = self._sock
                 f: Any = None
                 if sock is not None:
@@ -340,6 +342,8 @@ class Client(c.Availability):
                                 brk.fails = 0
                             if not self._up:
                                 self._answered()
+                            if v4 and self._fails_closed:  # a decision without the mark
+                                self._fails_closed_is(c.name_of(limit), False)  # type: ignore[arg-type]
                             return make_decision(allowed == 1, rem, lim, ra, rs, dl)
                     if f:
                         f = self._complete(sock, f, 1, [])[0]
@@ -348,10 +352,10 @@ class Client(c.Availability):
                         f = None
                 if f is None:
                     f = self._exchange(payload, 1)[0]
-                d = c.value(self._results(f, fid, (Call(b"", code, True),))[0])
+                d = c.value(self._results(f, fid, (Call(b"", code, True, 0, 1, c.name_of(limit)),))[0])
         except Unavailable as e:
             brk.done(False, e)
-            return self._unavailable(e, Call(b"", code, True))  # type: ignore[no-any-return]
+            return self._unavailable(e, Call(b"", code, True, 0, 1, c.name_of(limit)))  # type: ignore[no-any-return]
         except SluiceError as e:
             brk.done(False, e)
             raise
@@ -360,19 +364,20 @@ class Client(c.Availability):
 
     def _decide_slow(self, code: int, key: Key, limit: LimitLike, n: Any, at: At, flags: int) -> Decision:
         with self._lock:
-            dl = self._deadline() if self.timeout is not None and c.named(limit) else 0
+            v4 = c.named(limit) and self._sidecar_version() >= 4
+            dl = c.deadline_ns(self.timeout) if v4 and self.timeout is not None else 0
             self._id = fid = (self._id + 1) & 0xFFFFFFFF
-            payload = c.decide_frame(fid, code, key, limit, n, at, flags, dl)
+            payload = c.decide_frame(fid, code, key, limit, n, at, flags, dl, v4)
             f = self._exchange(payload, 1)[0]
-            return c.value(self._results(f, fid, (Call(b"", code, True),))[0])  # type: ignore[no-any-return]
+            return c.value(self._results(f, fid, (Call(b"", code, True, 0, 1, c.name_of(limit)),))[0])  # type: ignore[no-any-return]
 
-    def _deadline(self) -> int:
-        """The deadline (Unix ns) a named limit's acquire or peek tells the sidecar, so that a
-        global limit's answer comes before this client gives up: the sidecar answers by its
-        outage policy if Redis is late. Only a sidecar of protocol version 4 reads it, so the
-        first such request on each connection asks the sidecar's version (HELLO); 0 for an
-        older sidecar. The lock is held."""
-        assert self.timeout is not None
+    def _sidecar_version(self) -> int:
+        """The protocol version of the sidecar, for a named limit's request. A sidecar of
+        version 4 reads the deadline a named limit's acquire or peek tells it, so that a global
+        limit's answer comes before this client gives up (the sidecar answers by its outage
+        policy if Redis is late), and its answers to requests in version 4 say whether the limit
+        fails closed. The first such request on each connection asks the version (HELLO); 0 if
+        the sidecar is older. The lock is held."""
         if self._sock is None or self._version_of is not self._sock:
             self._id = fid = (self._id + 1) & 0xFFFFFFFF
             f = self._exchange(c.hello_frame(fid), 1)[0]  # connects, if need be
@@ -382,7 +387,7 @@ class Client(c.Availability):
                 self._drop()
                 raise
             self._version_of, self._version = self._sock, v
-        return c.deadline_ns(self.timeout) if self._version >= 4 else 0
+        return self._version
 
     def _guarded(self, call: Call, f: Callable[[], Any]) -> Any:
         """f() if the breaker lets a call through, its outcome recorded; else the policy's answer."""
@@ -418,11 +423,14 @@ class Client(c.Availability):
         if not ok:
             return c.finish(out, calls, c.breaker_open(self.socket_path), self._unavailable, raise_on_error)
         with self._lock:
-            packed = c.pack(calls, (self._id + 1) & 0xFFFFFFFF)
-            self._id = packed.frames[-1][0]
             frames: List[Any] = []
             failure: Optional[Unavailable] = None
+            packed = c.Frames(b"", [])
             try:
+                if c.any_named(calls) and self._sidecar_version() >= 4:
+                    calls = c.named_v4(calls)
+                packed = c.pack(calls, (self._id + 1) & 0xFFFFFFFF)
+                self._id = packed.frames[-1][0]
                 self._exchange(packed.payload, len(packed.frames), frames)
             except Unavailable as e:
                 failure = e
@@ -445,6 +453,7 @@ class Client(c.Availability):
             raise
         if not self._up:
             self._answered()
+        self._learn(f, calls, out)
         return out
 
     def _connect(self) -> socket.socket:

@@ -128,7 +128,7 @@ class RateLimitMiddleware:
                 d = self.client.acquire(k, self.limit, self.cost, shadow=self.shadow) if self.shadow \
                     else self.client.acquire(k, self.limit, self.cost)
             except SluiceError as e:
-                d = self.failures.answer(self.client, e, Opcode.ACQUIRE)
+                d = self.failures.answer(self.client, e, Opcode.ACQUIRE, self.limit)
                 if isinstance(d, Failed):
                     return _fail(start_response, d)
             if d.shadow_denied:
