@@ -124,6 +124,14 @@
 // not decide for a sidecar that works. Decision.Outage names the policy
 // ("local", "open", "closed") when it made the decision.
 //
+// A limit whose outage policy is closed stays closed when the sidecar's
+// answer comes too late all the same (a host that stopped this process or
+// the sidecar): every decision of such a limit says so
+// (Decision.FailsClosed), the client remembers it per limit name, and its
+// failure policy denies the name's requests the sidecar does not answer
+// (Degraded, Outage "closed"), in Acquire, Peek, pipelines and Middleware;
+// FailError still returns the error.
+//
 // # Caveats
 //
 // A call that times out or is cancelled may still have been decided: an
