@@ -554,11 +554,7 @@ func TestClient_olderSidecar(t *testing.T) {
 			fc.nc.Write(proto.EndFrame(proto.AppendDecision(b, op, &d), start, 1))
 		}
 	})
-	c, err := sluice.Dial(path, sluice.WithFailurePolicy(sluice.FailError))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dial(t, path, sluice.WithFailurePolicy(sluice.FailError))
 	ctx := context.Background()
 	spec := func(s string) sluice.Limit {
 		l, err := sluice.ParseLimit(s)

@@ -140,14 +140,17 @@ func (sc *sidecar) stop(t testing.TB) {
 	}
 }
 
-// dial returns a client of sc, closed at the end of the test. Its timeouts
-// are testTimeout unless opts set them: a test that is about a timeout
-// says which it wants (DefaultTimeout is 50 ms and DefaultDialTimeout
-// 100 ms, which a busy machine misses).
+// dial returns a client of sc, closed at the end of the test. Its timeouts,
+// and its start check's, are testTimeout unless opts set them: a test that
+// is about a timeout says which it wants (DefaultTimeout is 50 ms,
+// DefaultDialTimeout 100 ms and DefaultStartTimeout 1 s, which a busy
+// machine misses).
 func dial(t testing.TB, path string, opts ...sluice.Option) *sluice.Client {
 	t.Helper()
 	opts = append([]sluice.Option{sluice.WithLogger(quiet), sluice.WithTimeout(testTimeout), sluice.WithDialTimeout(testTimeout)}, opts...)
-	c, err := sluice.Dial(path, opts...)
+	start, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	c, err := sluice.DialContext(start, path, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,12 +52,8 @@ func TestClient_deadline(t *testing.T) {
 			fc.nc.Write(proto.EndFrame(b, start, 1))
 		}
 	})
-	const timeout = 200 * time.Millisecond
-	c, err := sluice.Dial(path, sluice.WithTimeout(timeout), sluice.WithFailurePolicy(sluice.FailError))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	const timeout = testTimeout
+	c := dial(t, path, sluice.WithFailurePolicy(sluice.FailError))
 	for i := range 2 {
 		start := time.Now()
 		d, err := c.Acquire(context.Background(), sluice.Limit{Name: "login"}, "k", 1)
@@ -72,9 +68,7 @@ func TestClient_deadline(t *testing.T) {
 		}
 	}
 	spec, _ := sluice.ParseLimit("token_bucket:max=10,refill_time=1s")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	if d, err := c.Acquire(ctx, spec, "k", 1); err != nil || d.Outage != "" {
+	if d, err := c.Acquire(ctx(t), spec, "k", 1); err != nil || d.Outage != "" { // with a deadline
 		t.Fatalf("a spec limit: %+v, %v", d, err)
 	}
 	if s := <-frames; s.version != 1 || s.flags != 0 {

@@ -96,11 +96,7 @@ func TestPipeline_unavailable(t *testing.T) {
 		err     bool
 	}{{sluice.FailError, false, true}, {sluice.FailOpen, true, false}, {sluice.FailClosed, false, false}} {
 		t.Run(tc.policy.String(), func(t *testing.T) {
-			c, err := sluice.Dial(path, sluice.WithFailurePolicy(tc.policy))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
+			c := dial(t, path, sluice.WithFailurePolicy(tc.policy))
 			p := c.Pipeline()
 			p.Acquire(tb10, "a", 1)
 			p.Acquire(tb10, "b", 1)
@@ -126,11 +122,7 @@ func TestPipeline_timeout(t *testing.T) {
 	path := fakeSidecar(t, func(fc *fakeConn) {
 		fc.wait() // reads everything, answers nothing
 	})
-	c, err := sluice.Dial(path, sluice.WithTimeout(50*time.Millisecond), sluice.WithFailurePolicy(sluice.FailError))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dial(t, path, sluice.WithTimeout(50*time.Millisecond), sluice.WithFailurePolicy(sluice.FailError))
 	p := c.Pipeline()
 	for i := range 5 {
 		p.Acquire(tb10, fmt.Sprint("k", i), 1)
