@@ -243,18 +243,41 @@ func (st *stream) forget(key []byte, id int64) {
 // are not held any more and release nothing. A connection closed because
 // the sidecar is stopping keeps its leases: its client is still running
 // what it leased, and gives the lease back through the next sidecar (the
-// leases are in the state file), or it expires.
+// leases are in the state file), or it expires. A bucket whose lock
+// another process keeps (a stopped direct client) is waited for as a
+// request waits, up to Config.LockWait (counted in lock_waits); a lease
+// still locked after that is left to expire, and logged.
 func (st *stream) releaseLeases() {
 	if len(st.leases) == 0 || st.s.draining.Load() {
 		return
 	}
-	now := engine.At(st.s.now())
+	now := st.s.now()
+	t := engine.Time{Now: now, At: now, Wait: st.s.cfg.LockWait, Blocking: func() { st.s.stats.lockWaits.Add(1) }}
 	var d bucket.Decision
 	for i := range st.leases {
 		h := &st.leases[i]
 		key := []byte(h.key)
 		st.s.holders.remove(h.id, key, st)
-		st.s.engine.Release(&d, key, &h.limit, h.id, now)
+		if _, err := st.s.engine.Release(&d, key, &h.limit, h.id, t); err != nil {
+			st.s.log.Warn("could not give back a lease of a closed connection; it expires at its lease time",
+				"key", h.key, "err", err.Error())
+		}
 	}
 	st.leases = nil
+}
+
+// releaseLeasesThen gives back the leases of a connection an event loop
+// closed (releaseLeases), then calls then: at once, on the loop, if it
+// holds none, else on a goroutine of its own, since giving a lease back may
+// wait for a lock another process keeps and a loop never waits for a lock
+// (loop_linux.go). Its other connections are served meanwhile.
+func (st *stream) releaseLeasesThen(then func()) {
+	if len(st.leases) == 0 || st.s.draining.Load() {
+		then()
+		return
+	}
+	go func() {
+		st.releaseLeases()
+		then()
+	}()
 }

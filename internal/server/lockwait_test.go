@@ -229,3 +229,49 @@ func TestLockWait_clientDeadline(t *testing.T) {
 		t.Errorf("answered after %v, want about the client's deadline (%v)", took, wait)
 	}
 }
+
+// Ensure an event loop does not wait for a lock another process keeps to
+// give back the leases of a connection that closed: with a direct client
+// stopped holding a concurrency bucket, a connection holding a lease of it
+// closes, and another connection of the same (only) loop is answered at
+// once throughout the next two seconds; the lease is given back, not lost,
+// once the holder goes on.
+func TestLockWait_loopReleasesOffTheLoop(t *testing.T) {
+	sc := start(t, Config{Transport: TransportEpoll, Loops: 1, LockWait: time.Minute})
+	conc := proto.ConcurrencyLimit(2, time.Hour)
+	a := dial(t, sc)
+	if r := a.do(func(b []byte) []byte { return proto.AppendLease(b, 0, conc, []byte("held")) }); r.Status != proto.StatusOK || r.Lease == 0 {
+		t.Fatalf("lease: %+v", r)
+	}
+	_, goOn := locktest.Stopped(t, sc.cfg.StatePath, "held", conc)
+	b := dial(t, sc)
+	if r := b.acquire("other", tb10, 0, 0); r.Status != proto.StatusOK {
+		t.Fatalf("acquire: %+v", r)
+	}
+	a.c.Close() // the loop gives its lease back
+	var slowest time.Duration
+	n := 0
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); n++ {
+		begun := time.Now()
+		if r := b.acquire("other", tb10, 0, 0); r.Status != proto.StatusOK {
+			t.Fatalf("acquire of another key: %+v", r)
+		}
+		slowest = max(slowest, time.Since(begun))
+		time.Sleep(time.Millisecond) // pacing: a few hundred probes, not a busy loop
+	}
+	t.Logf("%d acquires on the loop while the closed connection's lease waited for the lock: slowest %v", n, slowest)
+	if slowest > 500*time.Millisecond {
+		t.Errorf("an acquire on another connection took %v while a closed connection's lease waited for a lock, want under 500ms", slowest)
+	}
+	goOn()
+	peek := func(b []byte) []byte { return proto.AppendItem(b, proto.OpPeek, 0, conc, 0, 0, []byte("held")) }
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		r := b.do(peek)
+		if r.Status == proto.StatusOK && r.Decision.Remaining == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the closed connection's lease is still held 10s after the holder went on: %+v", r)
+		}
+	}
+}

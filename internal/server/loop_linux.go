@@ -35,7 +35,9 @@ const haveEpoll = true
 // set meanwhile, so its answers keep their order, and comes back to the
 // loop (giveBack) to have them written. A handover costs a goroutine and
 // three syscalls, once per request that would have waited; the loop's
-// other connections do not notice it.
+// other connections do not notice it. A connection the loop closes while it
+// holds leases has them given back on a goroutine of its own
+// (releaseLeasesThen): that too may wait for a lock.
 type loops struct {
 	all  []*loop
 	n    atomic.Uint32 // round robin over all

@@ -239,7 +239,7 @@ func (s *server) accept(l *listener) {
 		if lp != nil {
 			st, handle := l.open(s, c)
 			st.peer = p
-			lp.add(st, handle, func() { st.releaseLeases(); s.release(c, uid, counted) })
+			lp.add(st, handle, func() { st.releaseLeasesThen(func() { s.release(c, uid, counted) }) })
 			continue
 		}
 		go func() {
