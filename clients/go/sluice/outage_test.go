@@ -26,31 +26,14 @@ func TestClient_deadline(t *testing.T) {
 		deadline int64
 	}
 	frames := make(chan seen, 16)
-	path := fakeSidecar(t, func(fc *fakeConn) {
-		var op proto.Op
-		for {
-			h, frame, ok := fc.next()
-			if !ok {
-				return
-			}
-			if _, err := proto.DecodeOpVersion(frame[proto.HeaderLen:], h.Version, &op); err != nil {
-				t.Error(err)
-				return
-			}
-			b, start := proto.BeginFrameVersion(nil, h.Version, proto.KindResponse, h.ID)
-			if op.Code == proto.OpHello {
-				fc.nc.Write(proto.EndFrame(proto.AppendHelloResult(b, &proto.Hello{Version: proto.Version,
-					MaxFrame: proto.MaxFrameLen, MaxBatch: proto.MaxBatch, MaxKey: proto.MaxKeyLen, MaxMulti: proto.MaxMulti}), start, 1))
-				continue
-			}
-			frames <- seen{h.Version, op.Flags, op.Deadline}
-			d := proto.Decision{Limit: 10, RetryAfter: int64(5 * time.Millisecond)}
-			b = proto.AppendDecision(b, op.Code, &d)
-			if op.Flags&proto.FlagDeadline != 0 {
-				b = proto.MarkOutage(b, proto.OutageClosed)
-			}
-			fc.nc.Write(proto.EndFrame(b, start, 1))
+	path := version4Sidecar(t, func(h proto.Header, op *proto.Op, b []byte) []byte {
+		frames <- seen{h.Version, op.Flags, op.Deadline}
+		d := proto.Decision{Limit: 10, RetryAfter: int64(5 * time.Millisecond)}
+		b = proto.AppendDecision(b, op.Code, &d)
+		if op.Flags&proto.FlagDeadline != 0 {
+			b = proto.MarkOutage(b, proto.OutageClosed)
 		}
+		return b
 	})
 	const timeout = testTimeout
 	c := dial(t, path, sluice.WithFailurePolicy(sluice.FailError))
@@ -98,6 +81,26 @@ const (
 // it: allowed, marked as failing closed or not, an Internal error, or not
 // at all.
 func failsClosedSidecar(t *testing.T, mode *atomic.Int32) string {
+	return version4Sidecar(t, func(h proto.Header, op *proto.Op, b []byte) []byte {
+		switch mode.Load() {
+		case answerNone:
+			return nil
+		case answerError:
+			return proto.AppendError(b, op.Code, proto.StatusInternal, "fake")
+		}
+		d := proto.Decision{Allowed: true, Remaining: 5, Limit: 10, RetryAfter: -1}
+		b = proto.AppendDecision(b, op.Code, &d)
+		if mode.Load() == answerClosed && h.Version >= 4 {
+			b = proto.MarkFailsClosed(b)
+		}
+		return b
+	})
+}
+
+// version4Sidecar returns the socket of a fake sidecar of protocol version
+// 4: it answers HELLO, and each other request (one operation a frame) with
+// the result answer appends to b, or not at all if answer returns nil.
+func version4Sidecar(t *testing.T, answer func(h proto.Header, op *proto.Op, b []byte) []byte) string {
 	return fakeSidecar(t, func(fc *fakeConn) {
 		var op proto.Op
 		for {
@@ -110,20 +113,11 @@ func failsClosedSidecar(t *testing.T, mode *atomic.Int32) string {
 				return
 			}
 			b, start := proto.BeginFrameVersion(nil, h.Version, proto.KindResponse, h.ID)
-			switch m := mode.Load(); {
-			case op.Code == proto.OpHello:
+			if op.Code == proto.OpHello {
 				b = proto.AppendHelloResult(b, &proto.Hello{Version: proto.Version,
 					MaxFrame: proto.MaxFrameLen, MaxBatch: proto.MaxBatch, MaxKey: proto.MaxKeyLen, MaxMulti: proto.MaxMulti})
-			case m == answerNone:
+			} else if b = answer(h, &op, b); b == nil {
 				continue
-			case m == answerError:
-				b = proto.AppendError(b, op.Code, proto.StatusInternal, "fake")
-			default:
-				d := proto.Decision{Allowed: true, Remaining: 5, Limit: 10, RetryAfter: -1}
-				b = proto.AppendDecision(b, op.Code, &d)
-				if m == answerClosed && h.Version >= 4 {
-					b = proto.MarkFailsClosed(b)
-				}
 			}
 			fc.nc.Write(proto.EndFrame(b, start, 1))
 		}

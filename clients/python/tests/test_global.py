@@ -17,7 +17,7 @@ import socket
 import subprocess
 import threading
 import time
-from typing import Any, Callable, Iterator, List, Tuple
+from typing import Any, Callable, Iterator, List, Optional, Tuple
 
 import pytest
 from conftest import short_tmpdir
@@ -174,14 +174,20 @@ def test_slow_redis_never_fails_open(redis: str, make_sidecar: Callable[..., Any
 
 
 class Version4Sidecar:
-    """A fake sidecar of protocol version 4: answers HELLO, and every decision as the closed outage
-    policy's; ``seen`` holds (version, flags, at) of each request other than HELLO."""
+    """A fake sidecar of protocol version 4: answers HELLO, and each other request frame with the
+    results ``answer(header, ops)`` returns, or not at all for None. By default every decision is
+    the closed outage policy's; ``seen`` holds (version, flags, at) of each request."""
 
     def __init__(self) -> None:
         self.seen: List[Tuple[int, int, int]] = []
 
+    def answer(self, h: Any, ops: List[Any]) -> Optional[List[Any]]:
+        from sluice import Decision, proto
+        self.seen += [(h.version, op.flags, op.at) for op in ops]
+        return [proto.Result(op.code, value=Decision(False, 0, 10, 5_000_000, 0, 0, outage="closed")) for op in ops]
+
     def handle(self, conn: socket.socket, n: int) -> None:
-        from sluice import Decision, Hello, proto
+        from sluice import Hello, proto
         buf = b""
         while True:
             if len(buf) < 4 or len(buf) < 4 + int.from_bytes(buf[:4], "little"):
@@ -192,14 +198,14 @@ class Version4Sidecar:
                 continue
             end = 4 + int.from_bytes(buf[:4], "little")
             req, buf = buf[:end], buf[end:]
-            h, (op,) = proto.decode_frame(req)
-            if op.code == proto.Opcode.HELLO:
-                r = proto.Result(op.code, value=Hello(4, proto.MAX_FRAME_LEN, proto.MAX_BATCH, proto.MAX_KEY_LEN,
-                                                       proto.MAX_MULTI, 4096, 128))
+            h, ops = proto.decode_frame(req)
+            if ops[0].code == proto.Opcode.HELLO:
+                rs: Optional[List[Any]] = [proto.Result(proto.Opcode.HELLO, value=Hello(
+                    4, proto.MAX_FRAME_LEN, proto.MAX_BATCH, proto.MAX_KEY_LEN, proto.MAX_MULTI, 4096, 128))]
             else:
-                self.seen.append((h.version, op.flags, op.at))
-                r = proto.Result(op.code, value=Decision(False, 0, 10, 5_000_000, 0, 0, outage="closed"))
-            conn.sendall(proto.encode_frame(proto.Kind.RESPONSE, h.id, [r], h.version))
+                rs = self.answer(h, ops)
+            if rs is not None:
+                conn.sendall(proto.encode_frame(proto.Kind.RESPONSE, h.id, rs, h.version))
 
 
 def test_named_requests_carry_their_deadline(fake_server: Any) -> None:
@@ -227,39 +233,22 @@ def test_named_requests_carry_their_deadline(fake_server: Any) -> None:
     assert len(srv.seen) == 3 and all(v == 4 and f & proto.Flags.DEADLINE for v, f, _ in srv.seen)
 
 
-class FailsClosedSidecar:
+class FailsClosedSidecar(Version4Sidecar):
     """A fake sidecar of protocol version 4 that answers each decision as ``mode`` says when it
     reads it: "closed" (allowed, and the limit fails closed), "plain" (allowed), "error" (an
     Internal error) or "none" (never answered). HELLO is always answered."""
 
-    def __init__(self) -> None:
-        self.mode = "closed"
+    mode = "closed"
 
-    def handle(self, conn: socket.socket, n: int) -> None:
-        from sluice import Decision, Hello, proto
-        buf = b""
-        while True:
-            if len(buf) < 4 or len(buf) < 4 + int.from_bytes(buf[:4], "little"):
-                more = conn.recv(65536)
-                if not more:
-                    return
-                buf += more
-                continue
-            end = 4 + int.from_bytes(buf[:4], "little")
-            req, buf = buf[:end], buf[end:]
-            h, ops = proto.decode_frame(req)
-            mode = self.mode
-            if ops[0].code == proto.Opcode.HELLO:
-                rs = [proto.Result(proto.Opcode.HELLO, value=Hello(4, proto.MAX_FRAME_LEN, proto.MAX_BATCH,
-                                                                    proto.MAX_KEY_LEN, proto.MAX_MULTI, 4096, 128))]
-            elif mode == "none":
-                continue
-            elif mode == "error":
-                rs = [proto.Result(op.code, proto.Status.INTERNAL, message="fake") for op in ops]
-            else:
-                closed = mode == "closed" and h.version >= 4
-                rs = [proto.Result(op.code, value=Decision(True, 5, 10, -1, 0, 0, fails_closed=closed)) for op in ops]
-            conn.sendall(proto.encode_frame(proto.Kind.RESPONSE, h.id, rs, h.version))
+    def answer(self, h: Any, ops: List[Any]) -> Optional[List[Any]]:
+        from sluice import Decision, proto
+        mode = self.mode
+        if mode == "none":
+            return None
+        if mode == "error":
+            return [proto.Result(op.code, proto.Status.INTERNAL, message="fake") for op in ops]
+        closed = mode == "closed" and h.version >= 4
+        return [proto.Result(op.code, value=Decision(True, 5, 10, -1, 0, 0, fails_closed=closed)) for op in ops]
 
 
 def test_a_limit_that_fails_closed_is_denied_when_the_sidecar_does_not_answer(fake_server: Any) -> None:
