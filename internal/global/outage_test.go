@@ -114,7 +114,7 @@ func TestShare(t *testing.T) {
 // policy on its own, and does not send the shard to fallback: the next
 // requests go to Redis as soon as it answers again.
 func TestFallback_slowCall(t *testing.T) {
-	srv := redistest.Start(t, "--enable-debug-command", "yes")
+	srv := redistest.Start(t)
 	s := newStore(t, Options{Addrs: []string{srv.Addr}, Timeout: 50 * time.Millisecond})
 	f := NewFallback(s, nil)
 	req := Request{Limit: tokenBucket(10, hour), Key: "k", Cost: 1}

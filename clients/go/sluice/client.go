@@ -259,6 +259,16 @@ func (c *Client) check(ctx context.Context) error {
 	if _, ok := ctx.Deadline(); ok {
 		timeout = 0
 	}
+	// The first connection may take the check's whole time, not only a
+	// reconnection's dial timeout: a sidecar slow to accept on a busy host
+	// is there all the same.
+	budget := DefaultStartTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		budget = time.Until(dl)
+	}
+	if _, err := c.connWithin(max(budget, c.opt.dialTimeout)); err != nil {
+		return err
+	}
 	cl := simpleCall(proto.OpPing)
 	if err := c.send(ctx, cl, timeout); err != nil {
 		if !errors.Is(err, ErrUnavailable) && errors.Is(err, context.DeadlineExceeded) {

@@ -9,7 +9,10 @@ import (
 
 // conn returns the connection in use, connecting if there is none and the
 // backoff allows.
-func (c *Client) conn() (*conn, error) {
+func (c *Client) conn() (*conn, error) { return c.connWithin(c.opt.dialTimeout) }
+
+// connWithin is conn, giving a connection attempt up to timeout.
+func (c *Client) connWithin(timeout time.Duration) (*conn, error) {
 	if cn := c.cur.Load(); cn != nil && !cn.failed.Load() {
 		return cn, nil
 	}
@@ -36,7 +39,7 @@ func (c *Client) conn() (*conn, error) {
 		}
 		return nil, unavailable(next, c.lastErr)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.opt.dialTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	nc, err := c.opt.dial(ctx, c.path)
 	cancel()
 	if err != nil {

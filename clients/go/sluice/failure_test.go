@@ -610,3 +610,27 @@ func TestDialContext_deadline(t *testing.T) {
 		t.Errorf("Dial of a silent sidecar: %v", err)
 	}
 }
+
+// Dial's start check gives its first connection the check's whole time,
+// not only the dial timeout of a reconnection: a sidecar slow to accept
+// (a busy host) is found, where a 100 ms connect attempt gave up.
+func TestDial_slowConnect(t *testing.T) {
+	_, sock := startSluiced(t)
+	slow := func(ctx context.Context, path string) (net.Conn, error) {
+		select {
+		case <-time.After(300 * time.Millisecond): // three dial timeouts
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", path)
+	}
+	c, err := sluice.Dial(sock, sluice.WithLogger(quiet), sluice.WithDial(slow), sluice.WithTimeout(time.Minute))
+	if err != nil {
+		t.Fatalf("Dial of a sidecar slow to accept: %v", err)
+	}
+	defer c.Close()
+	if d, err := c.Acquire(context.Background(), tb10, "k", 1); err != nil || !d.Allowed || d.Degraded {
+		t.Errorf("after a slow start: %+v, %v", d, err)
+	}
+}
