@@ -64,9 +64,12 @@ bench:
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count $(COUNT) $(GOMODS)
 
 ## bench-global: four sidecars (32 client processes) on one Redis and on a Redis Cluster, exact
-## and leased global limits, beside the same processes calling Redis + Lua (about 2 minutes)
+## and leased global limits, beside the same processes calling Redis with a token-bucket script,
+## taking turns (GLOBAL_ROUNDS, default 5), idle and with a busy loop per core; prints each side's
+## decisions/s, latency and Redis CPU per decision (about 5 minutes)
+GLOBAL_ROUNDS ?= 5
 bench-global:
-	SLUICE_FLEET_SECONDS=5 $(GO) test -run '^$$' -bench 'BenchmarkFleet' -benchtime 1x ./internal/server
+	SLUICE_FLEET_SECONDS=3 SLUICE_FLEET_ROUNDS=$(GLOBAL_ROUNDS) $(GO) test -run '^$$' -bench 'BenchmarkFleet' -benchtime 1x -timeout 30m ./internal/server
 
 ## bench-python: the Python client's decisions/s and latency, against a bare socket echo
 bench-python: build

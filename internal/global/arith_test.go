@@ -4,23 +4,22 @@ import (
 	"context"
 	"math/big"
 	"math/rand/v2"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
-// helperScript is decide.lua's integer helpers followed by a driver that
-// applies one of them to every triple or quadruple of ARGV.
+// helperScript is lua/wide.lua (with its includes) followed by a driver
+// that applies one of its functions to every triple or quadruple of ARGV.
 func helperScript(t *testing.T) string {
 	t.Helper()
-	_, rest, ok := strings.Cut(decideSource, "-- helpers begin\n")
-	h, _, ok2 := strings.Cut(rest, "-- helpers end\n")
-	if !ok || !ok2 {
-		t.Fatal("decide.lua has no helpers section")
+	h, err := loadScript("wide.lua")
+	if err != nil {
+		t.Fatal(err)
 	}
-	return "local fmod, floor = math.fmod, math.floor\nlocal TWO53 = 9007199254740992\n" + h + `
+	return h + `
+fmod = math.fmod
 local out = {}
 if ARGV[1] == "muldiv" then
   for i = 2, #ARGV, 3 do

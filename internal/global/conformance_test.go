@@ -134,17 +134,74 @@ var limitGens = []limitGen{
 	}},
 }
 
-// Ensure that the script and package bucket agree on every field of every
+// forms are the two ways an algorithm's script runs: as its function in
+// the library (FCALL), as a Store sends it, and as a script (EVAL), as
+// Eval and a Store on a Redis that refuses functions send it.
+var forms = []string{"function", "script"}
+
+// loadLibrary loads the function library into rdb.
+func loadLibrary(t *testing.T, rdb *redis.Client) {
+	t.Helper()
+	if err := rdb.FunctionLoadReplace(context.Background(), library).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// runForm runs the script of g with keys and args in form.
+func runForm(ctx context.Context, rdb *redis.Client, form string, g *algorithm, keys []string, args []any) *redis.Cmd {
+	if form == "function" {
+		return rdb.FCall(ctx, g.function, keys, args...)
+	}
+	return g.script.Run(ctx, rdb, keys, args...)
+}
+
+// decideForm decides r as Eval does, in form.
+func decideForm(ctx context.Context, rdb *redis.Client, form, prefix string, r Request) (bucket.Decision, error) {
+	if form == "script" {
+		return Eval(ctx, rdb, prefix, r)
+	}
+	var d bucket.Decision
+	p := prepare(&r.Limit, r.Flags)
+	if p.err != nil {
+		return d, p.err
+	}
+	if err := r.check(); err != nil {
+		return d, err
+	}
+	key, args := r.args(prefix, p, 0)
+	v, err := runForm(ctx, rdb, form, p.g, []string{key}, args).Result()
+	if err != nil {
+		return d, classify(err)
+	}
+	err = parseReply(v, &r.Limit, &d)
+	return d, err
+}
+
+// Ensure that the scripts and package bucket agree on every field of every
 // decision, and on the stored state, over random sequences of requests at
 // explicit times (going backwards now and then), of every algorithm, with
-// small parameters and with the largest a global limit accepts.
+// small parameters and with the largest a global limit accepts, run as
+// functions and as scripts.
 func TestConformance(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	ctx := context.Background()
+	loadLibrary(t, rdb)
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d", seed)
-	const limits, ops = 12, 150
+	for _, form := range forms {
+		t.Run(form, func(t *testing.T) { conformance(t, rdb, form, seed, t0, 1e12, 12) })
+	}
+	// Times in the first second of 1970 and just after, where a stored
+	// time has fewer than 10 digits.
+	t.Run("function/1970", func(t *testing.T) { conformance(t, rdb, "function", seed, 1e8, 8e8, 4) })
+}
+
+// conformance runs limits random limits of each generator, each from a
+// random time in [start, start+spread).
+func conformance(t *testing.T, rdb *redis.Client, form string, seed, start, spread int64, limits int) {
+	ctx := context.Background()
+	prefix := fmt.Sprintf("t:%s:%d:", form, start)
+	const ops = 150
 	for _, g := range limitGens {
 		t.Run(g.name, func(t *testing.T) {
 			r := rand.New(rand.NewPCG(uint64(seed), uint64(len(g.name))))
@@ -158,7 +215,7 @@ func TestConformance(t *testing.T) {
 				}
 				key := fmt.Sprintf("%s-%d", g.name, li)
 				var m model
-				now := t0 + r.Int64N(1e12)
+				now := start + r.Int64N(spread)
 				step, maxCost := max(g.step(l), 1), max(g.cost(l), 1)
 				for i := range ops {
 					switch x := r.IntN(20); {
@@ -179,7 +236,7 @@ func TestConformance(t *testing.T) {
 					if l.Algorithm == bucket.TokenBucket {
 						req.Flags = bucket.Flags(r.IntN(4)) // none, strict, smyte, both
 					}
-					got, err := Eval(ctx, rdb, "t:", req)
+					got, err := decideForm(ctx, rdb, form, prefix, req)
 					if err != nil {
 						t.Fatalf("limit %+v op %d %+v: %v", l, i, req, err)
 					}
@@ -187,7 +244,7 @@ func TestConformance(t *testing.T) {
 					if got != want {
 						t.Fatalf("limit %+v op %d: %+v\nscript %+v\nbucket %+v\nstate before %v", l, i, req, got, want, m.s)
 					}
-					rkey := string(AppendKey(nil, "t:", &l, key))
+					rkey := string(AppendKey(nil, prefix, &l, key))
 					s, ok := stored(t, rdb, rkey)
 					if ok != m.written || (ok && s != m.s) {
 						t.Fatalf("limit %+v op %d %+v: stored %v (%v), bucket %v (%v)", l, i, req, s, ok, m.s, m.written)

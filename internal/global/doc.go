@@ -1,22 +1,42 @@
 // Package global decides requests on limits shared by a fleet of hosts,
 // kept in Redis, Redis Sentinel or Redis Cluster.
 //
-// Every decision is made in Redis by one Lua script (decide.lua), loaded
-// by SHA and reloaded after a restart or failover, that applies package
-// bucket's algorithms with the same semantics: token_bucket (with Strict
-// and Smyte), gcra, fixed_window, sliding_window and pacer, acquire and
-// refund. A Store batches the concurrent requests for each shard into one
-// pipeline (exact mode); Eval is one script call, as an application calling
-// Redis + Lua itself makes. Leases take tokens from a global bucket in
-// leases and decide from them locally (leased mode), journaled (Journal)
-// so that a killed process's leases are returned by the next. Fallback
-// applies a limit's outage policy (local share, open, closed) to a request
-// Redis does not decide in time; a Store tells one slow call (a miss) from
-// a shard that is down (refused, or three misses in a row), fails the
-// requests of a shard that is down at once, and probes it back within
-// about 100 ms of its answering. Members counts the hosts sharing the
-// Redis, for the default share of a limit. docs/global.md is the full
-// description.
+// Every decision is made in Redis by its algorithm's script, which applies
+// package bucket's algorithm with the same semantics: token_bucket (with
+// Strict and Smyte), gcra, fixed_window, sliding_window and pacer, acquire
+// and refund. A Store sends them as functions of one library (FCALL),
+// loaded where Redis lacks it, and as scripts (EVALSHA) where Redis refuses
+// functions (before Redis 7.0, or an ACL without them). A Store batches
+// the concurrent requests for each shard into one pipeline (exact mode);
+// Eval is one script call, as an application calling Redis + Lua itself
+// makes. Leases take tokens from a global bucket in leases and decide from
+// them locally (leased mode), journaled (Journal) so that a killed
+// process's leases are returned by the next. Fallback applies a limit's
+// outage policy (local share, open, closed) to a request Redis does not
+// decide in time; a Store tells one slow call (a miss) from a shard that
+// is down (refused, or three misses in a row), fails the requests of a
+// shard that is down at once, and probes it back within about 100 ms of
+// its answering. Members counts the hosts sharing the Redis, for the
+// default share of a limit. docs/global.md is the full description.
+//
+// # Algorithms
+//
+// Each algorithm a global limit can use is a script, lua/<name>.lua (name
+// as bucket.Algorithm.String), and an entry in the table algorithms
+// (algorithms.go): its parameters, the words of bucket.Limit.Identity in
+// its keys, its bounds (Check), its Decision.Limit, its share (Share) and
+// whether it can be leased. Adding one (sliding_log, window_counters,
+// concurrency, a calendar quota) is adding both: the script and the entry.
+// A script includes the parts it shares with a line "-- #include FILE":
+// clock.lua (the op, Redis's TIME, times as offsets from now), int.lua and
+// wide.lua (exact integer arithmetic), window.lua, and state.lua, the
+// request on a bucket kept as package bucket's three State words (what the
+// five algorithms here keep; a script whose state is another Redis type
+// writes its own). Each script defines run(keys, argv): its EVAL form ends
+// with "return run(KEYS, ARGV)", and the library holds every script in a
+// block of its own that registers run as <library>_<name>. Redis runs only
+// the code of the request's algorithm, and the library's functions are
+// built once, when Redis loads it.
 //
 // # Clock
 //
@@ -33,18 +53,22 @@
 //
 // (see AppendKey; the identity is SPEC's: token_bucket max, refill_time,
 // refill_amount; the windows their window; gcra and pacer nothing). Its
-// value is three decimal integers separated by spaces, package bucket's
-// State words, times in Unix ns. It expires (PX) when the bucket is full
-// again. docs/global.md describes the layout and the script's arguments.
+// value is three decimal integers separated by single spaces, package
+// bucket's State words, times in Unix ns; anything else is refused as
+// malformed. It expires (PX) when the bucket is full again. docs/global.md
+// describes the layout and the scripts' arguments. The function library
+// is named sluice_ and 12 hex digits of its code's SHA-1: every version
+// has its own, so processes of different versions can share a Redis.
 //
 // # Exactness
 //
-// Lua numbers are doubles. The script computes every time as a
+// Lua numbers are doubles. The scripts compute every time as a
 // nanosecond offset from now and every product that could pass 2^53 with
 // 24-bit limbs, and Check refuses limits whose counts pass MaxCount or
 // whose derived durations pass MaxDuration (about 52 days): within them,
-// the script and package bucket agree on every field of every decision
-// (the conformance tests check it on random sequences). Two differences
+// the scripts and package bucket agree on every field of every decision,
+// run as functions and as scripts (the conformance tests check it on
+// random sequences). Two differences
 // remain: a state fresh at now is a new bucket (the table may reclaim it
 // too; here always), and a pacer request whose slots would end more than
 // about 104 days ahead is denied (package bucket: past year 2262).

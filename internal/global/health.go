@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"time"
 )
 
@@ -81,7 +82,7 @@ func (s *Store) observe(sh *shard, sentAt int64, o outcome, cause error, probe *
 	}
 	sh.mu.Lock()
 	if probe != nil {
-		sh.probeKeys, sh.probeArgs = probe.keys, peekArgs(probe.args)
+		sh.probe = peek(probe)
 	}
 	sh.mu.Unlock()
 	// The error a shed request gets is stored before the shard is marked
@@ -121,13 +122,12 @@ func (s *Store) up(sh *shard, why string) {
 	}
 }
 
-// peekArgs returns a copy of a call's script arguments as a cost-0
-// acquire without flags: a request that changes nothing, to probe with.
-func peekArgs(args []any) []any {
-	out := make([]any, 8)
-	copy(out, args[:8])
-	out[0], out[5], out[6] = "a", int64(0), int64(0)
-	return out
+// peek returns a call's request as a cost-0 acquire, a request that
+// changes nothing, to probe with (at the call's explicit time, if any).
+func peek(c *call) *call {
+	args := slices.Clone(c.args[:c.base])
+	args[0], args[1] = "a"+args[0].(string)[1:], int64(0)
+	return &call{alg: c.alg, key: c.key, args: args, base: c.base}
 }
 
 // probeLoop probes sh until it answers or the Store closes: after 5 ms,
@@ -149,18 +149,18 @@ func (s *Store) probeLoop(sh *shard) {
 			return
 		}
 		sh.mu.Lock()
-		keys, args := sh.probeKeys, sh.probeArgs
+		probe := sh.probe
 		sh.mu.Unlock()
-		if s.cluster != nil && keys != nil {
+		if s.cluster != nil && probe != nil {
 			s.reload()
-			if m, err := s.cluster.MasterForKey(context.Background(), keys[0]); err == nil && m.Options().Addr != sh.addr {
+			if m, err := s.cluster.MasterForKey(context.Background(), probe.key[0]); err == nil && m.Options().Addr != sh.addr {
 				s.up(sh, "its slots are served by "+m.Options().Addr)
 				return
 			}
 		}
-		if keys != nil {
+		if probe != nil {
 			s.stats.probes.Add(1)
-			c := &call{ctx: context.Background(), keys: keys, args: args, done: make(chan struct{}), probe: true}
+			c := &call{ctx: context.Background(), alg: probe.alg, key: probe.key, args: probe.args, done: make(chan struct{}), probe: true}
 			s.enqueue(sh, c)
 			<-c.done // within the timeout of its pipeline
 			if !sh.down.Load() {

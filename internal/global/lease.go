@@ -137,11 +137,11 @@ func NewLeases(store *Store, o LeaseOptions) *Leases {
 // RetryAfter and ResetAfter are the global bucket's as of the last lease.
 // A pacer cannot be leased (its replies carry a delay): ErrUnsupported.
 func (ls *Leases) Decide(ctx context.Context, limit bucket.Limit, key string, cost int64) (bucket.Decision, error) {
-	if limit.Algorithm == bucket.Pacer {
-		return bucket.Decision{}, fmt.Errorf("%w: a pacer cannot be leased", ErrUnsupported)
+	if p := ls.store.prepare(limit, 0); p.err != nil {
+		return bucket.Decision{}, p.err
 	}
-	if err := Check(limit); err != nil {
-		return bucket.Decision{}, err
+	if !lookup(limit.Algorithm).leased {
+		return bucket.Decision{}, fmt.Errorf("%w: a %v cannot be leased", ErrUnsupported, limit.Algorithm)
 	}
 	cost = clampCost(cost)
 	var l *lease
@@ -192,7 +192,7 @@ func (ls *Leases) void(l *lease) {
 // this host's lease, or as held after a denied lease. ok is false if the
 // request needs Redis (Decide then asks it). It allocates nothing.
 func (ls *Leases) Local(limit bucket.Limit, key string, cost int64) (d bucket.Decision, ok bool) {
-	if limit.Algorithm == bucket.Pacer {
+	if g := lookup(limit.Algorithm); g == nil || !g.leased {
 		return d, false
 	}
 	cost = clampCost(cost)
@@ -426,9 +426,14 @@ type leaseReply struct {
 // tokens of the lease that ends at until.
 func (s *Store) lease(ctx context.Context, r Request, need, ret int64, until string, ttl time.Duration) (leaseReply, error) {
 	var out leaseReply
-	keys, args := r.args(s.prefix)
+	p := s.prepare(r.Limit, r.Flags)
+	if p.err != nil {
+		return out, p.err
+	}
+	key, args := r.args(s.prefix, p, 4)
+	base := len(args)
 	args = append(args, clampCost(need), clampCost(ret), until, int64(ttl))
-	v, err := s.do(ctx, keys, args)
+	v, err := s.do(ctx, &call{alg: p.g, key: [1]string{key}, args: args, base: base})
 	if err != nil {
 		return out, err
 	}

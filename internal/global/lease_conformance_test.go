@@ -50,17 +50,18 @@ func (m *model) lease(l *bucket.Limit, now, want, need, ret, until, life int64) 
 	return [6]int64{granted, d.Remaining, d.RetryAfter, d.ResetAfter, valid, now + valid}
 }
 
-// evalLease runs the script's lease op at an explicit time.
-func evalLease(ctx context.Context, rdb redis.Scripter, l bucket.Limit, key string, now, want, need, ret, until, life int64) ([6]int64, error) {
+// evalLease runs the script's lease op at an explicit time, in form.
+func evalLease(ctx context.Context, rdb *redis.Client, form string, l bucket.Limit, key string, now, want, need, ret, until, life int64) ([6]int64, error) {
 	var out [6]int64
 	r := Request{Limit: l, Key: key, Cost: want, Op: lease_, At: now}
-	keys, args := r.args("t:")
+	p := prepare(&r.Limit, r.Flags)
+	key, args := r.args("t:"+form+":", p, 4)
 	u := ""
 	if until != 0 {
 		u = strconv.FormatInt(until, 10)
 	}
 	args = append(args, need, ret, u, life)
-	v, err := decideScript.Run(ctx, rdb, keys, args...).Slice()
+	v, err := runForm(ctx, rdb, form, p.g, []string{key}, args).Slice()
 	if err != nil {
 		return out, err
 	}
@@ -74,15 +75,22 @@ func evalLease(ctx context.Context, rdb redis.Scripter, l bucket.Limit, key stri
 	return out, err
 }
 
-// Ensure that the script's leases are package bucket's acquire and refund:
+// Ensure that the scripts' leases are package bucket's acquire and refund:
 // random sequences of lease takes and returns, at explicit times, for the
-// algorithms that can be leased.
+// algorithms that can be leased, run as functions and as scripts.
 func TestLeaseConformance(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	ctx := context.Background()
+	loadLibrary(t, rdb)
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d", seed)
+	for _, form := range forms {
+		t.Run(form, func(t *testing.T) { leaseConformance(t, rdb, form, seed) })
+	}
+}
+
+func leaseConformance(t *testing.T, rdb *redis.Client, form string, seed int64) {
+	ctx := context.Background()
 	for _, g := range limitGens {
 		if g.name == "pacer" || g.name == "pacer/large" {
 			continue
@@ -109,7 +117,7 @@ func TestLeaseConformance(t *testing.T) {
 						ret = r.Int64N(held + 1) // some were used
 					}
 					life := 1 + r.Int64N(3*step)
-					got, err := evalLease(ctx, rdb, l, key, now, want, need, ret, until, life)
+					got, err := evalLease(ctx, rdb, form, l, key, now, want, need, ret, until, life)
 					if err != nil {
 						t.Fatal(err)
 					}

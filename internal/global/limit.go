@@ -33,52 +33,27 @@ func Check(l bucket.Limit) error {
 	if err := l.Validate(); err != nil {
 		return err
 	}
-	var derived int64
-	var what string
-	switch l.Algorithm {
-	case bucket.TokenBucket:
-		if err := count("max", l.Max); err != nil {
-			return err
-		}
-		k := (l.Max + l.RefillAmount - 1) / l.RefillAmount // no overflow: Max <= 2^52
-		if k > MaxDuration/l.RefillTime {
-			return unsupported("the time to refill an empty bucket, %d steps of %d ns,", k, l.RefillTime)
-		}
-		return nil
-	case bucket.GCRA:
-		if err := count("burst+1", l.Burst+1); err != nil {
-			return err
-		}
-		t := l.Period / l.Count
-		if l.Burst+1 > MaxDuration/t {
-			return unsupported("the tolerance (burst+1)*period/count = %d*%d ns", l.Burst+1, t)
-		}
-		return nil
-	case bucket.FixedWindow:
-		derived, what = l.Window, "the window"
-	case bucket.SlidingWindow:
-		derived, what = 2*l.Window, "twice the window"
-	case bucket.Pacer:
-		derived, what = l.MaxDelay+pacerInterval(l), "max_delay plus one interval"
-	default:
+	g := lookup(l.Algorithm)
+	if g == nil {
 		// sliding_log, window_counters and concurrency keep a block of state
 		// per bucket that has no global form (yet): they are local only.
 		return fmt.Errorf("%w: %v has no global form; use it with scope: local", ErrUnsupported, l.Algorithm)
 	}
-	if l.Algorithm == bucket.FixedWindow || l.Algorithm == bucket.SlidingWindow {
-		if err := count("limit", l.Max); err != nil {
-			return err
-		}
-	}
-	if derived > MaxDuration {
-		return unsupported("%s, %d ns,", what, derived)
-	}
-	return nil
+	return g.check(l)
 }
 
 func count(name string, v int64) error {
 	if v > MaxCount {
 		return fmt.Errorf("%w: %s = %d is above the largest global count, %d", ErrUnsupported, name, v, MaxCount)
+	}
+	return nil
+}
+
+// duration returns an error if the derived duration d (what) passes
+// MaxDuration.
+func duration(what string, d int64) error {
+	if d > MaxDuration {
+		return unsupported("%s, %d ns,", what, d)
 	}
 	return nil
 }
@@ -93,30 +68,9 @@ func pacerInterval(l bucket.Limit) int64 {
 	return (l.Period-1)/l.Count + 1
 }
 
-// decisionLimit is bucket.Decision.Limit for l.
+// decisionLimit is bucket.Decision.Limit for l, which passed Check.
 func decisionLimit(l *bucket.Limit) int64 {
-	switch l.Algorithm {
-	case bucket.GCRA:
-		return l.Burst + 1
-	case bucket.Pacer:
-		i := pacerInterval(*l)
-		return l.MaxDelay/i + 1
-	}
-	return l.Max
-}
-
-// scriptParams returns the three parameters the script takes for l (see
-// decide.lua).
-func scriptParams(l *bucket.Limit) [3]int64 {
-	switch l.Algorithm {
-	case bucket.TokenBucket:
-		return [3]int64{l.Max, l.RefillTime, l.RefillAmount}
-	case bucket.GCRA:
-		return [3]int64{l.Period / l.Count, l.Burst + 1, 0}
-	case bucket.Pacer:
-		return [3]int64{pacerInterval(*l), l.MaxDelay, 0}
-	}
-	return [3]int64{l.Max, l.Window, 0}
+	return lookup(l.Algorithm).limit(l)
 }
 
 // AppendKey appends the Redis key of the bucket of limit l and key k under
@@ -131,13 +85,9 @@ func AppendKey(dst []byte, prefix string, l *bucket.Limit, k string) []byte {
 	dst = append(dst, k...)
 	dst = append(dst, "}:"...)
 	dst = append(dst, l.Algorithm.String()...)
-	id := l.Identity()
-	n := 0
-	switch l.Algorithm {
-	case bucket.TokenBucket:
-		n = 3
-	case bucket.FixedWindow, bucket.SlidingWindow:
-		n = 1
+	id, n := l.Identity(), 0
+	if g := lookup(l.Algorithm); g != nil {
+		n = g.identity
 	}
 	for _, v := range id[:n] {
 		dst = append(dst, ':')

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -238,28 +237,8 @@ func Share(l bucket.Limit, share float64) bucket.Limit {
 	if !(share > 0 && share <= 1) {
 		share = 1
 	}
-	scale := func(v int64) int64 { return max(1, int64(math.Floor(float64(v)*share))) }
-	stretch := func(d int64, f float64) int64 {
-		x := math.Ceil(float64(d) * f)
-		if x > float64(bucket.MaxDuration) {
-			return bucket.MaxDuration + 1
-		}
-		return int64(x)
-	}
-	switch l.Algorithm {
-	case bucket.TokenBucket:
-		ra := l.RefillAmount
-		l.Max = scale(l.Max)
-		l.RefillAmount = min(ra, l.Max)
-		// rate RefillAmount/RefillTime becomes share * ra/RefillTime.
-		l.RefillTime = stretch(l.RefillTime, float64(l.RefillAmount)/(float64(ra)*share))
-	case bucket.GCRA:
-		l.Burst = scale(l.Burst+1) - 1
-		l.Period = stretch(l.Period, 1/share)
-	case bucket.FixedWindow, bucket.SlidingWindow:
-		l.Max = scale(l.Max)
-	case bucket.Pacer:
-		l.Period = stretch(l.Period, 1/share)
+	if g := lookup(l.Algorithm); g != nil {
+		g.share(&l, scaling{share})
 	}
 	return l
 }

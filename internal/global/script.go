@@ -2,24 +2,12 @@ package global
 
 import (
 	"context"
-	_ "embed"
 	"fmt"
 	"strconv"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/bucket"
 )
-
-// decideSource is the script that makes every global decision (its header
-// documents its arguments and reply).
-//
-//go:embed decide.lua
-var decideSource string
-
-// decideScript runs decideSource by SHA (EVALSHA), falling back to EVAL,
-// which loads it, when Redis answers NOSCRIPT (after a restart or a
-// failover to a replica that never saw it).
-var decideScript = redis.NewScript(decideSource)
 
 // Op is what a request does to its bucket.
 type Op uint8
@@ -55,23 +43,44 @@ type Request struct {
 	At int64
 }
 
-// args returns the script's KEYS and ARGV for r.
-func (r *Request) args(prefix string) ([]string, []any) {
-	key := string(AppendKey(make([]byte, 0, len(prefix)+len(r.Key)+48), prefix, &r.Limit, r.Key))
-	p := scriptParams(&r.Limit)
-	op := "a"
+// prepared is what the script of a limit needs besides a request: its
+// algorithm and its parameters (boxed once, for the many requests of a
+// limit), or why the limit cannot be global.
+type prepared struct {
+	g      *algorithm
+	params []any
+	err    error
+}
+
+// prepare checks l and boxes its parameters for requests with flags f.
+func prepare(l *bucket.Limit, f bucket.Flags) *prepared {
+	if err := Check(*l); err != nil {
+		return &prepared{err: err}
+	}
+	g := lookup(l.Algorithm)
+	return &prepared{g: g, params: g.params(nil, l, f)}
+}
+
+// The ops, boxed once.
+var opAcquire, opRefund, opLease any = "a", "r", "l"
+
+// args returns r's key and its script's ARGV with p's parameters: the op
+// (with r.At, if any), the cost and the parameters (lua/state.lua). extra
+// is room for a lease's four more.
+func (r *Request) args(prefix string, p *prepared, extra int) (string, []any) {
+	key := ownedString(AppendKey(make([]byte, 0, len(prefix)+len(r.Key)+64), prefix, &r.Limit, r.Key))
+	op := opAcquire
 	switch r.Op {
 	case Refund:
-		op = "r"
+		op = opRefund
 	case lease_:
-		op = "l"
+		op = opLease
 	}
-	at := ""
 	if r.At != 0 {
-		at = strconv.FormatInt(r.At, 10)
+		op = op.(string) + strconv.FormatInt(r.At, 10)
 	}
-	flags := int64(r.Flags & (bucket.Strict | bucket.Smyte))
-	return []string{key}, []any{op, int64(r.Limit.Algorithm), p[0], p[1], p[2], clampCost(r.Cost), flags, at}
+	args := make([]any, 0, 2+len(p.params)+extra)
+	return key, append(append(args, op, clampCost(r.Cost)), p.params...)
 }
 
 // check validates what Check does not: the time and the flags.
@@ -111,20 +120,21 @@ func parseReply(v any, l *bucket.Limit, d *bucket.Decision) error {
 	return nil
 }
 
-// Eval decides r with one script call on c (a client or a pipeline's
-// Scripter), with no batching: what an application calling Redis + Lua
-// itself does. Keys are under prefix. It is the reference path of the
-// tests and benchmarks; a Store batches.
+// Eval decides r with one call of its algorithm's script on c (a client or
+// a pipeline's Scripter: EVALSHA, and EVAL after a NOSCRIPT), with no
+// batching. Keys are under prefix. A Store batches, and calls the
+// library's functions; Eval is the script form, for tests and tools.
 func Eval(ctx context.Context, c redis.Scripter, prefix string, r Request) (bucket.Decision, error) {
 	var d bucket.Decision
-	if err := Check(r.Limit); err != nil {
-		return d, err
+	p := prepare(&r.Limit, r.Flags)
+	if p.err != nil {
+		return d, p.err
 	}
 	if err := r.check(); err != nil {
 		return d, err
 	}
-	keys, args := r.args(prefix)
-	v, err := decideScript.Run(ctx, c, keys, args...).Result()
+	key, args := r.args(prefix, p, 0)
+	v, err := p.g.script.Run(ctx, c, []string{key}, args...).Result()
 	if err != nil {
 		return d, classify(err)
 	}

@@ -10,9 +10,11 @@ type Stats struct {
 	// Requests is the decisions asked for (each Decide call that reached
 	// a shard's queue).
 	Requests uint64
-	// RoundTrips is the pipelines sent; Commands the script calls in them
-	// (EVALSHA, and EVAL after a NOSCRIPT). Commands/Requests is the Redis
-	// commands per decision; Requests/RoundTrips the mean batch size.
+	// RoundTrips is the pipelines sent; Commands the commands in them
+	// (FCALL; FUNCTION LOAD and FCALL again when Redis lacked the library;
+	// EVALSHA, and EVAL after a NOSCRIPT, when it refuses functions).
+	// Commands/Requests is the Redis commands per decision;
+	// Requests/RoundTrips the mean batch size.
 	RoundTrips, Commands uint64
 	// Batches counts pipelines by size: Batches[i] those of 2^i to
 	// 2^(i+1)-1 calls (the last also counts every larger one).
@@ -27,8 +29,9 @@ type Stats struct {
 	// Down is the shards down now; Probes the probes sent to them.
 	ToDown, ToUp, Probes uint64
 	Down                 int
-	// ScriptLoads is the pipelines that had to load the script (NOSCRIPT:
-	// a restarted Redis, a promoted replica).
+	// ScriptLoads is the pipelines that sent calls again after Redis
+	// lacked the library (a restarted or new Redis), refused functions, or
+	// lacked a script (NOSCRIPT).
 	ScriptLoads uint64
 	// Redirects is the calls answered MOVED or ASK (a slot that moved)
 	// and sent again through the Cluster client.

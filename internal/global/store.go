@@ -111,7 +111,16 @@ type Store struct {
 	closing chan struct{} // closed by Close: probes stop
 
 	reloading atomic.Bool // a Cluster topology reload is under way
-	stats     counters
+
+	// limits holds the limits requested so far, prepared (prepare): at
+	// most maxPrepared, forgotten all at once when full.
+	limitsMu sync.RWMutex
+	limits   map[limitKey]*prepared
+	// scripts is set once Redis refused the functions (no FCALL before
+	// Redis 7.0, or an ACL without it): calls go as scripts (EVALSHA) from
+	// then on.
+	scripts atomic.Bool
+	stats   counters
 }
 
 // New returns a Store for the Redis deployment o describes. It does not
@@ -164,6 +173,7 @@ func New(o Options) (*Store, error) {
 		probeMax:  o.ProbeMax,
 		log:       o.Logger,
 		shards:    make(map[string]*shard),
+		limits:    make(map[limitKey]*prepared),
 		closing:   make(chan struct{}),
 	}
 	if s.prefix == "" {
@@ -247,8 +257,10 @@ func (s *Store) Close() error {
 // call is one script call waiting in a shard's queue.
 type call struct {
 	ctx   context.Context
-	keys  []string
+	alg   *algorithm // its script and function
+	key   [1]string  // KEYS
 	args  []any
+	base  int // the args of an acquire: the op, the cost, the parameters
 	v     any // the reply
 	err   error
 	done  chan struct{}
@@ -273,8 +285,7 @@ type shard struct {
 	misses    atomic.Int32 // pipelines in a row without a reply in time
 	nextProbe atomic.Int64 // Unix ns of the next probe while down
 	downErr   atomic.Pointer[error]
-	probeKeys []string // the probe's request, under mu
-	probeArgs []any
+	probe     *call // the probe's request (a template), under mu
 }
 
 // Decide decides r in Redis, batched with the concurrent requests for the
@@ -283,31 +294,65 @@ type shard struct {
 // being sent, and at once if r's shard is down (see Options.Misses).
 func (s *Store) Decide(ctx context.Context, r Request) (bucket.Decision, error) {
 	var d bucket.Decision
-	if err := Check(r.Limit); err != nil {
-		return d, err
+	p := s.prepare(r.Limit, r.Flags)
+	if p.err != nil {
+		return d, p.err
 	}
 	if err := r.check(); err != nil {
 		return d, err
 	}
-	keys, args := r.args(s.prefix)
-	v, err := s.do(ctx, keys, args)
+	key, args := r.args(s.prefix, p, 0)
+	v, err := s.do(ctx, &call{alg: p.g, key: [1]string{key}, args: args, base: len(args)})
 	if err == nil {
 		err = parseReply(v, &r.Limit, &d)
 	}
 	return d, err
 }
 
-// do runs the script with keys and args in the next pipeline of the key's
+// limitKey names a prepared limit: the limit and the flags its script
+// reads.
+type limitKey struct {
+	l bucket.Limit
+	f bucket.Flags
+}
+
+// maxPrepared bounds the prepared limits a Store keeps: a configuration's
+// limits, and then some.
+const maxPrepared = 4096
+
+// prepare returns l prepared for requests with flags f (checked, its
+// parameters boxed), from the limits already requested if it is one: the
+// same limits come again and again.
+func (s *Store) prepare(l bucket.Limit, f bucket.Flags) *prepared {
+	k := limitKey{l, f & (bucket.Strict | bucket.Smyte)}
+	s.limitsMu.RLock()
+	p := s.limits[k]
+	s.limitsMu.RUnlock()
+	if p != nil {
+		return p
+	}
+	lc := l // on the heap only here
+	p = prepare(&lc, k.f)
+	s.limitsMu.Lock()
+	if len(s.limits) >= maxPrepared {
+		clear(s.limits)
+	}
+	s.limits[k] = p
+	s.limitsMu.Unlock()
+	return p
+}
+
+// do runs c (its script, key and args) in the next pipeline of the key's
 // shard and returns its reply: within the Store's timeout of the
 // pipeline's sending, or ctx's deadline if earlier; at once if the shard
 // is down.
-func (s *Store) do(ctx context.Context, keys []string, args []any) (any, error) {
+func (s *Store) do(ctx context.Context, c *call) (any, error) {
 	if ctx.Err() != nil {
 		s.stats.errors.Add(1)
 		s.stats.timeouts.Add(1)
 		return nil, errDeadline
 	}
-	sh, err := s.shardFor(ctx, keys[0])
+	sh, err := s.shardFor(ctx, c.key[0])
 	if err != nil {
 		s.stats.errors.Add(1)
 		return nil, err
@@ -318,7 +363,7 @@ func (s *Store) do(ctx context.Context, keys []string, args []any) (any, error) 
 		s.stats.shed.Add(1)
 		return nil, *sh.downErr.Load()
 	}
-	c := &call{ctx: ctx, keys: keys, args: args, done: make(chan struct{})}
+	c.ctx, c.done = ctx, make(chan struct{})
 	s.enqueue(sh, c)
 	select {
 	case <-c.done:
@@ -416,21 +461,40 @@ func (s *Store) send(sh *shard, batch []*call) {
 	sentAt := time.Now()
 	ctx, cancel := context.WithDeadline(context.Background(), sentAt.Add(s.timeout))
 	defer cancel()
-	cmds, werr := s.pipeline(ctx, sh, live, false)
-	// A restarted or promoted Redis does not know the script: load it with
-	// EVAL for the calls that failed with NOSCRIPT, in a second pipeline.
-	var again []*call
-	var againAt []int
-	for i, cmd := range cmds {
-		if isNoScript(cmd.Err()) {
+	how := asFunction
+	if s.scripts.Load() {
+		how = asScript
+	}
+	cmds, werr := s.pipeline(ctx, sh, live, how)
+	// A Redis without the library (restarted without persistence, or
+	// new) gets it in a second pipeline, with the calls that failed; one
+	// that refuses functions (before Redis 7.0, or an ACL without them)
+	// gets the calls as scripts from then on, and one without a script
+	// (restarted, a promoted replica: scripts are not replicated) the
+	// script's text (EVAL).
+	for range 2 {
+		var again []*call
+		var againAt []int
+		for i, cmd := range cmds {
+			err := cmd.Err()
+			if refusesFunctions(err) {
+				s.useScripts(err)
+			} else if !isNoFunction(err) && !isNoScript(err) {
+				continue
+			}
 			again = append(again, live[i])
 			againAt = append(againAt, i)
 		}
-	}
-	if len(again) > 0 {
+		if len(again) == 0 {
+			break
+		}
+		how := asLoad
+		if s.scripts.Load() {
+			how = asScriptText
+		}
 		s.stats.scriptLoads.Add(1)
 		var again2 []*redis.Cmd
-		again2, werr = s.pipeline(ctx, sh, again, true)
+		again2, werr = s.pipeline(ctx, sh, again, how)
 		for j, cmd := range again2 {
 			cmds[againAt[j]] = cmd
 		}
@@ -450,7 +514,7 @@ func (s *Store) send(sh *shard, batch []*call) {
 				s.stats.redirects.Add(1)
 				s.stats.commands.Add(1)
 				unavailable = true // reread the slot map
-				v, err = decideScript.Run(ctx, s.cluster, c.keys, c.args...).Result()
+				v, err = c.alg.script.Run(ctx, s.cluster, c.key[:], c.args...).Result()
 			}
 		} else {
 			switch outcomeOf(err) {
@@ -482,17 +546,36 @@ func (s *Store) send(sh *shard, batch []*call) {
 	}
 }
 
-// pipeline sends calls in one pipeline, by EVALSHA or (eval) EVAL, and
-// returns their commands in order, and an error if the replicas did not
-// acknowledge them (WaitReplicas).
-func (s *Store) pipeline(ctx context.Context, sh *shard, calls []*call, eval bool) ([]*redis.Cmd, error) {
+// sendAs is how a pipeline sends its calls.
+type sendAs uint8
+
+const (
+	asFunction   sendAs = iota // FCALL of the algorithm's function
+	asLoad                     // FUNCTION LOAD of the library first, then FCALL
+	asScript                   // EVALSHA of the algorithm's script
+	asScriptText               // EVAL of its text, which loads it
+)
+
+// pipeline sends calls in one pipeline, as how says, and returns their
+// commands in order, and an error if the replicas did not acknowledge
+// them (WaitReplicas).
+func (s *Store) pipeline(ctx context.Context, sh *shard, calls []*call, how sendAs) ([]*redis.Cmd, error) {
 	pipe := sh.c.Pipeline()
+	var load *redis.StringCmd
+	if how == asLoad {
+		load = redis.NewStringCmd(ctx, "function", "load", library)
+		pipe.Process(ctx, load)
+		s.stats.commands.Add(1)
+	}
 	cmds := make([]*redis.Cmd, len(calls))
 	for i, c := range calls {
-		if eval {
-			cmds[i] = decideScript.Eval(ctx, pipe, c.keys, c.args...)
-		} else {
-			cmds[i] = decideScript.EvalSha(ctx, pipe, c.keys, c.args...)
+		switch how {
+		case asFunction, asLoad:
+			cmds[i] = pipe.FCall(ctx, c.alg.function, c.key[:], c.args...)
+		case asScript:
+			cmds[i] = c.alg.script.EvalSha(ctx, pipe, c.key[:], c.args...)
+		default:
+			cmds[i] = c.alg.script.Eval(ctx, pipe, c.key[:], c.args...)
 		}
 	}
 	var wait *redis.IntCmd
@@ -509,6 +592,13 @@ func (s *Store) pipeline(ctx context.Context, sh *shard, calls []*call, eval boo
 			if c.Err() == nil && c.Val() == nil {
 				c.SetErr(err)
 			}
+		}
+	}
+	if load != nil {
+		// Loaded here or by another process: either way the calls run. A
+		// refusal leaves them failing as before: scripts from then on.
+		if err := load.Err(); err != nil && !strings.Contains(err.Error(), "already exists") {
+			s.useScripts(err)
 		}
 	}
 	s.stats.roundTrips.Add(1)
@@ -548,6 +638,31 @@ func (s *Store) reload() {
 // isRedirect reports whether err is a Cluster's MOVED or ASK.
 func isRedirect(err error) bool {
 	return err != nil && (redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK"))
+}
+
+// useScripts makes the Store send its calls as scripts (EVAL) from now on:
+// Redis refused its functions with err.
+func (s *Store) useScripts(err error) {
+	if s.scripts.CompareAndSwap(false, true) {
+		s.log.Warn("Redis refused the global limits' functions: they run as scripts, which cost Redis more", "error", err.Error())
+	}
+}
+
+// isNoFunction reports whether err says Redis has no such function (it
+// does not have the library).
+func isNoFunction(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "ERR Function not found")
+}
+
+// refusesFunctions reports whether err says Redis will not run a function:
+// it has no FCALL (before Redis 7.0), or the ACL does not allow it.
+func refusesFunctions(err error) bool {
+	if err == nil {
+		return false
+	}
+	msg := strings.ToLower(err.Error())
+	return (strings.HasPrefix(msg, "err unknown command") || strings.HasPrefix(msg, "noperm")) &&
+		(strings.Contains(msg, "fcall") || strings.Contains(msg, "function"))
 }
 
 // isNoScript reports whether err is Redis's NOSCRIPT.

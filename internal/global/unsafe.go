@@ -17,3 +17,7 @@ func wordAt(b []byte, off int) *int64 { return (*int64)(unsafe.Pointer(&b[off : 
 func loadWord(b []byte, off int) int64 { return atomic.LoadInt64(wordAt(b, off)) }
 
 func storeWord(b []byte, off int, v int64) { atomic.StoreInt64(wordAt(b, off), v) }
+
+// ownedString returns b as a string without copying it: b must never be
+// written again (a buffer filled for the string alone).
+func ownedString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }

@@ -333,15 +333,27 @@ scan:
 				key: string(op.Key), nl: nl, arrived: c.arrived})
 		}
 	}
+	decide := func(idx []int) {
+		for _, i := range idx {
+			r := c.s.global.decide(&fg.args[i])
+			r.frame, r.op = fg.res[i].frame, fg.res[i].op
+			fg.res[i] = r
+		}
+	}
+	// A goroutine per bucket but the last, which this one decides: it
+	// waits for the others anyway, and its stack has grown long ago (a new
+	// goroutine's grows, copied, on every request).
 	var wg sync.WaitGroup
+	var last []int
 	for _, idx := range fg.buckets {
-		wg.Go(func() {
-			for _, i := range idx {
-				r := c.s.global.decide(&fg.args[i])
-				r.frame, r.op = fg.res[i].frame, fg.res[i].op
-				fg.res[i] = r
-			}
-		})
+		if last != nil {
+			other := last
+			wg.Go(func() { decide(other) })
+		}
+		last = idx
+	}
+	if last != nil {
+		decide(last)
 	}
 	wg.Wait()
 	clear(fg.args) // drop the keys and limits
