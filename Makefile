@@ -10,7 +10,7 @@ PYTHON   ?= python3
 # The Go modules of the workspace (go.work): the main one, the benchmarks, the middleware stores.
 GOMODS   := ./... ./bench/... $(patsubst %/go.mod,./%/...,$(wildcard clients/go/*/go.mod))
 
-.PHONY: all build run test check-tools test-go test-python bench bench-global bench-python bench-compare bench-ext bench-resp bench-soak fuzz soak vet fmt lint deps clean
+.PHONY: all build run test check-tools limits-suite test-go test-python bench bench-global bench-python bench-compare bench-ext bench-resp bench-soak fuzz soak vet fmt lint deps clean
 
 all: build
 
@@ -56,12 +56,20 @@ test-go:
 	SLUICE_TEST_TRANSPORT=epoll $(GO) test -race -shuffle=on -count=1 ./internal/server
 	SLUICE_TEST_TRANSPORT=epoll $(GO) test -count=1 -run '(?i)allocs$$' ./internal/server
 
-test-python: build
+test-python: build limits-suite
 	SLUICED=$(BIN)/sluiced $(PYTHON) -m pytest clients/python bench/python -q
 	SLUICED=$(BIN)/sluiced $(PYTHON) -m pytest tests/compat -q
 	@# The Python client and redis-py again, against the epoll transport.
 	SLUICED=$(CURDIR)/.ci/sluiced-epoll $(PYTHON) -m pytest clients/python -q
 	SLUICED=$(CURDIR)/.ci/sluiced-epoll $(PYTHON) -m pytest tests/compat -q
+	@# The limits storage: limits' own storage and strategy tests, then its own tests and the
+	@# Flask-Limiter and SlowAPI apps under gunicorn and uvicorn.
+	SLUICED=$(BIN)/sluiced clients/python/limits-suite/run.sh
+
+## limits-suite: install what the limits storage's tests need (var/limits-venv) and patch limits'
+## own tests, from its source distribution, to run against it (var/limits-suite)
+limits-suite:
+	@clients/python/limits-suite/setup.sh
 
 ## bench: every benchmark (BENCH=regexp, COUNT=n to narrow or repeat)
 bench:

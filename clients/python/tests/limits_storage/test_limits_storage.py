@@ -293,29 +293,29 @@ def test_an_unreachable_sidecar_raises(sidecar: Sidecar) -> None:
 
 def test_async_storage_answers_as_the_sync_one(sidecar: Sidecar) -> None:
     sync = storage(sidecar, key_prefix="sync")
-    minute = RateLimitItemPerMinute(3)
+    hour = RateLimitItemPerHour(3)
 
     async def both() -> List[Tuple[str, Any]]:
         a = storage_from_string("async+sluice://" + sidecar.socket, timeout=10, key_prefix="async")
         out = []
-        for name, args in [("check", ()), ("incr", (minute.key_for("f"), 60, 2)), ("get", (minute.key_for("f"),)),
-                           ("acquire_entry", (minute.key_for("m"), 3, 60, 2)),
-                           ("acquire_entry", (minute.key_for("m"), 3, 60, 2)),
-                           ("acquire_sliding_window_entry", (minute.key_for("w"), 3, 60, 3)),
-                           ("acquire_sliding_window_entry", (minute.key_for("w"), 3, 60)),
-                           ("reset", ()), ("get", (minute.key_for("f"),))]:
+        for name, args in [("check", ()), ("incr", (hour.key_for("f"), 3600, 2)), ("get", (hour.key_for("f"),)),
+                           ("acquire_entry", (hour.key_for("m"), 3, 3600, 2)),
+                           ("acquire_entry", (hour.key_for("m"), 3, 3600, 2)),
+                           ("acquire_sliding_window_entry", (hour.key_for("w"), 3, 3600, 3)),
+                           ("acquire_sliding_window_entry", (hour.key_for("w"), 3, 3600)),
+                           ("reset", ()), ("get", (hour.key_for("f"),))]:
             got = await getattr(a, name)(*args)
             assert got == getattr(sync, name)(*args), name
             out.append((name, got))
-        await a.clear(minute.key_for("f"))
-        await a.clear_sliding_window(minute.key_for("w"), 60)
-        assert await a.get_expiry(minute.key_for("f")) == pytest.approx(time.time(), abs=5)
-        assert (await a.get_moving_window(minute.key_for("m"), 3, 60))[1] == 0
-        assert (await a.get_sliding_window(minute.key_for("w"), 60))[2] == 0
+        await a.clear(hour.key_for("f"))
+        await a.clear_sliding_window(hour.key_for("w"), 3600)
+        assert await a.get_expiry(hour.key_for("f")) == pytest.approx(time.time(), abs=5)
+        assert (await a.get_moving_window(hour.key_for("m"), 3, 3600))[1] == 0
+        assert (await a.get_sliding_window(hour.key_for("w"), 3600))[2] == 0
         await a.client.close()
         return out
 
-    away_from_boundary(60, 20)
+    away_from_boundary(3600, 30)
     assert [v for _, v in asyncio.run(both())] == [True, 2, 2, True, False, True, False, 3, 0]
 
 
@@ -347,7 +347,7 @@ def _hits(uri: str, strategy: str, item: str, n: int, barrier: Any, out: Any) ->
 @pytest.mark.parametrize("strategy", ["fixed", "moving", "sliding"])
 def test_processes_admit_exactly_the_limit(sidecar: Sidecar, strategy: str) -> None:
     # 8 processes, released together, 25 hits each on one key of 50 per hour.
-    away_from_boundary(3600, 120)
+    away_from_boundary(3600, 30)
     ctx = multiprocessing.get_context("spawn")
     barrier, out = ctx.Barrier(8), ctx.Queue()
     procs = [ctx.Process(target=_hits, args=("sluice://" + sidecar.socket, strategy, "50/hour", 25, barrier, out))
