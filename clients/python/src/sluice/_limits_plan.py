@@ -36,6 +36,7 @@ limits' key (``.../AMOUNT/MULTIPLES/GRANULARITY``, as
 from __future__ import annotations
 
 import hashlib
+import math
 import time
 import urllib.parse
 from functools import lru_cache
@@ -190,7 +191,9 @@ def options(uri: Optional[str], scheme: str, given: Dict[str, Any]) -> Tuple[Opt
         try:
             out["timeout"] = None if str(t).lower() == "none" else float(t)
         except ValueError:
-            raise ConfigurationError(f"the {scheme} storage's timeout is seconds or none, got {t!r}") from None
+            out["timeout"] = -1.0
+        if out["timeout"] is not None and not 0 < out["timeout"] < math.inf:
+            raise ConfigurationError(f"the {scheme} storage's timeout is seconds above 0 or none, got {t!r}")
     return path, out
 
 

@@ -15,9 +15,9 @@ or relative to the working directory (``sluice://var/sluice.sock``);
 ``sluice://`` alone is the client's default ($SLUICE_SOCKET, else
 var/sluice.sock). Options, in the query or as keyword options
 (``RATELIMIT_STORAGE_OPTIONS``): ``timeout`` (seconds per answer, the
-client's 0.05 by default; ``none`` waits for ever) and ``key_prefix``
+client's default if not given; ``none`` waits for ever) and ``key_prefix``
 (``LIMITS`` by default: keys are ``LIMITS:`` and limits' key, as the Redis
-storage makes them). :mod:`sluice.aio_limits_storage` is the asyncio
+storage makes them; ``reset`` clears what is under it). :mod:`sluice.aio_limits_storage` is the asyncio
 storage, ``async+sluice://PATH``. Needs ``limits`` 5.x
 (``pip install sluice-ratelimit[limits]``).
 
@@ -62,9 +62,9 @@ Where it differs from the Redis storage:
   memory and Memcached storages' are (the class is a
   ``TimestampedSlidingWindow``). It admits what limits' definition,
   ``floor(weighted count) + cost <= limit``, admits, but denies where the
-  weighted count is within a millionth below a whole number, where Redis
-  would admit. limits' own arithmetic is in float seconds, so the two
-  differ by less than its clock's resolution.
+  weighted count is less than a millionth below a whole number (for a
+  millionth of the window per request the previous window counted, about
+  3.6 ms an hour for each), where Redis would admit.
 - ``get``, ``get_expiry`` and ``clear`` read the window's length from the
   end of limits' key (``.../10/1/minute``); a key without one, which no
   strategy, Flask-Limiter or SlowAPI makes, is a ValueError.

@@ -102,7 +102,10 @@ def test_uri(uri: str, options: Any, path: str, timeout: Any, prefix: str, monke
 @pytest.mark.parametrize("uri, options, message", [
     ("sluice:///s.sock?retries=3", {}, "unknown sluice storage option 'retries'"),
     ("sluice:///s.sock", {"pool_size": 3}, "unknown sluice storage option 'pool_size'"),
-    ("sluice:///s.sock?timeout=soon", {}, "timeout is seconds or none, got 'soon'"),
+    ("sluice:///s.sock?timeout=soon", {}, "timeout is seconds above 0 or none, got 'soon'"),
+    ("sluice:///s.sock", {"timeout": 0}, "timeout is seconds above 0 or none, got 0"),
+    ("sluice:///s.sock?timeout=nan", {}, "timeout is seconds above 0 or none, got .nan."),
+    ("sluice:///s.sock?timeout=inf", {}, "timeout is seconds above 0 or none, got .inf."),
 ])
 def test_uri_errors(uri: str, options: Any, message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
