@@ -88,26 +88,27 @@ class Op(NamedTuple):
 Plan = Generator[List[Op], List[Any], T]
 
 
+def step(plan: Plan[T], answers: Optional[List[Any]] = None, error: Optional[SluiceError] = None) -> Tuple[bool, Any]:
+    """Advance a plan with its round trip's answers (None to start it) or the error the client
+    raised: (True, the method's result) when it is done, else (False, the next round trip)."""
+    try:
+        return False, plan.throw(error) if error is not None else plan.send(answers)
+    except StopIteration as stop:
+        return True, stop.value
+
+
 def run(plan: Plan[T], send: Callable[[List[Op]], List[Any]]) -> T:
     """Carry out a plan with ``send``, which sends one round trip's operations and returns
     their answers; its :class:`SluiceError` is thrown into the plan."""
-    try:
-        ops = next(plan)
-    except StopIteration as stop:  # answered without asking
-        return stop.value  # type: ignore[no-any-return]
-    while True:
+    done, v = step(plan)
+    while not done:
         try:
-            answers = send(ops)
+            answers = send(v)
         except SluiceError as e:
-            try:
-                ops = plan.throw(e)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
-            continue
-        try:
-            ops = plan.send(answers)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
+            done, v = step(plan, error=e)
+        else:
+            done, v = step(plan, answers)
+    return v  # type: ignore[no-any-return]
 
 
 def parse_tail(key: str) -> Optional[Tuple[int, int]]:
@@ -195,6 +196,13 @@ def options(uri: Optional[str], scheme: str, given: Dict[str, Any]) -> Tuple[Opt
         if out["timeout"] is not None and not 0 < out["timeout"] < math.inf:
             raise ConfigurationError(f"the {scheme} storage's timeout is seconds above 0 or none, got {t!r}")
     return path, out
+
+
+def client_of(uri: Optional[str], scheme: str, given: Dict[str, Any], client: Callable[..., T]) -> Tuple[Plans, T]:
+    """The plans and the client of a storage: ``client`` (Client or AsyncClient) made with the
+    URI's socket and timeout, raising when the sidecar cannot be asked."""
+    path, opts = options(uri, scheme, given)
+    return Plans(opts.pop("key_prefix")), client(path, on_unavailable="raise", **opts)
 
 
 class Plans:

@@ -36,23 +36,15 @@ T = TypeVar("T")
 
 async def _run(p: plan.Plan[T], storage: SluiceStorage) -> T:
     """:func:`sluice._limits_plan.run`, awaited."""
-    try:
-        ops = next(p)
-    except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
-    while True:
+    done, v = plan.step(p)
+    while not done:
         try:
-            answers = await storage._send(ops)
+            answers = await storage._send(v)
         except SluiceError as e:
-            try:
-                ops = p.throw(e)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
-            continue
-        try:
-            ops = p.send(answers)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
+            done, v = plan.step(p, error=e)
+        else:
+            done, v = plan.step(p, answers)
+    return v  # type: ignore[no-any-return]
 
 
 class SluiceStorage(Storage, MovingWindowSupport, SlidingWindowCounterSupport, TimestampedSlidingWindow):
@@ -61,9 +53,7 @@ class SluiceStorage(Storage, MovingWindowSupport, SlidingWindowCounterSupport, T
     STORAGE_SCHEME = ["async+sluice"]
 
     def __init__(self, uri: Optional[str] = None, wrap_exceptions: bool = False, **options: Union[float, str, bool]) -> None:
-        path, opts = plan.options(uri, "async+sluice", options)
-        self._plans = plan.Plans(opts.pop("key_prefix"))
-        self.client = AsyncClient(path, on_unavailable="raise", **opts)
+        self._plans, self.client = plan.client_of(uri, "async+sluice", options, AsyncClient)
         super().__init__(uri, wrap_exceptions=wrap_exceptions)
 
     @property

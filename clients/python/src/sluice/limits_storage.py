@@ -107,9 +107,7 @@ class SluiceStorage(Storage, MovingWindowSupport, SlidingWindowCounterSupport, T
     STORAGE_SCHEME = ["sluice"]
 
     def __init__(self, uri: Optional[str] = None, wrap_exceptions: bool = False, **options: Union[float, str, bool]) -> None:
-        path, opts = plan.options(uri, "sluice", options)
-        self._plans = plan.Plans(opts.pop("key_prefix"))
-        self.client = Client(path, on_unavailable="raise", **opts)
+        self._plans, self.client = plan.client_of(uri, "sluice", options, Client)
         super().__init__(uri, wrap_exceptions=wrap_exceptions)
 
     @property
