@@ -322,6 +322,22 @@ def test_async_storage_answers_as_the_sync_one(sidecar: Sidecar) -> None:
     assert [v for _, v in asyncio.run(both())] == [True, 2, 2, True, False, True, False, 3, 0]
 
 
+def test_async_storage_raises_when_the_sidecar_is_gone(sidecar: Sidecar) -> None:
+    key = RateLimitItemPerMinute(10).key_for("u")
+
+    async def gone() -> None:
+        a = storage_from_string("async+sluice://" + sidecar.socket, timeout=10, wrap_exceptions=True)
+        assert await a.check() and await a.incr(key, 60) == 1
+        sidecar.stop()
+        assert not await a.check()
+        with pytest.raises(StorageError) as e:
+            await a.acquire_entry(key, 10, 60)
+        assert isinstance(e.value.storage_error, Unavailable)
+        await a.client.close()
+
+    asyncio.run(gone())
+
+
 def test_async_tasks_admit_exactly_the_limit(sidecar: Sidecar) -> None:
     from limits.aio.strategies import MovingWindowRateLimiter as AsyncMoving
 
