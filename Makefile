@@ -6,11 +6,12 @@ FUZZTIME ?= 30s
 BENCH    ?= .
 COUNT    ?= 1
 RESP_ROUNDS ?= 3
-PYTHON   ?= python3
+VENV     ?= .venv
+PYTHON   ?= $(VENV)/bin/python
 # The Go modules of the workspace (go.work): the main one, the benchmarks, the middleware stores.
 GOMODS   := ./... ./bench/... $(patsubst %/go.mod,./%/...,$(wildcard clients/go/*/go.mod))
 
-.PHONY: all build run test check-tools limits-suite test-go test-python bench bench-global bench-python bench-compare bench-ext bench-resp bench-soak fuzz soak vet fmt lint deps clean
+.PHONY: all build run test setup check-tools limits-suite test-go test-python bench bench-global bench-python bench-compare bench-ext bench-resp bench-soak fuzz soak vet fmt lint deps clean
 
 all: build
 
@@ -21,33 +22,28 @@ build:
 	@if [ -d cmd ] && ls cmd/*/main.go >/dev/null 2>&1; then $(GO) build -o $(BIN)/ ./cmd/...; fi
 	$(GO) build -o $(BIN)/ ./bench/cmd/sluice-bench ./bench/cmd/resp-floor
 
-## run: build and start the sidecar on the embedded defaults (state and socket under ./var/)
-run: build
-	@mkdir -p var
+## run: build sluiced and sluice (nothing else), and start the sidecar on the embedded
+## defaults (state and socket under ./var/)
+run:
+	@mkdir -p $(BIN) var
+	$(GO) build -o $(BIN)/ ./cmd/sluiced ./cmd/sluice
 	$(BIN)/sluiced
 
 ## test: the whole suite: Go (race detector, shuffled order), the Python client, and
-## redis-py (with and without hiredis) against sluiced's Redis protocol
-test: check-tools test-go test-python
+## redis-py (with and without hiredis) against sluiced's Redis protocol; setup first
+test: setup test-go test-python
 
-## check-tools: say what the test suite needs and is missing (README, "Prerequisites")
+## setup: install what the tests need and is missing (README, "Prerequisites"): the
+## system packages as root or with password-less sudo (else one line says the command to
+## run), and requirements-test.txt into $(VENV)/
+setup:
+	@./.ci/setup
+
+## check-tools: say what the test suite needs and is missing, installing nothing
 check-tools:
-	@missing=""; \
-	v=$$($(GO) env GOVERSION 2>/dev/null) || missing="$$missing\n  Go 1.26 or later (https://go.dev/dl/)"; \
-	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 9))' 2>/dev/null || \
-	  missing="$$missing\n  Python 3.9 or later as $(PYTHON) (apt-get install python3)"; \
-	$(PYTHON) -c 'import pytest' 2>/dev/null || missing="$$missing\n  pytest ($(PYTHON) -m pip install pytest)"; \
-	$(PYTHON) -c 'import venv, ensurepip' 2>/dev/null || \
-	  missing="$$missing\n  Python's venv and ensurepip (apt-get install python3-venv)"; \
-	$(PYTHON) -c 'import redis, hiredis' 2>/dev/null || \
-	  missing="$$missing\n  redis-py and hiredis ($(PYTHON) -m pip install redis hiredis)"; \
-	command -v redis-server >/dev/null 2>&1 || missing="$$missing\n  redis-server (apt-get install redis-server)"; \
-	command -v redis-cli >/dev/null 2>&1 || missing="$$missing\n  redis-cli (apt-get install redis-tools)"; \
-	command -v promtool >/dev/null 2>&1 || missing="$$missing\n  promtool (apt-get install prometheus)"; \
-	command -v systemd-analyze >/dev/null 2>&1 || missing="$$missing\n  systemd-analyze (apt-get install systemd)"; \
-	if [ -n "$$missing" ]; then printf "make test needs what is missing here:$$missing\n" >&2; exit 1; fi
+	@./.ci/setup --check
 
-test-go:
+test-go: setup
 	$(GO) test -race -shuffle=on -count=1 $(GOMODS)
 	@# The race detector makes sync.Pool drop items, so the allocation tests
 	@# skip under it: run them again without it.
@@ -56,7 +52,7 @@ test-go:
 	SLUICE_TEST_TRANSPORT=epoll $(GO) test -race -shuffle=on -count=1 ./internal/server
 	SLUICE_TEST_TRANSPORT=epoll $(GO) test -count=1 -run '(?i)allocs$$' ./internal/server
 
-test-python: build limits-suite
+test-python: setup build limits-suite
 	SLUICED=$(BIN)/sluiced $(PYTHON) -m pytest clients/python bench/python -q
 	SLUICED=$(BIN)/sluiced $(PYTHON) -m pytest tests/compat -q
 	@# The Python client and redis-py again, against the epoll transport.
@@ -82,7 +78,7 @@ bench-global:
 
 ## bench-python: the Python client's decisions/s and latency, against a bare socket echo
 bench-python: build
-	SLUICED=$(BIN)/sluiced $(PYTHON) clients/python/bench/bench.py
+	SLUICED=$(BIN)/sluiced python3 clients/python/bench/bench.py
 
 ## bench-compare: Sluice against Redis + Lua, redis-py and in-process limiters, side by side
 ## (about 4 minutes; installs redis-server and redis-py when missing; writes bench/results/compare.*)
@@ -136,4 +132,4 @@ deps:
 	@./.ci/deps.sh
 
 clean:
-	rm -rf $(BIN)
+	rm -rf $(BIN) $(VENV)

@@ -54,10 +54,10 @@ func (l *Limit) atMost(name string, v, hi int64) error {
 }
 
 // atMostCap checks a count against one of the package's caps: ErrOutOfRange
-// naming the field and the cap otherwise.
-func (l *Limit) atMostCap(name string, v, hi int64, capName string) error {
+// naming the field and saying what the cap is, in words, otherwise.
+func (l *Limit) atMostCap(name string, v, hi int64, what string) error {
 	if v > hi {
-		return fmt.Errorf("%w: %v %s = %d, want <= %d (%s)", ErrOutOfRange, l.Algorithm, name, v, hi, capName)
+		return fmt.Errorf("%w: %v %s = %d, want <= %d (%s)", ErrOutOfRange, l.Algorithm, name, v, hi, what)
 	}
 	return nil
 }

@@ -271,7 +271,7 @@ func (l *Limit) Validate() error {
 	case SlidingLog:
 		err = firstErr(
 			l.atLeast("limit", l.Max, 1, ""),
-			l.atMostCap("limit", l.Max, MaxLogLimit, "MaxLogLimit"),
+			l.atMostCap("limit", l.Max, MaxLogLimit, "the most requests a sliding log remembers"),
 			l.duration("window", l.Window, Millisecond, " ns (1 ms)"),
 		)
 	case WindowCounters:
@@ -279,7 +279,7 @@ func (l *Limit) Validate() error {
 			l.atLeast("limit", l.Max, 1, ""),
 			l.duration("window", l.Window, Millisecond, " ns (1 ms)"),
 			l.atLeast("counters", l.Counters, 1, ""),
-			l.atMostCap("counters", l.Counters, MaxCounters, "MaxCounters"),
+			l.atMostCap("counters", l.Counters, MaxCounters, "the most counters a bucket keeps"),
 		)
 		if err == nil {
 			err = l.validateCounters()
@@ -287,7 +287,7 @@ func (l *Limit) Validate() error {
 	case Concurrency:
 		err = firstErr(
 			l.atLeast("limit", l.Max, 1, ""),
-			l.atMostCap("limit", l.Max, MaxConcurrency, "MaxConcurrency"),
+			l.atMostCap("limit", l.Max, MaxConcurrency, "the most leases a bucket holds"),
 			l.duration("lease", l.Lease, Millisecond, " ns (1 ms)"),
 		)
 	case Pacer:

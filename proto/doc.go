@@ -126,7 +126,9 @@
 // not set them. DEADLINE (version 4): at is the moment, Unix ns on the
 // host's clock (client and server share it), at which the client stops
 // waiting for this answer. A local limit's decision takes microseconds and
-// ignores it; a global limit's request (one a server decides in Redis) is
+// ignores it, unless its bucket's lock is kept by another process (a
+// stopped direct client): it then waits no later than the deadline before
+// it is answered Contended; a global limit's request (one a server decides in Redis) is
 // answered before it: if Redis has not answered by then, less a margin of
 // a quarter of the time the client gave (1 ms to 20 ms), the limit's
 // outage policy decides it, and the decision says so. A request without DEADLINE
@@ -331,7 +333,11 @@
 //	8  InvalidCost    a negative cost or refund amount
 //	9  TableFull      no free slot for a new bucket; existing buckets still work
 //	10 TooManyItems   a MULTI of more than MaxMulti items
-//	11 Contended      a MULTI could not lock its slots; retry
+//	11 Contended      the slots could not be locked; retry: a MULTI's kept being reclaimed, or
+//	                  another process (a direct client) kept one locked past the server's lock
+//	                  wait; the message then names it ("the bucket is locked by process 1234,
+//	                  which has held it for at least 1s: ..."). Any operation on buckets may
+//	                  get it; the operation changed nothing
 //	12 Unsupported    not possible on this server (SCAN on a table without inline keys)
 //	13 ShuttingDown   the server is stopping; reconnect later
 //	14 Internal       a server bug or I/O failure
@@ -399,7 +405,8 @@
 // count_denied, which default to 60 and false. Names are lower case.
 // refill_time, window, period, max_delay and lease are durations: a Go
 // duration (time.ParseDuration: decimal numbers with units ns, us or µs,
-// ms, s, m, h, in sequence: "1h30m", "1.5s", "250ms", "10us") or a bare
+// ms, s, m, h, in sequence: "1h30m", "1.5s", "250ms", "10us") with one more
+// unit, d for 24 hours ("1d", "7d", "1d12h"; ParseDuration), or a bare
 // integer of nanoseconds. count_denied is true or false. The others are
 // decimal integers; counters is at most 255, what its 8 bits hold. No value
 // may be negative. ParseLimit checks the syntax only, not whether the

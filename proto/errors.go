@@ -61,7 +61,7 @@ var (
 	ErrStatusInvalidCost   = errors.New("proto: invalid cost")
 	ErrStatusTableFull     = errors.New("proto: table full")
 	ErrStatusTooManyItems  = ErrTooManyItems
-	ErrStatusContended     = errors.New("proto: contended: multi could not lock its slots, retry")
+	ErrStatusContended     = errors.New("proto: contended: could not lock the slots, retry")
 	ErrStatusUnsupported   = errors.New("proto: unsupported")
 	ErrStatusShuttingDown  = errors.New("proto: server shutting down")
 	ErrStatusInternal      = errors.New("proto: internal server error")
@@ -87,7 +87,7 @@ const (
 	StatusInvalidCost                 // negative cost or refund amount
 	StatusTableFull                   // no slot for a new bucket
 	StatusTooManyItems                // MULTI with more than MaxMulti items
-	StatusContended                   // MULTI could not lock its slots; retry
+	StatusContended                   // the slots could not be locked; retry
 	StatusUnsupported                 // not possible on this server (scan without inline keys)
 	StatusShuttingDown                // the server is stopping
 	StatusInternal                    // a server bug or I/O failure

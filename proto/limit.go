@@ -312,8 +312,8 @@ func (e *limitError) Unwrap() error { return ErrInvalidLimit }
 // describes under "Limit spec". Parameters are order-free, each at most
 // once, all required except token_bucket's refill_amount, which defaults to
 // max, and window_counters' counters and count_denied, which default to
-// DefaultCounters and false. Durations are time.ParseDuration strings or a
-// bare integer of nanoseconds; no value may be negative. Only the syntax
+// DefaultCounters and false. Durations are ParseDuration strings (Go's,
+// and d for days) or a bare integer of nanoseconds; no value may be negative. Only the syntax
 // and what the wire can hold are checked (counters 0..255): the server
 // decides whether the values make a usable limit. The error wraps
 // ErrInvalidLimit and names the bad part:
@@ -430,7 +430,7 @@ func parseValue(s string, kind paramKind) (int64, string) {
 			return 0, "integer out of range " + strconv.Quote(s)
 		}
 	case kind == durationParam:
-		d, err := time.ParseDuration(s)
+		d, err := ParseDuration(s)
 		if err != nil {
 			return 0, "invalid duration " + strconv.Quote(s)
 		}

@@ -57,6 +57,10 @@ var vectorParses = []string{
 	"concurrency:lease=1500ms,limit=4",
 	"gcra:shadow=false,burst=4,count=1,period=1s",
 	"fixed_window:shadow=true,window=60s,limit=5",
+	"sliding_window:limit=20,window=1d",
+	"token_bucket:max=10,refill_time=1d12h,refill_amount=1",
+	"window_counters:limit=1000,window=0.5d,counters=24",
+	"concurrency:limit=2,lease=7d",
 }
 
 // vectorShadows are canonical specs with shadow=true.
@@ -88,6 +92,9 @@ var vectorInvalid = []string{
 	"concurrency:limit=1,window=1s",
 	"concurrency:limit=1",
 	"concurrency:limit=1,lease=1x",
+	"sliding_window:limit=1,window=1D",
+	"fixed_window:limit=1,window=d",
+	"gcra:burst=1,count=1,period=106752d",
 }
 
 func TestLimitVectors(t *testing.T) {

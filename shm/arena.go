@@ -34,13 +34,35 @@ func arenaOffset(n uint64, slotSize int) int64 {
 // bitmapBytes is the size of the bitmap of an arena of cells cells.
 func bitmapBytes(cells uint64) int64 { return alignPage(int64((cells+63)/64) * 8) }
 
-// fileSize is the size of a file of n slots of size slotSize and an arena
-// of cells cells.
-func fileSize(n uint64, slotSize int, cells uint64) int64 {
+// arenaEnd is the end of the arena (of the slots, without one) in a file of
+// n slots of size slotSize and an arena of cells cells: the size of such a
+// file of version 5.
+func arenaEnd(n uint64, slotSize int, cells uint64) int64 {
 	if cells == 0 {
 		return HeaderSize + int64(n)*int64(slotSize)
 	}
 	return arenaOffset(n, slotSize) + bitmapBytes(cells) + int64(cells)*CellSize
+}
+
+// registryOffset is the offset of the holders registry (version 6) in a
+// file of n slots of size slotSize and an arena of cells cells.
+func registryOffset(n uint64, slotSize int, cells uint64) int64 {
+	return alignPage(arenaEnd(n, slotSize, cells))
+}
+
+// fileSize is the size of a file of FormatVersion with n slots of size
+// slotSize and an arena of cells cells.
+func fileSize(n uint64, slotSize int, cells uint64) int64 {
+	return registryOffset(n, slotSize, cells) + registrySize
+}
+
+// versionSize is fileSize for a file of format version v (whose cells are
+// 0 before version 5).
+func versionSize(v uint32, n uint64, slotSize int, cells uint64) int64 {
+	if v < holdersVersion {
+		return arenaEnd(n, slotSize, cells)
+	}
+	return fileSize(n, slotSize, cells)
 }
 
 // arenaSum is the checksum of the arena's cell count.
@@ -148,16 +170,21 @@ func (t *Table) findRun(from, to, n uint64) (uint64, bool) {
 	return 0, false
 }
 
-// lockArena takes the allocation lock. A lock taken over from a holder that
-// died may leave cells marked that no slot owns: they are lost until the
-// owner's next recovery, never handed out twice.
-func (t *Table) lockArena() { t.lockWord(u32at(t.base, offArenaLock)) }
+// lockArena takes the allocation lock, waiting as w says. A lock taken over
+// from a holder that died may leave cells marked that no slot owns: they
+// are lost until the owner's next recovery, never handed out twice.
+func (t *Table) lockArena(w *Wait) error {
+	_, err := t.lockWord(u32at(t.base, offArenaLock), w)
+	return err
+}
 
 func (t *Table) unlockArena() { unlockWord(u32at(t.base, offArenaLock)) }
 
 // alloc allocates a block of n cells, next fit from the hint.
-func (t *Table) alloc(n uint64) (uint64, bool) {
-	t.lockArena()
+func (t *Table) alloc(n uint64, w *Wait) (uint64, bool, error) {
+	if err := t.lockArena(w); err != nil {
+		return 0, false, err
+	}
 	defer t.unlockArena()
 	hint := atomic.LoadUint64(u64at(t.base, offArenaHint))
 	if hint >= t.cells {
@@ -168,17 +195,20 @@ func (t *Table) alloc(n uint64) (uint64, bool) {
 		start, ok = t.findRun(0, hint, n)
 	}
 	if !ok {
-		return 0, false
+		return 0, false, nil
 	}
 	t.markCells(start, n, true)
 	atomic.StoreUint64(u64at(t.base, offArenaHint), start+n)
 	atomic.AddUint64(u64at(t.base, offArenaUsed), n)
-	return start, true
+	return start, true, nil
 }
 
 // freeBlock returns the block of the locked slot at p, if it has one, to
-// the arena and forgets it.
-func (t *Table) freeBlock(p unsafe.Pointer) {
+// the arena and forgets it. If the arena's lock stays held past w (a
+// process stopped while it allocates), the slot forgets the block all the
+// same and its cells stay marked, unused, until the owner next opens the
+// file: recovery rebuilds the bitmap from the slots.
+func (t *Table) freeBlock(p unsafe.Pointer, w *Wait) {
 	f := u8at(p, slotFlags)
 	if *f&flagBlock == 0 {
 		return
@@ -190,7 +220,9 @@ func (t *Table) freeBlock(p unsafe.Pointer) {
 		return
 	}
 	n := cellsFor(words)
-	t.lockArena()
+	if t.lockArena(w) != nil {
+		return
+	}
 	t.markCells(start, n, false)
 	atomic.AddUint64(u64at(t.base, offArenaUsed), -n)
 	t.unlockArena()
@@ -207,32 +239,36 @@ func (t *Table) freeBlock(p unsafe.Pointer) {
 // If the arena has no run of free cells long enough, Ext frees the blocks
 // of buckets that are fresh again at now (see Sweep) and tries once more;
 // then it fails with ErrArenaFull. A words outside [1, MaxBlockWords], or a
-// table without an arena, is ErrNoArena.
-func (s Slot) Ext(words int, now int64) (ext []int64, fresh bool, err error) {
+// table without an arena, is ErrNoArena. A wait for the arena's lock that
+// outlives w is a *LockedError, with no block allocated.
+func (s Slot) Ext(words int, now int64, w *Wait) (ext []int64, fresh bool, err error) {
 	t := s.t
 	if words < 1 || words > MaxBlockWords || t.cells == 0 {
 		return nil, false, ErrNoArena
 	}
-	w := uint64(words)
+	nw := uint64(words)
 	if *u8at(s.p, slotFlags)&flagBlock != 0 {
 		start, have := blockOf(stateAt(s.p)[stateBlock])
-		if have == w && t.inArena(start, have) {
-			return t.blockWords(start, w), false, nil
+		if have == nw && t.inArena(start, have) {
+			return t.blockWords(start, nw), false, nil
 		}
-		t.freeBlock(s.p)
+		t.freeBlock(s.p, w)
 	}
-	n := cellsFor(w)
-	start, ok := t.alloc(n)
-	if !ok {
-		t.sweepIfDue(now)
-		if start, ok = t.alloc(n); !ok {
+	n := cellsFor(nw)
+	start, ok, err := t.alloc(n, w)
+	if err == nil && !ok {
+		t.sweepIfDue(now, w)
+		if start, ok, err = t.alloc(n, w); err == nil && !ok {
 			atomic.AddUint64(t.counter(counterArenaFull), 1)
 			return nil, false, ErrArenaFull
 		}
 	}
-	stateAt(s.p)[stateBlock] = blockRef(start, w)
+	if err != nil {
+		return nil, false, err
+	}
+	stateAt(s.p)[stateBlock] = blockRef(start, nw)
 	*u8at(s.p, slotFlags) |= flagBlock
-	return t.blockWords(start, w), true, nil
+	return t.blockWords(start, nw), true, nil
 }
 
 // minSweepGap is the least time between two sweeps that allocation
@@ -242,16 +278,17 @@ const minSweepGap = 100 * time.Millisecond
 
 // sweepIfDue sweeps at now unless a sweep started less than minSweepGap
 // ago (by this process's clock).
-func (t *Table) sweepIfDue(now int64) {
+func (t *Table) sweepIfDue(now int64, w *Wait) {
 	last := t.lastSweep.Load()
 	mono := time.Since(processStartTime).Nanoseconds() + 1
 	if last != 0 && mono-last < int64(minSweepGap) || !t.lastSweep.CompareAndSwap(last, mono) {
 		return
 	}
-	t.Sweep(now)
+	t.sweep(now, w)
 }
 
-// processStartTime anchors sweepIfDue's monotonic clock.
+// processStartTime anchors the monotonic clocks of sweepIfDue and
+// holderAlive.
 var processStartTime = time.Now()
 
 // Sweep frees the blocks of buckets that are fresh again at now (FreshAt <=
@@ -259,7 +296,10 @@ var processStartTime = time.Now()
 // cleared, as Clear does, and its block returns to the arena. A slot that is
 // locked (by the caller, among others) is skipped rather than waited for,
 // so Sweep may run with a slot lock held. It returns the cells freed.
-func (t *Table) Sweep(now int64) (freed uint64) {
+func (t *Table) Sweep(now int64) (freed uint64) { return t.sweep(now, nil) }
+
+// sweep is Sweep waiting for the arena's lock as w says.
+func (t *Table) sweep(now int64, w *Wait) (freed uint64) {
 	if t.cells == 0 {
 		return 0
 	}
@@ -277,7 +317,7 @@ func (t *Table) Sweep(now int64) (freed uint64) {
 		if *u8at(p, slotFlags)&flagBlock != 0 && reclaimable(p, now) && *u32at(p, slotSum) == checksumOf(p) {
 			_, words := blockOf(stateAt(p)[stateBlock])
 			freed += cellsFor(words)
-			Slot{p, i, t}.Clear()
+			Slot{p, i, t}.Clear(w)
 			continue
 		}
 		unlockWord(l)

@@ -40,7 +40,7 @@ func TestAttach_sharesLocks(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range rounds {
-				s, _, err := tb.LookupOrInsert(f, 1, nil, 0)
+				s, _, err := tb.LookupOrInsert(f, 1, nil, 0, nil)
 				if err != nil {
 					t.Error(err)
 					return
@@ -53,7 +53,7 @@ func TestAttach_sharesLocks(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	s, ok := att.Lookup(f)
+	s, ok := att.lookup(f)
 	if !ok {
 		t.Fatal("bucket lost")
 	}
@@ -110,7 +110,7 @@ func TestAttach_deadOwner(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s, _ := tb.Lookup(fp(tb, "held"))
+		s, _ := tb.lookup(fp(tb, "held"))
 		_ = s // die holding its lock
 		os.WriteFile(path+".ready", nil, 0o600)
 		time.Sleep(time.Minute)
@@ -145,7 +145,7 @@ func TestAttach_deadOwner(t *testing.T) {
 	}
 	done := make(chan bool, 1)
 	go func() {
-		s, ok := att.Lookup(fp(att, "held"))
+		s, ok := att.lookup(fp(att, "held"))
 		if ok {
 			c := s.Conservative()
 			s.Release() // before the answer: the test may then unmap the table
@@ -229,50 +229,15 @@ func TestAttach_ownerWaitsForDecisions(t *testing.T) {
 }
 
 // Ensure a holder that is only stopped (SIGSTOP) keeps its lock: a waiter
-// in another table waits for it, however long, and gets the slot as the
-// holder left it once it goes on, not a repaired one.
+// in another table without a Wait budget waits for it, however long, and
+// gets the slot as the holder left it once it goes on, not a repaired one.
 func TestAttach_stoppedHolderKeepsItsLock(t *testing.T) {
-	if path := os.Getenv("SHM_TEST_HOLDER"); path != "" {
-		att, err := Attach(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, ok := att.Lookup(fp(att, "held"))
-		if !ok {
-			t.Fatal("no bucket")
-		}
-		os.WriteFile(path+".ready", nil, 0o600)
-		for { // stopped here by the parent, holding the lock
-			if _, err := os.Stat(path + ".release"); err == nil {
-				break
-			}
-			time.Sleep(time.Millisecond)
-		}
-		s.State()[0] = 42
-		s.Commit(math.MaxInt64)
-		att.Close()
-		return
-	}
 	owner, path := newFile(t, Options{SlotCount: 16})
 	put(t, owner, "held", 5, math.MaxInt64, 0)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestAttach_stoppedHolderKeepsItsLock$")
-	cmd.Env = append(os.Environ(), "SHM_TEST_HOLDER="+path)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		if _, err := os.Stat(path + ".ready"); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the holder did not start")
-		}
-	}
-	cmd.Process.Signal(syscall.SIGSTOP)
+	_, goOn := holdStopped(t, path, "held")
 	got := make(chan [StateWords]int64, 1)
 	go func() {
-		s, ok := owner.Lookup(fp(owner, "held"))
+		s, ok := owner.lookup(fp(owner, "held"))
 		if !ok || s.Conservative() {
 			t.Errorf("after the wait: found %v, conservative %v", ok, ok && s.Conservative())
 		}
@@ -283,10 +248,9 @@ func TestAttach_stoppedHolderKeepsItsLock(t *testing.T) {
 	select {
 	case st := <-got:
 		t.Fatalf("a stopped holder's lock was taken over (state %v)", st)
-	case <-time.After(time.Second): // thousands of liveness checks
+	case <-time.After(time.Second): // a hundred liveness checks
 	}
-	os.WriteFile(path+".release", nil, 0o600)
-	cmd.Process.Signal(syscall.SIGCONT)
+	goOn()
 	select {
 	case st := <-got:
 		if st[0] != 42 {
@@ -295,15 +259,12 @@ func TestAttach_stoppedHolderKeepsItsLock(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the waiter did not get the lock after the holder went on")
 	}
-	if err := cmd.Wait(); err != nil {
-		t.Errorf("holder: %v", err)
-	}
 }
 
 // Ensure processes that exit without closing their table do not use the
 // holders registry up: once every entry is taken, the next table frees
 // those of processes that are gone. A lock one of them died holding is
-// never taken for the new holder's, whose tag is of a later generation.
+// never taken for the new holder's, whose tag is drawn after theirs.
 func TestAttach_registryOfTheDead(t *testing.T) {
 	owner, path := newFile(t, Options{SlotCount: 16})
 	put(t, owner, "held", 5, math.MaxInt64, 0)
@@ -313,18 +274,18 @@ func TestAttach_registryOfTheDead(t *testing.T) {
 	}
 	deadPID := uint32(gone.Process.Pid)
 	var deadTags []uint32
-	for i := range numHolders {
+	for i := range NumHolders {
 		e := owner.holder(i)
 		if entryLive(atomic.LoadUint32(u32at(e, 0))) {
 			continue // the owner's
 		}
-		tag := nextTag(i, atomic.LoadUint32(u32at(e, 0)))
+		tag := owner.drawTag()
 		atomic.StoreUint32(u32at(e, 0), tag)
 		atomic.StoreUint32(u32at(e, 4), deadPID)
 		deadTags = append(deadTags, tag)
 	}
 	// One of them died holding the bucket's lock.
-	s, _ := owner.Lookup(fp(owner, "held"))
+	s, _ := owner.lookup(fp(owner, "held"))
 	l := u32at(s.p, slotLock)
 	atomic.StoreUint32(l, atomic.LoadUint32(l)&^genMask|deadTags[0]<<genShift|lockHeld)
 
@@ -341,7 +302,7 @@ func TestAttach_registryOfTheDead(t *testing.T) {
 	}
 	done := make(chan bool, 1)
 	go func() {
-		s, ok := att.Lookup(fp(att, "held"))
+		s, ok := att.lookup(fp(att, "held"))
 		c := ok && s.Conservative()
 		if ok {
 			s.Release() // before the answer: the test may then unmap the table

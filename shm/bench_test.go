@@ -38,11 +38,11 @@ var sink uint64
 func BenchmarkSlot(b *testing.B) {
 	tb := newHeap(b, Options{SlotCount: 1024})
 	f := fp(tb, "user:42")
-	s, _, _ := tb.LookupOrInsert(f, 1, nil, 0)
+	s, _, _ := tb.LookupOrInsert(f, 1, nil, 0, nil)
 	s.Commit(0)
 	b.ReportAllocs()
 	for b.Loop() {
-		s, _ := tb.Lookup(f)
+		s, _ := tb.lookup(f)
 		s.State()[0]++
 		s.Commit(1)
 	}

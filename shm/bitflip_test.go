@@ -115,13 +115,13 @@ func useFlipped(path string, keys []string, bit int, undetected *int, sentinels 
 		return fmt.Sprintf("high time %d, %v after a flip; it was %d", v, ok, flipHighTime)
 	}
 	for i := range tb.n {
-		tb.LockIndex(i).Release()
+		tb.lockIndex(i).Release()
 	}
 	for _, k := range keys {
-		if s, ok := tb.Lookup(fp(tb, k)); ok {
+		if s, ok := tb.lookup(fp(tb, k)); ok {
 			s.Release()
 		}
-		if s, _, err := tb.LookupOrInsert(fp(tb, k+"-new"), 1, nil, math.MaxInt64); err == nil {
+		if s, _, err := tb.LookupOrInsert(fp(tb, k+"-new"), 1, nil, math.MaxInt64, nil); err == nil {
 			s.Release()
 		}
 	}

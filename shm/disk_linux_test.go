@@ -144,7 +144,7 @@ func sparseOnFullDisk(t *testing.T, src string) {
 	if err == nil {
 		// Without the check this writes into holes of a full disk: SIGBUS.
 		for i := range 15000 {
-			if s, _, err := tb.LookupOrInsert(fp(tb, fmt.Sprintf("n%d", i)), 1, nil, 0); err == nil {
+			if s, _, err := tb.LookupOrInsert(fp(tb, fmt.Sprintf("n%d", i)), 1, nil, 0, nil); err == nil {
 				s.Commit(math.MaxInt64)
 			}
 		}

@@ -84,14 +84,48 @@
 // closing owner's final sync) until it continues or dies.
 //
 // Every table registers in the file's holders registry (format.go): a tag,
-// its pid and its process's start time. A lock word carries its holder's
-// tag. A waiter spins on a held lock, and asks every few hundred rounds
-// whether the holder still lives: a registered process that exists, is not
-// a zombie and started when it registered. A lock whose holder is gone (a
-// process killed while holding it, or a tag no holder has, from damage) is
-// taken over, and the slot it guards, which may be half-written, is
-// repaired. A holder that is only slow (stopped, descheduled) keeps its
-// lock: its waiters wait.
+// its pid and its process's start time. The registry takes NumHolders
+// (1,024) tables at once; when it is full, entries of processes that are
+// gone are freed, and if none is, Open and Attach fail with ErrHolders. A
+// lock word carries its holder's tag.
+//
+// # Waiting for locks
+//
+// An operation waits for a lock another holder has: a slot's (every
+// operation on a bucket), an insert stripe's (Claim, creating a bucket) or
+// the arena's (Ext and Clear, allocating or freeing a block). Holders keep
+// them for nanoseconds, unless the holder's process is stopped (SIGSTOP, a
+// debugger) or descheduled. A waiter
+//
+//   - spins 64 rounds on the lock word;
+//   - calls its Wait's Blocking, once per Wait, then yields the processor
+//     64 times;
+//   - asks whether the holder still lives (a registered process that
+//     exists, is not a zombie and started when it registered: a read of
+//     /proc, shared by the waiters of a table for 10 ms), then every 10 ms;
+//     a lock whose holder is gone (a process killed while holding it, or a
+//     tag no holder has, from damage) is taken over, and the slot it
+//     guards, which may be half-written, is repaired;
+//   - sleeps 10 µs, doubling up to 1 ms, between looks;
+//   - then parks: one goroutine of the table looks at the lock words of
+//     every parked waiter each millisecond and wakes the waiters whose lock
+//     is free, whose budget is spent or whose holder is gone. Waiting costs
+//     no processor however many wait, and a lock freed is taken within
+//     about a millisecond.
+//
+// A holder that is only slow keeps its lock: it is waited for as long as it
+// lives with a nil (or zero) Wait, and otherwise until the operation's Wait
+// budget is spent, counted over all of the operation's waits (not the
+// spinning). Then the wait fails with a *LockedError (ErrLockWait) naming
+// the holder's pid and how long it was seen holding the lock, and locks
+// nothing; the operation releases what else it holds and changes nothing
+// (the engine's multi-slot operations release their slots and end their
+// reservations). Two waits do not follow a budget: freeing a block whose
+// arena lock stays held past the budget leaves the block's cells marked,
+// unused, until the owner's next Open (which rebuilds the bitmap); Scrub
+// waits as long as the holder lives, looking every 100 ms whether it was
+// stopped. The owner's Open and Close wait, as long as it lives, for an
+// attached holder stopped inside a decision (see above).
 //
 // # Durability
 //

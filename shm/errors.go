@@ -1,6 +1,10 @@
 package shm
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+	"time"
+)
 
 // Errors returned when opening a state file, in the order Open checks for
 // them. None of them is ever returned after Open has written to the file.
@@ -62,4 +66,22 @@ var (
 	ErrNotOwner = errors.New("shm: only the owner of the state file may do this")
 	// ErrUnsupported is returned on platforms without the needed syscalls.
 	ErrUnsupported = errors.New("shm: not supported on this platform")
+	// ErrLockWait is matched by the *LockedError of an operation whose
+	// waits for locks that live holders keep outlasted its Wait's budget.
+	ErrLockWait = errors.New("shm: gave up waiting for a lock that a live process keeps")
 )
+
+// LockedError is the error of a wait for a lock that outlasted its Wait's
+// budget: the holder was alive all along (a stopped or stuck process). It
+// matches ErrLockWait.
+type LockedError struct {
+	Pid  int           // the holder's process (this one's, for a lock it keeps itself); 0 if it was registering
+	Held time.Duration // how long the waiter saw the holder keep the lock: at least this long
+}
+
+func (e *LockedError) Error() string {
+	return fmt.Sprintf("shm: the lock is held by process %d, which has held it for at least %v", e.Pid, e.Held.Round(time.Millisecond))
+}
+
+// Is reports whether target is ErrLockWait.
+func (e *LockedError) Is(target error) bool { return target == ErrLockWait }

@@ -4,18 +4,20 @@ package shm
 // byte offset; every multi-byte field is little-endian. Other tools may read
 // the file from this description alone.
 //
-// The file is a header page, SlotCount fixed-size slots, then the arena
-// (version 5): a bitmap of its cells and ArenaCells cells of 64 bytes, where
-// buckets whose state does not fit a slot keep the rest (their block):
+// The file is a header page, SlotCount fixed-size slots, the arena (version
+// 5): a bitmap of its cells and ArenaCells cells of 64 bytes, where buckets
+// whose state does not fit a slot keep the rest (their block), then the
+// holders registry (version 6):
 //
-//	offset 0           4096               4096+N*S     A          A+B        A+B+C*64
-//	+------------------+------------------+-----+------+----------+----------+
-//	| header (4096 B)  | slot 0 .. N-1 (S bytes each)  | bitmap   | cells    |
-//	+------------------+------------------+-----+------+----------+----------+
+//	offset 0          4096            4096+N*S   A        A+B      E          E+0x14000
+//	+-----------------+---------------+-----+----+--------+--------+----------+
+//	| header (4096 B) | slot 0 .. N-1 (S bytes) | bitmap | cells  | holders  |
+//	+-----------------+---------------+-----+----+--------+--------+----------+
 //
 // where A = 4096+N*S rounded up to a multiple of 4096 (the gap is zero), B
-// = ceil(C/64)*8 rounded up to a multiple of 4096, and C = ArenaCells. A
-// file with C = 0 has no arena and ends at 4096+N*S.
+// = ceil(C/64)*8 rounded up to a multiple of 4096, C = ArenaCells, and E =
+// A+B+C*64 rounded up to a multiple of 4096. A file with C = 0 has no arena
+// and E = 4096+N*S rounded up to a multiple of 4096.
 //
 // The header page:
 //
@@ -47,25 +49,13 @@ package shm
 //	0x0f8  ownerTag    uint32   the tag of the owner's holder entry once it has
 //	                            opened (and recovered) the file, 0 before and
 //	                            after: attached tables require it
-//	0x0fc  reserved    uint32   0
-//	0x100  holders     [64]{tag uint32, pid uint32, started uint64}
-//	                            the processes that have the table open (the
-//	                            owner, and tables attached to it), one entry
-//	                            each: the 15-bit tag they put in the lock words
-//	                            they hold (0: never used; bit 31 set: free, with
-//	                            its last tag; entry i's tags are i | g<<6 for a
-//	                            generation g in 1..511 that advances each time
-//	                            the entry is taken), their pid, and the
-//	                            process's start time (Linux: field 22 of
-//	                            /proc/PID/stat), which tells a pid reused by
-//	                            another process from the one that registered
-//	0x500  busy        [64]uint32  per holders entry: the decisions an attached
-//	                            table has in progress (Table.Enter to Exit).
-//	                            An owner that opens or closes the file first
-//	                            zeroes ownerTag, then waits until every live
-//	                            attached holder's count is 0: from then on no
-//	                            attached table writes (each checks ownerTag
-//	                            after counting itself in)
+//	0x0fc  lastTag     uint32   the tag drawn last (version 6; see the holders
+//	                            registry)
+//	0x100  reserved    [0x500]byte  ignored (versions 3 to 5: a holders
+//	                            registry of 64 entries at 0x100 and their busy
+//	                            counts at 0x500, as in the registry below but
+//	                            16 bytes apart, entry i's tags i | g<<6 for a
+//	                            generation g in 1..511)
 //	0x600  arenaCells  uint64   C, the arena's cells (version 5)
 //	0x608  arenaSum    uint64   xxhash64 (seed 0) of arenaCells (8 bytes,
 //	                            little-endian): the arena's geometry is fixed
@@ -81,6 +71,31 @@ package shm
 //	0x800  insertLocks [512]uint32  insert stripes: bit 0 locked, bits 1-15 the
 //	                            holder's tag, bits 16-31 the count of buckets
 //	                            created in the stripe (modulo 2^16)
+//
+// The holders registry (version 6; E as above, 0x14000 bytes):
+//
+//	E+0x0000  holders  [1024]{tag uint32, pid uint32, started uint64}
+//	                   the processes that have the table open (the owner, and
+//	                   tables attached to it), one entry each: the 15-bit tag
+//	                   they put in the lock words they hold (0: never used;
+//	                   bit 31 set: free, with its last tag), their pid, and
+//	                   the process's start time (Linux: field 22 of
+//	                   /proc/PID/stat), which tells a pid reused by another
+//	                   process from the one that registered. A registering
+//	                   table takes a free entry and the next tag after lastTag
+//	                   (1 to 32767, then 1 again) that no live entry has, so a
+//	                   tag comes back only after 32,767 registrations: a lock
+//	                   word left held by a holder that died is not mistaken
+//	                   for a later holder's before then (and by then any
+//	                   waiter on that lock has taken it over)
+//	E+0x4000  busy     [1024]{count uint32, reserved [60]byte}
+//	                   per holders entry, on a cache line of its own: the
+//	                   decisions an attached table has in progress
+//	                   (Table.Enter to Exit). An owner that opens or closes
+//	                   the file first zeroes ownerTag, then waits until every
+//	                   live attached holder's count is 0: from then on no
+//	                   attached table writes (each checks ownerTag after
+//	                   counting itself in)
 //
 // A slot (S = SlotSize bytes; the first 64 bytes are the same for every size):
 //
@@ -153,6 +168,17 @@ package shm
 //	   arenaSum, then the version. A file of an earlier version that is
 //	   already that long is an upgrade a crash interrupted: it is upgraded
 //	   again. The slots do not move: every bucket is kept.
+//	6  the holders registry moves from 0x100 (64 entries) to the end of the
+//	   file (1,024 entries), with tags drawn from lastTag, and each busy
+//	   count gets a cache line. Open first waits, as every Open does, for
+//	   the tables attached to a previous owner to leave their decisions
+//	   (through the version-5 registry), then extends the file by the
+//	   registry (zeros: every entry free). The upgrade marks the file dirty
+//	   before it writes the version, so that Open's recovery scan frees any
+//	   lock word still held under a version-5 tag (a process killed holding
+//	   it) and repairs its slot. A file of an earlier version that is
+//	   already that long is an upgrade a crash interrupted, as for version
+//	   5. Every bucket is kept.
 //
 // An interrupted upgrade leaves the new version number under the old
 // header checksum (the two are written in that order); Open recognises it
@@ -160,7 +186,7 @@ package shm
 
 const (
 	magic         = "SLUICE\x1a\n" // identifies a Sluice state file
-	FormatVersion = 5              // the file format this package writes; it reads 1 to FormatVersion
+	FormatVersion = 6              // the file format this package writes; it reads 1 to FormatVersion
 	byteOrderMark = 0x01020304     // written little-endian; reads differently on a foreign order
 	HeaderSize    = 4096           // bytes before slot 0; one page, so slots are page-aligned
 	cleanMagic    = 0xC1EA7C1E     // cleanFlag value after a graceful close
@@ -190,10 +216,10 @@ const (
 	numHighMarks   = 2
 	highMarkSize   = 16 // time int64, sum uint64
 	offOwnerTag    = 0x0f8
-	offHolders     = 0x100
-	numHolders     = 64
-	holderSize     = 16    // tag uint32, pid uint32, started uint64
-	offBusy        = 0x500 // [numHolders]uint32
+	offLastTag     = 0x0fc
+	offV5Holders   = 0x100 // versions 3 to 5: [v5Holders]{tag, pid, started}
+	v5Holders      = 64
+	offV5Busy      = 0x500 // versions 4 and 5: [v5Holders]uint32
 	offArenaCells  = 0x600
 	offArenaSum    = 0x608
 	offArenaLock   = 0x610
@@ -257,6 +283,17 @@ const (
 	counterSyncErrors          // failed syncs
 	counterLockedOnOpen        // slots whose lock word was held when the file was opened
 	counterArenaFull           // blocks refused: no run of free cells long enough
+)
+
+// The holders registry (version 6), at the end of the file.
+const (
+	NumHolders     = 1024 // the most tables (hence processes) that may have a file open at once
+	holderSize     = 16   // tag uint32, pid uint32, started uint64
+	busyStride     = 64   // a busy count per cache line
+	offBusy        = NumHolders * holderSize
+	registrySize   = offBusy + NumHolders*busyStride // 0x14000
+	maxTag         = genMask >> genShift             // 32767: tags are 1 to maxTag
+	holdersVersion = 6                               // the first version with this registry
 )
 
 // Lock word bits, for slots and insert stripes alike.

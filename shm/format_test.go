@@ -24,13 +24,16 @@ func TestFormat_layout(t *testing.T) {
 		{"created", offCreated, 8}, {"checksum", offChecksum, 8}, {"cleanFlag", offCleanFlag, 4},
 		{"reserved2", offCleanFlag + 4, 4}, {"v1HighTime", offV1HighTime, 8}, {"counters", offCounters, numCounters * 8},
 		{"highMarks", offHighMarks, numHighMarks * highMarkSize},
-		{"ownerTag", offOwnerTag, 4}, {"reserved3", offOwnerTag + 4, 4}, {"holders", offHolders, numHolders * holderSize},
+		{"ownerTag", offOwnerTag, 4}, {"lastTag", offLastTag, 4},
+		{"v5Holders", offV5Holders, v5Holders * holderSize}, {"v5Busy", offV5Busy, v5Holders * 4},
+		{"arenaCells", offArenaCells, 8},
 	}
+	registry := []field{{"holders", 0, NumHolders * holderSize}, {"busy", offBusy, NumHolders * busyStride}}
 	for _, c := range []struct {
 		name   string
 		fields []field
 		end    uintptr
-	}{{"slot", slot, MinSlotSize}, {"header", header, offHolders + numHolders*holderSize}} {
+	}{{"slot", slot, MinSlotSize}, {"header", header, offArenaCells + 8}, {"registry", registry, registrySize}} {
 		var next uintptr
 		for _, f := range c.fields {
 			if f.off != next {
@@ -45,8 +48,14 @@ func TestFormat_layout(t *testing.T) {
 			t.Errorf("%s fields end at %#x, want %#x", c.name, next, c.end)
 		}
 	}
-	if offHolders+numHolders*holderSize > offInsertLocks || offInsertLocks+numInsertLocks*4 > HeaderSize {
+	if offArenaUsed+8 > offInsertLocks || offInsertLocks+numInsertLocks*4 > HeaderSize {
 		t.Errorf("header regions overflow the header page")
+	}
+	if busyStride%64 != 0 || offBusy%64 != 0 || registryOffset(3, 64, 0)%4096 != 0 || registryOffset(3, 64, 1000)%4096 != 0 {
+		t.Errorf("the registry's busy counts do not each have a cache line")
+	}
+	if NumHolders > maxTag {
+		t.Errorf("%d holders cannot have distinct 15-bit tags", NumHolders)
 	}
 	if checksummed != offChecksum || summedFrom != slotFP0 || summedTo != MinSlotSize {
 		t.Errorf("checksummed ranges moved")

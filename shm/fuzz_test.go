@@ -1,6 +1,7 @@
 package shm
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"testing"
@@ -26,7 +27,7 @@ func FuzzTable(f *testing.F) {
 			op, k, arg := ops[i]%4, int(ops[i+1])%keys, int64(ops[i+2])
 			switch op {
 			case 0: // create or update
-				s, found, err := tb.LookupOrInsert(fp(tb, name(k)), 1, nil, now)
+				s, found, err := tb.LookupOrInsert(fp(tb, name(k)), 1, nil, now, nil)
 				if errors.Is(err, ErrTableFull) {
 					h := tb.home(fp(tb, name(k)))
 					for j := range tb.probeCap {
@@ -57,8 +58,8 @@ func FuzzTable(f *testing.F) {
 					t.Fatalf("op %d: %s lost before it was fresh", i/3, name(k))
 				}
 			case 2: // reset
-				if s, ok := tb.Lookup(fp(tb, name(k))); ok {
-					s.Clear()
+				if s, ok := tb.lookup(fp(tb, name(k))); ok {
+					s.Clear(nil)
 				}
 				delete(model, k)
 			case 3: // time passes
@@ -82,18 +83,24 @@ func FuzzValidateHeader(f *testing.F) {
 	if err := writeHeader(good, Options{SlotCount: 8, SlotSize: 64, ProbeCap: 8}, 0); err != nil {
 		f.Fatal(err)
 	}
-	f.Add(good[:checksummed+8], int64(HeaderSize+8*64))
+	f.Add(good[:checksummed+8], fileSize(8, 64, 0))
 	f.Add([]byte(magic), int64(0))
 	f.Fuzz(func(t *testing.T, prefix []byte, size int64) {
 		hdr := make([]byte, HeaderSize)
 		copy(hdr, prefix)
-		if v, err := validateHeader(hdr, size); err != nil || v < 1 || v > FormatVersion {
+		v, err := validateHeader(hdr, size)
+		if err != nil {
 			return
 		}
-		var tb Table
-		tb.load(hdr)
-		if want := HeaderSize + int64(tb.n)*int64(tb.slotSize); want != size || tb.probeCap < 1 || tb.probeCap > tb.n {
-			t.Fatalf("validated header: %d slots of %d bytes, probe cap %d, file of %d bytes", tb.n, tb.slotSize, tb.probeCap, size)
+		le := binary.LittleEndian
+		n, ss, pc, cells := le.Uint64(hdr[offSlotCount:]), int(le.Uint32(hdr[offSlotSize:])), uint64(le.Uint32(hdr[offProbeCap:])), uint64(0)
+		if v >= arenaVersion {
+			cells = le.Uint64(hdr[offArenaCells:])
+		}
+		own := versionSize(v, n, ss, cells)
+		upgraded := v < FormatVersion && (size == upgradedSize(hdr, v) || v < arenaVersion && size == v5Size(hdr))
+		if size != own && !upgraded || pc < 1 || pc > n {
+			t.Fatalf("validated header: %d slots of %d bytes, probe cap %d, file of %d bytes", n, ss, pc, size)
 		}
 	})
 }

@@ -94,9 +94,11 @@ func validateHeader(hdr []byte, size int64) (uint32, error) {
 			return 0, fmt.Errorf("%w: arena geometry (%d cells) fails its checksum", ErrChecksum, cells)
 		}
 	}
-	want := fileSize(n, int(ss), cells)
-	if v < arenaVersion && size == upgradedSize(hdr) {
-		return v, nil // extended for its arena by an upgrade a crash interrupted
+	want := versionSize(v, n, int(ss), cells)
+	if v < FormatVersion && size > want && (size == upgradedSize(hdr, v) || v < arenaVersion && size == v5Size(hdr)) {
+		// Extended by an upgrade a crash interrupted (this build's, or an
+		// earlier build's to version 5).
+		return v, nil
 	}
 	if size < want {
 		return 0, fmt.Errorf("%w: %d bytes, header declares %d slots of %d bytes and %d arena cells (%d bytes)", ErrTruncated, size, n, ss, cells, want)
@@ -110,11 +112,23 @@ func validateHeader(hdr []byte, size int64) (uint32, error) {
 // arenaVersion is the first format version with an arena.
 const arenaVersion = 5
 
-// upgradedSize is the size of a validated file of a version before
-// arenaVersion once the upgrade has given it the default arena.
-func upgradedSize(hdr []byte) int64 {
+// upgradedSize is the size of a validated file of version v once upgraded
+// to FormatVersion: a file of a version before arenaVersion gets the
+// default arena, and every file the holders registry.
+func upgradedSize(hdr []byte, v uint32) int64 {
 	n := binary.LittleEndian.Uint64(hdr[offSlotCount:])
-	return fileSize(n, int(binary.LittleEndian.Uint32(hdr[offSlotSize:])), DefaultArenaCells(n))
+	cells := DefaultArenaCells(n)
+	if v >= arenaVersion {
+		cells = binary.LittleEndian.Uint64(hdr[offArenaCells:])
+	}
+	return fileSize(n, int(binary.LittleEndian.Uint32(hdr[offSlotSize:])), cells)
+}
+
+// v5Size is the size of a validated file of a version before arenaVersion
+// once upgraded to version 5 (by an earlier build).
+func v5Size(hdr []byte) int64 {
+	n := binary.LittleEndian.Uint64(hdr[offSlotCount:])
+	return arenaEnd(n, int(binary.LittleEndian.Uint32(hdr[offSlotSize:])), DefaultArenaCells(n))
 }
 
 // sumWithVersion is the header checksum hdr would have with version v.
@@ -126,9 +140,9 @@ func sumWithVersion(hdr []byte, v uint32) uint64 {
 }
 
 // upgrade brings the mapped header of a file of format version v up to
-// FormatVersion, one version at a time, before anything else reads or
-// writes the file. Each step can be redone: the version number is written
-// last but for the checksum (see validateHeader).
+// FormatVersion, one version at a time, before anything else but quiesce
+// reads or writes the file. Each step can be redone: the version number is
+// written last but for the checksum (see validateHeader).
 func (t *Table) upgrade(v uint32) {
 	hdr := t.headerBytes()
 	le := binary.LittleEndian
@@ -146,6 +160,12 @@ func (t *Table) upgrade(v uint32) {
 			putArena(hdr, DefaultArenaCells(t.n))
 			binary.LittleEndian.PutUint64(hdr[offArenaUsed:], 0)
 			binary.LittleEndian.PutUint64(hdr[offArenaHint:], 0)
+		case holdersVersion - 1:
+			// Open extended the file: the registry is zero, every entry
+			// free. Lock words a killed process left held carry tags of
+			// the old registry: recovery frees them (format.go).
+			le.PutUint32(hdr[offLastTag:], 0)
+			atomic.StoreUint32(t.cleanFlag(), dirtyMagic)
 		}
 		le.PutUint32(hdr[offVersion:], v+1)
 		le.PutUint64(hdr[offChecksum:], headerSum(hdr))

@@ -49,7 +49,7 @@ func fp(tb *Table, k string) Fingerprint { return tb.Fingerprint([]byte(k), 0) }
 // put creates or overwrites bucket k with state {v, v, v} fresh at freshAt.
 func put(t testing.TB, tb *Table, k string, v, freshAt, now int64) {
 	t.Helper()
-	s, _, err := tb.LookupOrInsert(fp(tb, k), 7, []byte(k), now)
+	s, _, err := tb.LookupOrInsert(fp(tb, k), 7, []byte(k), now, nil)
 	if err != nil {
 		t.Fatalf("put %q: %v", k, err)
 	}
@@ -59,7 +59,7 @@ func put(t testing.TB, tb *Table, k string, v, freshAt, now int64) {
 
 // get returns the first state word of bucket k, and whether it is live.
 func get(tb *Table, k string) (int64, bool) {
-	s, ok := tb.Lookup(fp(tb, k))
+	s, ok := tb.lookup(fp(tb, k))
 	if !ok {
 		return 0, false
 	}
@@ -83,3 +83,30 @@ func keysWithHome(tb *Table, h uint64, n int) []string {
 }
 
 func xxhashSum(b []byte) uint64 { return xxhash.Sum64(b) }
+
+// lookup is Lookup waiting as long as a holder lives (which never fails).
+func (t *Table) lookup(f Fingerprint) (Slot, bool) {
+	s, ok, err := t.Lookup(f, nil)
+	if err != nil {
+		panic(err)
+	}
+	return s, ok
+}
+
+// lockIndex is LockIndex waiting as long as a holder lives.
+func (t *Table) lockIndex(i uint64) Slot {
+	s, err := t.LockIndex(i, nil)
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// scan is Scan waiting as long as a holder lives.
+func (t *Table) scan(cursor, span uint64, fn func(*Entry) bool) uint64 {
+	next, err := t.Scan(cursor, span, nil, fn)
+	if err != nil {
+		panic(err)
+	}
+	return next
+}

@@ -1,47 +1,80 @@
 package shm
 
 import (
+	"fmt"
 	"os"
 	"sync/atomic"
 	"time"
 	"unsafe"
 )
 
-// The holders registry (format.go, 0x100): every table open on a file, the
-// owner's and those attached to it, in any process, registers a tag there.
-// A lock word held under a tag is waited for while its holder lives; one
-// held under a tag that is not registered, or whose process has died, is
-// taken over (lockWord).
+// The holders registry (format.go; at the end of the file from version 6,
+// at 0x100 before): every table open on a file, the owner's and those
+// attached to it, in any process, registers a tag there. A lock word held
+// under a tag is waited for while its holder lives; one held under a tag
+// that is not registered, or whose process has died, is taken over
+// (lockWord).
+
+// loadHolders finds the registry of t's format version.
+func (t *Table) loadHolders() {
+	if t.version >= holdersVersion {
+		off := registryOffset(t.n, int(t.slotSize), t.cells)
+		t.holders = unsafe.Add(t.base, off)
+		t.busyBase = unsafe.Add(t.base, off+offBusy)
+		t.busyStep, t.nHolders = busyStride, NumHolders
+		return
+	}
+	t.holders = unsafe.Add(t.base, offV5Holders)
+	t.busyBase = unsafe.Add(t.base, offV5Busy)
+	t.busyStep, t.nHolders = 4, v5Holders
+	if t.version < 3 {
+		t.nHolders = 0 // no registry; its bytes are zero
+	}
+}
 
 // holder returns the address of holders entry i's tag (pid and start time
 // follow it).
 func (t *Table) holder(i int) unsafe.Pointer {
-	return unsafe.Add(t.base, offHolders+uintptr(i)*holderSize)
+	return unsafe.Add(t.holders, uintptr(i)*holderSize)
+}
+
+// busy returns the address of holders entry i's count of decisions in
+// progress.
+func (t *Table) busy(i int) *uint32 {
+	return (*uint32)(unsafe.Add(t.busyBase, uintptr(i)*t.busyStep))
 }
 
 // A holders entry's tag word: 0 for an entry never used; the tag of the
-// holder using it; or, once freed, its last tag with entryFree set. Entry
-// i's tags are i | g<<6 for a generation g from 1 to 511 that advances each
-// time the entry is taken, so a tag names one registration: a lock word
-// left held by a holder that died is never mistaken for a later holder's
-// until the entry has been taken 511 times more (and by then any waiter on
-// that lock has taken it over).
-const (
-	entryFree = 1 << 31
-	tagGens   = genMask>>genShift>>6 + 1 // 512: generations of an entry's tag, 0 unused
-)
-
-// nextTag returns the tag entry i takes when its tag word is v.
-func nextTag(i int, v uint32) uint32 {
-	g := (v&^entryFree)>>6 + 1
-	if g >= tagGens {
-		g = 1
-	}
-	return uint32(i) | g<<6
-}
+// holder using it; or, once freed, its last tag with entryFree set.
+const entryFree = 1 << 31
 
 // entryLive reports whether tag word v is a holder's (not free, not unused).
 func entryLive(v uint32) bool { return v != 0 && v&entryFree == 0 }
+
+// entryOf returns the live holders entry whose tag is tag, or nil.
+func (t *Table) entryOf(tag uint32) unsafe.Pointer {
+	if tag == 0 {
+		return nil
+	}
+	for i := range t.nHolders {
+		if e := t.holder(i); atomic.LoadUint32(u32at(e, 0)) == tag {
+			return e
+		}
+	}
+	return nil
+}
+
+// drawTag returns a tag that no live holder has: the next after the file's
+// last tag drawn (1 to maxTag, in turn). Two tables that register at once
+// draw two tags.
+func (t *Table) drawTag() uint32 {
+	for {
+		tag := atomic.AddUint32(u32at(t.base, offLastTag), 1)%maxTag + 1
+		if t.entryOf(tag) == nil {
+			return tag
+		}
+	}
+}
 
 // register claims a free holders entry for a new tag of t, with this
 // process's pid and start time. When every entry is taken it frees those
@@ -51,13 +84,13 @@ func (t *Table) register() error {
 	pid := uint32(os.Getpid())
 	started := processStart(int(pid))
 	for attempt := 0; attempt < 2; attempt++ {
-		for i := range numHolders {
+		for i := range t.nHolders {
 			e := t.holder(i)
 			v := atomic.LoadUint32(u32at(e, 0))
 			if entryLive(v) {
 				continue
 			}
-			tag := nextTag(i, v)
+			tag := t.drawTag()
 			if atomic.CompareAndSwapUint32(u32at(e, 0), v, tag) {
 				atomic.StoreUint32(t.busy(i), 0) // a dead holder's count, if it left one
 				atomic.StoreUint32(u32at(e, 4), pid)
@@ -68,7 +101,7 @@ func (t *Table) register() error {
 		}
 		t.pruneHolders(false)
 	}
-	return ErrHolders
+	return fmt.Errorf("%w: %d processes have it open, the most a state file takes", ErrHolders, t.nHolders)
 }
 
 // deregister frees t's holders entry.
@@ -84,23 +117,29 @@ func (t *Table) deregister() {
 
 // holderLive reports whether a lock word tagged tag may be held by a live
 // holder: t itself, or a registered holder whose process is alive (or is
-// registering).
+// registering). It reads /proc.
 func (t *Table) holderLive(tag uint32) bool {
 	if tag == t.gen {
 		return true
 	}
-	if tag == 0 {
+	e := t.entryOf(tag)
+	if e == nil {
 		return false
 	}
-	for i := range numHolders {
-		e := t.holder(i)
-		if atomic.LoadUint32(u32at(e, 0)) != tag {
-			continue
-		}
-		pid := atomic.LoadUint32(u32at(e, 4))
-		return pid == 0 || processAlive(int(pid), atomic.LoadUint64(u64at(e, 8)))
+	pid := atomic.LoadUint32(u32at(e, 4))
+	return pid == 0 || processAlive(int(pid), atomic.LoadUint64(u64at(e, 8)))
+}
+
+// holderPid returns the pid of the holder whose tag is tag, 0 if none is
+// registered (or it is registering).
+func (t *Table) holderPid(tag uint32) int {
+	if tag == t.gen {
+		return os.Getpid()
 	}
-	return false
+	if e := t.entryOf(tag); e != nil {
+		return int(atomic.LoadUint32(u32at(e, 4)))
+	}
+	return 0
 }
 
 // pruneHolders frees the entries of holders whose process is gone: the
@@ -108,7 +147,7 @@ func (t *Table) holderLive(tag uint32) bool {
 // holder died registering, is gone too: no one registers while the owner
 // opens), and any table that finds every entry taken.
 func (t *Table) pruneHolders(opening bool) {
-	for i := range numHolders {
+	for i := range t.nHolders {
 		e := t.holder(i)
 		tag := atomic.LoadUint32(u32at(e, 0))
 		if !entryLive(tag) {
@@ -132,7 +171,7 @@ func (t *Table) ownerLive() bool {
 // owner's and attached ones (for inspection; a snapshot).
 func (t *Table) Holders() []int {
 	var pids []int
-	for i := range numHolders {
+	for i := range t.nHolders {
 		e := t.holder(i)
 		if entryLive(atomic.LoadUint32(u32at(e, 0))) {
 			pids = append(pids, int(atomic.LoadUint32(u32at(e, 4))))
@@ -140,10 +179,6 @@ func (t *Table) Holders() []int {
 	}
 	return pids
 }
-
-// busy returns the address of holders entry i's count of decisions in
-// progress.
-func (t *Table) busy(i int) *uint32 { return u32at(t.base, offBusy+uintptr(i)*4) }
 
 // Enter counts a decision of an attached table in, and checks that the
 // owner it attached to still serves the file: if not (the owner closed it,
@@ -184,6 +219,13 @@ func (t *Table) OwnerAlive() bool {
 	return tag != 0 && tag == t.ownerSeen && t.holderLive(tag)
 }
 
+// quiesce's pace: it sleeps this long between looks, and asks whether the
+// holder lives every so many looks.
+const (
+	quiesceSleep      = 50 * time.Microsecond
+	quiesceCheckEvery = 256
+)
+
 // quiesce waits until no attached holder is inside a decision. The owner
 // calls it with the owner tag zeroed, so no new decision starts. A holder
 // whose process is gone is not waited for: a lock it died holding is taken
@@ -191,20 +233,20 @@ func (t *Table) OwnerAlive() bool {
 // decision (SIGSTOP) is waited for until it goes on or dies: its decision
 // may still write.
 func (t *Table) quiesce() {
-	for i := range numHolders {
+	for i := range t.nHolders {
 		e := t.holder(i)
 		for n := 0; ; n++ {
 			tag := atomic.LoadUint32(u32at(e, 0))
 			if !entryLive(tag) || tag == t.gen || atomic.LoadUint32(t.busy(i)) == 0 {
 				break
 			}
-			if n%checkEvery == checkEvery-1 && !t.holderLive(tag) {
+			if n%quiesceCheckEvery == quiesceCheckEvery-1 && !t.holderLive(tag) {
 				break
 			}
-			if n < spinsBeforeYield {
+			if n < spinRounds {
 				continue
 			}
-			time.Sleep(50 * time.Microsecond)
+			time.Sleep(quiesceSleep)
 		}
 	}
 }

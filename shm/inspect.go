@@ -68,7 +68,7 @@ func OpenImage(path string) (*Image, error) {
 		return fail(err)
 	}
 	t := &Table{base: mappingBase(m), mm: m}
-	t.load(hdr) // the geometry is fixed: read it from the validated copy
+	t.load(hdr, v) // the geometry is fixed: read it from the validated copy
 	return &Image{t: t, version: v}, nil
 }
 
@@ -103,8 +103,11 @@ type Report struct {
 	State    FileState
 	Owner    int   // the owner's pid when State is InUse
 	Holders  []int // pids of the processes registered on the file
-	HighTime int64 // the highest server time recorded, Unix ns; 0 if none is valid
-	Stats    Stats // the header's counters
+	// MaxHolders is how many processes may have the file open at once: the
+	// entries of its holders registry (NumHolders from version 6).
+	MaxHolders int
+	HighTime   int64 // the highest server time recorded, Unix ns; 0 if none is valid
+	Stats      Stats // the header's counters
 
 	Used         uint64           // slots holding a fingerprint
 	Live         uint64           // slots whose state words hold a bucket's state
@@ -133,12 +136,13 @@ func (im *Image) Inspect(now int64) Report {
 	hdr := t.headerBytes()
 	le := binary.LittleEndian
 	r := Report{
-		Version:  im.version,
-		Created:  int64(le.Uint64(hdr[offCreated:])),
-		Geometry: t.Geometry(),
-		Stats:    t.Stats(),
-		Holders:  t.Holders(),
-		ByKind:   map[uint8]uint64{},
+		Version:    im.version,
+		Created:    int64(le.Uint64(hdr[offCreated:])),
+		Geometry:   t.Geometry(),
+		Stats:      t.Stats(),
+		Holders:    t.Holders(),
+		ByKind:     map[uint8]uint64{},
+		MaxHolders: t.nHolders,
 	}
 	r.State, r.Owner = im.state()
 	if im.version >= 2 {
@@ -198,16 +202,12 @@ func (im *Image) state() (FileState, int) {
 // liveHolder returns the pid of the registered holder with tag, if its
 // process is alive.
 func (im *Image) liveHolder(tag uint32) (int, bool) {
-	t := im.t
-	for i := range numHolders {
-		e := t.holder(i)
-		if atomic.LoadUint32(u32at(e, 0)) != tag {
-			continue
-		}
-		pid := atomic.LoadUint32(u32at(e, 4))
-		return int(pid), pid != 0 && processAlive(int(pid), atomic.LoadUint64(u64at(e, 8)))
+	e := im.t.entryOf(tag)
+	if e == nil {
+		return 0, false
 	}
-	return 0, false
+	pid := atomic.LoadUint32(u32at(e, 4))
+	return int(pid), pid != 0 && processAlive(int(pid), atomic.LoadUint64(u64at(e, 8)))
 }
 
 // Verify checks every slot's checksum and the probe invariants, as

@@ -131,8 +131,9 @@ func TestImage_dirty(t *testing.T) {
 		t.Fatal(err)
 	}
 	crashed := filepath.Join(t.TempDir(), "crashed")
-	for i := range numHolders {
-		if e := offHolders + i*holderSize; binary.LittleEndian.Uint32(b[e:]) == tb.gen {
+	reg := int(registryOffset(tb.n, int(tb.slotSize), tb.cells))
+	for i := range NumHolders {
+		if e := reg + i*holderSize; binary.LittleEndian.Uint32(b[e:]) == tb.gen {
 			binary.LittleEndian.PutUint32(b[e+4:], 1<<22+1) // above the largest pid Linux hands out
 		}
 	}

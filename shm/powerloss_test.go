@@ -97,7 +97,7 @@ func TestPowerLoss(t *testing.T) {
 			t.Fatalf("trial %d: %v", trial, err)
 		}
 		for k, values := range history {
-			s, ok := tb.Lookup(fp(tb, k))
+			s, ok := tb.lookup(fp(tb, k))
 			if !ok {
 				var i int
 				fmt.Sscanf(k, "key-%d", &i)

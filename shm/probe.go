@@ -71,18 +71,21 @@ type Probe struct {
 // Find looks for the bucket with fingerprint fp and returns its slot locked
 // (ok). If there is none it returns a Probe for Claim; that answer is not
 // confirmed under the insert stripe, so a bucket being created at the same
-// moment may be missed (Claim then returns it).
-func (t *Table) Find(fp Fingerprint) (s Slot, ok bool, pr Probe) {
+// moment may be missed (Claim then returns it). Its wait for the slot's
+// lock is bounded by w (a *LockedError: nothing is locked).
+func (t *Table) Find(fp Fingerprint, w *Wait) (s Slot, ok bool, pr Probe, err error) {
 	l := t.stripe(fp)
 	for {
 		seq := stripeSeq(l)
 		p, i, found := t.find(fp)
 		if !found {
-			return Slot{}, false, Probe{FP: fp, seq: seq}
+			return Slot{}, false, Probe{FP: fp, seq: seq}, nil
 		}
-		t.lockSlot(p)
+		if err := t.lockSlot(p, w); err != nil {
+			return Slot{}, false, Probe{}, err
+		}
 		if loadFP(p) == fp {
-			return Slot{p, i, t}, true, Probe{FP: fp, seq: seq}
+			return Slot{p, i, t}, true, Probe{FP: fp, seq: seq}, nil
 		}
 		// Reclaimed by another bucket between the look and the lock.
 		unlockWord(u32at(p, slotLock))
@@ -103,10 +106,15 @@ func (t *Table) Find(fp Fingerprint) (s Slot, ok bool, pr Probe) {
 // again only if another bucket of its stripe was created since the Find: a
 // bucket never occupies two slots however many callers create it at once.
 // It returns ErrTableFull if no slot within the probe cap is free or
-// reclaimable.
-func (t *Table) Claim(pr *Probe, kind uint8, key []byte, now int64) (s Slot, created bool, err error) {
+// reclaimable. Its waits for locks are bounded by w: a wait that outlives
+// it returns a *LockedError, with no bucket created (a home slot's reach
+// may have grown).
+func (t *Table) Claim(pr *Probe, kind uint8, key []byte, now int64, w *Wait) (s Slot, created bool, err error) {
 	l := t.stripe(pr.FP)
-	seq := t.lockStripe(l)
+	seq, err := t.lockStripe(l, w)
+	if err != nil {
+		return Slot{}, false, err
+	}
 	if seq != pr.seq {
 		// With the stripe held no other caller can create the bucket, so
 		// a look that does not find it now is final.
@@ -115,7 +123,10 @@ func (t *Table) Claim(pr *Probe, kind uint8, key []byte, now int64) (s Slot, cre
 			if !found {
 				break
 			}
-			t.lockSlot(p)
+			if err := t.lockSlot(p, w); err != nil {
+				unlockStripe(l, seq, false)
+				return Slot{}, false, err
+			}
 			if loadFP(p) == pr.FP {
 				unlockStripe(l, seq, false)
 				return Slot{p, i, t}, false, nil
@@ -123,8 +134,11 @@ func (t *Table) Claim(pr *Probe, kind uint8, key []byte, now int64) (s Slot, cre
 			unlockWord(u32at(p, slotLock)) // reclaimed: absent
 		}
 	}
-	s, ok := t.claim(pr.FP, kind, key, now)
+	s, ok, err := t.claim(pr.FP, kind, key, now, w)
 	unlockStripe(l, seq, ok)
+	if err != nil {
+		return Slot{}, false, err
+	}
 	if !ok {
 		atomic.AddUint64(t.counter(counterTableFull), 1)
 		return Slot{}, false, ErrTableFull
@@ -134,25 +148,25 @@ func (t *Table) Claim(pr *Probe, kind uint8, key []byte, now int64) (s Slot, cre
 
 // LookupOrInsert returns the slot holding fp, locked (found), or claims one
 // for it: Find, then Claim if it found nothing.
-func (t *Table) LookupOrInsert(fp Fingerprint, kind uint8, key []byte, now int64) (s Slot, found bool, err error) {
-	s, found, pr := t.Find(fp)
-	if found {
-		return s, true, nil
+func (t *Table) LookupOrInsert(fp Fingerprint, kind uint8, key []byte, now int64, w *Wait) (s Slot, found bool, err error) {
+	s, found, pr, err := t.Find(fp, w)
+	if found || err != nil {
+		return s, found, err
 	}
-	s, created, err := t.Claim(&pr, kind, key, now)
+	s, created, err := t.Claim(&pr, kind, key, now, w)
 	return s, !created && err == nil, err
 }
 
 // Lookup returns the slot holding fp, locked, if there is one.
-func (t *Table) Lookup(fp Fingerprint) (Slot, bool) {
-	s, ok, _ := t.Find(fp)
-	return s, ok
+func (t *Table) Lookup(fp Fingerprint, w *Wait) (Slot, bool, error) {
+	s, ok, _, err := t.Find(fp, w)
+	return s, ok, err
 }
 
 // claim takes the first free or reclaimable slot of fp's probe sequence for
 // fp and returns it locked. The caller holds fp's insert stripe and has
 // established that no slot holds fp.
-func (t *Table) claim(fp Fingerprint, kind uint8, key []byte, now int64) (Slot, bool) {
+func (t *Table) claim(fp Fingerprint, kind uint8, key []byte, now int64, w *Wait) (Slot, bool, error) {
 	h := t.home(fp)
 	i := h
 	for d := range t.probeCap {
@@ -161,8 +175,12 @@ func (t *Table) claim(fp Fingerprint, kind uint8, key []byte, now int64) (Slot, 
 			// Lookups must probe this far before the fingerprint appears.
 			// The home slot is locked for that before the candidate, so no
 			// two slot locks are held at once.
-			t.raiseReach(h, d)
-			t.lockSlot(p)
+			if err := t.raiseReach(h, d, w); err != nil {
+				return Slot{}, false, err
+			}
+			if err := t.lockSlot(p, w); err != nil {
+				return Slot{}, false, err
+			}
 			if loadFP(p) == (Fingerprint{}) {
 				atomic.AddUint64(t.counter(counterUsed), 1)
 			} else if reclaimable(p, now) {
@@ -174,17 +192,17 @@ func (t *Table) claim(fp Fingerprint, kind uint8, key []byte, now int64) (Slot, 
 				i = t.next(i)
 				continue
 			}
-			return t.fill(p, i, fp, kind, key), true
+			return t.fill(p, i, fp, kind, key, w), true, nil
 		}
 		i = t.next(i)
 	}
-	return Slot{}, false
+	return Slot{}, false, nil
 }
 
 // fill writes a new, not yet live bucket for fp into the locked slot at p.
-func (t *Table) fill(p unsafe.Pointer, i uint64, fp Fingerprint, kind uint8, key []byte) Slot {
+func (t *Table) fill(p unsafe.Pointer, i uint64, fp Fingerprint, kind uint8, key []byte, w *Wait) Slot {
 	atomic.AddUint64(t.counter(counterInserts), 1)
-	t.freeBlock(p) // a reclaimed bucket's
+	t.freeBlock(p, w) // a reclaimed bucket's
 	*u8at(p, slotKind) = kind
 	*u8at(p, slotFlags) = 0
 	*stateAt(p) = [StateWords]int64{}
@@ -206,10 +224,14 @@ func (t *Table) fill(p unsafe.Pointer, i uint64, fp Fingerprint, kind uint8, key
 // LockIndex locks slot i and returns it, whatever it holds. Callers that hold
 // several slots at once must lock them in ascending index order and hold no
 // insert stripe: that order is what makes multi-slot operations deadlock-free.
-func (t *Table) LockIndex(i uint64) Slot {
+// A wait that outlives w returns a *LockedError and locks nothing: the
+// caller releases what else it holds.
+func (t *Table) LockIndex(i uint64, w *Wait) (Slot, error) {
 	p := t.slotPtr(i)
-	t.lockSlot(p)
-	return Slot{p, i, t}
+	if err := t.lockSlot(p, w); err != nil {
+		return Slot{}, err
+	}
+	return Slot{p, i, t}, nil
 }
 
 // Entry is a live bucket as Scan reports it. Key holds the inline key
@@ -227,8 +249,10 @@ type Entry struct {
 // returns false. It returns the cursor to continue from, or 0 once the end
 // of the table is reached. Each slot is locked only while its entry is
 // copied: fn runs with no lock held, so it may allocate. Buckets created or
-// moved during a scan may be missed or seen twice.
-func (t *Table) Scan(cursor, span uint64, fn func(*Entry) bool) (next uint64) {
+// moved during a scan may be missed or seen twice. A wait for a slot's lock
+// that outlives w stops the scan with a *LockedError and the cursor of
+// that slot.
+func (t *Table) Scan(cursor, span uint64, w *Wait, fn func(*Entry) bool) (next uint64, err error) {
 	var key [256 - slotKey]byte
 	var e Entry
 	for i := cursor; i < t.n && i-cursor < span; i++ {
@@ -236,7 +260,9 @@ func (t *Table) Scan(cursor, span uint64, fn func(*Entry) bool) (next uint64) {
 		if loadFP(p) == (Fingerprint{}) {
 			continue
 		}
-		t.lockSlot(p)
+		if err := t.lockSlot(p, w); err != nil {
+			return i, err
+		}
 		s := Slot{p, i, t}
 		live := s.Live()
 		if live {
@@ -247,13 +273,13 @@ func (t *Table) Scan(cursor, span uint64, fn func(*Entry) bool) (next uint64) {
 		}
 		unlockWord(u32at(p, slotLock))
 		if live && !fn(&e) {
-			return i + 1
+			return i + 1, nil
 		}
 	}
 	if end := cursor + span; end < t.n && end > cursor {
-		return end
+		return end, nil
 	}
-	return 0
+	return 0, nil
 }
 
 // InlineKeys reports whether the table's slots keep keys inline (slot sizes

@@ -15,23 +15,23 @@ import (
 func TestSlot_lifecycle(t *testing.T) {
 	tb := newHeap(t, Options{SlotCount: 16})
 	f := fp(tb, "k")
-	if _, ok := tb.Lookup(f); ok {
+	if _, ok := tb.lookup(f); ok {
 		t.Fatal("Lookup found a bucket in an empty table")
 	}
-	s, found, err := tb.LookupOrInsert(f, 3, nil, 0)
+	s, found, err := tb.LookupOrInsert(f, 3, nil, 0, nil)
 	if err != nil || found || s.Live() || s.Kind() != 3 || s.Fingerprint() != f {
 		t.Fatalf("claim: found=%v live=%v kind=%d err=%v", found, s.Live(), s.Kind(), err)
 	}
 	s.State()[2] = 42
 	s.Commit(100)
-	s, found, err = tb.LookupOrInsert(f, 3, nil, 50)
+	s, found, err = tb.LookupOrInsert(f, 3, nil, 50, nil)
 	if err != nil || !found || !s.Live() || s.State()[2] != 42 || s.FreshAt() != 100 {
 		t.Fatalf("second LookupOrInsert: found=%v live=%v state=%v err=%v", found, s.Live(), *s.State(), err)
 	}
 	s.Release()
-	s, _ = tb.Lookup(f)
-	s.Clear()
-	s, ok := tb.Lookup(f)
+	s, _ = tb.lookup(f)
+	s.Clear(nil)
+	s, ok := tb.lookup(f)
 	if !ok || s.Live() || s.FreshAt() != math.MinInt64 || *s.State() != [StateWords]int64{} {
 		t.Fatalf("after Clear: ok=%v live=%v", ok, s.Live())
 	}
@@ -49,7 +49,7 @@ func TestInsert_reclaims(t *testing.T) {
 	put(t, tb, keys[0], 1, 100, 0) // fresh at 100
 	put(t, tb, keys[1], 2, 200, 0) // fresh at 200
 	// Both slots of the probe window are taken and not fresh at 50.
-	if _, _, err := tb.LookupOrInsert(fp(tb, keys[2]), 7, nil, 50); !errors.Is(err, ErrTableFull) {
+	if _, _, err := tb.LookupOrInsert(fp(tb, keys[2]), 7, nil, 50, nil); !errors.Is(err, ErrTableFull) {
 		t.Fatalf("insert into a full window: %v", err)
 	}
 	// At 150 the first is fresh: it is reclaimed in place.
@@ -62,7 +62,7 @@ func TestInsert_reclaims(t *testing.T) {
 			t.Errorf("%s = %d, %v; want %d", k, v, ok, want)
 		}
 	}
-	if s, _ := tb.Lookup(fp(tb, keys[2])); s.Index() != 5 {
+	if s, _ := tb.lookup(fp(tb, keys[2])); s.Index() != 5 {
 		t.Errorf("reclaimed into slot %d, want 5", s.Index())
 	} else {
 		s.Release()
@@ -79,7 +79,7 @@ func TestInsert_adversarialKeys(t *testing.T) {
 	tb := newHeap(t, Options{SlotCount: 1024, ProbeCap: probeCap})
 	keys := keysWithHome(tb, 1000, probeCap+3)
 	for i, k := range keys {
-		s, _, err := tb.LookupOrInsert(fp(tb, k), 1, nil, 0)
+		s, _, err := tb.LookupOrInsert(fp(tb, k), 1, nil, 0, nil)
 		if i < probeCap {
 			if err != nil {
 				t.Fatalf("key %d: %v", i, err)
@@ -95,7 +95,7 @@ func TestInsert_adversarialKeys(t *testing.T) {
 		}
 	}
 	for i, k := range keys[:probeCap] {
-		if s, ok := tb.Lookup(fp(tb, k)); !ok {
+		if s, ok := tb.lookup(fp(tb, k)); !ok {
 			t.Errorf("key %d lost", i)
 		} else {
 			s.Release()
@@ -115,7 +115,7 @@ func TestInsert_wraps(t *testing.T) {
 		put(t, tb, k, 1, math.MaxInt64, 0)
 	}
 	for i, k := range keys {
-		s, ok := tb.Lookup(fp(tb, k))
+		s, ok := tb.lookup(fp(tb, k))
 		if !ok || s.Index() != uint64(7+i)%8 {
 			t.Errorf("key %d: ok=%v slot %d", i, ok, s.Index())
 		}
@@ -133,7 +133,7 @@ func TestSlot_inlineKeys(t *testing.T) {
 	}{{64, 1, false}, {128, 64, true}, {128, 65, false}, {256, 192, true}, {256, 193, false}, {256, 1024, false}} {
 		tb := newHeap(t, Options{SlotCount: 4, SlotSize: c.size})
 		key := []byte(strings.Repeat("k", c.keyLen))
-		s, _, err := tb.LookupOrInsert(tb.Fingerprint(key, 0), 1, key, 0)
+		s, _, err := tb.LookupOrInsert(tb.Fingerprint(key, 0), 1, key, 0, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -158,7 +158,7 @@ func TestInsert_concurrent(t *testing.T) {
 			for r := range rounds {
 				for i := range keys {
 					k := fmt.Sprintf("key-%d", (i+w*7+r)%keys)
-					s, _, err := tb.LookupOrInsert(fp(tb, k), 1, nil, 0)
+					s, _, err := tb.LookupOrInsert(fp(tb, k), 1, nil, 0, nil)
 					if err != nil {
 						t.Error(err)
 						return
@@ -200,7 +200,7 @@ func TestInsert_concurrentChurn(t *testing.T) {
 			for i := range ops {
 				k := fmt.Sprintf("k%d", (i*(w+1))%97)
 				now := int64(i)
-				s, _, err := tb.LookupOrInsert(fp(tb, k), 1, nil, now)
+				s, _, err := tb.LookupOrInsert(fp(tb, k), 1, nil, now, nil)
 				if errors.Is(err, ErrTableFull) {
 					continue
 				}
@@ -252,13 +252,13 @@ func TestScan(t *testing.T) {
 		put(t, tb, k, 1, math.MaxInt64, 0)
 		want[k] = true
 	}
-	s, _ := tb.Lookup(fp(tb, "k07"))
-	s.Clear()
+	s, _ := tb.lookup(fp(tb, "k07"))
+	s.Clear(nil)
 	delete(want, "k07")
 	got := map[string]int{}
 	pages := 0
 	for cursor := uint64(0); ; pages++ {
-		cursor = tb.Scan(cursor, 7, func(e *Entry) bool { got[string(e.Key)]++; return true })
+		cursor = tb.scan(cursor, 7, func(e *Entry) bool { got[string(e.Key)]++; return true })
 		if cursor == 0 {
 			break
 		}
@@ -275,7 +275,7 @@ func TestScan(t *testing.T) {
 		t.Errorf("saw %d buckets, want %d", len(got), len(want))
 	}
 	n := 0
-	next := tb.Scan(0, 100, func(*Entry) bool { n++; return n < 3 })
+	next := tb.scan(0, 100, func(*Entry) bool { n++; return n < 3 })
 	if n != 3 || next == 0 {
 		t.Errorf("early stop: %d visited, next %d", n, next)
 	}
@@ -292,7 +292,7 @@ func TestInsert_loadWithDefaultCap(t *testing.T) {
 	n := int(float64(tb.n) * 0.8)
 	for i := range n {
 		k := fmt.Sprintf("load-%d", i)
-		s, _, err := tb.LookupOrInsert(fp(tb, k), 1, nil, 0)
+		s, _, err := tb.LookupOrInsert(fp(tb, k), 1, nil, 0, nil)
 		if err != nil {
 			t.Fatalf("bucket %d of %d (load %.2f): %v", i, n, float64(i)/float64(tb.n), err)
 		}

@@ -3,6 +3,7 @@ package shm
 import (
 	"math"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/cespare/xxhash/v2"
@@ -28,12 +29,24 @@ func (t *Table) Scrub(stop <-chan struct{}) bool {
 			default:
 			}
 		}
-		t.lockSlot(t.slotPtr(i))
+		// A stopped holder is waited for as long as it lives, unless Scrub
+		// is stopped meanwhile.
+		for t.lockSlot(t.slotPtr(i), &Wait{Budget: scrubWait}) != nil {
+			select {
+			case <-stop:
+				return false
+			default:
+			}
+		}
 		unlockWord(u32at(t.slotPtr(i), slotLock))
 	}
 	t.checkOnUse.Store(false)
 	return true
 }
+
+// scrubWait is how long Scrub waits for a slot's lock before it looks
+// whether it was stopped.
+const scrubWait = 100 * time.Millisecond
 
 // recover repairs a file that was not closed cleanly. It runs on Open before
 // the table is shared:

@@ -47,21 +47,21 @@ func TestOpen_recoversTornSlots(t *testing.T) {
 		put(t, tb, k, int64(i+10), math.MaxInt64, 0)
 	}
 	// An owner that died holding a slot lock, mid-update.
-	held, _ := tb.Lookup(fp(tb, "locked"))
+	held, _ := tb.lookup(fp(tb, "locked"))
 	held.State()[0] = 999
 	// A slot written back half-updated: its checksum no longer matches.
-	s, _ := tb.Lookup(fp(tb, "torn"))
+	s, _ := tb.lookup(fp(tb, "torn"))
 	s.Release()
 	s.State()[1] = 12345
 	// An inline key torn.
-	s, _ = tb.Lookup(fp(tb, "torn-key"))
+	s, _ = tb.lookup(fp(tb, "torn-key"))
 	s.Release()
 	keyBytes(s.p, 8)[0] ^= 0xff
 	// A claim of an empty slot abandoned half-way.
 	var empty uint64
 	for empty = 0; loadFP(tb.slotPtr(empty)) != (Fingerprint{}); empty++ {
 	}
-	e := tb.LockIndex(empty)
+	e := tb.lockIndex(empty)
 	*u64at(e.p, slotFP0) = 0 // fingerprint not yet written, kind written
 	*u8at(e.p, slotKind) = 9
 
@@ -69,9 +69,9 @@ func TestOpen_recoversTornSlots(t *testing.T) {
 	held.Commit(math.MaxInt64) // let the original's cleanup verify cleanly
 	e.Release()
 	*u8at(e.p, slotKind) = 0
-	s, _ = tb.Lookup(fp(tb, "torn"))
+	s, _ = tb.lookup(fp(tb, "torn"))
 	s.Commit(math.MaxInt64)
-	s, _ = tb.Lookup(fp(tb, "torn-key"))
+	s, _ = tb.lookup(fp(tb, "torn-key"))
 	keyBytes(s.p, 8)[0] ^= 0xff
 	s.Commit(math.MaxInt64)
 
@@ -84,7 +84,7 @@ func TestOpen_recoversTornSlots(t *testing.T) {
 		key          string
 		conservative bool
 	}{{"intact", false}, {"locked", true}, {"torn", true}, {"torn-key", true}} {
-		s, ok := rec.Lookup(fp(rec, c.key))
+		s, ok := rec.lookup(fp(rec, c.key))
 		if !ok {
 			t.Errorf("%s lost", c.key)
 			continue
@@ -94,15 +94,15 @@ func TestOpen_recoversTornSlots(t *testing.T) {
 		}
 		s.Release()
 	}
-	if s, _ := rec.Lookup(fp(rec, "torn-key")); s.Key() != nil {
+	if s, _ := rec.lookup(fp(rec, "torn-key")); s.Key() != nil {
 		t.Errorf("torn inline key kept")
 	} else {
 		s.Release()
 	}
 	// The owner replaces a conservative state and commits; the flag clears.
-	s, _ = rec.Lookup(fp(rec, "locked"))
+	s, _ = rec.lookup(fp(rec, "locked"))
 	s.Commit(math.MaxInt64)
-	if s, _ := rec.Lookup(fp(rec, "locked")); s.Conservative() {
+	if s, _ := rec.lookup(fp(rec, "locked")); s.Conservative() {
 		t.Errorf("Commit kept the conservative flag")
 	} else {
 		s.Release()
@@ -126,7 +126,7 @@ func TestOpen_cleanFileCheckedOnUse(t *testing.T) {
 	if st := tb.Stats(); st.Torn != 0 {
 		t.Errorf("clean file was scanned: %+v", st)
 	}
-	s, ok := tb.Lookup(fp(tb, "k"))
+	s, ok := tb.lookup(fp(tb, "k"))
 	if !ok || !s.Conservative() {
 		t.Fatalf("damaged slot on first use: found=%v conservative=%v", ok, ok && s.Conservative())
 	}
@@ -156,7 +156,7 @@ func TestOpen_staleLocks(t *testing.T) {
 	defer tb.Close()
 	done := make(chan bool)
 	go func() {
-		s, ok := tb.Lookup(fp(tb, "k"))
+		s, ok := tb.lookup(fp(tb, "k"))
 		if ok {
 			ok = s.Conservative()
 			s.Commit(math.MaxInt64)
@@ -201,15 +201,15 @@ func TestOpen_recomputesReach(t *testing.T) {
 // Ensure that a reservation whose holder died is released on open.
 func TestOpen_releasesDeadReservations(t *testing.T) {
 	tb, path := newFile(t, Options{SlotCount: 16})
-	s, _, err := tb.LookupOrInsert(fp(tb, "k"), 1, nil, 0)
+	s, _, err := tb.LookupOrInsert(fp(tb, "k"), 1, nil, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.Reserve()
 	rec := crashCopy(t, path)
-	s, _ = tb.Lookup(fp(tb, "k"))
-	s.Clear()
-	r, ok := rec.Lookup(fp(rec, "k"))
+	s, _ = tb.lookup(fp(tb, "k"))
+	s.Clear(nil)
+	r, ok := rec.lookup(fp(rec, "k"))
 	if !ok || r.Live() || r.FreshAt() != math.MinInt64 {
 		t.Errorf("dead reservation kept: ok=%v freshAt=%d", ok, r.FreshAt())
 	}
@@ -224,7 +224,7 @@ func closedWithBucket(t *testing.T, key string) (string, uint64) {
 	t.Helper()
 	tb, path := newFile(t, Options{SlotCount: 8})
 	put(t, tb, key, 1, math.MaxInt64, 0)
-	s, _ := tb.Lookup(fp(tb, key))
+	s, _ := tb.lookup(fp(tb, key))
 	idx := s.Index()
 	s.Release()
 	if err := tb.Close(); err != nil {
@@ -271,7 +271,7 @@ func TestScrub(t *testing.T) {
 	if st := tb.Stats(); st.Torn != 1 {
 		t.Errorf("Torn = %d after scrubbing one damaged slot", st.Torn)
 	}
-	if s, ok := tb.Lookup(fp(tb, "k")); !ok || !s.Conservative() {
+	if s, ok := tb.lookup(fp(tb, "k")); !ok || !s.Conservative() {
 		t.Errorf("damaged slot not reset by Scrub")
 	} else {
 		s.Commit(math.MaxInt64)
@@ -371,24 +371,24 @@ func dirtyImage(t *testing.T) []byte {
 	}
 	// The reservation first: a claim locks the slots of its probe
 	// sequence, and would wait forever on a lock this test holds below.
-	r, _, err := tb.LookupOrInsert(fp(tb, "reserved"), 1, nil, 0)
+	r, _, err := tb.LookupOrInsert(fp(tb, "reserved"), 1, nil, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r.Reserve()
 	var held []Slot
 	for i := range 5 { // died holding these locks, mid-update
-		s, _ := tb.Lookup(fp(tb, fmt.Sprintf("k%d", i*7)))
+		s, _ := tb.lookup(fp(tb, fmt.Sprintf("k%d", i*7)))
 		s.State()[1] = 999
 		held = append(held, s)
 	}
-	s, _ := tb.Lookup(fp(tb, "k50")) // a write torn: the checksum no longer matches
+	s, _ := tb.lookup(fp(tb, "k50")) // a write torn: the checksum no longer matches
 	s.Release()
 	s.State()[2] ^= 1
 	var empty uint64
 	for empty = 0; loadFP(tb.slotPtr(empty)) != (Fingerprint{}); empty++ {
 	}
-	claim := tb.LockIndex(empty) // a claim abandoned before its fingerprint
+	claim := tb.lockIndex(empty) // a claim abandoned before its fingerprint
 	*u8at(claim.p, slotKind) = 9
 	// Reaches lost and overstated; buckets past an emptied slot (a power
 	// loss wrote their page, not the emptied slot's).

@@ -93,10 +93,10 @@ func (s Slot) Reserve() {
 
 // Clear forgets the bucket: the slot keeps its fingerprint (so probe
 // sequences through it stay intact) but is no longer live and is
-// reclaimable at once. Its block, if it has one, returns to the arena. It
-// unlocks the slot.
-func (s Slot) Clear() {
-	s.t.freeBlock(s.p)
+// reclaimable at once. Its block, if it has one, returns to the arena,
+// whose lock is waited for as w says (see freeBlock). It unlocks the slot.
+func (s Slot) Clear(w *Wait) {
+	s.t.freeBlock(s.p, w)
 	*u8at(s.p, slotFlags) = 0
 	*stateAt(s.p) = [StateWords]int64{}
 	atomic.StoreInt64(i64at(s.p, slotFreshAt), math.MinInt64)

@@ -80,10 +80,17 @@ func (o Options) validate() error {
 // concurrently with any other method.
 type Table struct {
 	base      unsafe.Pointer // first byte of the mapping or heap buffer
+	version   uint32         // the file's format version (older ones only before an upgrade, or in an Image)
 	gen       uint32         // this table's holder tag, in the lock words it holds
 	holderIdx int            // its entry in the holders registry
 	owner     bool           // the file's owner (or a heap table), not attached
 	ownerSeen uint32         // attached: the owner tag when it attached (Enter)
+	holders   unsafe.Pointer // the holders registry's entry 0
+	busyBase  unsafe.Pointer // entry 0's busy count
+	busyStep  uintptr        // bytes from one busy count to the next
+	nHolders  int            // entries in the registry
+	alive     atomic.Uint64  // a holder recently found alive (holderAlive)
+	parked    parking        // waiters for locks that stay held (park.go)
 	slotSize  uintptr
 	n         uint64 // slot count
 	probeCap  uint64
@@ -137,7 +144,7 @@ func (t *Table) Geometry() Geometry {
 		SlotSize:   int(t.slotSize),
 		ProbeCap:   int(t.probeCap),
 		ArenaCells: t.cells,
-		FileSize:   fileSize(t.n, int(t.slotSize), t.cells),
+		FileSize:   versionSize(t.version, t.n, int(t.slotSize), t.cells),
 	}
 }
 
@@ -157,7 +164,7 @@ func NewHeap(o Options) (*Table, error) {
 	if err := writeHeader(hdr, o, 0); err != nil {
 		return nil, err
 	}
-	t.load(hdr)
+	t.load(hdr, FormatVersion)
 	t.opened.Created, t.owner = true, true
 	binary.LittleEndian.PutUint32(hdr[offCleanFlag:], dirtyMagic)
 	if err := t.register(); err != nil {
@@ -263,11 +270,12 @@ func Open(path string) (*Table, error) {
 	if err := allocateHoles(f, fi.Size()); err != nil {
 		return fail(fmt.Errorf("allocating the file's blocks: %w", err))
 	}
-	if version < arenaVersion {
-		// The upgrade to version 5 adds the arena after the slots: extend
-		// the file (with zeros) before mapping it.
-		if err := allocate(f, upgradedSize(hdr)); err != nil {
-			return fail(fmt.Errorf("extending the file for its arena: %w", err))
+	if version < FormatVersion {
+		// The upgrades to versions 5 and 6 add the arena after the slots
+		// and the holders registry after it: extend the file (with zeros)
+		// before mapping it.
+		if err := allocate(f, upgradedSize(hdr, version)); err != nil {
+			return fail(fmt.Errorf("extending the file for its upgrade: %w", err))
 		}
 	}
 	return mapTable(f, version, false)
@@ -284,18 +292,19 @@ func mapTable(f *os.File, version uint32, created bool) (*Table, error) {
 		return nil, fmt.Errorf("shm: map %s: %w", f.Name(), err)
 	}
 	t := &Table{base: mappingBase(m), file: f, mm: m, owner: true}
-	t.load(t.headerBytes())
+	t.load(t.headerBytes(), version)
 	t.opened.Created = created
-	if version < FormatVersion {
-		t.upgrade(version)
-		t.opened.UpgradedFrom = version
-		t.load(t.headerBytes())
-	}
 	// Tables still attached to a previous owner (one that died) stop
-	// deciding before anything is repaired: they see the owner tag change.
+	// deciding before anything is upgraded or repaired: they see the owner
+	// tag change. They are found in the registry of the file's version.
 	atomic.StoreUint32(u32at(t.base, offOwnerTag), 0)
 	t.pruneHolders(true)
 	t.quiesce()
+	if version < FormatVersion {
+		t.upgrade(version)
+		t.opened.UpgradedFrom = version
+		t.load(t.headerBytes(), FormatVersion)
+	}
 	// Insert locks are held only for an instant, but a process killed in that
 	// instant leaves one held: the file's single owner starts with them free.
 	clear(t.headerBytes()[offInsertLocks : offInsertLocks+numInsertLocks*4])
@@ -367,7 +376,7 @@ func Attach(path string) (*Table, error) {
 		return fail(err)
 	}
 	t := &Table{base: mappingBase(m), file: f, mm: m}
-	t.load(t.headerBytes())
+	t.load(t.headerBytes(), v)
 	t.ownerSeen = atomic.LoadUint32(u32at(t.base, offOwnerTag))
 	if !t.ownerLive() {
 		m.Unmap()
@@ -384,18 +393,20 @@ func Attach(path string) (*Table, error) {
 // being attached to another's.
 func (t *Table) Owner() bool { return t.owner }
 
-// load reads the geometry from a validated header.
-func (t *Table) load(hdr []byte) {
+// load reads the geometry from a validated header of format version v.
+func (t *Table) load(hdr []byte, v uint32) {
 	le := binary.LittleEndian
+	t.version = v
 	t.slotSize = uintptr(le.Uint32(hdr[offSlotSize:]))
 	t.n = le.Uint64(hdr[offSlotCount:])
 	t.seed0 = le.Uint64(hdr[offSeed0:])
 	t.seed1 = le.Uint64(hdr[offSeed1:])
 	t.probeCap = uint64(le.Uint32(hdr[offProbeCap:]))
 	t.room = inlineRoom(int(t.slotSize))
-	if le.Uint32(hdr[offVersion:]) >= arenaVersion {
+	if v >= arenaVersion {
 		t.loadArena(le.Uint64(hdr[offArenaCells:]))
 	}
+	t.loadHolders()
 }
 
 // Sync writes every modified page of the table to disk and waits for the

@@ -56,8 +56,10 @@ func TestCreate_allocates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := int64(327680 + 4096 + 1250*64); fi.Size() != o.FileSize() || fi.Size() != want { // slots rounded up to a page, the bitmap's page, the cells
-		t.Errorf("size %d, want %d", fi.Size(), o.FileSize())
+	// Slots rounded up to a page, the bitmap's page, the cells (rounded up
+	// to a page), the holders registry.
+	if want := int64(327680 + 4096 + 81920 + 0x14000); fi.Size() != o.FileSize() || fi.Size() != want {
+		t.Errorf("size %d, want %d (FileSize %d)", fi.Size(), want, o.FileSize())
 	}
 	if blocks := fi.Sys().(*syscall.Stat_t).Blocks * 512; blocks < fi.Size() {
 		t.Errorf("file is sparse: %d bytes allocated of %d", blocks, fi.Size())

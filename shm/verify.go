@@ -52,7 +52,7 @@ func (t *Table) verify(im *Image) error {
 			problems = append(problems, err)
 		}
 	}
-	if v, err := validateHeader(t.headerBytes(), fileSize(t.n, int(t.slotSize), t.cells)); err != nil {
+	if v, err := validateHeader(t.headerBytes(), versionSize(t.version, t.n, int(t.slotSize), t.cells)); err != nil {
 		report(fmt.Errorf("header: %w", err))
 	} else if v != FormatVersion && im == nil {
 		report(fmt.Errorf("header: version %d, want %d", v, FormatVersion))

@@ -240,7 +240,9 @@ func measureSluiceExt(dir string, ec extCase, c *ExtCase) error {
 		return err
 	}
 	c.SlotCount, c.SlotSize, c.ArenaCells, c.ArenaUsed, c.FileBytes = st.SlotCount, uint64(g.SlotSize), st.ArenaCells, st.ArenaUsed, fi.Size()
-	c.Live = e.Live(extStart + int64(time.Minute)*10)
+	if c.Live, err = e.Live(engine.At(extStart + int64(time.Minute)*10)); err != nil {
+		return err
+	}
 	if c.Live != uint64(c.Keys) {
 		return fmt.Errorf("%d buckets live after filling %d keys", c.Live, c.Keys)
 	}

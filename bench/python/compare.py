@@ -184,12 +184,10 @@ class SluiceConnection:
     """One connection to sluiced's native socket, through the repository's client."""
 
     def __init__(self, socket_path: str, limit: sluice.Limit) -> None:
-        self._client = sluice.Client(socket_path, timeout=TIMEOUT, on_unavailable="raise")
         self._limit = limit
         try:
-            self._client.ping()
+            self._client = sluice.Client(socket_path, timeout=TIMEOUT, on_unavailable="raise")  # checks it answers
         except sluice.SluiceError as e:
-            self._client.close()
             raise BenchError(f"cannot reach sluiced: {e}") from None
 
     def one(self, key: str) -> bool:

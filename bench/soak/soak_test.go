@@ -61,11 +61,9 @@ func TestRun_tiny(t *testing.T) {
 		if len(tb.Intervals) != 3 {
 			t.Fatalf("%d buckets: %d intervals, want 3", tb.Buckets, len(tb.Intervals))
 		}
-		syncs := tb.Prefill.Syncs
+		syncs, decisions := tb.Prefill.Syncs, uint64(0)
 		for j, v := range tb.Intervals {
-			if v.Decisions == 0 {
-				t.Errorf("%d buckets, interval %d: no decisions", tb.Buckets, j)
-			}
+			decisions += v.Decisions // an interval of 100 ms may have none on a busy machine
 			if !(v.P50 <= v.P99 && v.P99 <= v.P999 && v.P999 <= v.Max) {
 				t.Errorf("%d buckets, interval %d: p50 %v, p99 %v, p99.9 %v, max %v out of order", tb.Buckets, j, v.P50, v.P99, v.P999, v.Max)
 			}
@@ -79,6 +77,9 @@ func TestRun_tiny(t *testing.T) {
 		}
 		if syncs == 0 {
 			t.Errorf("%d buckets: no syncs", tb.Buckets)
+		}
+		if decisions == 0 {
+			t.Errorf("%d buckets: no decisions", tb.Buckets)
 		}
 		if tb.Summary.Worst < 0 {
 			t.Errorf("%d buckets: summary has no worst interval", tb.Buckets)

@@ -6,13 +6,18 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/sluicehq/sluice/clients/go/sluice"
 	"github.com/sluicehq/sluice/clients/go/sluice/direct"
+	"github.com/sluicehq/sluice/internal/errtext"
 	"github.com/sluicehq/sluice/internal/version"
+	"github.com/sluicehq/sluice/proto"
 )
 
 // Exit statuses.
@@ -29,8 +34,10 @@ const (
 	defaultState  = "var/sluice.state"
 )
 
-// timeout bounds every call to the sidecar.
-const timeout = 5 * time.Second
+// defaultTimeout is how long a command waits for the sidecar to answer
+// (--timeout): a sidecar on the same host answers in microseconds, so a
+// second without an answer means it is stopped or stuck.
+const defaultTimeout = time.Second
 
 // command is one of the CLI's commands.
 type command struct {
@@ -57,7 +64,7 @@ func init() {
 		{"release", "KEY LIMIT ID [--json]",
 			"Give back lease ID of KEY's bucket under LIMIT, taken by any process of the same user; exit 0 if it was held, 1 if not (unknown, released or expired).", runRelease},
 		{"scan", "[PREFIX] [--count N]",
-			"List the buckets whose key starts with PREFIX (all without one): algorithm, when the bucket is fresh again, key.", runScan},
+			"List the buckets whose key starts with PREFIX (all without one), at most N of them: algorithm, when the bucket is fresh again, key, under a header.", runScan},
 		{"stats", "[--json]",
 			"Show the sidecar's counters.", runStats},
 		{"ping", "",
@@ -77,31 +84,43 @@ func init() {
 type cli struct {
 	stdout, stderr io.Writer
 	socket         string
-	state          string // the state file, with direct
-	direct         bool   // decide in the state file instead of through the socket
+	state          string        // the state file, with direct
+	direct         bool          // decide in the state file instead of through the socket
+	timeout        time.Duration // how long to wait for the sidecar (to connect, and for each answer)
 }
+
+// directCommands are the commands that --direct decides in the state file.
+var directCommands = []string{"acquire", "peek", "refund", "reset"}
 
 // run runs the command line args (without the program name) and returns
 // the exit status. getenv reads the environment (SLUICE_SOCKET).
 func run(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	x := &cli{stdout: stdout, stderr: stderr, socket: defaultSocket, state: defaultState}
+	x := &cli{stdout: stdout, stderr: stderr, socket: defaultSocket, state: defaultState, timeout: defaultTimeout}
 	if s := getenv("SLUICE_SOCKET"); s != "" {
 		x.socket = s
 	}
 	if s := getenv("SLUICE_STATE"); s != "" {
 		x.state = s
 	}
+	if s := getenv("SLUICE_TIMEOUT"); s != "" {
+		d, err := proto.ParseDuration(s)
+		if err != nil || d <= 0 {
+			return x.fail("SLUICE_TIMEOUT=%q: want a duration such as 500ms or 5s", s)
+		}
+		x.timeout = d
+	}
 	fs := flag.NewFlagSet("sluice", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&x.socket, "socket", x.socket, "the sidecar's Unix socket (default $SLUICE_SOCKET, else "+defaultSocket+")")
-	x.directFlags(fs)
+	x.timeoutFlag(fs)
+	x.directFlags(fs, true)
 	showVersion := fs.Bool("version", false, "print the version and the format versions")
 	switch err := fs.Parse(args); {
 	case errors.Is(err, flag.ErrHelp):
 		x.usage()
 		return exitOK
 	case err != nil:
-		return x.fail("%v (see sluice --help)", err)
+		return x.fail("%s (see sluice --help)", errtext.Flag(err))
 	}
 	if *showVersion {
 		fmt.Fprintln(x.stdout, version.String("sluice"))
@@ -139,7 +158,7 @@ func lookup(name string) *command {
 // usage prints the command's usage to stdout.
 func (x *cli) usage() {
 	w := x.stdout
-	fmt.Fprintln(w, "usage: sluice [--socket PATH] [--direct [--state PATH]] COMMAND [ARGS]\n       sluice --version")
+	fmt.Fprintln(w, "usage: sluice [--socket PATH] [--timeout D] [--direct [--state PATH]] COMMAND [ARGS]\n       sluice --version")
 	fmt.Fprintln(w, "\nTalk to a running sluiced over its Unix socket, or with --direct decide")
 	fmt.Fprintln(w, "acquire, peek, refund and reset in its state file, beside it. inspect,")
 	fmt.Fprintln(w, "verify and config check work offline.")
@@ -162,37 +181,72 @@ func (x *cli) usage() {
 	}
 	fmt.Fprintln(w, "or the name of a limit of the sidecar's config file (a LIMIT without ':'),\nfor example login.")
 	fmt.Fprintln(w, "\n--socket defaults to $SLUICE_SOCKET, else "+defaultSocket+"; --state to $SLUICE_STATE,")
-	fmt.Fprintln(w, "else "+defaultState+". Flags may come before or after the arguments; -- ends them.")
+	fmt.Fprintln(w, "else "+defaultState+". --timeout (default "+defaultTimeout.String()+") is how long to wait for the")
+	fmt.Fprintln(w, "sidecar's answer. Flags may come before or after the arguments; -- ends them.")
 	fmt.Fprintln(w, "\"sluice COMMAND --help\" describes a command.")
 	fmt.Fprintln(w, "\nexit status: 0 allowed (or success), 1 denied, 2 error")
 }
 
-// fail prints a one-line error and returns exitError.
+// fail prints a one-line error, in words (errtext), and returns exitError.
 func (x *cli) fail(format string, a ...any) int {
-	msg := strings.TrimPrefix(fmt.Sprintf(format, a...), "sluice: ")
+	msg := errtext.Clean(strings.TrimPrefix(fmt.Sprintf(format, a...), "sluice: "))
 	fmt.Fprintln(x.stderr, "sluice: "+strings.Join(strings.Fields(msg), " "))
 	return exitError
 }
 
-// failCmd reports err, an error of the command name.
+// failCmd reports err, an error of the command name. The sidecar's
+// absence and silence are said in words, with what to do about them.
 func (x *cli) failCmd(name string, err error) int {
+	socket := x.socket
+	if abs, aerr := filepath.Abs(socket); aerr == nil {
+		socket = abs // a relative path is resolved where sluice runs: say where
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return x.fail("%s: the sidecar at %s did not answer within %v: it is stopped or overloaded (--timeout waits longer)", name, socket, x.timeout)
+	case errors.Is(err, syscall.ENOENT) && errors.Is(err, sluice.ErrUnavailable):
+		return x.fail("%s: no sidecar at %s: no such socket (start sluiced, or give its socket with --socket or $SLUICE_SOCKET)", name, socket)
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return x.fail("%s: no sidecar at %s: nothing listens on the socket (sluiced is not running)", name, socket)
+	}
 	return x.fail("%s: %s", name, strings.TrimPrefix(err.Error(), "sluice: "))
 }
 
-// flags returns a flag set for command name with the --socket flag, which
-// a command accepts too.
+// flags returns a flag set for command name with the flags sluice takes
+// before the command, which a command accepts too: --socket and
+// --timeout, and --direct and --state, listed by the commands that take
+// them (the others refuse --direct).
 func (x *cli) flags(name string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&x.socket, "socket", x.socket, "`PATH` of the sidecar's Unix socket")
-	x.directFlags(fs)
+	x.timeoutFlag(fs)
+	x.directFlags(fs, slices.Contains(directCommands, name))
 	return fs
 }
 
-// directFlags adds --direct and --state to fs.
-func (x *cli) directFlags(fs *flag.FlagSet) {
-	fs.BoolVar(&x.direct, "direct", x.direct, "decide in the sidecar's state file instead of through its socket")
-	fs.StringVar(&x.state, "state", x.state, "`PATH` of the sidecar's state file, with --direct")
+// timeoutFlag adds --timeout to fs.
+func (x *cli) timeoutFlag(fs *flag.FlagSet) {
+	fs.TextVar((*proto.Duration)(&x.timeout), "timeout", proto.Duration(x.timeout), "wait at most `D` for the sidecar to answer")
+}
+
+// durationFlag defines a duration flag that accepts days (1d) as well as
+// Go's units.
+func durationFlag(fs *flag.FlagSet, name string, value time.Duration, usage string) *time.Duration {
+	p := new(time.Duration)
+	fs.TextVar((*proto.Duration)(p), name, proto.Duration(value), usage)
+	return p
+}
+
+// directFlags adds --direct and --state to fs; listed, they show in the
+// command's usage (an unlisted flag has no usage text).
+func (x *cli) directFlags(fs *flag.FlagSet, listed bool) {
+	direct, state := "decide in the sidecar's state file instead of through its socket", "`PATH` of the sidecar's state file, with --direct"
+	if !listed {
+		direct, state = "", ""
+	}
+	fs.BoolVar(&x.direct, "direct", x.direct, direct)
+	fs.StringVar(&x.state, "state", x.state, state)
 }
 
 // parse parses a command's flags and arguments, in any order, and checks
@@ -207,7 +261,7 @@ func (x *cli) parse(cmd string, fs *flag.FlagSet, args []string, min, max int) (
 			return nil, exitOK, false
 		}
 		if err != nil {
-			return nil, x.fail("%s: %v (see sluice %s --help)", cmd, err, cmd), false
+			return nil, x.fail("%s: %s (see sluice %s --help)", cmd, errtext.Flag(err), cmd), false
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {
@@ -225,7 +279,19 @@ func (x *cli) parse(cmd string, fs *flag.FlagSet, args []string, min, max int) (
 	if len(pos) < min || len(pos) > max {
 		return nil, x.fail("%s: want %s (see sluice %s --help)", cmd, lookup(cmd).args, cmd), false
 	}
+	if code, ok := x.checkDirect(cmd); !ok {
+		return nil, code, false
+	}
 	return pos, exitOK, true
+}
+
+// checkDirect refuses --direct for a command that does not decide in the
+// state file.
+func (x *cli) checkDirect(cmd string) (int, bool) {
+	if !x.direct || slices.Contains(directCommands, cmd) {
+		return exitOK, true
+	}
+	return x.fail("%s: --direct decides in the state file, which only acquire, peek, refund and reset do (drop --direct)", cmd), false
 }
 
 // commandUsage prints a command's usage and flags to stdout.
@@ -235,6 +301,9 @@ func (x *cli) commandUsage(name string, fs *flag.FlagSet) {
 	fmt.Fprintf(x.stdout, "usage: %s\n\n%s\n\nflags:\n", synopsis, c.summary)
 	var lines []string
 	fs.VisitAll(func(f *flag.Flag) {
+		if f.Usage == "" {
+			return // not for this command
+		}
 		arg, help := flag.UnquoteUsage(f)
 		if arg != "" {
 			arg = " " + arg
@@ -250,9 +319,16 @@ func (x *cli) commandUsage(name string, fs *flag.FlagSet) {
 	}
 }
 
-// dial connects to the sidecar, reporting failure.
+// dial connects to the sidecar, reporting failure. Every call waits for
+// its answer at most x.timeout.
 func (x *cli) dial(cmd string) (*sluice.Client, int, bool) {
-	c, err := sluice.Dial(x.socket, sluice.WithTimeout(timeout), sluice.WithDialTimeout(timeout), sluice.WithFailurePolicy(sluice.FailError))
+	if x.timeout <= 0 {
+		return nil, x.fail("%s: --timeout %v: want a duration above 0", cmd, x.timeout), false
+	}
+	// The start check (is a sidecar answering there?) waits x.timeout too.
+	ctx, cancel := context.WithTimeout(context.Background(), x.timeout)
+	defer cancel()
+	c, err := sluice.DialContext(ctx, x.socket, sluice.WithTimeout(x.timeout), sluice.WithDialTimeout(x.timeout), sluice.WithFailurePolicy(sluice.FailError))
 	if err != nil {
 		return nil, x.failCmd(cmd, err), false
 	}
@@ -281,7 +357,9 @@ func (x *cli) open(cmd string) (bucketClient, int, bool) {
 	return c, exitOK, true
 }
 
-// context returns the context of a call to the sidecar.
-func callContext() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), timeout)
+// callContext returns the context of a call to the sidecar. The client's
+// timeout (x.timeout) ends a call that gets no answer; the context's
+// deadline, later, only backs it up.
+func (x *cli) callContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), 2*x.timeout+time.Second)
 }

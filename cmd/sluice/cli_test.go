@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/clients/go/sluice"
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/server"
 )
@@ -77,21 +79,31 @@ type step struct {
 	stderr string // a prefix; "" means nothing
 }
 
+// sidecarEnv is the environment of a command run against the sidecar at
+// sock: $SLUICE_SOCKET, and a $SLUICE_TIMEOUT no busy machine reaches (the
+// tests that do not test the timeout must not meet it).
+func sidecarEnv(sock string) func(string) string {
+	return func(k string) string {
+		switch k {
+		case "SLUICE_SOCKET":
+			return sock
+		case "SLUICE_TIMEOUT":
+			return "1m"
+		}
+		return ""
+	}
+}
+
 // leaseID matches a lease id in sluice's output: random, so steps say ID.
 var leaseID = regexp.MustCompile(`(lease=|"lease":)[1-9][0-9]*`)
 
-// run runs the steps against socket in order.
+// runSteps runs the steps against socket in order.
 func runSteps(t *testing.T, socket string, steps []step) {
 	t.Helper()
 	for _, s := range steps {
 		var stdout, stderr bytes.Buffer
 		args := strings.Fields(s.args)
-		code := run(args, func(k string) string {
-			if k == "SLUICE_SOCKET" {
-				return socket
-			}
-			return ""
-		}, &stdout, &stderr)
+		code := run(args, sidecarEnv(socket), &stdout, &stderr)
 		out := stdout.String()
 		if strings.Contains(s.stdout, "ID") {
 			out = leaseID.ReplaceAllString(out, "${1}ID")
@@ -153,27 +165,36 @@ func TestInspect(t *testing.T) {
 		runSteps(t, sock, []step{{"acquire " + k + " " + tb10, 0, "allowed...", ""}})
 	}
 	var stdout, stderr bytes.Buffer
-	if code := run([]string{"scan", "user:", "--count", "1"}, func(string) string { return sock }, &stdout, &stderr); code != 0 {
+	if code := run([]string{"scan", "user:"}, sidecarEnv(sock), &stdout, &stderr); code != 0 {
 		t.Fatalf("scan: %d %s", code, stderr.String())
 	}
 	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
-	slices.Sort(lines)
+	slices.Sort(lines[1:])
 	want := []string{
-		"token_bucket 2023-11-14T23:13:20Z user:1",
-		"token_bucket 2023-11-14T23:13:20Z user:2",
-		"token_bucket 2023-11-14T23:13:20Z user:3",
+		"ALGORITHM        FRESH AT (UTC)            KEY",
+		"token_bucket     2023-11-14T23:13:20.000Z  user:1",
+		"token_bucket     2023-11-14T23:13:20.000Z  user:2",
+		"token_bucket     2023-11-14T23:13:20.000Z  user:3",
 	}
 	if !slices.Equal(lines, want) {
 		t.Errorf("scan user:\n%s\nwant\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
 	}
 	stdout.Reset()
-	run([]string{"scan"}, func(string) string { return sock }, &stdout, &stderr)
-	if n := strings.Count(stdout.String(), "\n"); n != 4 {
+	run([]string{"scan"}, sidecarEnv(sock), &stdout, &stderr)
+	if n := strings.Count(stdout.String(), "\n"); n != 1+4 {
 		t.Errorf("scan of everything: %d lines:\n%s", n, stdout.String())
+	}
+	// --count is how many buckets scan prints, whatever the pages.
+	for _, n := range []int{1, 2, 3, 4, 5} {
+		stdout.Reset()
+		run([]string{"scan", "--count", strconv.Itoa(n)}, sidecarEnv(sock), &stdout, &stderr)
+		if got := strings.Count(stdout.String(), "\n"); got != 1+min(n, 4) {
+			t.Errorf("scan --count %d printed %d lines:\n%s", n, got, stdout.String())
+		}
 	}
 
 	stdout.Reset()
-	if code := run([]string{"stats", "--json"}, func(string) string { return sock }, &stdout, &stderr); code != 0 {
+	if code := run([]string{"stats", "--json"}, sidecarEnv(sock), &stdout, &stderr); code != 0 {
 		t.Fatalf("stats: %d %s", code, stderr.String())
 	}
 	var st map[string]uint64
@@ -183,7 +204,7 @@ func TestInspect(t *testing.T) {
 	runSteps(t, sock, []step{
 		{"stats", 0, "allowed 4\n...", ""},
 		{"ping", 0, "pong ...", ""},
-		{"scan --count 0", 2, "", "sluice: scan: --count 0: want 1 to 1000"},
+		{"scan --count -1", 2, "", "sluice: scan: --count -1: want a number of buckets, 0 for all"},
 	})
 	// Without inline keys, scan is an error.
 	runSteps(t, startSidecar(t, 64), []step{
@@ -195,14 +216,18 @@ func TestSocket(t *testing.T) {
 	sock := startSidecar(t, 128)
 	absent := filepath.Join(filepath.Dir(sock), "absent")
 	runSteps(t, absent, []step{ // $SLUICE_SOCKET names an absent socket
-		{"ping", 2, "", "sluice: ping: the sidecar is unavailable: cannot connect to " + absent + ": no such file or directory"},
+		{"ping", 2, "", "sluice: ping: no sidecar at " + absent + ": no such socket (start sluiced, or give its socket with --socket or $SLUICE_SOCKET)"},
 		{"--socket " + sock + " ping", 0, "pong ...", ""},
 		{"ping --socket " + sock, 0, "pong ...", ""},
 		{"acquire k " + tb10 + " --socket " + sock, 0, "allowed...", ""},
 	})
 	var stdout, stderr bytes.Buffer
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if code := run([]string{"ping"}, func(string) string { return "" }, &stdout, &stderr); code != 2 ||
-		!strings.Contains(stderr.String(), "cannot connect to var/sluice.sock") {
+		!strings.Contains(stderr.String(), "no sidecar at "+filepath.Join(wd, "var", "sluice.sock")+":") {
 		t.Errorf("default socket: %d %q", code, stderr.String())
 	}
 }
@@ -210,9 +235,9 @@ func TestSocket(t *testing.T) {
 func TestUsage(t *testing.T) {
 	sock := startSidecar(t, 128)
 	runSteps(t, sock, []step{
-		{"--help", 0, "usage: sluice [--socket PATH] [--direct [--state PATH]] COMMAND [ARGS]\n...", ""},
-		{"-h", 0, "usage: sluice [--socket PATH] [--direct [--state PATH]] COMMAND [ARGS]\n...", ""},
-		{"help", 0, "usage: sluice [--socket PATH] [--direct [--state PATH]] COMMAND [ARGS]\n...", ""},
+		{"--help", 0, "usage: sluice [--socket PATH] [--timeout D] [--direct [--state PATH]] COMMAND [ARGS]\n...", ""},
+		{"-h", 0, "usage: sluice [--socket PATH] [--timeout D] [--direct [--state PATH]] COMMAND [ARGS]\n...", ""},
+		{"help", 0, "usage: sluice [--socket PATH] [--timeout D] [--direct [--state PATH]] COMMAND [ARGS]\n...", ""},
 		{"help scan", 0, "usage: sluice scan [PREFIX] [--count N]\n...", ""},
 		{"acquire --help", 0, "usage: sluice acquire KEY LIMIT [--cost N] [--at UNIX_NANOS] [--strict] [--shadow] [--json]\n...", ""},
 		{"peek k --help", 0, "usage: sluice peek KEY LIMIT...", ""},
@@ -223,11 +248,11 @@ func TestUsage(t *testing.T) {
 
 		{"", 2, "", "sluice: no command (see sluice --help)"},
 		{"frobnicate", 2, "", `sluice: unknown command "frobnicate"`},
-		{"--bogus ping", 2, "", "sluice: flag provided but not defined: -bogus"},
+		{"--bogus ping", 2, "", "sluice: unknown flag --bogus (see sluice --help)"},
 		{"acquire k", 2, "", "sluice: acquire: want KEY LIMIT"},
 		{"acquire k " + tb10 + " extra", 2, "", "sluice: acquire: want KEY LIMIT"},
-		{"acquire k " + tb10 + " --cost x", 2, "", `sluice: acquire: invalid value "x" for flag -cost`},
-		{"acquire k " + tb10 + " --at noon", 2, "", `sluice: acquire: invalid value "noon" for flag -at`},
+		{"acquire k " + tb10 + " --cost x", 2, "", `sluice: acquire: --cost "x": parse error`},
+		{"acquire k " + tb10 + " --at noon", 2, "", `sluice: acquire: --at "noon": want Unix nanoseconds (see sluice acquire --help)`},
 		{"acquire k gcra:burst=1", 2, "", `sluice: acquire: invalid limit: limit "gcra:burst=1": missing parameter "count"`},
 		{"acquire k token_bucket:max=0,refill_time=1h", 2, "", "sluice: acquire: invalid limit: "},
 		{"acquire k " + tb10 + " --cost -1", 2, "", "sluice: acquire: invalid cost: "},
@@ -254,4 +279,107 @@ func TestDirect(t *testing.T) {
 		{"peek mixed " + tb10 + at, 0, "allowed remaining=10 limit=10 reset_after=0s\n", ""},
 		{"--direct --state " + state + ".missing peek k " + tb10, 2, "", "sluice: peek: cannot decide in " + state + ".missing"},
 	})
+}
+
+// Ensure a sidecar that does not answer (stopped with SIGSTOP: its socket
+// still takes connections) is reported in words after --timeout, 1 s by
+// default, instead of "context deadline exceeded" after 5 s.
+func TestTimeout(t *testing.T) {
+	dir, err := os.MkdirTemp("", "sl") // short: socket paths are limited to 108 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	silent := filepath.Join(dir, "silent")
+	ln, err := net.Listen("unix", silent) // never accepts: connections wait in its backlog
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	env := func(timeout string) func(string) string {
+		return func(k string) string {
+			switch k {
+			case "SLUICE_SOCKET":
+				return silent
+			case "SLUICE_TIMEOUT":
+				return timeout
+			}
+			return ""
+		}
+	}
+	for _, c := range []struct {
+		args    string
+		timeout string // $SLUICE_TIMEOUT
+		within  string
+	}{
+		{"ping", "", "1s"},
+		{"--timeout 300ms ping", "", "300ms"},
+		{"acquire k " + tb10 + " --timeout 300ms", "", "300ms"},
+		{"stats", "250ms", "250ms"},
+		{"--timeout 200ms lease k concurrency:limit=1,lease=1d --hold 1d", "1m", "200ms"},
+	} {
+		var stdout, stderr bytes.Buffer
+		start := time.Now()
+		code := run(strings.Fields(c.args), env(c.timeout), &stdout, &stderr)
+		took := time.Since(start)
+		want := "did not answer within " + c.within + ": it is stopped or overloaded (--timeout waits longer)"
+		if code != exitError || !strings.Contains(stderr.String(), want) || strings.Contains(stderr.String(), "deadline") {
+			t.Errorf("sluice %s: exit %d, stderr %q; want 2 and %q", c.args, code, stderr.String(), want)
+		}
+		if took > 4*time.Second { // 5 s before --timeout; the timeout itself is not measured
+			t.Errorf("sluice %s took %v", c.args, took)
+		}
+	}
+	runSteps(t, silent, []step{
+		{"--timeout 0 ping", 2, "", "sluice: ping: --timeout 0s: want a duration above 0"},
+		{"ping --timeout soon", 2, "", `sluice: ping: --timeout "soon": want a duration such as 500ms, 30s, 5m, 2h or 1d (see sluice ping --help)`},
+	})
+	var stderr bytes.Buffer
+	if code := run([]string{"ping"}, env("x"), io.Discard, &stderr); code != exitError || stderr.String() != "sluice: SLUICE_TIMEOUT=\"x\": want a duration such as 500ms or 5s\n" {
+		t.Errorf("SLUICE_TIMEOUT=x: exit %d, %q", code, stderr.String())
+	}
+}
+
+// Ensure --direct is listed and taken only by the commands that decide in
+// the state file; the others refuse it (scan and top listed it and ignored
+// it).
+func TestDirect_onlyWhereItDecides(t *testing.T) {
+	sock := startSidecar(t, 128)
+	refusal := ": --direct decides in the state file, which only acquire, peek, refund and reset do (drop --direct)"
+	var steps []step
+	for _, cmd := range []string{"scan", "stats", "ping", "top --once", "release k concurrency:limit=1,lease=1s 1", "inspect x", "verify x", "config check x"} {
+		name, _, _ := strings.Cut(cmd, " ")
+		steps = append(steps, step{"--direct " + cmd, 2, "", "sluice: " + name + refusal},
+			step{cmd + " --direct", 2, "", "sluice: " + name + refusal})
+	}
+	runSteps(t, sock, steps)
+	for _, cmd := range []string{"acquire", "peek", "refund", "reset", "scan", "top", "stats", "ping", "lease", "release", "inspect", "verify", "config"} {
+		var stdout bytes.Buffer
+		run([]string{cmd, "--help"}, sidecarEnv(sock), &stdout, io.Discard)
+		if listed := strings.Contains(stdout.String(), "--direct"); listed != slices.Contains(directCommands, cmd) {
+			t.Errorf("sluice %s --help lists --direct: %v\n%s", cmd, listed, stdout.String())
+		}
+	}
+}
+
+// Ensure durations are printed for people: to the millisecond, or to the
+// microsecond below one (reset_after=2h56m57.189776841s was printed to the
+// nanosecond).
+func TestFormatDecision_rounds(t *testing.T) {
+	for _, c := range []struct {
+		d    sluice.Decision
+		want string
+	}{
+		{sluice.Decision{Allowed: true, Remaining: 9, Limit: 10, ResetAfter: 2*time.Hour + 56*time.Minute + 57189776841*time.Nanosecond},
+			"allowed remaining=9 limit=10 reset_after=2h56m57.19s"},
+		{sluice.Decision{Remaining: 0, Limit: 10, RetryAfter: 1499999 * time.Microsecond, ResetAfter: time.Hour},
+			"denied remaining=0 limit=10 retry_after=1.5s reset_after=1h0m0s"},
+		{sluice.Decision{Allowed: true, Limit: 5, ResetAfter: 250400 * time.Nanosecond, Delay: 999999 * time.Nanosecond},
+			"allowed remaining=0 limit=5 reset_after=250µs delay=1ms"},
+		{sluice.Decision{Limit: 5, RetryAfter: -1, ResetAfter: 0}, "denied remaining=0 limit=5 retry_after=never reset_after=0s"},
+	} {
+		if got := formatDecision(c.d); got != c.want {
+			t.Errorf("formatDecision(%+v) = %q, want %q", c.d, got, c.want)
+		}
+	}
 }

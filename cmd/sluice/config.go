@@ -29,7 +29,11 @@ func runConfig(x *cli, args []string) int {
 	if *quiet {
 		return exitOK
 	}
-	fmt.Fprintf(x.stdout, "%s: %d limits, valid\n", pos[1], s.Len())
+	noun := "limits"
+	if s.Len() == 1 {
+		noun = "limit"
+	}
+	fmt.Fprintf(x.stdout, "%s: %d %s, valid\n", pos[1], s.Len(), noun)
 	for _, name := range s.Names() {
 		l, _ := s.Lookup(name)
 		opts := ""

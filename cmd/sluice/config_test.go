@@ -14,11 +14,15 @@ func TestConfigCheck(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("limits:\n  login:\n    limit: \"token_bucket:max=10,refill_time=1h\"\n    shdow: true\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	global := filepath.Join(dir, "global.yaml")
+	if err := os.WriteFile(global, []byte("limits:\n  exports:\n    limit: \"fixed_window:limit=1000,window=1d\"\n    scope: global\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	example := filepath.Join("..", "..", "deploy", "sluice.example.yaml")
 	runSteps(t, "", []step{
-		{"config check " + example, 0, example + ": 5 limits, valid\n" +
+		{"config check " + global, 0, global + ": 1 limit, valid\n  exports fixed_window:limit=1000,window=24h0m0s global\n", ""},
+		{"config check " + example, 0, example + ": 4 limits, valid\n" +
 			"  api gcra:burst=20,count=100,period=1m0s\n" +
-			"  exports fixed_window:limit=1000,window=1h0m0s global\n" +
 			"  login token_bucket:max=10,refill_time=1h0m0s,refill_amount=1\n" +
 			"  signup sliding_window:limit=5,window=1h0m0s shadow\n" +
 			"  webhooks pacer:rate=10,period=1s,max_delay=2s\n", ""},

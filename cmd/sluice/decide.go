@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"strconv"
@@ -32,7 +33,7 @@ func runAcquire(x *cli, args []string) int {
 		opts = append(opts, sluice.Strict())
 	}
 	return x.decision("acquire", *asJSON, func(c bucketClient) (sluice.Decision, error) {
-		cx, cancel := callContext()
+		cx, cancel := x.callContext()
 		defer cancel()
 		return c.Acquire(cx, l, pos[0], *cost, opts...)
 	})
@@ -47,7 +48,7 @@ func runPeek(x *cli, args []string) int {
 		return code
 	}
 	return x.decision("peek", *asJSON, func(c bucketClient) (sluice.Decision, error) {
-		cx, cancel := callContext()
+		cx, cancel := x.callContext()
 		defer cancel()
 		return c.Peek(cx, l, pos[0], at.options()...)
 	})
@@ -65,7 +66,7 @@ func runRefund(x *cli, args []string) int {
 		return x.fail("refund: AMOUNT %q: want a whole number of tokens", pos[2])
 	}
 	return x.decision("refund", *asJSON, func(c bucketClient) (sluice.Decision, error) {
-		cx, cancel := callContext()
+		cx, cancel := x.callContext()
 		defer cancel()
 		return c.Refund(cx, l, pos[0], amount)
 	})
@@ -82,7 +83,7 @@ func runReset(x *cli, args []string) int {
 		return code
 	}
 	defer c.Close()
-	cx, cancel := callContext()
+	cx, cancel := x.callContext()
 	defer cancel()
 	existed, err := c.Reset(cx, l, pos[0])
 	if err != nil {
@@ -167,7 +168,7 @@ type jsonDecision struct {
 //	allowed shadow_denied remaining=0 limit=10 reset_after=1h0m0s
 //	denied policy=closed remaining=0 limit=1000 retry_after=5ms reset_after=0s
 //
-// retry_after appears for a denial ("never" if no wait helps), delay for a
+// Durations are rounded (human). retry_after appears for a denial ("never" if no wait helps), delay for a
 // paced request, shadow_denied for a shadow request that was allowed only
 // because it is one, policy for a global limit's decision that its outage
 // policy made because Redis did not answer in time (retry_after is then
@@ -190,14 +191,24 @@ func formatDecision(d sluice.Decision) string {
 		if d.RetryAfter < 0 {
 			b.WriteString(" retry_after=never")
 		} else {
-			fmt.Fprintf(&b, " retry_after=%v", d.RetryAfter)
+			fmt.Fprintf(&b, " retry_after=%s", human(d.RetryAfter))
 		}
 	}
-	fmt.Fprintf(&b, " reset_after=%v", d.ResetAfter)
+	fmt.Fprintf(&b, " reset_after=%s", human(d.ResetAfter))
 	if d.Delay > 0 {
-		fmt.Fprintf(&b, " delay=%v", d.Delay)
+		fmt.Fprintf(&b, " delay=%s", human(d.Delay))
 	}
 	return b.String()
+}
+
+// human returns d for people: to the millisecond (2h56m57.19s, not
+// 2h56m57.189776841s), or to the microsecond below one (250µs). --json
+// gives the nanoseconds.
+func human(d time.Duration) string {
+	if d.Abs() < time.Millisecond {
+		return d.Round(time.Microsecond).String()
+	}
+	return d.Round(time.Millisecond).String()
 }
 
 func jsonFlag(fs *flag.FlagSet) *bool {
@@ -215,7 +226,7 @@ func atFlag(fs *flag.FlagSet) *atValue {
 	fs.Func("at", "decide as of `UNIX_NANOS` instead of the sidecar's clock", func(s string) error {
 		ns, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
-			return fmt.Errorf("want Unix nanoseconds, got %q", s)
+			return errors.New("want Unix nanoseconds")
 		}
 		a.ns, a.set = ns, true
 		return nil

@@ -15,13 +15,13 @@ import (
 
 func runScan(x *cli, args []string) int {
 	fs := x.flags("scan")
-	count := fs.Int("count", 1000, "ask for `N` entries per request, 1 to 1000")
+	count := fs.Int("count", 0, "print at most `N` buckets (0: all)")
 	pos, code, ok := x.parse("scan", fs, args, 0, 1)
 	if !ok {
 		return code
 	}
-	if *count < 1 || *count > 1000 {
-		return x.fail("scan: --count %d: want 1 to 1000", *count)
+	if *count < 0 {
+		return x.fail("scan: --count %d: want a number of buckets, 0 for all", *count)
 	}
 	prefix := ""
 	if len(pos) > 0 {
@@ -32,22 +32,44 @@ func runScan(x *cli, args []string) int {
 		return code
 	}
 	defer c.Close()
+	printed := 0
 	for cursor := uint64(0); ; {
-		cx, cancel := callContext()
-		es, next, err := c.Scan(cx, prefix, cursor, *count)
+		page := scanPage
+		if *count > 0 {
+			page = min(page, *count-printed)
+		}
+		cx, cancel := x.callContext()
+		es, next, err := c.Scan(cx, prefix, cursor, page)
 		cancel()
 		if err != nil {
 			return x.failCmd("scan", err)
 		}
-		for _, e := range es {
-			fmt.Fprintf(x.stdout, "%s %s %s\n", e.Algorithm, e.FreshAt.UTC().Format(time.RFC3339Nano), printable(e.Key))
+		if cursor == 0 {
+			fmt.Fprintf(x.stdout, scanLine, "ALGORITHM", "FRESH AT (UTC)", "KEY")
 		}
-		if next == 0 {
-			return exitOK
+		for _, e := range es {
+			fmt.Fprintf(x.stdout, scanLine, e.Algorithm, e.FreshAt.UTC().Format(scanTime), printable(e.Key))
+		}
+		printed += len(es)
+		if next == 0 || *count > 0 && printed >= *count {
+			break
 		}
 		cursor = next
 	}
+	return exitOK
 }
+
+// scanPage is how many buckets scan asks the sidecar for at once, the
+// most a SCAN returns.
+const scanPage = 1000
+
+// scanTime is the form of scan's times, UTC to the millisecond, and
+// scanLine its lines: columns as wide as the longest algorithm's name and a
+// time, so that they line up as they stream.
+const (
+	scanTime = "2006-01-02T15:04:05.000Z"
+	scanLine = "%-15s  %-24s  %s\n"
+)
 
 // printable returns key as is if it is printable text without spaces, else
 // quoted as a Go string.
@@ -69,7 +91,7 @@ func runStats(x *cli, args []string) int {
 		return code
 	}
 	defer c.Close()
-	cx, cancel := callContext()
+	cx, cancel := x.callContext()
 	defer cancel()
 	st, err := c.Stats(cx)
 	if err != nil {
@@ -102,7 +124,7 @@ func runPing(x *cli, args []string) int {
 		return code
 	}
 	defer c.Close()
-	cx, cancel := callContext()
+	cx, cancel := x.callContext()
 	defer cancel()
 	start := time.Now()
 	if err := c.Ping(cx); err != nil {

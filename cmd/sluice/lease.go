@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/clients/go/sluice"
+	"github.com/sluicehq/sluice/internal/errtext"
 )
 
 // The commands on concurrency limits: lease and release. A lease lives as
@@ -30,8 +31,8 @@ var holdSignals = []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, sys
 
 func runLease(x *cli, args []string) int {
 	fs := x.flags("lease")
-	hold := fs.Duration("hold", 0, "without a COMMAND: hold the slot for `D`, then release it (0: until interrupted)")
-	wait := fs.Duration("wait", 0, "when every slot is held, keep asking for up to `D` (0: do not wait)")
+	hold := durationFlag(fs, "hold", 0, "without a COMMAND: hold the slot for `D`, then release it (0: until interrupted)")
+	wait := durationFlag(fs, "wait", 0, "when every slot is held, keep asking for up to `D` (0: do not wait)")
 	asJSON := fs.Bool("json", false, "print the decision as a JSON object (without a COMMAND)")
 	pos, command, code, ok := x.parseLease(fs, args)
 	if !ok {
@@ -84,7 +85,7 @@ func (x *cli) parseLease(fs *flag.FlagSet, args []string) (pos, command []string
 			return nil, nil, exitOK, false
 		}
 		if err != nil {
-			return nil, nil, x.fail("lease: %v (see sluice lease --help)", err), false
+			return nil, nil, x.fail("lease: %s (see sluice lease --help)", errtext.Flag(err)), false
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {
@@ -122,7 +123,7 @@ func (x *cli) parseLease(fs *flag.FlagSet, args []string) (pos, command []string
 func (x *cli) takeLease(c *sluice.Client, l sluice.Limit, key string, wait time.Duration) (sluice.Lease, error) {
 	deadline := time.Now().Add(wait)
 	for {
-		cx, cancel := callContext()
+		cx, cancel := x.callContext()
 		ls, err := c.Lease(cx, l, key)
 		cancel()
 		if err != nil || ls.Allowed {
@@ -256,9 +257,6 @@ func runRelease(x *cli, args []string) int {
 	if !ok {
 		return code
 	}
-	if x.direct {
-		return x.fail("release: leases are given back through the sidecar's socket (drop --direct)")
-	}
 	id, err := strconv.ParseUint(pos[2], 10, 64)
 	if err != nil || id == 0 {
 		return x.fail("release: ID %q: want the lease id that lease printed, a whole number above 0", pos[2])
@@ -268,7 +266,7 @@ func runRelease(x *cli, args []string) int {
 		return code
 	}
 	defer c.Close()
-	cx, cancel := callContext()
+	cx, cancel := x.callContext()
 	defer cancel()
 	released, err := c.Release(cx, l, pos[0], id)
 	if err != nil {

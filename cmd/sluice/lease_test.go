@@ -39,7 +39,7 @@ type background struct {
 
 func runBackground(sock string, args ...string) *background {
 	b := &background{done: make(chan int, 1)}
-	go func() { b.done <- run(args, func(string) string { return sock }, &b.stdout, &b.stderr) }()
+	go func() { b.done <- run(args, sidecarEnv(sock), &b.stdout, &b.stderr) }()
 	return b
 }
 
@@ -67,7 +67,7 @@ func until(t *testing.T, what string, f func() bool) {
 func held(t *testing.T, sock, key string) int {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	if code := run([]string{"peek", key, conc1}, func(string) string { return sock }, &stdout, &stderr); code > 1 {
+	if code := run([]string{"peek", key, conc1}, sidecarEnv(sock), &stdout, &stderr); code > 1 {
 		t.Fatalf("peek: %s", stderr.String())
 	}
 	if strings.Contains(stdout.String(), "remaining=0 ") {
@@ -111,7 +111,7 @@ func TestLease_hold(t *testing.T) {
 	until(t, "the holder printed its lease", func() bool { return holder.stdout.String() != "" })
 	began := time.Now()
 	var stdout, stderr bytes.Buffer
-	code := run([]string{"lease", "waited", conc1, "--wait", "10s", "--hold", "1ms"}, func(string) string { return sock }, &stdout, &stderr)
+	code := run([]string{"lease", "waited", conc1, "--wait", "10s", "--hold", "1ms"}, sidecarEnv(sock), &stdout, &stderr)
 	if waited := time.Since(began); code != 0 || !strings.HasPrefix(stdout.String(), "allowed lease=") || waited < 150*time.Millisecond {
 		t.Errorf("lease --wait: exit %d after %v, %q %q", code, waited, stdout.String(), stderr.String())
 	}
@@ -155,7 +155,7 @@ func TestLease_command(t *testing.T) {
 		{[]string{"lease", "cmd", conc1, "--", "/nonexistent/command"}, 2, "sluice: lease: fork/exec /nonexistent/command: no such file or directory"},
 	} {
 		var stdout, stderr bytes.Buffer
-		code := run(tc.args, func(string) string { return sock }, &stdout, &stderr)
+		code := run(tc.args, sidecarEnv(sock), &stdout, &stderr)
 		if code != tc.code || !strings.HasPrefix(stderr.String(), tc.stderr) || (tc.stderr == "" && stderr.Len() > 0) {
 			t.Errorf("sluice %q: exit %d, stderr %q; want %d, %q", tc.args, code, stderr.String(), tc.code, tc.stderr)
 		}
@@ -184,7 +184,7 @@ func TestLease_usage(t *testing.T) {
 		{"release jobs " + conc1 + " 0", 2, "", `sluice: release: ID "0": want the lease id that lease printed`},
 		{"release jobs " + conc1 + " x", 2, "", `sluice: release: ID "x": want the lease id that lease printed`},
 		{"release jobs " + tb10 + " 7", 2, "", "sluice: release: invalid limit: only concurrency limits take leases"},
-		{"--direct --state " + state + " release jobs " + conc1 + " 7", 2, "", "sluice: release: leases are given back through the sidecar's socket"},
+		{"--direct --state " + state + " release jobs " + conc1 + " 7", 2, "", "sluice: release: --direct decides in the state file, which only acquire, peek, refund and reset do (drop --direct)"},
 		{"acquire jobs " + conc1, 2, "", "sluice: acquire: invalid limit: concurrency limits take LEASE and RELEASE"},
 	})
 }

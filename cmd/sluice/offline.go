@@ -4,11 +4,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/errtext"
 	"github.com/sluicehq/sluice/proto"
 	"github.com/sluicehq/sluice/shm"
 )
@@ -86,9 +88,15 @@ func damaged(err error) bool {
 	return false
 }
 
-// offlineError is err without the package's prefixes.
+// offlineError is err in words: without the packages' prefixes, and
+// without the Go name of the system call that failed ("lstat x: no such
+// file or directory" says "x: no such file or directory").
 func offlineError(err error) string {
-	return strings.ReplaceAll(err.Error(), "shm: ", "")
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Path + ": " + errtext.String(pe.Err)
+	}
+	return errtext.String(err)
 }
 
 func describeState(r *shm.Report) string {
@@ -120,7 +128,7 @@ func printReport(x *cli, path string, r *shm.Report) {
 		for i, p := range r.Holders {
 			pids[i] = strconv.Itoa(p)
 		}
-		line("holders", "pids %s", strings.Join(pids, ", "))
+		line("holders", "%d of at most %s: pids %s", len(pids), thousands(uint64(r.MaxHolders)), strings.Join(pids, ", "))
 	}
 	if r.HighTime > 0 {
 		line("high time", "%s", time.Unix(0, r.HighTime).UTC().Format(time.RFC3339Nano))
@@ -173,6 +181,7 @@ func jsonReport(path string, r *shm.Report) any {
 		State           string            `json:"state"`
 		Owner           int               `json:"owner_pid,omitempty"`
 		Holders         []int             `json:"holder_pids"`
+		MaxHolders      int               `json:"max_holders"`
 		Load            float64           `json:"load"`
 		Used            uint64            `json:"used_slots"`
 		Live            uint64            `json:"live_buckets"`
@@ -183,7 +192,7 @@ func jsonReport(path string, r *shm.Report) any {
 		MaxDisplacement uint64            `json:"max_displacement"`
 		Counters        shm.Stats         `json:"counters"`
 	}{path, r.Version, time.Unix(0, r.Created).UTC(), r.Geometry.SlotCount, r.Geometry.SlotSize, r.Geometry.ProbeCap,
-		r.Geometry.FileSize, r.State.String(), r.Owner, r.Holders, r.Load(), r.Used, r.Live, r.Fresh, r.Conservative,
+		r.Geometry.FileSize, r.State.String(), r.Owner, r.Holders, r.MaxHolders, r.Load(), r.Used, r.Live, r.Fresh, r.Conservative,
 		byAlg, r.Displacement, r.MaxDisplacement, r.Stats}
 }
 

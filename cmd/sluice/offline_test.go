@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -39,7 +41,7 @@ func fill(tb *shm.Table, n int) {
 	for i := range n {
 		key := []byte(fmt.Sprint("user:", i))
 		kind := uint8(1 + i%2)
-		s, _, err := tb.LookupOrInsert(tb.Fingerprint(key, uint64(kind)), kind, key, 0)
+		s, _, err := tb.LookupOrInsert(tb.Fingerprint(key, uint64(kind)), kind, key, 0, nil)
 		if err != nil {
 			panic(err)
 		}
@@ -51,12 +53,19 @@ func fill(tb *shm.Table, n int) {
 // cleanFile creates a closed state file of 1024 slots holding 40 buckets.
 func cleanFile(t *testing.T) string {
 	t.Helper()
+	return stateFile(t, 1024, 40)
+}
+
+// stateFile returns a state file of slots slots holding buckets buckets,
+// closed cleanly.
+func stateFile(t *testing.T, slots uint64, buckets int) string {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "clean.state")
-	tb, err := shm.Create(path, shm.Options{SlotCount: 1024}, 0)
+	tb, err := shm.Create(path, shm.Options{SlotCount: slots}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fill(tb, 40)
+	fill(tb, buckets)
 	if err := tb.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -100,10 +109,11 @@ func tear(t *testing.T, path string) int {
 
 func TestInspect_offline(t *testing.T) {
 	clean, dirty := cleanFile(t), dirtyFile(t)
+	none := filepath.Join(t.TempDir(), "none")
 	runSteps(t, "", []step{
 		{"inspect " + clean, 0, "state file     " + clean + "\nformat         version " + strconv.Itoa(shm.FormatVersion) + "\n...", ""},
 		{"inspect " + dirty, 0, "...", ""},
-		{"inspect " + filepath.Join(t.TempDir(), "none"), 2, "", "sluice: inspect: lstat "},
+		{"inspect " + none, 2, "", "sluice: inspect: " + none + ": no such file or directory"},
 		{"inspect", 2, "", "sluice: inspect: want STATEFILE [--json]"},
 	})
 	for _, c := range []struct {
@@ -112,9 +122,9 @@ func TestInspect_offline(t *testing.T) {
 	}{
 		{clean, []string{"state          clean\n", "load           0.039 (40 of 1,024 slots used)\n",
 			"live buckets   40 (0 back to new, reclaimable)\n", "token_bucket    20\n", "gcra            20\n",
-			"geometry       1,024 slots of 64 bytes, probe cap 512, 136.0 KiB\n",
+			"geometry       1,024 slots of 64 bytes, probe cap 512, 216.0 KiB\n",
 			"arena          1,024 cells of 64 bytes, 0 in blocks (0.0%), 0 blocks refused (arena full)\n", "counters       inserts 40,"}},
-		{dirty, []string{"state          dirty: not closed cleanly, and no owner; the next open recovers it\n", "holders        pids "}},
+		{dirty, []string{"state          dirty: not closed cleanly, and no owner; the next open recovers it\n", "holders        1 of at most 1,024: pids "}},
 	} {
 		out := runOut(t, 0, "inspect", c.path)
 		for _, w := range c.want {
@@ -177,4 +187,27 @@ func runOut(t *testing.T, code int, args ...string) string {
 		t.Fatalf("sluice %v: exit %d, want %d\nstdout %s\nstderr %s", args, got, code, stdout.String(), stderr.String())
 	}
 	return stdout.String()
+}
+
+// Ensure the README's inspect example is what inspect prints for its file
+// (4,096 slots of 64 bytes): its format version, geometry and arena, which
+// the code decides (the README showed format 4 and no arena after the
+// format moved to 5).
+func TestDocs_readmeInspect(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := stateFile(t, 4096, 30)
+	var stdout bytes.Buffer
+	if code := run([]string{"inspect", path}, func(string) string { return "" }, &stdout, io.Discard); code != exitOK {
+		t.Fatalf("inspect: exit %d", code)
+	}
+	for _, line := range strings.Split(stdout.String(), "\n") {
+		for _, field := range []string{"format ", "geometry ", "arena ", "load ", "live buckets "} {
+			if strings.HasPrefix(line, field) && !strings.Contains(string(readme), "\n"+line+"\n") {
+				t.Errorf("the README's inspect example lacks the line %q", line)
+			}
+		}
+	}
 }

@@ -18,12 +18,7 @@ func TestDocs_readmeCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	sock := startSidecar(t, 128)
-	env := func(k string) string {
-		if k == "SLUICE_SOCKET" {
-			return sock
-		}
-		return ""
-	}
+	env := sidecarEnv(sock)
 	lines := strings.Split(string(readme), "\n")
 	ran := 0
 	for i, line := range lines {
@@ -58,5 +53,16 @@ func TestDocs_readmeCommands(t *testing.T) {
 	}
 	if ran < 5 {
 		t.Errorf("ran %d README commands; the README has more", ran)
+	}
+}
+
+// Ensure the README says the CLI's --timeout as the code sets it.
+func TestDocs_readmeTimeout(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "`--timeout D` (default " + defaultTimeout.String() + ", or `$SLUICE_TIMEOUT`)"; !bytes.Contains(readme, []byte(want)) {
+		t.Errorf("the README does not say %q", want)
 	}
 }

@@ -17,7 +17,7 @@ import (
 
 func runTop(x *cli, args []string) int {
 	fs := x.flags("top")
-	interval := fs.Duration("interval", time.Second, "refresh every `D`")
+	interval := durationFlag(fs, "interval", time.Second, "refresh every `D`")
 	once := fs.Bool("once", false, "print one view (rates over one interval) and exit, without clearing the screen")
 	if _, code, ok := x.parse("top", fs, args, 0, 0); !ok {
 		return code
@@ -32,7 +32,7 @@ func runTop(x *cli, args []string) int {
 	defer c.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	prev, err := sample(c)
+	prev, err := x.sample(c)
 	if err != nil {
 		return x.failCmd("top", err)
 	}
@@ -44,7 +44,7 @@ func runTop(x *cli, args []string) int {
 			return exitOK
 		case <-tick.C:
 		}
-		cur, err := sample(c)
+		cur, err := x.sample(c)
 		if err != nil {
 			return x.failCmd("top", err)
 		}
@@ -66,8 +66,8 @@ type snapshot struct {
 	rtt   time.Duration
 }
 
-func sample(c *sluice.Client) (snapshot, error) {
-	cx, cancel := callContext()
+func (x *cli) sample(c *sluice.Client) (snapshot, error) {
+	cx, cancel := x.callContext()
 	defer cancel()
 	start := time.Now()
 	if err := c.Ping(cx); err != nil {

@@ -39,12 +39,7 @@ func TestTop_once(t *testing.T) {
 		{"acquire b " + tb10, 0, "...", ""},
 	})
 	var stdout, stderr strings.Builder
-	code := run([]string{"top", "--once", "--interval", "20ms"}, func(k string) string {
-		if k == "SLUICE_SOCKET" {
-			return sock
-		}
-		return ""
-	}, &stdout, &stderr)
+	code := run([]string{"top", "--once", "--interval", "20ms"}, sidecarEnv(sock), &stdout, &stderr)
 	out := stdout.String()
 	if code != exitOK || stderr.Len() > 0 || strings.Contains(out, "\x1b[") {
 		t.Fatalf("top: exit %d, stderr %q, stdout %q", code, stderr.String(), out)

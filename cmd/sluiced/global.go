@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/global"
+	"github.com/sluicehq/sluice/proto"
 )
 
 // globalFlags are the flags of global limits: where Redis is, and how to
@@ -36,7 +37,7 @@ func (g *globalFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.keyFile, "global-tls-key", "", "PEM key of --global-tls-cert")
 	fs.StringVar(&g.serverName, "global-tls-server-name", "", "the name Redis's certificate must have (default: the address's host)")
 	fs.StringVar(&g.prefix, "global-prefix", "sluice:", "the prefix of every Redis key")
-	fs.DurationVar(&g.timeout, "global-timeout", global.DefaultTimeout, "the longest a pipeline waits for Redis's reply from its sending: a request past it is decided by its outage policy, and 3 in a row are an outage")
+	fs.TextVar((*proto.Duration)(&g.timeout), "global-timeout", proto.Duration(global.DefaultTimeout), "the longest a pipeline waits for Redis's reply from its sending (`duration`): a request past it is decided by its outage policy, and 3 in a row are an outage")
 	fs.IntVar(&g.waitReplicas, "global-wait-replicas", 0, "answer a decision only once this many replicas hold it (Redis WAIT)")
 }
 
@@ -89,14 +90,23 @@ func (g *globalFlags) options() (*global.Options, error) {
 	return o, nil
 }
 
-// globalNames returns the config's global limits, for the warning that
-// says they need --global-redis.
-func globalNames(s *config.Set) []string {
+// checkGlobal refuses a config with global limits on a sidecar without
+// Redis (haveRedis false): every request on them would fail.
+func checkGlobal(s *config.Set, haveRedis bool) error {
+	if haveRedis {
+		return nil
+	}
 	var names []string
 	for _, n := range s.Names() {
 		if l, _ := s.Lookup(n); l.Scope == config.Global {
 			names = append(names, n)
 		}
 	}
-	return names
+	switch len(names) {
+	case 0:
+		return nil
+	case 1:
+		return fmt.Errorf("%s: the limit %s is global (scope: global), decided in Redis: give sluiced --global-redis HOST:PORT ($SLUICE_GLOBAL_REDIS), or make the limit local", s.Path(), names[0])
+	}
+	return fmt.Errorf("%s: the limits %s are global (scope: global), decided in Redis: give sluiced --global-redis HOST:PORT ($SLUICE_GLOBAL_REDIS), or make them local", s.Path(), strings.Join(names, ", "))
 }

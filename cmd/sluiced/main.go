@@ -18,8 +18,11 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/sluicehq/sluice/internal/errtext"
 	"github.com/sluicehq/sluice/internal/server"
 	"github.com/sluicehq/sluice/internal/version"
+	"github.com/sluicehq/sluice/proto"
+	"github.com/sluicehq/sluice/shm"
 )
 
 // Exit statuses.
@@ -52,17 +55,23 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 	fs.Uint64Var(&c.Slots, "slots", 0, fmt.Sprintf("slot count of a new state file (default %d); an existing file keeps its own", server.DefaultSlots))
 	fs.IntVar(&c.SlotSize, "slot-size", 0, "slot size of a new state file: 64, 128 or 256 (default 64); an existing file keeps its own")
 	fs.Uint64Var(&c.ArenaCells, "arena-cells", 0, "64-byte cells of a new state file's arena, where sliding_log, window_counters and concurrency buckets keep their state (default a quarter of the slot count, at least 1024); an existing file keeps its own")
-	fs.DurationVar(&c.SyncInterval, "sync-interval", server.DefaultSyncInterval, "how often the state file is synced to disk")
+	fs.TextVar((*proto.Duration)(&c.SyncInterval), "sync-interval", proto.Duration(server.DefaultSyncInterval), "sync the state file to disk every `duration`")
 	mode := fs.String("socket-mode", "0660", "permissions of the socket files (native, Redis and metrics), octal")
 	fs.IntVar(&c.MaxConns, "max-conns", server.DefaultMaxConns, "connections served at once; more are refused with Busy")
 	fs.IntVar(&c.MaxConnsPerUID, "max-conns-per-uid", 0, "connections one user (peer uid) may hold at once; 0 for no cap")
 	fs.StringVar(&c.Transport, "transport", server.TransportGoroutines, "how connections are served: goroutines (one each) or epoll (event loops, Linux)")
 	fs.IntVar(&c.Loops, "loops", 0, "event loops of --transport epoll (default half the CPUs, at least one)")
-	fs.DurationVar(&c.LoopSpin, "loop-spin", server.DefaultLoopSpin, "how long an event loop polls for the next request before it sleeps (0: sleep at once)")
-	fs.DurationVar(&c.IdleTimeout, "idle-timeout", server.DefaultIdleTimeout, "close a connection idle this long (one holding concurrency leases: not before they expire)")
+	fs.TextVar((*proto.Duration)(&c.LoopSpin), "loop-spin", proto.Duration(server.DefaultLoopSpin), "an event loop polls for the next request for `duration` before it sleeps (0: sleep at once)")
+	fs.TextVar((*proto.Duration)(&c.IdleTimeout), "idle-timeout", proto.Duration(server.DefaultIdleTimeout), "close a connection idle for `duration` (one holding concurrency leases: not before they expire)")
+	fs.TextVar((*proto.Duration)(&c.LockWait), "lock-wait", proto.Duration(server.DefaultLockWait), "a request waits at most `duration` for a bucket's lock that another process keeps (a stopped direct client) before it is answered with an error naming that process")
 	fs.Func("allow-uid", "serve only peers with these uids (comma-separated), or with an --allow-gid", ids(&c.AllowUIDs))
 	fs.Func("allow-gid", "serve only peers with these gids (comma-separated), or with an --allow-uid", ids(&c.AllowGIDs))
-	fs.TextVar(&level, "log-level", slog.LevelInfo, "debug, info, warn or error")
+	fs.Func("log-level", "log from `level` up: debug, info, warn or error (default info)", func(s string) error {
+		if level.UnmarshalText([]byte(s)) != nil {
+			return errors.New("want debug, info, warn or error")
+		}
+		return nil
+	})
 	logFormat := fs.String("log-format", "text", "text or json")
 	configPath := fs.String("config", "", "config file of named limits (reloaded on SIGHUP and when it changes)")
 	var gf globalFlags
@@ -71,7 +80,7 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (for go tool pprof)")
 	showVersion := fs.Bool("version", false, "print the version and the format versions, and exit")
 	usage := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "sluiced: "+format+" (sluiced -h lists the flags)\n", a...)
+		fmt.Fprintln(stderr, "sluiced: "+errtext.Clean(fmt.Sprintf(format, a...))+" (sluiced -h lists the flags)")
 		return exitUsage
 	}
 	var envErr error
@@ -93,7 +102,7 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 			fs.PrintDefaults()
 			return exitOK
 		}
-		return usage("%v", err)
+		return usage("%s", errtext.Flag(err))
 	}
 	if fs.NArg() > 0 {
 		return usage("unexpected argument %q", fs.Arg(0))
@@ -114,6 +123,8 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 		return usage("--sync-interval %v: want a duration from 1ms to 24h0m0s", c.SyncInterval)
 	case c.IdleTimeout <= 0:
 		return usage("--idle-timeout %v: want a duration from 1ms to 24h0m0s", c.IdleTimeout)
+	case c.LockWait <= 0:
+		return usage("--lock-wait %v: want a duration from 1ms to 24h0m0s", c.LockWait)
 	}
 	if c.LoopSpin == 0 {
 		c.LoopSpin = -1 // the flag's 0 is no polling; the Config's, the default
@@ -126,8 +137,11 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 		return usage("%v", err)
 	}
 	c.Logger = log
+	if c.Global, err = gf.options(); err != nil {
+		return usage("%v", err)
+	}
 	notifySocket, _ := env("NOTIFY_SOCKET")
-	o, err := setupOps(log, *configPath, *metricsAddr, c.SocketMode, notifySocket)
+	o, err := setupOps(log, *configPath, *metricsAddr, c.SocketMode, notifySocket, c.Global != nil)
 	if err != nil {
 		return usage("%v", err)
 	}
@@ -135,15 +149,6 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 	wait := o.start(octx)
 	defer func() { stopOps(); wait() }()
 	c.Limits, c.Metrics = o.limits, o.metrics
-	if c.Global, err = gf.options(); err != nil {
-		return usage("%v", err)
-	}
-	if o.limits != nil && c.Global == nil {
-		if names := globalNames(o.limits.Load()); len(names) > 0 {
-			log.Warn("the config file has global limits, and no --global-redis to decide them: requests on them are refused",
-				"limits", strings.Join(names, ","))
-		}
-	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err != nil {
@@ -158,10 +163,18 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 	c.Ready = func() { o.notify.Ready("serving " + c.SocketPath) }
 	go func() { <-ctx.Done(); o.notify.Stopping("stopping") }()
 	if err := server.Run(ctx, c); err != nil {
-		log.Error("sluiced failed", "err", err)
+		log.Error("sluiced failed", "err", failure(err, c))
 		return exitFail
 	}
 	return exitOK
+}
+
+// failure says why the sidecar failed, in words.
+func failure(err error, c server.Config) string {
+	if errors.Is(err, shm.ErrLocked) {
+		return "the state file " + c.StatePath + " is in use by another process: another sluiced serves it (stop that one, or give this one its own --state)"
+	}
+	return errtext.String(err)
 }
 
 // ids parses a comma-separated list of numeric uids or gids into *dst.

@@ -6,11 +6,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/shm"
+	"golang.org/x/sys/unix"
 )
 
 // runFor runs sluiced with args and env in dir for at most d, and returns
@@ -62,13 +64,14 @@ func TestRun_badFlags(t *testing.T) {
 		{[]string{"--loops", "-1"}, nil, "--loops -1: want 0 (half the CPUs)"},
 		{[]string{"--loop-spin", "2ms"}, nil, "--loop-spin 2ms: want a duration up to 1ms"},
 		{[]string{"--idle-timeout", "-1s"}, nil, "--idle-timeout -1s: want a duration"},
+		{[]string{"--lock-wait", "0s"}, nil, "--lock-wait 0s: want a duration"},
 		{[]string{"--slot-size", "96"}, nil, "--slot-size 96: want 64, 128 or 256"},
 		{[]string{"--slots", "2000000000000"}, nil, "--slots 2000000000000: want a slot count from 1 to 1099511627776"},
 		{[]string{"--socket-mode", "999"}, nil, `--socket-mode "999": want octal permissions`},
 		{[]string{"--resp-addr", "0.0.0.0:9049"}, nil, "--resp-addr 0.0.0.0:9049: want a loopback host:port"},
 		{[]string{"--resp-addr", "127.0.0.1:9049", "--allow-uid", "1"}, nil, "cannot be combined with --allow-uid"},
-		{[]string{"--sync-interval", "soon"}, nil, `invalid value "soon" for flag -sync-interval`},
-		{[]string{"--no-such-flag"}, nil, "flag provided but not defined: -no-such-flag"},
+		{[]string{"--sync-interval", "soon"}, nil, `--sync-interval "soon": want a duration such as 500ms, 30s, 5m, 2h or 1d`},
+		{[]string{"--no-such-flag"}, nil, "unknown flag --no-such-flag"},
 		{nil, map[string]string{"SLUICE_MAX_CONNS": "many"}, `SLUICE_MAX_CONNS="many"`},
 		{nil, map[string]string{"SLUICE_SYNC_INTERVAL": "-2s"}, "--sync-interval -2s"},
 		{[]string{"extra"}, nil, `unexpected argument "extra"`},
@@ -112,5 +115,62 @@ func TestRun_existingGeometry(t *testing.T) {
 		if code != c.code || !strings.Contains(stderr, c.want) {
 			t.Errorf("%v: exit %d, stderr %q; want %d with %q", c.extra, code, stderr, c.code, c.want)
 		}
+	}
+}
+
+// Ensure duration flags and variables take days ("1d" was refused).
+func TestRun_days(t *testing.T) {
+	dir := t.TempDir()
+	code, stderr := runFor(t, 300*time.Millisecond, append(paths(dir), "--idle-timeout", "1d", "--sync-interval", "0.5d"),
+		map[string]string{"SLUICE_GLOBAL_TIMEOUT": "0.0000001d"})
+	if code != exitOK {
+		t.Errorf("exit %d: %s", code, stderr)
+	}
+}
+
+// goNames matches what a user should never read: a package prefix
+// ("shm: open ...: shm: state file ...", "slog: level string") or a Go
+// identifier.
+var goNames = regexp.MustCompile(`\b(shm|proto|server|engine|slog|redis): |\b(Max|Min|Err|Default)[A-Z]\w*|\b[a-z]+\.[A-Z]\w+`)
+
+// Ensure sluiced's errors are sentences that say what is wrong and with
+// which file: a state file another process holds, a socket another
+// sluiced serves (it did not say which), a bad log level.
+func TestRun_errorTexts(t *testing.T) {
+	dir := t.TempDir()
+	state := filepath.Join(dir, "var", "state")
+	os.MkdirAll(filepath.Dir(state), 0o750)
+	tb, err := shm.Create(state, shm.Options{SlotCount: 64}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	other := t.TempDir()
+	sock := filepath.Join(other, "var", "s")
+	os.MkdirAll(filepath.Dir(sock), 0o750)
+	lock, err := os.OpenFile(sock+".lock", os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{paths(dir), exitFail, "the state file " + state + " is in use by another process: another sluiced serves it (stop that one, or give this one its own --state)"},
+		{paths(other), exitFail, "another sluiced is serving this socket: " + sock},
+		{append(paths(other), "--log-level", "verbose"), exitUsage, `--log-level "verbose": want debug, info, warn or error`},
+	} {
+		code, stderr := runFor(t, time.Minute, c.args, nil)
+		if code != c.code || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, c.want) || goNames.MatchString(stderr) {
+			t.Errorf("%v: exit %d, stderr %q; want %d and one line with %q", c.args, code, stderr, c.code, c.want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(other, "var", "state")); err == nil {
+		t.Error("the failed start left the state file it created")
 	}
 }

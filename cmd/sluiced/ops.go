@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/errtext"
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/sdnotify"
 )
@@ -19,9 +20,15 @@ import (
 // The operations side of sluiced: log format, config file and its reloads,
 // metrics, and systemd's notifications.
 
-// newLogger returns the logger of --log-format: text or json.
+// newLogger returns the logger of --log-format: text or json. Errors in
+// its records are in words, without the packages' prefixes (errtext).
 func newLogger(format string, w io.Writer, level slog.Level) (*slog.Logger, error) {
-	opts := &slog.HandlerOptions{Level: level}
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+		if err, ok := a.Value.Any().(error); ok && a.Value.Kind() == slog.KindAny {
+			return slog.String(a.Key, errtext.String(err))
+		}
+		return a
+	}}
 	switch format {
 	case "text":
 		return slog.New(slog.NewTextHandler(w, opts)), nil
@@ -42,9 +49,11 @@ type ops struct {
 }
 
 // setupOps loads the config file and binds the metrics address, before the
-// server creates anything: either failing is a usage error.
-// A metrics Unix socket gets socketMode, as the other sockets do.
-func setupOps(log *slog.Logger, configPath, metricsAddr string, socketMode fs.FileMode, notifySocket string) (*ops, error) {
+// server creates anything: either failing is a usage error, and so is a
+// config with global limits when the sidecar has no Redis (haveRedis) to
+// decide them. A reload that brings one is refused the same way. A
+// metrics Unix socket gets socketMode, as the other sockets do.
+func setupOps(log *slog.Logger, configPath, metricsAddr string, socketMode fs.FileMode, notifySocket string, haveRedis bool) (*ops, error) {
 	o := &ops{log: log, metrics: metrics.New()}
 	n, err := sdnotify.New(notifySocket)
 	if err != nil {
@@ -53,11 +62,15 @@ func setupOps(log *slog.Logger, configPath, metricsAddr string, socketMode fs.Fi
 	o.notify = n
 	if configPath != "" {
 		s, err := config.Load(configPath)
+		if err == nil {
+			err = checkGlobal(s, haveRedis)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("--config: %w", err)
 		}
 		o.limits = config.NewHolder(s)
 		o.watcher = &config.Watcher{Path: configPath, Holder: o.limits, Logger: log,
+			Check: func(s *config.Set) error { return checkGlobal(s, haveRedis) },
 			OnReload: func(r config.Result, _ error) {
 				o.metrics.ConfigReload(r == config.Reloaded)
 				o.metrics.ConfigKept(len(o.limits.Load().Kept()))

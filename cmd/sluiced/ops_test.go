@@ -62,22 +62,7 @@ func TestRun_badOps(t *testing.T) {
 // count), STOPPING=1 at shutdown; logs are JSON with --log-format json.
 func TestRun_systemd(t *testing.T) {
 	dir := shortDir(t)
-	notify := filepath.Join(dir, "notify")
-	nc, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: notify, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	recv := func() string {
-		t.Helper()
-		nc.SetReadDeadline(time.Now().Add(10 * time.Second))
-		buf := make([]byte, 4096)
-		n, err := nc.Read(buf)
-		if err != nil {
-			t.Fatalf("waiting for a notification: %v", err)
-		}
-		return string(buf[:n])
-	}
+	notify, recv := listenNotify(t, dir)
 	cfg := filepath.Join(dir, "sluice.yaml")
 	os.WriteFile(cfg, []byte("limits:\n  login: \"token_bucket:max=10,refill_time=1h\"\n"), 0o644)
 	msock := filepath.Join(dir, "metrics")
@@ -169,6 +154,66 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// Ensure a config with global limits is refused without --global-redis,
+// at start (one line that says what to do, nothing created; it used to
+// start with a warning, then fail every request on those limits) and at a
+// reload (the previous config stays, systemd hears why).
+func TestRun_globalWithoutRedis(t *testing.T) {
+	dir, err := os.MkdirTemp("", "gl") // short: socket paths are limited to 108 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	local := "limits:\n  login: \"token_bucket:max=10,refill_time=1h\"\n"
+	global := local + "  exports:\n    limit: \"fixed_window:limit=1000,window=1h\"\n    scope: global\n"
+	cfg := filepath.Join(dir, "sluice.yaml")
+	os.WriteFile(cfg, []byte(global), 0o644)
+	code, stderr := runFor(t, time.Minute, append(paths(dir), "--config", cfg), nil)
+	want := "sluiced: --config: " + cfg + ": the limit exports is global (scope: global), decided in Redis: give sluiced --global-redis HOST:PORT ($SLUICE_GLOBAL_REDIS), or make the limit local"
+	if code != exitUsage || strings.Count(stderr, "\n") != 1 || !strings.HasPrefix(stderr, want) {
+		t.Errorf("exit %d, stderr %q; want 2 and %q", code, stderr, want)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "var")); err == nil {
+		t.Error("files were created before the config was refused")
+	}
+
+	os.WriteFile(cfg, []byte(local), 0o644)
+	notify, recv := listenNotify(t, dir)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int, 1)
+	var log syncBuffer
+	go func() {
+		done <- run(ctx, append(paths(dir), "--config", cfg), func(k string) (string, bool) {
+			return notify, k == "NOTIFY_SOCKET"
+		}, io.Discard, &log)
+	}()
+	if got := recv(); !strings.HasPrefix(got, "READY=1") {
+		t.Fatalf("first notification %q", got)
+	}
+	os.WriteFile(cfg, []byte(global), 0o644)
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	recv() // RELOADING=1
+	if got := recv(); !strings.Contains(got, "STATUS=serving; the last config reload failed: "+cfg+": the limit exports is global") {
+		t.Errorf("after reloading a file with a global limit: %q", got)
+	}
+	c, err := sluice.Dial(filepath.Join(dir, "var", "s"), sluice.WithFailurePolicy(sluice.FailError), sluice.WithTimeout(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	login, _ := sluice.ParseLimit("login")
+	if d, err := c.Acquire(context.Background(), login, "k", 1); err != nil || !d.Allowed {
+		t.Errorf("the previous config is not in force: %+v, %v", d, err)
+	}
+	cancel()
+	if code := <-done; code != exitOK {
+		t.Fatalf("exit %d: %s", code, log.String())
+	}
+}
+
 // Ensure every socket sluiced binds, the metrics socket too, has
 // --socket-mode whatever the umask: under umask 000 the metrics socket was
 // 0777, and any local user could read every limit's traffic.
@@ -205,5 +250,28 @@ func TestRun_socketModesUnderUmask(t *testing.T) {
 		if code := <-done; code != exitOK {
 			t.Fatalf("exit %d: %s", code, stderr.String())
 		}
+	}
+}
+
+// listenNotify listens on a notify socket in dir, as systemd does, and
+// returns its path and a function that waits (a minute at most) for the
+// next notification.
+func listenNotify(t *testing.T, dir string) (string, func() string) {
+	t.Helper()
+	notify := filepath.Join(dir, "notify")
+	nc, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: notify, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	return notify, func() string {
+		t.Helper()
+		nc.SetReadDeadline(time.Now().Add(time.Minute))
+		buf := make([]byte, 4096)
+		n, err := nc.Read(buf)
+		if err != nil {
+			t.Fatalf("waiting for a notification: %v", err)
+		}
+		return string(buf[:n])
 	}
 }

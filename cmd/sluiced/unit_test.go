@@ -2,12 +2,18 @@ package main
 
 import (
 	"bufio"
+	"context"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/clients/go/sluice"
+	"github.com/sluicehq/sluice/internal/config"
 )
 
 // unitPath is the systemd unit shipped in deploy/.
@@ -41,9 +47,12 @@ func TestUnit_verify(t *testing.T) {
 	}
 }
 
-// Ensure the unit's command line and environment start sluiced: every flag
-// and SLUICE_ variable it sets exists and is valid (with the directories
-// systemd would make, the example config and an ephemeral metrics port).
+// Ensure the unit's command line and environment start sluiced with the
+// example config as the unit installs it: every flag and SLUICE_ variable
+// it sets exists and is valid (with the directories systemd would make, a
+// small table and an ephemeral metrics port), sluiced tells systemd it is
+// ready, and every limit of the example decides (a global limit in it,
+// without the Redis the unit does not give, made sluiced refuse it).
 func TestUnit_commandLine(t *testing.T) {
 	f, err := os.Open(unitPath)
 	if err != nil {
@@ -71,14 +80,59 @@ func TestUnit_commandLine(t *testing.T) {
 	if env["SLUICE_CONFIG"] != "/etc/sluice/sluice.yaml" || env["SLUICE_METRICS"] == "" {
 		t.Fatalf("the unit's environment is %v", env)
 	}
-	env["SLUICE_CONFIG"] = filepath.Join("..", "..", "deploy", "sluice.example.yaml")
+	example := filepath.Join("..", "..", "deploy", "sluice.example.yaml")
+	env["SLUICE_CONFIG"] = example
 	env["SLUICE_METRICS"] = "127.0.0.1:0"
 	env["SLUICE_SLOTS"] = "1024"
-	code, stderr := runFor(t, 500*time.Millisecond, args, env)
-	if code != exitOK {
-		t.Fatalf("sluiced %v: exit %d\n%s", args, code, stderr)
+	notify := filepath.Join(dir, "notify")
+	nc, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: notify, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "sluice.state")); err != nil {
-		t.Fatalf("no state file: %v", err)
+	defer nc.Close()
+	env["NOTIFY_SOCKET"] = notify
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stderr syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, args, func(k string) (string, bool) { v, ok := env[k]; return v, ok }, io.Discard, &stderr)
+	}()
+	ready := make(chan string, 1)
+	go func() {
+		buf := make([]byte, 4096)
+		n, _ := nc.Read(buf)
+		ready <- string(buf[:n])
+	}()
+	select {
+	case code := <-done:
+		t.Fatalf("sluiced %v exited %d before it was ready:\n%s", args, code, stderr.String())
+	case got := <-ready:
+		if !strings.HasPrefix(got, "READY=1") {
+			t.Fatalf("first notification %q", got)
+		}
+	}
+	limits, err := config.Load(example)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := sluice.Dial(filepath.Join(dir, "sluice.sock"), sluice.WithFailurePolicy(sluice.FailError), sluice.WithTimeout(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, name := range limits.Names() {
+		l, err := sluice.ParseLimit(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d, err := c.Acquire(context.Background(), l, "unit-test", 1); err != nil || !d.Allowed {
+			t.Errorf("acquire under %s: %+v, %v", name, d, err)
+		}
+	}
+	cancel()
+	if code := <-done; code != exitOK {
+		t.Fatalf("sluiced %v: exit %d\n%s", args, code, stderr.String())
 	}
 }

@@ -119,7 +119,7 @@ func Parse(file string, data []byte) (*Set, error) {
 	}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, p.yamlError(err)
+		return nil, p.yamlError(err, data)
 	}
 	if len(doc.Content) == 0 {
 		return nil, p.errorf(nil, "", "empty file: want a \"limits:\" mapping")
@@ -166,8 +166,10 @@ func (p *parser) errorf(n *yaml.Node, field, format string, a ...any) *Error {
 	return e
 }
 
-// yamlError turns a YAML syntax error into an *Error with its line.
-func (p *parser) yamlError(err error) *Error {
+// yamlError turns a YAML syntax error in data into an *Error with its
+// line: the line where the problem is, not the one where the construct
+// around it starts, which the YAML library gives (problemLine).
+func (p *parser) yamlError(err error, data []byte) *Error {
 	msg := strings.TrimPrefix(err.Error(), "yaml: ")
 	e := &Error{File: p.file, Msg: msg, Err: err}
 	var te *yaml.TypeError
@@ -177,11 +179,49 @@ func (p *parser) yamlError(err error) *Error {
 	if rest, ok := strings.CutPrefix(msg, "line "); ok {
 		if num, after, ok := strings.Cut(rest, ": "); ok {
 			if n, err := strconv.Atoi(num); err == nil {
-				e.Line, e.Msg = n, after
+				e.Line, e.Msg = problemLine(data, n, after), after
 			}
 		}
 	}
 	return e
+}
+
+// problemLine returns the line of a syntax error that the YAML library
+// reports as msg on line from. The library names the line where the
+// mapping, list or string around the problem starts ("did not find
+// expected key" on the "limits:" line for a mis-indented line 40 lines
+// below): the problem is on the first line whose end makes the file up to
+// it fail with the same message. The parser stops at the problem, so the
+// lines after it do not change that message: the search is a bisection
+// over the lines from from to the end of the file.
+func problemLine(data []byte, from int, msg string) int {
+	ends := []int{} // ends[i] is the offset just past line i+1
+	for i, b := range data {
+		if b == '\n' {
+			ends = append(ends, i+1)
+		}
+	}
+	if len(ends) == 0 || ends[len(ends)-1] != len(data) {
+		ends = append(ends, len(data))
+	}
+	fails := func(line int) bool {
+		var doc yaml.Node
+		err := yaml.Unmarshal(data[:ends[line-1]], &doc)
+		return err != nil && strings.HasSuffix(err.Error(), ": "+msg)
+	}
+	lo, hi := max(from, 1), len(ends) // the answer is in [lo, hi]
+	if lo > hi || !fails(hi) {
+		return from
+	}
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		if fails(mid) {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo
 }
 
 // mapping calls fn for each key of the mapping n, in order, refusing
@@ -341,7 +381,7 @@ func (p *parser) globalField(l *Limit, name string, val *yaml.Node, f string) er
 		}
 		l.Lease = n
 	case "lease_ttl":
-		d, err := time.ParseDuration(s)
+		d, err := proto.ParseDuration(s)
 		if err != nil || d < time.Millisecond || d > time.Hour {
 			return p.errorf(val, f, "%q: want a duration from 1ms to 1h", s)
 		}

@@ -2,8 +2,11 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"github.com/sluicehq/sluice/internal/global"
+	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -12,14 +15,28 @@ import (
 	"github.com/sluicehq/sluice/proto"
 )
 
-// Ensure the example in deploy/ loads and says what its comments say.
+// Ensure the example in deploy/ loads and says what its comments say, and
+// so does its global limit, commented out (a sidecar without Redis refuses
+// it), once its lines are uncommented.
 func TestLoad_example(t *testing.T) {
-	s, err := Load(filepath.Join("..", "..", "deploy", "sluice.example.yaml"))
+	path := filepath.Join("..", "..", "deploy", "sluice.example.yaml")
+	s, err := Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := strings.Join(s.Names(), " "), "api exports login signup webhooks"; got != want {
+	if got, want := strings.Join(s.Names(), " "), "api login signup webhooks"; got != want {
 		t.Fatalf("names %q, want %q", got, want)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uncommented := regexp.MustCompile(`(?m)^#(  )`).ReplaceAll(data, []byte("$1"))
+	if s, err = Parse(path, uncommented); err != nil {
+		t.Fatalf("the example uncommented: %v", err)
+	}
+	if got, want := strings.Join(s.Names(), " "), "api exports login signup webhooks"; got != want {
+		t.Fatalf("names of the example uncommented %q, want %q", got, want)
 	}
 	login, _ := s.Lookup("login")
 	if login.Wire != proto.TokenBucketLimit(10, time.Hour, 1) || login.Shadow || login.Description == "" {
@@ -88,8 +105,17 @@ func TestParse_errors(t *testing.T) {
 		{"limits:\n  a:\n    limit: \"sliding_log:limit=10,window=1s\"\n    scope: global\n",
 			`f.yaml:3: limits.a.limit: "sliding_log:limit=10,window=1s" cannot be global: `},
 		{"limits:\n  a:\n    limit: \"concurrency:limit=5,lease=30s\"\n    scope: global\n", "has no global form; use it with scope: local"},
-		{"limits:\n  a:\n    limit: \"sliding_log:limit=5000,window=1s\"\n", "MaxLogLimit"},
-		{"limits:\n  a: {limit: \"x\"\n", "f.yaml:1: did not find expected ',' or '}'"},
+		{"limits:\n  a:\n    limit: \"sliding_log:limit=5000,window=1s\"\n", "want <= 4096 (the most requests a sliding log remembers)"},
+		{"limits:\n  a: {limit: \"x\"\n", "f.yaml:2: did not find expected ',' or '}'"},
+		// A syntax error is reported on its own line, not on the line of
+		// the mapping or list around it.
+		{"version: 1\nlimits:\n  login:\n    limit: \"gcra:burst=1,count=1,period=1s\"\n   description: x\n  api: \"gcra:burst=1,count=1,period=1s\"\n",
+			"f.yaml:5: did not find expected key"},
+		{"version: 1\nlimits:\n  login:\n    limit: gcra:burst=1,count=1,period=1s\n  - api: foo\n", "f.yaml:5: did not find expected key"},
+		{"version: 1\nlimits:\n  login: [a, b\n  api: foo\n  other: bar\n", "f.yaml:3: did not find expected ',' or ']'"},
+		{"version: 1\nlimits:\n  login:\n    limit: gcra:burst=1,count=1,period=1s\n    description: a: b\n", "f.yaml:5: mapping values are not allowed in this context"},
+		{"version: 1\nlimits:\n" + manyLimits(200) + "   bad: \"gcra:burst=1,count=1,period=1s\"\n" + manyLimits(50),
+			"f.yaml:203: did not find expected key"},
 		{"limits:\n\ta: 1\n", "f.yaml:2: found character that cannot start any token"},
 	} {
 		_, err := Parse("f.yaml", []byte(c.in))
@@ -152,4 +178,13 @@ func TestParse_shadowInSpec(t *testing.T) {
 	if !a.Shadow || b.Shadow || a.Wire != b.Wire {
 		t.Errorf("a: shadow %v, wire %v; b: shadow %v, wire %v", a.Shadow, a.Wire, b.Shadow, b.Wire)
 	}
+}
+
+// manyLimits returns n lines of valid limits, a0 to an-1.
+func manyLimits(n int) string {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, "  a%d: \"gcra:burst=1,count=1,period=1s\"\n", i)
+	}
+	return b.String()
 }

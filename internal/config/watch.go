@@ -61,6 +61,9 @@ type Watcher struct {
 	// Signals, if not nil, asks Run to reload the file now, even if it
 	// did not change (the command sends SIGHUP here).
 	Signals <-chan os.Signal
+	// Check, if not nil, is what a file must pass besides parsing to be
+	// loaded: a Set it refuses is rejected like an invalid file.
+	Check func(*Set) error
 	// OnReload, if not nil, is called after every reload with its result
 	// and, when rejected, the reason (the command feeds metrics and
 	// sd_notify with it). It runs on the reloading goroutine.
@@ -163,6 +166,9 @@ func (w *Watcher) reload(ctx context.Context, force bool) error {
 		}
 		w.lastSum, w.seen = sum, false
 		s, err = Parse(w.Path, data)
+		if err == nil && w.Check != nil {
+			err = w.Check(s)
+		}
 	}
 	if err != nil {
 		// A file that stays missing or unreadable is counted and logged

@@ -33,7 +33,13 @@
 // An Engine is safe for concurrent use. Each operation on one bucket holds
 // one slot lock for the duration of the algorithm (tens of nanoseconds).
 // Multi locks every slot it needs in ascending slot order, so concurrent
-// Multis over overlapping buckets cannot deadlock.
+// Multis over overlapping buckets cannot deadlock. An operation waits for
+// locks another process keeps (a direct client stopped mid-decision) as
+// package shm describes, at most its Time.Wait in all (DefaultLockWait,
+// one second, unless set): then it fails with a *LockedError naming that
+// process (ErrLocked) and changes nothing; Multi and Each release what
+// they locked. Time.Blocking lets an event loop hand its other work over
+// before the operation sleeps.
 //
 // # Durability
 //

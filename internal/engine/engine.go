@@ -1,8 +1,10 @@
 package engine
 
 import (
+	"cmp"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/shm"
@@ -34,7 +36,7 @@ func (e *Engine) fingerprint(key []byte, l *Limit) shm.Fingerprint {
 
 // Time is when a request is decided: two clocks, because a client may send
 // its own time (smyte/ratelimit's AT) and must not decide more with it than
-// its own request.
+// its own request; and how long it may wait for its buckets' locks.
 type Time struct {
 	// Now is the server's clock, Unix ns. It alone decides which slots hold
 	// buckets that are fresh again and may be reclaimed by other buckets.
@@ -43,10 +45,28 @@ type Time struct {
 	// Now unless the client sent a time, and must be within
 	// [0, bucket.MaxTime] (ErrTime).
 	At int64
+	// Wait bounds how long the request waits, in all, for locks that other
+	// holders keep (a process stopped while it decides on the same bucket):
+	// past it the request fails with a *LockedError and changes nothing.
+	// 0 means DefaultLockWait.
+	Wait time.Duration
+	// Blocking, if set, is called once if the request finds a lock still
+	// held after a short spin, before it yields or sleeps waiting: an event
+	// loop hands its other connections over there (see shm.Wait).
+	Blocking func()
 }
+
+// DefaultLockWait is a request's Time.Wait when it sets none.
+const DefaultLockWait = time.Second
 
 // At returns the Time of a request decided at the server's clock now.
 func At(now int64) Time { return Time{Now: now, At: now} }
+
+// wait returns the Wait of one operation at t: it counts the operation's
+// lock waits, on the operation's stack.
+func (t *Time) wait() shm.Wait {
+	return shm.Wait{Budget: cmp.Or(t.Wait, DefaultLockWait), Blocking: t.Blocking}
+}
 
 // check validates a request's key, limit, cost and time.
 func check(key []byte, l *Limit, cost int64, t Time) error {
@@ -153,14 +173,17 @@ func (e *Engine) Acquire(d *bucket.Decision, key []byte, l *Limit, cost int64, t
 		return err
 	}
 	defer e.t.Exit()
+	w := t.wait()
 	if l.ext > 0 {
-		return e.acquireExt(d, key, l, cost, t, f)
+		return e.acquireExt(d, key, l, cost, t, f, &w)
 	}
 	if cost == 0 {
-		e.decideCopy(d, key, l, 0, t)
-		return nil
+		return e.decideCopy(d, key, l, 0, t, &w)
 	}
-	sl, ok, pr := e.t.Find(e.fingerprint(key, l))
+	sl, ok, pr, err := e.t.Find(e.fingerprint(key, l), &w)
+	if err != nil {
+		return tableErr(err)
+	}
 	if ok && e.probe != nil {
 		e.probe(sl.Displacement())
 	}
@@ -182,8 +205,7 @@ func (e *Engine) Acquire(d *bucket.Decision, key []byte, l *Limit, cost int64, t
 			return nil
 		}
 		var created bool
-		var err error
-		if sl, created, err = e.claim(&pr, l, key, t); err != nil {
+		if sl, created, err = e.claim(&pr, l, key, t, &w); err != nil {
 			return err
 		}
 		if created {
@@ -205,8 +227,8 @@ func (e *Engine) Acquire(d *bucket.Decision, key []byte, l *Limit, cost int64, t
 // left off (shm.Table.Claim) and tells the probe hook its displacement; it
 // returns the bucket's slot, locked, and whether it created it (not:
 // another request created it since the Find).
-func (e *Engine) claim(pr *shm.Probe, l *Limit, key []byte, t Time) (shm.Slot, bool, error) {
-	sl, created, err := e.t.Claim(pr, uint8(l.b.Algorithm), key, t.Now)
+func (e *Engine) claim(pr *shm.Probe, l *Limit, key []byte, t Time, w *shm.Wait) (shm.Slot, bool, error) {
+	sl, created, err := e.t.Claim(pr, uint8(l.b.Algorithm), key, t.Now, w)
 	if err != nil {
 		return sl, false, tableErr(err)
 	}
@@ -228,10 +250,14 @@ func (e *Engine) Peek(d *bucket.Decision, key []byte, l *Limit, t Time) error {
 		return err
 	}
 	defer e.t.Exit()
+	w := t.wait()
 	if l.ext > 0 {
-		return e.peekExt(d, key, l, t, false)
+		return e.peekExt(d, key, l, t, false, &w)
 	}
-	s := e.stateCopy(key, l, t)
+	s, err := e.stateCopy(key, l, t, &w)
+	if err != nil {
+		return err
+	}
 	peekState(d, l, &s, t.At)
 	return nil
 }
@@ -246,19 +272,26 @@ func peekState(d *bucket.Decision, l *Limit, s *bucket.State, at int64) {
 }
 
 // decideCopy writes to *d the decision for cost on a copy of key's bucket.
-func (e *Engine) decideCopy(d *bucket.Decision, key []byte, l *Limit, cost int64, t Time) {
-	s := e.stateCopy(key, l, t)
+func (e *Engine) decideCopy(d *bucket.Decision, key []byte, l *Limit, cost int64, t Time, w *shm.Wait) error {
+	s, err := e.stateCopy(key, l, t, w)
+	if err != nil {
+		return err
+	}
 	l.b.Decide(t.At, &s, cost, 0, d)
+	return nil
 }
 
 // stateCopy returns key's bucket as the algorithm must see it at t: a new
 // one if there is none. A slot found torn is repaired on the way.
-func (e *Engine) stateCopy(key []byte, l *Limit, t Time) bucket.State {
+func (e *Engine) stateCopy(key []byte, l *Limit, t Time, w *shm.Wait) (bucket.State, error) {
 	var s bucket.State
-	sl, ok := e.t.Lookup(e.fingerprint(key, l))
+	sl, ok, err := e.t.Lookup(e.fingerprint(key, l), w)
+	if err != nil {
+		return s, tableErr(err)
+	}
 	if !ok {
 		l.b.Init(t.At, &s)
-		return s
+		return s, nil
 	}
 	if load(t, l, sl, &s) {
 		var d bucket.Decision
@@ -267,7 +300,7 @@ func (e *Engine) stateCopy(key []byte, l *Limit, t Time) bucket.State {
 	} else {
 		sl.Release()
 	}
-	return s
+	return s, nil
 }
 
 // Refund gives amount tokens back to key's bucket at t.At, capped at the
@@ -283,11 +316,15 @@ func (e *Engine) Refund(d *bucket.Decision, key []byte, l *Limit, amount int64, 
 		return err
 	}
 	defer e.t.Exit()
+	w := t.wait()
 	if l.ext > 0 {
-		return e.refundExt(d, key, l, amount, t, f)
+		return e.refundExt(d, key, l, amount, t, f, &w)
 	}
 	cell := f&bucket.Cell != 0 && l.b.Algorithm == bucket.GCRA
-	sl, ok := e.t.Lookup(e.fingerprint(key, l))
+	sl, ok, err := e.t.Lookup(e.fingerprint(key, l), &w)
+	if err != nil {
+		return tableErr(err)
+	}
 	if !ok || amount == 0 && !cell {
 		if ok {
 			sl.Release()
@@ -315,8 +352,8 @@ func (e *Engine) Refund(d *bucket.Decision, key []byte, l *Limit, amount int64, 
 }
 
 // Reset forgets key's bucket under l, which then behaves as new. It reports
-// whether the bucket existed.
-func (e *Engine) Reset(key []byte, l *Limit) (bool, error) {
+// whether the bucket existed. t's clocks are not read: only its waits.
+func (e *Engine) Reset(key []byte, l *Limit, t Time) (bool, error) {
 	if err := check(key, l, 0, Time{}); err != nil {
 		return false, err
 	}
@@ -324,13 +361,38 @@ func (e *Engine) Reset(key []byte, l *Limit) (bool, error) {
 		return false, err
 	}
 	defer e.t.Exit()
-	sl, ok := e.t.Lookup(e.fingerprint(key, l))
+	w := t.wait()
+	sl, ok, err := e.t.Lookup(e.fingerprint(key, l), &w)
+	if err != nil {
+		return false, tableErr(err)
+	}
 	if !ok {
 		return false, nil
 	}
 	existed := sl.Live()
-	sl.Clear()
+	sl.Clear(&w)
 	return existed, nil
+}
+
+// Hold locks key's bucket under l as a decision does, claiming a slot for
+// it if it does not exist (at the server's clock now), and returns the
+// function that releases it unchanged: until then, nothing else decides on
+// the bucket, in any process. It is for tests of what waits for a lock (a
+// process stopped or killed in the middle of a decision); decisions hold
+// their locks for nanoseconds.
+func (e *Engine) Hold(key []byte, l *Limit, now int64) (release func(), err error) {
+	if err := check(key, l, 0, At(now)); err != nil {
+		return nil, err
+	}
+	if err := e.enter(); err != nil {
+		return nil, err
+	}
+	sl, _, err := e.t.LookupOrInsert(e.fingerprint(key, l), uint8(l.b.Algorithm), key, now, nil)
+	if err != nil {
+		e.t.Exit()
+		return nil, tableErr(err)
+	}
+	return func() { sl.Release(); e.t.Exit() }, nil
 }
 
 // enter counts a decision in on an attached table (see shm.Table.Enter);

@@ -134,7 +134,7 @@ func TestAcquire_noCreateWithoutChange(t *testing.T) {
 	if d, _ := refund(e, []byte("k"), l, 3, t0); d.Remaining != 5 {
 		t.Errorf("refund of a new bucket: %+v", d)
 	}
-	if ok, _ := e.Reset([]byte("k"), l); ok {
+	if ok, _ := e.Reset([]byte("k"), l, Time{}); ok {
 		t.Errorf("reset reported a bucket that never existed")
 	}
 	if st := e.Table().Stats(); st.Inserts != 0 {
@@ -169,7 +169,7 @@ func TestOperations(t *testing.T) {
 		t.Errorf("refund is not capped at max: %+v", d)
 	}
 	acquire(e, k, l, 5, t0, 0)
-	if ok, _ := e.Reset(k, l); !ok {
+	if ok, _ := e.Reset(k, l, Time{}); !ok {
 		t.Errorf("reset of an existing bucket reported false")
 	}
 	if d, _ := acquire(e, k, l, 1, t0, 0); d.Remaining != 4 {
@@ -271,7 +271,7 @@ func TestAcquire_conservativeAfterCrash(t *testing.T) {
 	l := tokenBucket(10, 1, 1)
 	acquire(e, []byte("k"), l, 1, t0, 0)
 	// Crash while the slot is locked: copy the file as the kernel holds it.
-	sl, _ := tb.Lookup(e.fingerprint([]byte("k"), l))
+	sl, _, _ := tb.Lookup(e.fingerprint([]byte("k"), l), nil)
 	img, err := os.ReadFile(path)
 	sl.Release()
 	tb.Close()
@@ -367,7 +367,7 @@ func TestStore_freshAt(t *testing.T) {
 		} else {
 			acquire(e, key, l, rng.Int64N(4), now, 0)
 		}
-		sl, ok := e.Table().Lookup(e.fingerprint(key, l))
+		sl, ok, _ := e.Table().Lookup(e.fingerprint(key, l), nil)
 		if !ok {
 			continue
 		}

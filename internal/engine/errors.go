@@ -2,6 +2,8 @@ package engine
 
 import (
 	"errors"
+	"fmt"
+	"time"
 
 	"github.com/sluicehq/sluice/shm"
 )
@@ -43,7 +45,27 @@ var (
 	// ErrReadOnly is returned by the owner's operations (Sync) on an
 	// engine attached to another process's table.
 	ErrReadOnly = errors.New("only the state file's owner may do this")
+	// ErrLocked is matched by the *LockedError of a request that gave up
+	// waiting for a bucket's lock (Time.Wait): another process keeps it,
+	// alive but not going on (stopped, or stuck in a debugger).
+	ErrLocked = errors.New("the bucket is locked by another process")
 )
+
+// LockedError is the error of a request that waited longer than its
+// Time.Wait for a lock another holder keeps. The request changed nothing.
+// It matches ErrLocked.
+type LockedError struct {
+	Pid  int           // the holder's process; 0 if unknown
+	Held time.Duration // how long the request saw it hold the lock: at least this long
+}
+
+func (e *LockedError) Error() string {
+	return fmt.Sprintf("the bucket is locked by process %d, which has held it for at least %v: the process is alive but not letting go (stopped?)",
+		e.Pid, e.Held.Round(time.Millisecond))
+}
+
+// Is reports whether target is ErrLocked.
+func (e *LockedError) Is(target error) bool { return target == ErrLocked }
 
 // MaxKeyLen is the longest key, in bytes.
 const MaxKeyLen = shm.MaxKeyLen
@@ -58,6 +80,10 @@ func tableErr(err error) error {
 		return ErrTableFull
 	case errors.Is(err, shm.ErrNotOwner):
 		return ErrReadOnly
+	}
+	var le *shm.LockedError
+	if errors.As(err, &le) {
+		return &LockedError{Pid: le.Pid, Held: le.Held}
 	}
 	return err
 }

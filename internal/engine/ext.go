@@ -52,13 +52,13 @@ var scratch = sync.Pool{New: func() any { return new([maxExtWords]int64) }}
 // algorithm. replaced reports that the slot must be written whatever the
 // algorithm then does (a repair). On an error the slot is released, or
 // cleared if it held no bucket.
-func loadExt(t Time, l *Limit, sl shm.Slot) (ext []int64, replaced bool, err error) {
-	ext, replaced, err = loadExtHeld(t, l, sl)
+func loadExt(t Time, l *Limit, sl shm.Slot, w *shm.Wait) (ext []int64, replaced bool, err error) {
+	ext, replaced, err = loadExtHeld(t, l, sl, w)
 	if err != nil {
 		if sl.Live() {
 			sl.Release()
 		} else {
-			sl.Clear()
+			sl.Clear(w)
 		}
 	}
 	return ext, replaced, err
@@ -68,8 +68,8 @@ func loadExt(t Time, l *Limit, sl shm.Slot) (ext []int64, replaced bool, err err
 // the slot locked on an error. A new bucket's state is written in place
 // (the slot is not live: cleared if nothing is committed), a drained one
 // too (replaced: it must be committed whatever happens).
-func loadExtHeld(t Time, l *Limit, sl shm.Slot) (ext []int64, replaced bool, err error) {
-	ext, fresh, err := sl.Ext(l.ext, t.Now)
+func loadExtHeld(t Time, l *Limit, sl shm.Slot, w *shm.Wait) (ext []int64, replaced bool, err error) {
+	ext, fresh, err := sl.Ext(l.ext, t.Now, w)
 	if err != nil {
 		return nil, false, extErr(err)
 	}
@@ -87,12 +87,12 @@ func loadExtHeld(t Time, l *Limit, sl shm.Slot) (ext []int64, replaced bool, err
 // finishExt ends a decision on the locked slot: commits it if the decision
 // changed it or it was repaired, clears it if it holds no bucket (a new
 // bucket that nothing was consumed from stays absent), else releases it.
-func finishExt(sl shm.Slot, l *Limit, ext []int64, d *bucket.Decision, t Time, write bool) {
+func finishExt(sl shm.Slot, l *Limit, ext []int64, d *bucket.Decision, t Time, write bool, w *shm.Wait) {
 	switch {
 	case write:
 		commitExt(sl, l, ext, d, t)
 	case !sl.Live():
-		sl.Clear()
+		sl.Clear(w)
 	default:
 		sl.Release()
 	}
@@ -104,15 +104,18 @@ func commitExt(sl shm.Slot, l *Limit, ext []int64, d *bucket.Decision, t Time) {
 }
 
 // acquireExt is Acquire for an extended algorithm.
-func (e *Engine) acquireExt(d *bucket.Decision, key []byte, l *Limit, cost int64, t Time, f bucket.Flags) error {
+func (e *Engine) acquireExt(d *bucket.Decision, key []byte, l *Limit, cost int64, t Time, f bucket.Flags, w *shm.Wait) error {
 	if l.b.Algorithm == bucket.Concurrency {
 		return ErrLeaseOnly
 	}
 	if cost == 0 {
-		return e.peekExt(d, key, l, t, true)
+		return e.peekExt(d, key, l, t, true, w)
 	}
 	fp := e.fingerprint(key, l)
-	sl, ok, pr := e.t.Find(fp)
+	sl, ok, pr, err := e.t.Find(fp, w)
+	if err != nil {
+		return tableErr(err)
+	}
 	if ok && e.probe != nil {
 		e.probe(sl.Displacement())
 	}
@@ -121,23 +124,22 @@ func (e *Engine) acquireExt(d *bucket.Decision, key []byte, l *Limit, cost int64
 		buf := scratch.Get().(*[maxExtWords]int64)
 		defer scratch.Put(buf)
 		var s bucket.State
-		w := buf[:l.ext]
-		l.b.InitExt(t.At, &s, w)
-		if !l.b.DecideExt(t.At, &s, w, cost, f, d) {
+		words := buf[:l.ext]
+		l.b.InitExt(t.At, &s, words)
+		if !l.b.DecideExt(t.At, &s, words, cost, f, d) {
 			return nil
 		}
 		var created bool
-		var err error
-		if sl, created, err = e.claim(&pr, l, key, t); err != nil {
+		if sl, created, err = e.claim(&pr, l, key, t, w); err != nil {
 			return err
 		}
 		if created {
-			ext, _, err := sl.Ext(l.ext, t.Now)
+			ext, _, err := sl.Ext(l.ext, t.Now, w)
 			if err != nil {
-				sl.Clear()
+				sl.Clear(w)
 				return extErr(err)
 			}
-			copy(ext, w)
+			copy(ext, words)
 			st := sl.State()
 			st[0], st[1] = s[0], s[1]
 			commitExt(sl, l, ext, d, t)
@@ -145,19 +147,19 @@ func (e *Engine) acquireExt(d *bucket.Decision, key []byte, l *Limit, cost int64
 		}
 		// Another request created the bucket since the Find: decide on it.
 	}
-	ext, replaced, err := loadExt(t, l, sl)
+	ext, replaced, err := loadExt(t, l, sl, w)
 	if err != nil {
 		return err
 	}
 	changed := l.b.DecideExt(t.At, (*bucket.State)(sl.State()), ext, cost, f, d)
-	finishExt(sl, l, ext, d, t, changed || replaced)
+	finishExt(sl, l, ext, d, t, changed || replaced, w)
 	return nil
 }
 
 // peekExt writes to *d what Peek reports of key's bucket of an extended
 // algorithm (cost0: what an acquire of cost 0 reports), repairing a slot
 // found torn on the way.
-func (e *Engine) peekExt(d *bucket.Decision, key []byte, l *Limit, t Time, cost0 bool) error {
+func (e *Engine) peekExt(d *bucket.Decision, key []byte, l *Limit, t Time, cost0 bool, w *shm.Wait) error {
 	look := func(s *bucket.State, ext []int64) {
 		if cost0 {
 			l.b.DecideExt(t.At, s, ext, 0, 0, d)
@@ -165,14 +167,17 @@ func (e *Engine) peekExt(d *bucket.Decision, key []byte, l *Limit, t Time, cost0
 			l.b.PeekExt(t.At, s, ext, d)
 		}
 	}
-	sl, ok := e.t.Lookup(e.fingerprint(key, l))
+	sl, ok, err := e.t.Lookup(e.fingerprint(key, l), w)
+	if err != nil {
+		return tableErr(err)
+	}
 	if ok && sl.Live() {
-		ext, replaced, err := loadExt(t, l, sl)
+		ext, replaced, err := loadExt(t, l, sl, w)
 		if err != nil {
 			return err
 		}
 		look((*bucket.State)(sl.State()), ext)
-		finishExt(sl, l, ext, d, t, replaced)
+		finishExt(sl, l, ext, d, t, replaced, w)
 		return nil
 	}
 	if ok {
@@ -187,25 +192,28 @@ func (e *Engine) peekExt(d *bucket.Decision, key []byte, l *Limit, t Time, cost0
 }
 
 // refundExt is Refund for an extended algorithm.
-func (e *Engine) refundExt(d *bucket.Decision, key []byte, l *Limit, amount int64, t Time, f bucket.Flags) error {
+func (e *Engine) refundExt(d *bucket.Decision, key []byte, l *Limit, amount int64, t Time, f bucket.Flags, w *shm.Wait) error {
 	if l.b.Algorithm == bucket.Concurrency {
 		return ErrLeaseOnly
 	}
-	sl, ok := e.t.Lookup(e.fingerprint(key, l))
+	sl, ok, err := e.t.Lookup(e.fingerprint(key, l), w)
+	if err != nil {
+		return tableErr(err)
+	}
 	if !ok || !sl.Live() || amount == 0 {
 		if ok {
 			sl.Release()
 		}
-		return e.peekExt(d, key, l, t, false)
+		return e.peekExt(d, key, l, t, false, w)
 	}
-	ext, replaced, err := loadExt(t, l, sl)
+	ext, replaced, err := loadExt(t, l, sl, w)
 	if err != nil {
 		return err
 	}
 	s := (*bucket.State)(sl.State())
 	changed := l.b.DecideRefundExt(t.At, s, ext, amount, f, d)
 	l.b.PeekExt(t.At, s, ext, d)
-	finishExt(sl, l, ext, d, t, changed || replaced)
+	finishExt(sl, l, ext, d, t, changed || replaced, w)
 	return nil
 }
 
@@ -227,16 +235,17 @@ func (e *Engine) Lease(d *bucket.Decision, key []byte, l *Limit, t Time, id int6
 		return 0, err
 	}
 	defer e.t.Exit()
-	sl, _, err := e.t.LookupOrInsert(e.fingerprint(key, l), uint8(l.b.Algorithm), key, t.Now)
+	w := t.wait()
+	sl, _, err := e.t.LookupOrInsert(e.fingerprint(key, l), uint8(l.b.Algorithm), key, t.Now, &w)
 	if err != nil {
 		return 0, tableErr(err)
 	}
-	ext, replaced, err := loadExt(t, l, sl)
+	ext, replaced, err := loadExt(t, l, sl, &w)
 	if err != nil {
 		return 0, err
 	}
 	lease, changed := l.b.AcquireLease(t.Now, (*bucket.State)(sl.State()), ext, id, d)
-	finishExt(sl, l, ext, d, t, changed || replaced)
+	finishExt(sl, l, ext, d, t, changed || replaced, &w)
 	return lease, nil
 }
 
@@ -256,20 +265,24 @@ func (e *Engine) Release(d *bucket.Decision, key []byte, l *Limit, lease int64, 
 		return false, err
 	}
 	defer e.t.Exit()
-	sl, ok := e.t.Lookup(e.fingerprint(key, l))
+	w := t.wait()
+	sl, ok, err := e.t.Lookup(e.fingerprint(key, l), &w)
+	if err != nil {
+		return false, tableErr(err)
+	}
 	if !ok || !sl.Live() {
 		if ok {
 			sl.Release()
 		}
-		return false, e.peekExt(d, key, l, t, false)
+		return false, e.peekExt(d, key, l, t, false, &w)
 	}
-	ext, replaced, err := loadExt(t, l, sl)
+	ext, replaced, err := loadExt(t, l, sl, &w)
 	if err != nil {
 		return false, err
 	}
 	s := (*bucket.State)(sl.State())
 	released, changed := l.b.ReleaseLease(t.Now, s, ext, lease, d)
 	l.b.PeekExt(t.Now, s, ext, d)
-	finishExt(sl, l, ext, d, t, changed || replaced)
+	finishExt(sl, l, ext, d, t, changed || replaced, &w)
 	return released, nil
 }

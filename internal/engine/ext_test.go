@@ -63,7 +63,7 @@ func TestExt_acquirePeekRefundReset(t *testing.T) {
 		if d, err := acquire(e, key, l, 0, t0+10, 0); err != nil || !d.Allowed || d.Remaining != 2 {
 			t.Errorf("%v: acquire of cost 0: %+v, %v", l.b.Algorithm, d, err)
 		}
-		if existed, err := e.Reset(key, l); !existed || err != nil {
+		if existed, err := e.Reset(key, l, Time{}); !existed || err != nil {
 			t.Errorf("%v: reset: %v, %v", l.b.Algorithm, existed, err)
 		}
 		if now := e.Stats().ArenaUsed; now != used {
@@ -77,7 +77,7 @@ func TestExt_acquirePeekRefundReset(t *testing.T) {
 	if d, err := acquire(e, []byte("new"), slidingLog(5, 1), 6, t0, 0); err != nil || d.Allowed {
 		t.Errorf("cost above the limit: %+v, %v", d, err)
 	}
-	if sl, ok := e.Table().Lookup(e.fingerprint([]byte("new"), slidingLog(5, 1))); ok {
+	if sl, ok, _ := e.Table().Lookup(e.fingerprint([]byte("new"), slidingLog(5, 1)), nil); ok {
 		sl.Release()
 		t.Error("a denied request created a bucket")
 	}
@@ -142,7 +142,7 @@ func TestExt_arenaFull(t *testing.T) {
 	if _, err := acquire(e, []byte("b"), l, 1, t0, 0); !errors.Is(err, ErrArenaFull) || !errors.Is(err, ErrTableFull) {
 		t.Errorf("a second bucket in a full arena: %v", err)
 	}
-	if sl, ok := tb.Lookup(e.fingerprint([]byte("b"), l)); ok {
+	if sl, ok, _ := tb.Lookup(e.fingerprint([]byte("b"), l), nil); ok {
 		if sl.Live() || sl.HasExt() {
 			t.Error("the refused bucket is live")
 		}
@@ -181,8 +181,8 @@ func TestExt_crash(t *testing.T) {
 			// A word of the torn bucket's block written apart from its slot,
 			// as a power loss can leave the file.
 			flip := func() {
-				sl, _ := e.Table().Lookup(e.fingerprint([]byte("torn"), l))
-				ext, _, _ := sl.Ext(l.ext, t0)
+				sl, _, _ := e.Table().Lookup(e.fingerprint([]byte("torn"), l), nil)
+				ext, _, _ := sl.Ext(l.ext, t0, nil)
 				ext[len(ext)-1] ^= 1
 				sl.Release()
 			}

@@ -61,6 +61,7 @@ func (e *Engine) multi(dst []bucket.Decision, items []Item, t Time, each bool) (
 		return dst, false, err
 	}
 	defer e.t.Exit()
+	w := t.wait()
 	words := 0 // of the items' blocks, copied to be decided on
 	var (
 		fps   [MaxMultiItems]shm.Fingerprint
@@ -99,9 +100,9 @@ func (e *Engine) multi(dst []bucket.Decision, items []Item, t Time, each bool) (
 		// reserved, so that no other insert (another item's included) reclaims
 		// it before it is locked again below.
 		for i := range items {
-			sl, _, err := e.t.LookupOrInsert(fps[i], uint8(items[i].Limit.b.Algorithm), items[i].Key, t.Now)
+			sl, _, err := e.t.LookupOrInsert(fps[i], uint8(items[i].Limit.b.Algorithm), items[i].Key, t.Now, &w)
 			if err != nil {
-				e.unreserve(fps[:i], idx[:i], reserved[:i])
+				e.unreserve(fps[:i], idx[:i], reserved[:i], &w)
 				return dst, false, tableErr(err)
 			}
 			idx[i] = sl.Index()
@@ -111,13 +112,22 @@ func (e *Engine) multi(dst []bucket.Decision, items []Item, t Time, each bool) (
 				sl.Release()
 			}
 		}
+		multiFound()
 		distinct := order[:len(items)]
 		copy(distinct, idx[:len(items)])
 		slices.Sort(distinct)
 		distinct = slices.Compact(distinct)
 		// Lock them in ascending order and confirm each still holds its bucket.
 		for j, si := range distinct {
-			slots[j] = e.t.LockIndex(si)
+			sl, err := e.t.LockIndex(si, &w)
+			if err != nil {
+				for _, sl := range slots[:j] {
+					sl.Release()
+				}
+				e.unreserve(fps[:len(items)], idx[:len(items)], reserved[:len(items)], &w)
+				return dst, false, tableErr(err)
+			}
+			slots[j] = sl
 		}
 		held := slots[:len(distinct)]
 		if !e.holds(held, distinct, fps[:len(items)], idx[:len(items)]) {
@@ -127,28 +137,38 @@ func (e *Engine) multi(dst []bucket.Decision, items []Item, t Time, each bool) (
 			continue
 		}
 		if each {
-			return e.decideEach(dst, items, t, distinct, held, state[:len(distinct)], idx[:len(items)])
+			return e.decideEach(dst, items, t, distinct, held, state[:len(distinct)], idx[:len(items)], &w)
 		}
 		var buf []int64
 		if copies != nil {
 			buf = *copies
 		}
-		return e.decide(dst, items, t, distinct, held, state[:len(distinct)], dirty[:len(distinct)], idx[:len(items)], buf)
+		return e.decide(dst, items, t, distinct, held, state[:len(distinct)], dirty[:len(distinct)], idx[:len(items)], buf, &w)
 	}
-	e.unreserve(fps[:len(items)], idx[:len(items)], reserved[:len(items)])
+	e.unreserve(fps[:len(items)], idx[:len(items)], reserved[:len(items)], &w)
 	return dst, false, ErrContended
 }
 
+// multiFound is called between finding a Multi's slots and locking them. It
+// does nothing; tests that take a lock at that moment replace it.
+var multiFound = func() {}
+
 // unreserve clears the slots this Multi reserved and that still hold no
-// bucket, so they are reclaimable again.
-func (e *Engine) unreserve(fps []shm.Fingerprint, idx []uint64, reserved []bool) {
+// bucket, so they are reclaimable again. A Multi that gave up waiting
+// comes here with its Wait spent: it tries each slot once more, briefly,
+// and a reservation it cannot clear stays until the bucket is next used
+// (it holds no decision: the bucket is new to whoever finds it).
+func (e *Engine) unreserve(fps []shm.Fingerprint, idx []uint64, reserved []bool, w *shm.Wait) {
 	for i, r := range reserved {
 		if !r {
 			continue
 		}
-		sl := e.t.LockIndex(idx[i])
+		sl, err := e.t.LockIndex(idx[i], w)
+		if err != nil {
+			continue
+		}
 		if sl.Fingerprint() == fps[i] && !sl.Live() {
-			sl.Clear()
+			sl.Clear(w)
 		} else {
 			sl.Release()
 		}
@@ -169,9 +189,9 @@ func (e *Engine) holds(held []shm.Slot, distinct []uint64, fps []shm.Fingerprint
 // decide runs the items on copies of the locked slots' states (and of
 // their blocks, in copies) and writes them back only if every item is
 // allowed; if not, it writes back only the repairs of slots found torn. It
-// releases every slot.
+// releases every slot, waiting for the arena's lock as w says.
 func (e *Engine) decide(dst []bucket.Decision, items []Item, t Time, distinct []uint64, held []shm.Slot,
-	state []bucket.State, dirty []bool, idx []uint64, copies []int64) ([]bucket.Decision, bool, error) {
+	state []bucket.State, dirty []bool, idx []uint64, copies []int64, w *shm.Wait) ([]bucket.Decision, bool, error) {
 	for j := range held {
 		dirty[j] = false
 	}
@@ -194,7 +214,7 @@ func (e *Engine) decide(dst []bucket.Decision, items []Item, t Time, distinct []
 			loaded[j], limit[j] = true, it.Limit
 			if it.Limit.ext > 0 {
 				var err error
-				if block[j], repaired[j], err = loadExtHeld(t, it.Limit, held[j]); err != nil {
+				if block[j], repaired[j], err = loadExtHeld(t, it.Limit, held[j], w); err != nil {
 					failed, allowed = err, false
 					break
 				}
@@ -220,7 +240,7 @@ func (e *Engine) decide(dst []bucket.Decision, items []Item, t Time, distinct []
 		l := limit[j]
 		switch {
 		case !loaded[j] && !sl.Live():
-			sl.Clear() // a reservation, left when a block could not be had
+			sl.Clear(w) // a reservation, left when a block could not be had
 		case !loaded[j]:
 			sl.Release()
 		case failed == nil && allowed && dirty[j] && l.ext > 0:
@@ -240,7 +260,7 @@ func (e *Engine) decide(dst []bucket.Decision, items []Item, t Time, distinct []
 			l.b.Decide(t.At, &before[j], 0, 0, &d)
 			store(sl, l, &before[j], &d, t)
 		case !sl.Live():
-			sl.Clear() // end the reservation (and free a block given to it): reclaimable again
+			sl.Clear(w) // end the reservation (and free a block given to it): reclaimable again
 		default:
 			sl.Release()
 		}
@@ -256,9 +276,10 @@ var multiScratch = sync.Pool{New: func() any { return new([]int64) }}
 
 // decideEach runs the items one after the other on the locked slots'
 // states, each with its own flags, and writes back every slot an item
-// changed (or that was found torn). It releases every slot.
+// changed (or that was found torn). It releases every slot, waiting for the
+// arena's lock as w says.
 func (e *Engine) decideEach(dst []bucket.Decision, items []Item, t Time, distinct []uint64, held []shm.Slot,
-	state []bucket.State, idx []uint64) ([]bucket.Decision, bool, error) {
+	state []bucket.State, idx []uint64, w *shm.Wait) ([]bucket.Decision, bool, error) {
 	var (
 		loaded, dirty [MaxMultiItems]bool
 		limit         [MaxMultiItems]*Limit
@@ -281,7 +302,7 @@ func (e *Engine) decideEach(dst []bucket.Decision, items []Item, t Time, distinc
 		case dirty[j]:
 			store(sl, limit[j], &state[j], &last[j], t)
 		case !sl.Live():
-			sl.Clear() // end the reservation: reclaimable again
+			sl.Clear(w) // end the reservation: reclaimable again
 		default:
 			sl.Release()
 		}

@@ -22,7 +22,7 @@ import (
 // and opens the copy.
 func crashHolding(t *testing.T, e *Engine, path, key string, l *Limit) (*Engine, string) {
 	t.Helper()
-	sl, ok := e.Table().Lookup(e.fingerprint([]byte(key), l))
+	sl, ok, _ := e.Table().Lookup(e.fingerprint([]byte(key), l), nil)
 	if !ok {
 		t.Fatalf("%s has no bucket", key)
 	}
@@ -196,7 +196,7 @@ func TestRepair_clientTimeBehindIsKept(t *testing.T) {
 	if err := e.Acquire(&d, []byte("k"), l, 2, behind, 0); err != nil || !d.Allowed {
 		t.Fatalf("take 2: %+v, %v", d, err)
 	}
-	sl, ok := e.Table().Lookup(e.fingerprint([]byte("k"), l))
+	sl, ok, _ := e.Table().Lookup(e.fingerprint([]byte("k"), l), nil)
 	if !ok {
 		t.Fatal("bucket not created")
 	}

@@ -147,8 +147,10 @@ type Entry struct {
 // slots from cursor, in slot order, until fn returns false. It returns the
 // cursor of the next slot to examine, 0 when the table has been covered.
 // fn runs with no lock held. A table whose slots keep no keys (64-byte
-// slots) returns ErrNoInlineKeys.
-func (e *Engine) Scan(cursor, span uint64, fn func(*Entry) bool) (next uint64, err error) {
+// slots) returns ErrNoInlineKeys. t's clocks are not read, only its waits:
+// a slot locked past them ends the scan with a *LockedError (and the
+// cursor of that slot).
+func (e *Engine) Scan(cursor, span uint64, t Time, fn func(*Entry) bool) (next uint64, err error) {
 	if !e.t.InlineKeys() {
 		return 0, ErrNoInlineKeys
 	}
@@ -156,15 +158,16 @@ func (e *Engine) Scan(cursor, span uint64, fn func(*Entry) bool) (next uint64, e
 		return 0, err
 	}
 	defer e.t.Exit()
+	w := t.wait()
 	var out Entry
-	next = e.t.Scan(cursor, span, func(se *shm.Entry) bool {
+	next, err = e.t.Scan(cursor, span, &w, func(se *shm.Entry) bool {
 		if se.Key == nil {
 			return true
 		}
 		out = Entry{Index: se.Index, Algorithm: bucket.Algorithm(se.Kind), FreshAt: se.FreshAt, Key: se.Key}
 		return fn(&out)
 	})
-	return next, nil
+	return next, tableErr(err)
 }
 
 // Maintain keeps the owner's state file: every interval it records the
@@ -220,16 +223,18 @@ func (e *Engine) Close() error { return e.t.Close() }
 // replaced, keeping the mapping until Close (see shm.Table.Retire).
 func (e *Engine) Retire() { e.t.Retire() }
 
-// Live counts the buckets that hold information at now: live, and not yet
-// back to their fresh state. It visits every slot, locking each live one
-// only while it is read: milliseconds for millions of slots.
-func (e *Engine) Live(now int64) uint64 {
+// Live counts the buckets that hold information at t.Now: live, and not
+// yet back to their fresh state. It visits every slot, locking each live
+// one only while it is read: milliseconds for millions of slots. A slot
+// locked past t's waits ends the count with a *LockedError.
+func (e *Engine) Live(t Time) (uint64, error) {
+	w := t.wait()
 	var n uint64
-	e.t.Scan(0, e.t.Geometry().SlotCount, func(se *shm.Entry) bool {
-		if se.FreshAt > now {
+	_, err := e.t.Scan(0, e.t.Geometry().SlotCount, &w, func(se *shm.Entry) bool {
+		if se.FreshAt > t.Now {
 			n++
 		}
 		return true
 	})
-	return n
+	return n, tableErr(err)
 }

@@ -89,7 +89,7 @@ func TestScan(t *testing.T) {
 		}
 	}
 	seen := map[string]bucket.Algorithm{}
-	next, err := e.Scan(0, 64, func(en *Entry) bool { seen[string(en.Key)] = en.Algorithm; return true })
+	next, err := e.Scan(0, 64, Time{}, func(en *Entry) bool { seen[string(en.Key)] = en.Algorithm; return true })
 	if err != nil || next != 0 || len(seen) != 3 || seen["b"] != bucket.GCRA {
 		t.Errorf("Scan: next %d, err %v, saw %v", next, err, seen)
 	}
@@ -99,7 +99,7 @@ func TestScan(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer small.Close()
-	if _, err := small.Scan(0, 64, func(*Entry) bool { return true }); !errors.Is(err, ErrNoInlineKeys) {
+	if _, err := small.Scan(0, 64, Time{}, func(*Entry) bool { return true }); !errors.Is(err, ErrNoInlineKeys) {
 		t.Errorf("Scan on 64-byte slots = %v, want ErrNoInlineKeys", err)
 	}
 }

@@ -33,7 +33,7 @@ func TestClusterExact(t *testing.T) {
 	}
 	stores := make([]*Store, hosts)
 	for i := range stores {
-		stores[i] = newStore(t, Options{Addrs: c.Addrs(), Timeout: 2 * time.Second})
+		stores[i] = newStore(t, Options{Addrs: c.Addrs()})
 	}
 	keys := spreadKeys(t, stores[0], 6)
 	admitted := make([][]atomic.Int64, len(limits))
@@ -265,7 +265,20 @@ func TestClusterRedirect(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := string(AppendKey(nil, s.Prefix(), &l, "moving"))
-	masters := c.Masters()
+	// The masters as the cluster serves its slots (the topology read at
+	// start may list a replica that gossip had not announced yet).
+	ranges, err := c.Nodes[0].Client(t).ClusterSlots(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var masters []*redistest.Node
+	for _, r := range ranges {
+		for _, n := range c.Nodes {
+			if len(r.Nodes) > 0 && n.Addr == r.Nodes[0].Addr && !slices.Contains(masters, n) {
+				masters = append(masters, n)
+			}
+		}
+	}
 	slot, err := masters[0].Client(t).ClusterKeySlot(ctx, key).Result()
 	if err != nil {
 		t.Fatal(err)
@@ -281,8 +294,12 @@ func TestClusterRedirect(t *testing.T) {
 			break
 		}
 	}
-	// The slot is empty: assign it to the target on every master, the
-	// target first.
+	// The slot is empty: move it to the target as resharding does, the
+	// target importing it and the owner migrating it, then assign it on
+	// every master, the target first. Importing, the target takes the slot
+	// with a new config epoch, so gossip from the owner, which still
+	// claims it, cannot take it back (without, under load, it did, and
+	// the nodes answered MOVED to each other).
 	slices.SortFunc(masters, func(a, b *redistest.Node) int {
 		if a == target {
 			return -1
@@ -292,9 +309,41 @@ func TestClusterRedirect(t *testing.T) {
 		}
 		return 0
 	})
+	var ownerNode *redistest.Node
+	for _, m := range masters {
+		if m.Addr == owner.Options().Addr {
+			ownerNode = m
+		}
+	}
+	for _, step := range []struct {
+		n          *redistest.Node
+		state, arg string
+	}{{target, "IMPORTING", ownerNode.ID}, {ownerNode, "MIGRATING", target.ID}} {
+		if err := step.n.Client(t).Do(ctx, "CLUSTER", "SETSLOT", slot, step.state, step.arg).Err(); err != nil {
+			t.Fatalf("CLUSTER SETSLOT %d %s at %s: %v", slot, step.state, step.n.Addr, err)
+		}
+	}
 	for _, m := range masters {
 		if err := m.Client(t).Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", target.ID).Err(); err != nil {
 			t.Fatalf("CLUSTER SETSLOT %d NODE %s at %s: %v", slot, target.Addr, m.Addr, err)
+		}
+	}
+	// Every master agrees before the store asks (it still has the old map).
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		agreed := 0
+		for _, m := range masters {
+			ranges, err := m.Client(t).ClusterSlots(ctx).Result()
+			for _, r := range ranges {
+				if err == nil && int64(r.Start) <= slot && slot <= int64(r.End) && len(r.Nodes) > 0 && r.Nodes[0].Addr == target.Addr {
+					agreed++
+				}
+			}
+		}
+		if agreed == len(masters) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after a minute, %d of %d masters say slot %d is on %s", agreed, len(masters), slot, target.Addr)
 		}
 	}
 	d, err := s.Decide(ctx, Request{Limit: l, Key: "moving", Cost: 1})

@@ -84,13 +84,16 @@ func (s *Store) observe(sh *shard, sentAt int64, o outcome, cause error, probe *
 		sh.probeKeys, sh.probeArgs = probe.keys, peekArgs(probe.args)
 	}
 	sh.mu.Unlock()
+	// The error a shed request gets is stored before the shard is marked
+	// down: a request that sees it down reads it at once. (A shard already
+	// down gets a newer cause; either says the same.)
+	var err error = shedError{fmt.Errorf("%w: no answer from %s (%v)", ErrUnavailable, sh.name(), cause)}
+	sh.downErr.Store(&err)
 	if !sh.down.CompareAndSwap(false, true) {
 		return
 	}
 	now := time.Now()
 	sh.since.Store(now.UnixNano())
-	var err error = shedError{fmt.Errorf("%w: no answer from %s (%v)", ErrUnavailable, sh.name(), cause)}
-	sh.downErr.Store(&err)
 	s.stats.toDown.Add(1)
 	s.log.Warn("Redis is unavailable: global limits follow their outage policy", "shard", sh.name(), "error", cause.Error())
 	if s.onTransition != nil {

@@ -38,7 +38,7 @@ func TestLeaseUnderAdmission(t *testing.T) {
 			leases := make([]*Leases, hosts)
 			var stores []*Store
 			for i := range leases {
-				s := newStore(t, Options{Addrs: []string{srv.Addr}, Timeout: time.Second})
+				s := newStore(t, Options{Addrs: []string{srv.Addr}})
 				stores = append(stores, s)
 				leases[i] = NewLeases(s, LeaseOptions{Size: size, TTL: time.Hour})
 			}
@@ -112,7 +112,7 @@ func TestLeaseUnderAdmission(t *testing.T) {
 // fewer than 0.05 Redis commands per decision.
 func TestLeaseAuto(t *testing.T) {
 	srv := redistest.Start(t)
-	s := newStore(t, Options{Addrs: []string{srv.Addr}, Timeout: time.Second})
+	s := newStore(t, Options{Addrs: []string{srv.Addr}})
 	ls := NewLeases(s, LeaseOptions{TTL: time.Hour})
 	defer ls.Close(context.Background())
 	l := tokenBucket(1_000_000, hour)

@@ -35,7 +35,7 @@ func workerLimits() []bucket.Limit {
 // worker runs in a child process: eight goroutines send 100 requests on
 // each limit, and it prints the admitted counts, one line per limit.
 func worker() int {
-	s, err := New(Options{Addrs: strings.Split(os.Getenv(workerEnv), ","), Timeout: 2 * time.Second})
+	s, err := New(Options{Addrs: strings.Split(os.Getenv(workerEnv), ","), Timeout: 10 * time.Second})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

@@ -14,7 +14,7 @@ import (
 func TestStoreSentinel(t *testing.T) {
 	st := redistest.StartSentinel(t)
 	ctx := context.Background()
-	s := newStore(t, Options{Addrs: []string{st.Sentinel.Addr}, MasterName: redistest.SentinelMaster, Timeout: 200 * time.Millisecond})
+	s := newStore(t, Options{Addrs: []string{st.Sentinel.Addr}, MasterName: redistest.SentinelMaster, Timeout: 2 * time.Second})
 	l := tokenBucket(100, hour)
 	for i := range 5 {
 		if d, err := s.Decide(ctx, Request{Limit: l, Key: "k", Cost: 1}); err != nil || d.Remaining != int64(99-i) {
@@ -27,7 +27,7 @@ func TestStoreSentinel(t *testing.T) {
 	}
 	took := st.KillMasterAndWait(t)
 	t.Logf("the Sentinel promoted %s in %v", st.Replica.Addr, took)
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		d, err := s.Decide(ctx, Request{Limit: l, Key: "k", Cost: 1})
 		if err == nil {
@@ -37,7 +37,7 @@ func TestStoreSentinel(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no decision 10 s after the failover: %v", err)
+			t.Fatalf("no decision 30 s after the failover: %v", err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

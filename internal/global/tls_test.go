@@ -66,7 +66,7 @@ func TestStoreTLS(t *testing.T) {
 		"--tls-cert-file", certFile, "--tls-key-file", keyFile, "--tls-ca-cert-file", certFile,
 		"--tls-auth-clients", "no", "--requirepass", "s3cret")
 	addr := "127.0.0.1:" + strconv.Itoa(port)
-	s := newStore(t, Options{Addrs: []string{addr}, Password: "s3cret", Timeout: time.Second,
+	s := newStore(t, Options{Addrs: []string{addr}, Password: "s3cret",
 		TLS: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}})
 	l := tokenBucket(2, hour)
 	for i, want := range []bool{true, true, false} {
@@ -75,7 +75,7 @@ func TestStoreTLS(t *testing.T) {
 			t.Fatalf("request %d over TLS: %+v, %v; want allowed %v\n%s", i, d, err, want, srv.Log())
 		}
 	}
-	untrusted := newStore(t, Options{Addrs: []string{addr}, Password: "s3cret", Timeout: time.Second,
+	untrusted := newStore(t, Options{Addrs: []string{addr}, Password: "s3cret",
 		TLS: &tls.Config{RootCAs: x509.NewCertPool()}})
 	if _, err := untrusted.Decide(context.Background(), Request{Limit: l, Key: "tls", Cost: 1}); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("an untrusted certificate: %v, want ErrUnavailable", err)

@@ -12,9 +12,11 @@ import (
 )
 
 // Cluster timing. A node is considered failed after nodeTimeout without an
-// answer; its replica is then promoted within about two node timeouts.
+// answer; its replica is then promoted within about two node timeouts. At
+// 500 ms, a busy machine (a load of 16) starved nodes long enough that the
+// cluster failed over masters no test had killed.
 const (
-	nodeTimeout    = 500 * time.Millisecond
+	nodeTimeout    = 2 * time.Second
 	clusterTimeout = 20 * time.Second // for the cluster to form, or a failover to complete
 )
 
@@ -27,7 +29,7 @@ type Node struct {
 }
 
 // Cluster is a Redis Cluster of three masters with one replica each, on
-// loopback TCP ports, with a node timeout of 500 ms and
+// loopback TCP ports, with a node timeout of 2 s and
 // cluster-replica-validity-factor 0, so a replica is always promoted when
 // its master dies.
 type Cluster struct {
@@ -67,9 +69,9 @@ func StartCluster(t testing.TB) *Cluster {
 	if err := c.waitOK(nil); err != nil {
 		t.Fatalf("the cluster did not form: %v\n%s", err, out)
 	}
-	if err := c.readTopology(); err != nil {
-		t.Fatal(err)
-	}
+	// The node whose CLUSTER NODES is read learns the replicas by gossip:
+	// on a busy machine it may list one as a master still.
+	c.waitTopology(t, func() bool { return len(c.Masters()) == 3 }, "the cluster's topology does not show 3 masters and their replicas")
 	return c
 }
 

@@ -144,7 +144,9 @@ func (s *Server) waitReady() error {
 func (s *Server) client() *redis.Client {
 	return redis.NewClient(&redis.Options{
 		Network: s.Network, Addr: s.Addr, MaxRetries: -1,
-		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
+		// Generous: a test's own commands are not what it times, and a busy
+		// machine (a load of 20) took more than a second to answer.
+		DialTimeout: 30 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second,
 		Protocol: 2, DisableIdentity: true,
 	})
 }
@@ -178,37 +180,24 @@ func (s *Server) Pause() { s.cmd.Process.Signal(syscall.SIGSTOP) }
 // Resume continues a paused server with SIGCONT.
 func (s *Server) Resume() { s.cmd.Process.Signal(syscall.SIGCONT) }
 
-// Stall blocks the server for d with DEBUG SLEEP (start it with
-// "--enable-debug-command", "yes"), as one slow command does: it returns
-// once the stall has begun (a PING on another connection goes unanswered)
-// and a channel closed when it is over.
+// Stall makes the server answer nothing for d, as one slow command does
+// (DEBUG SLEEP), with CLIENT PAUSE d ALL: every command that arrives
+// meanwhile, from any connection, waits and runs when the pause ends. It
+// returns once the stall has begun (Redis has answered the pause), which
+// is certain however loaded the machine, and a channel closed when the
+// stall is over.
 func (s *Server) Stall(t testing.TB, d time.Duration) <-chan struct{} {
 	t.Helper()
-	over := make(chan struct{})
 	c := s.client()
-	ping := redis.NewClient(&redis.Options{Network: s.Network, Addr: s.Addr, MaxRetries: -1, ContextTimeoutEnabled: true,
-		Protocol: 2, DisableIdentity: true})
-	defer ping.Close()
-	go func() {
-		defer close(over)
-		defer c.Close()
-		if err := c.Do(context.Background(), "DEBUG", "SLEEP", d.Seconds()).Err(); err != nil {
-			t.Errorf("DEBUG SLEEP: %v", err)
-		}
-	}()
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
-		err := ping.Ping(ctx).Err()
-		cancel()
-		if err != nil {
-			return over
-		}
-		select {
-		case <-over:
-			t.Fatal("the stall ended before a PING saw it")
-		default:
-		}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := c.Do(ctx, "CLIENT", "PAUSE", d.Milliseconds(), "ALL").Err(); err != nil {
+		t.Fatalf("CLIENT PAUSE: %v", err)
 	}
+	over := make(chan struct{})
+	time.AfterFunc(d, func() { close(over) }) // the pause began before the reply: it ends by then
+	return over
 }
 
 // Restart starts a killed server again at the same address with the same

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/clients/go/sluice"
 	"github.com/sluicehq/sluice/internal/echo"
+	"github.com/sluicehq/sluice/internal/locktest"
 	"github.com/sluicehq/sluice/proto"
 )
 
@@ -283,4 +284,31 @@ func readLines(c net.Conn, buf []byte, n int) error {
 		}
 	}
 	return nil
+}
+
+// BenchmarkLoopBesideWaiters measures an event loop's round trip to one
+// connection while 0 or 64 requests of other connections wait for a lock
+// that a stopped process keeps: each has handed the loop over and waits
+// on a goroutine of its own (loop_linux.go), so the round trip is the same.
+func BenchmarkLoopBesideWaiters(b *testing.B) {
+	for _, waiting := range []int{0, 64} {
+		b.Run(fmt.Sprintf("waiting=%d", waiting), func(b *testing.B) {
+			sc := start(b, Config{Transport: TransportEpoll, Loops: 1, LockWait: time.Hour})
+			if waiting > 0 {
+				c := dial(b, sc)
+				if r := c.acquire("held", benchLimit, 1, 0); r.Status != proto.StatusOK {
+					b.Fatalf("acquire: %+v", r)
+				}
+				_, goOn := locktest.Stopped(b, sc.cfg.StatePath, "held", benchLimit)
+				defer goOn()
+				for range waiting {
+					w := dial(b, sc)
+					w.send(1, func(buf []byte) []byte {
+						return proto.AppendItem(buf, proto.OpAcquire, 0, benchLimit, 1, 0, []byte("held"))
+					})
+				}
+			}
+			serial(b, sc.cfg.SocketPath)
+		})
+	}
 }

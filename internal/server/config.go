@@ -31,6 +31,7 @@ const (
 	DefaultWriteTimeout = 10 * time.Second
 	DefaultDrainTimeout = 5 * time.Second
 	DefaultLoopSpin     = 50 * time.Microsecond
+	DefaultLockWait     = engine.DefaultLockWait
 )
 
 // The transports of Config.Transport.
@@ -63,7 +64,16 @@ type Config struct {
 	FrameTimeout   time.Duration // how long a started frame may take to arrive
 	WriteTimeout   time.Duration // how long a client may take to accept an answer
 	DrainTimeout   time.Duration // how long shutdown waits for connections to finish
-	Logger         *slog.Logger  // nil: slog.Default()
+	// LockWait bounds how long a request waits for a bucket's lock that
+	// another process keeps (a direct client stopped while it decides):
+	// past it the request is answered with an error naming that process
+	// (the native protocol's Contended, -ERR in Redis) and changes nothing.
+	// A request that carries its client's deadline (the native protocol's
+	// FlagDeadline) waits until that deadline if it comes first. Waiting
+	// costs no CPU after a short spin, and an event loop hands its other
+	// connections over to a new goroutine before it waits.
+	LockWait time.Duration
+	Logger   *slog.Logger // nil: slog.Default()
 
 	// Transport is how connections are served: TransportGoroutines (the
 	// default) runs each on its own goroutine; TransportEpoll serves them
@@ -140,6 +150,7 @@ func (c *Config) withDefaults() Config {
 	def(&d.WriteTimeout, DefaultWriteTimeout)
 	def(&d.DrainTimeout, DefaultDrainTimeout)
 	def(&d.LoopSpin, DefaultLoopSpin)
+	def(&d.LockWait, DefaultLockWait)
 	if d.Transport == "" {
 		d.Transport = TransportGoroutines
 	}
@@ -194,6 +205,7 @@ func (c *Config) Validate() error {
 		{"FrameTimeout", "frame-timeout", c.FrameTimeout, time.Millisecond},
 		{"WriteTimeout", "write-timeout", c.WriteTimeout, time.Millisecond},
 		{"DrainTimeout", "drain-timeout", c.DrainTimeout, time.Millisecond},
+		{"LockWait", "lock-wait", c.LockWait, time.Millisecond},
 	}
 	for _, d := range durations {
 		if d.v != 0 && (d.v < d.min || d.v > maxTimeout) {

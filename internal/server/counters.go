@@ -10,6 +10,8 @@ type counters struct {
 	denied, allowed, errors          atomic.Int64
 	shadowDenied                     atomic.Int64 // denials of shadow limits, answered as allowed
 	buffered                         atomic.Int64 // bytes of connection buffers
+	lockWaits                        atomic.Int64 // requests that waited for a lock past the first spin
+	handoffs                         atomic.Int64 // of those, the ones that handed their event loop over
 }
 
 // connCounters are a connection's share of counters, kept without atomics

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/locktest"
 	"github.com/sluicehq/sluice/proto"
 	"github.com/sluicehq/sluice/shm"
 )
@@ -22,9 +23,14 @@ import (
 var crashIterations = flag.Int("crash.iterations", 30, "kill -9 rounds in TestCrash_kill9")
 
 // TestMain lets the test binary double as a sidecar: with SLUICE_TEST_SERVE
-// set it runs one, for tests that kill it with SIGKILL.
+// set it runs one, for tests that kill it with SIGKILL (and as a fleet
+// member, a direct client holding a lock, a peer of another uid:
+// fleetChild, locktest.Child, peerChild).
 func TestMain(m *testing.M) {
 	if code, ok := fleetChild(); ok {
+		os.Exit(code)
+	}
+	if code, ok := locktest.Child(); ok {
 		os.Exit(code)
 	}
 	if code, ok := peerChild(); ok {

@@ -12,6 +12,12 @@
 // With Config.Transport epoll, event loops (loop_linux.go) run the same
 // streams and handlers instead: each wake-up serves every ready connection
 // with one non-blocking read and one non-blocking write.
+//
+// A request waits at most Config.LockWait for a bucket's lock that another
+// process keeps (a direct client stopped mid-decision), sleeping, then is
+// answered Contended (-ERR in Redis) with the holder's pid, having changed
+// nothing. An event loop never waits: such a request hands the loop over
+// to a new goroutine (engine.Time.Blocking) and waits on the old one.
 // Caps: MaxConns (further connections are answered Busy), an idle deadline,
 // a deadline for a request from its first byte (slowloris), a write
 // deadline (clients that do not read), frame and argument sizes checked

@@ -301,8 +301,11 @@ func TestServer_socketRules(t *testing.T) {
 	}
 	dir := shortDir(t)
 	err = Run(t.Context(), Config{StatePath: filepath.Join(dir, "other"), SocketPath: sc.cfg.SocketPath, Slots: 16, RESPSocket: "-", Logger: quiet()})
-	if !errors.Is(err, ErrSocketInUse) {
+	if !errors.Is(err, ErrSocketInUse) || !strings.HasSuffix(err.Error(), "another sluiced is serving this socket: "+sc.cfg.SocketPath) {
 		t.Errorf("second server on a live socket: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "other")); err == nil {
+		t.Error("the second server's failed start left the state file it created")
 	}
 	if r := dial(t, sc).do(proto.AppendPing); r.Status != proto.StatusOK {
 		t.Errorf("live socket harmed: %+v", r)
@@ -473,4 +476,31 @@ func TestServer_stopKeepsAReplacedSocket(t *testing.T) {
 		t.Fatalf("the replacement socket does not answer: %v", err)
 	}
 	c.Close()
+}
+
+// Ensure a clean stop leaves the state file and nothing else: the sockets
+// and their instance locks are gone (the *.sock.lock files stayed), and a
+// server started afterwards on the same sockets takes them again.
+func TestServer_stopLeavesOnlyTheState(t *testing.T) {
+	dir := shortDir(t)
+	cfg := Config{StatePath: filepath.Join(dir, "state"), SocketPath: filepath.Join(dir, "sock"),
+		RESPSocket: filepath.Join(dir, "resp.sock")}
+	for range 2 {
+		sc := start(t, cfg)
+		if r := dial(t, sc).do(proto.AppendPing); r.Status != proto.StatusOK {
+			t.Fatalf("ping: %+v", r)
+		}
+		sc.stop(t)
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		if len(names) != 1 || names[0] != "state" {
+			t.Errorf("after a clean stop the directory holds %v, want only the state file", names)
+		}
+	}
 }

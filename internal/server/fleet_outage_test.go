@@ -17,7 +17,7 @@ import (
 // (default Redis timeout, on_unavailable local with the default share) and
 // their clients in their default configuration (50 ms, failing open), one
 // global token bucket of 10 per hour, and one 300 ms stall of a healthy
-// Redis (DEBUG SLEEP 0.3): 3 requests during the stall, 60 once it is
+// Redis (CLIENT PAUSE 300 ALL, as DEBUG SLEEP 0.3 would): 3 requests during the stall, 60 once it is
 // over. Before, one slow call sent each host to fallback for a second with
 // the whole limit to itself: 35 admitted.
 
@@ -34,7 +34,7 @@ type outageCounts struct {
 // stallFleet runs the stall against a fleet of three default sidecars and
 // returns what they admitted, and their STATS.
 func stallFleet(t *testing.T) (outageCounts, []map[string]uint64) {
-	redis := redistest.Start(t, "--enable-debug-command", "yes")
+	redis := redistest.Start(t)
 	socks, sidecars := startFleet(t, 3, outageConfig, fleetSidecar{Addrs: []string{redis.Addr}})
 	// The clients in their default configuration (under the race
 	// detector, 4 times its timeout: see dialDefault), and for STATS,

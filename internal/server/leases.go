@@ -144,7 +144,7 @@ func (s *server) leaseOp(b []byte, op *proto.Op, c *conn, l *engine.Limit, nl *n
 		}
 	}
 	var d bucket.Decision
-	id, err := s.engine.Lease(&d, op.Key, l, engine.At(c.now), c.leaseID())
+	id, err := s.engine.Lease(&d, op.Key, l, c.at(c.now), c.leaseID())
 	if err != nil {
 		s.recordError(nl, l, err)
 		return c.fail(b, op.Code, err)
@@ -178,7 +178,7 @@ func (s *server) releaseOp(b []byte, op *proto.Op, c *conn, l *engine.Limit) []b
 			return c.fail(b, op.Code, errNotHolder)
 		}
 	}
-	released, err := s.engine.Release(&d, op.Key, l, id, engine.At(c.now))
+	released, err := s.engine.Release(&d, op.Key, l, id, c.at(c.now))
 	if err != nil {
 		return c.fail(b, op.Code, err)
 	}

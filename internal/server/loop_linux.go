@@ -25,6 +25,17 @@ const haveEpoll = true
 // the socket cannot take whole leaves the rest waiting for EPOLLOUT, and
 // the connection is not read until it has been written (the maxPending
 // bound holds as with goroutines).
+//
+// A loop never waits for a lock. A request whose bucket's lock is still
+// held after a short spin (by a direct client that is stopped, say) hands
+// the loop over (handOff): the goroutine that serves the loop stays with
+// the request, waits for the lock (sleeping, up to Config.LockWait) and
+// answers the rest of its connection's batch, while a new goroutine takes
+// the loop and its other connections over. The connection leaves the epoll
+// set meanwhile, so its answers keep their order, and comes back to the
+// loop (giveBack) to have them written. A handover costs a goroutine and
+// three syscalls, once per request that would have waited; the loop's
+// other connections do not notice it.
 type loops struct {
 	all  []*loop
 	n    atomic.Uint32 // round robin over all
@@ -37,12 +48,14 @@ type loop struct {
 	epfd   int
 	wakefd int // an eventfd: new connections, drain, close-all, stop
 
+	done     *sync.WaitGroup // told when the loop ends
 	mu       sync.Mutex
 	incoming []*lconn // connections added since the last wake-up
+	back     []*lconn // connections given back since the last wake-up (giveBack)
 	kill     bool     // close every connection (drain timed out)
 	quit     bool     // exit once every connection is closed
 
-	// owned by the loop's goroutine
+	// owned by the goroutine that serves the loop (one at a time: see handOff)
 	conns     map[int32]*lconn
 	events    []unix.EpollEvent
 	taken     []*lconn
@@ -60,6 +73,10 @@ type lconn struct {
 	wpos     int  // bytes of st.out already written
 	writing  bool // waiting for EPOLLOUT with st.out[wpos:] unwritten
 	deadline time.Time
+	// handling is set while the loop runs the connection's handler, away
+	// once a request of it has handed the loop over: its batch is answered
+	// off the loop, and the loop leaves it alone until it is given back.
+	handling, away bool
 }
 
 // startLoops starts n event loops for s.
@@ -76,7 +93,8 @@ func startLoops(s *server, n int) (*loops, error) {
 		}
 		ls.all = append(ls.all, lp)
 		ls.done.Add(1)
-		go func() { defer ls.done.Done(); lp.run() }()
+		lp.done = &ls.done
+		go lp.run()
 	}
 	return ls, nil
 }
@@ -164,10 +182,52 @@ func (lp *loop) add(st *stream, handle func(), release func()) {
 		release()
 		return
 	}
+	lc := &lconn{fd: fd, st: st, handle: handle, release: release}
+	st.handOff = func() { lp.handOff(lc) }
 	lp.mu.Lock()
-	lp.incoming = append(lp.incoming, &lconn{fd: fd, st: st, handle: handle, release: release})
+	lp.incoming = append(lp.incoming, lc)
 	lp.mu.Unlock()
 	lp.wake()
+}
+
+// handOff is called by a request of lc that is about to wait for a lock
+// (engine.Time.Blocking), on the goroutine that serves the loop: that
+// goroutine stays with the request, and a new one takes the loop over. lc
+// leaves the epoll set until the goroutine has answered its batch
+// (giveBack). Later requests of the same batch find lc away already.
+func (lp *loop) handOff(lc *lconn) {
+	if !lc.handling || lc.away {
+		return
+	}
+	lc.away = true
+	unix.EpollCtl(lp.epfd, unix.EPOLL_CTL_DEL, lc.fd, nil)
+	lp.s.stats.handoffs.Add(1)
+	runtime.UnlockOSThread() // this goroutine is no longer the loop
+	go lp.run()
+}
+
+// giveBack returns a connection whose batch was answered off the loop: the
+// loop writes its answers and serves it again.
+func (lp *loop) giveBack(lc *lconn) {
+	lp.mu.Lock()
+	lp.back = append(lp.back, lc)
+	lp.mu.Unlock()
+	lp.wake()
+}
+
+// handleBatch runs lc's handler over what it has read. It reports whether
+// the calling goroutine still serves the loop: if a request handed the
+// loop over, the batch is answered and lc given back, and the caller must
+// return at once without touching the loop.
+func (lp *loop) handleBatch(lc *lconn) bool {
+	lc.handling = true
+	lc.st.handleBatch(lc.handle)
+	lc.handling = false
+	if lc.away {
+		lp.giveBack(lc)
+		return false
+	}
+	return true
 }
 
 // dupConn returns a duplicate of c's descriptor (non-blocking, as c's is:
@@ -190,13 +250,27 @@ func dupConn(c net.Conn) (int, error) {
 	return fd, dupErr
 }
 
-// run is the loop: wait for ready connections (or the next deadline), serve
-// each, expire the connections whose deadline has passed.
+// run serves the loop on a locked OS thread until it ends, or until a
+// request hands it over to another goroutine (handOff).
 func (lp *loop) run() {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	defer unix.Close(lp.epfd)
-	defer unix.Close(lp.wakefd)
+	if lp.serve() {
+		unix.Close(lp.epfd)
+		unix.Close(lp.wakefd)
+		lp.done.Done()
+	}
+}
+
+// serve is the loop: wait for ready connections (or the next deadline),
+// serve each, expire the connections whose deadline has passed. It reports
+// true when the loop ends, false when a request handed it over.
+func (lp *loop) serve() bool {
+	if lp.draining && !lp.drainPass(time.Now()) {
+		// Taking over a draining loop: the connections the last pass did
+		// not reach are drained now.
+		return false
+	}
 	for {
 		timeout := -1
 		if !lp.nextCheck.IsZero() {
@@ -220,20 +294,28 @@ func (lp *loop) run() {
 				continue
 			}
 			lc := lp.conns[ev.Fd]
-			if lc == nil {
+			if lc == nil || lc.away {
 				continue
 			}
 			if lc.writing {
 				if !lp.write(lc, now) {
 					continue
 				}
-				lp.pump(lc, now, false)
-			} else {
-				lp.pump(lc, now, true)
+				if !lp.pump(lc, now, false) {
+					return false
+				}
+			} else if !lp.pump(lc, now, true) {
+				return false
 			}
 		}
-		if woken && lp.woken(now) {
-			return
+		if woken {
+			quit, still := lp.woken(now)
+			if !still {
+				return false
+			}
+			if quit {
+				return true
+			}
 		}
 		if !lp.nextCheck.IsZero() && !now.Before(lp.nextCheck) {
 			lp.expire(now)
@@ -263,67 +345,106 @@ func (lp *loop) wait(timeout int) (int, error) {
 	return n, err
 }
 
-// woken takes new connections and the server's requests; it reports whether
-// the loop is to exit.
-func (lp *loop) woken(now time.Time) bool {
+// woken takes new connections, connections given back, and the server's
+// requests; it reports whether the loop is to exit, and whether the calling
+// goroutine still serves the loop (see handleBatch).
+func (lp *loop) woken(now time.Time) (quit, still bool) {
 	var b [8]byte
 	unix.Read(lp.wakefd, b[:])
 	lp.mu.Lock()
 	lp.taken = append(lp.taken[:0], lp.incoming...)
 	clear(lp.incoming)
 	lp.incoming = lp.incoming[:0]
+	back := lp.back
+	lp.back = nil
 	kill, quit := lp.kill, lp.quit
 	lp.mu.Unlock()
+	// Connections given back have answers to write: they wait for EPOLLOUT,
+	// which comes at once, and are served from there.
+	for _, lc := range back {
+		lc.away = false
+		if kill {
+			lp.close(lc)
+			continue
+		}
+		lc.writing, lc.deadline = true, now.Add(lp.s.cfg.WriteTimeout)
+		ev := unix.EpollEvent{Events: unix.EPOLLOUT, Fd: int32(lc.fd)}
+		if err := unix.EpollCtl(lp.epfd, unix.EPOLL_CTL_ADD, lc.fd, &ev); err != nil {
+			lp.close(lc)
+			continue
+		}
+		lp.arm(lc, now)
+	}
+	// Every new connection is in the set before any is served: one that a
+	// handover leaves unserved is reported again (epoll is level-triggered).
 	for i, lc := range lp.taken {
-		lp.taken[i] = nil
 		lc.st.begin()
 		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(lc.fd)}
 		if err := unix.EpollCtl(lp.epfd, unix.EPOLL_CTL_ADD, lc.fd, &ev); err != nil {
 			lp.s.log.Warn("cannot add a connection to the event loop; closing it", "err", err)
 			lp.close(lc)
+			lp.taken[i] = nil
 			continue
 		}
 		lp.conns[int32(lc.fd)] = lc
-		lp.pump(lc, now, true)
+	}
+	for i, lc := range lp.taken {
+		lp.taken[i] = nil
+		if lc != nil && !lp.pump(lc, now, true) {
+			return false, false // the rest are in the set: lp.taken is no longer this goroutine's
+		}
 	}
 	if kill {
 		lp.closeAll()
 	}
 	if lp.s.draining.Load() && !lp.draining {
 		lp.draining = true
-		for _, lc := range lp.conns {
-			if !lc.writing {
-				lp.pump(lc, now, true)
-			}
+		if !lp.drainPass(now) {
+			return false, false
 		}
 	}
-	return quit && len(lp.conns) == 0
+	return quit && len(lp.conns) == 0, true
+}
+
+// drainPass answers what every connection has sent and closes it (pump
+// does, draining), but for those waiting to write and those away. It
+// reports whether the calling goroutine still serves the loop.
+func (lp *loop) drainPass(now time.Time) bool {
+	for _, lc := range lp.conns {
+		if !lc.writing && !lc.away && !lp.pump(lc, now, true) {
+			return false
+		}
+	}
+	return true
 }
 
 // pump serves a connection as far as it can go without waiting: answers
 // requests left from the last batch, reads what has arrived (if readable),
 // answers it and writes the answers; then it sets the connection's
 // deadline. Draining, a connection is closed once it has nothing left to
-// read and its answers are written.
-func (lp *loop) pump(lc *lconn, now time.Time, readable bool) {
+// read and its answers are written. It reports whether the calling
+// goroutine still serves the loop (see handleBatch).
+func (lp *loop) pump(lc *lconn, now time.Time, readable bool) bool {
 	st := lc.st
 	for !lc.writing {
 		if st.closed {
 			lp.close(lc)
-			return
+			return true
 		}
 		if st.more {
 			st.more = false
-			st.handleBatch(lc.handle)
+			if !lp.handleBatch(lc) {
+				return false
+			}
 			if !lp.write(lc, now) {
-				return
+				return true
 			}
 			continue
 		}
 		if !readable {
 			if lp.draining {
 				lp.close(lc)
-				return
+				return true
 			}
 			break
 		}
@@ -339,19 +460,22 @@ func (lp *loop) pump(lc *lconn, now time.Time, readable bool) {
 			// is reported again (epoll is level-triggered). Draining,
 			// everything that has arrived is read now.
 			readable = lp.draining
-			st.handleBatch(lc.handle)
+			if !lp.handleBatch(lc) {
+				return false
+			}
 			if !lp.write(lc, now) {
-				return
+				return true
 			}
 		case err == unix.EAGAIN:
 			readable = false
 		case err == unix.EINTR:
 		default: // end of stream, or a reset
 			lp.close(lc)
-			return
+			return true
 		}
 	}
 	lp.arm(lc, now)
+	return true
 }
 
 // write writes what is left of st.out without waiting. If the socket takes
@@ -412,10 +536,14 @@ func (lp *loop) arm(lc *lconn, now time.Time) {
 }
 
 // expire closes the connections whose deadline has passed and finds the
-// next deadline.
+// next deadline. A connection away is not the loop's to close: its request
+// waits at most Config.LockWait, and it comes back.
 func (lp *loop) expire(now time.Time) {
 	var next time.Time
 	for _, lc := range lp.conns {
+		if lc.away {
+			continue
+		}
 		if !now.Before(lc.deadline) {
 			if !lc.writing && len(lc.st.in) > 0 && !lp.draining {
 				lp.s.stats.timeouts.Add(1)
@@ -441,9 +569,12 @@ func (lp *loop) close(lc *lconn) {
 	lc.release()
 }
 
-// closeAll closes every connection of the loop.
+// closeAll closes every connection of the loop; one away is closed when it
+// comes back.
 func (lp *loop) closeAll() {
 	for _, lc := range lp.conns {
-		lp.close(lc)
+		if !lc.away {
+			lp.close(lc)
+		}
 	}
 }

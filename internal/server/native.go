@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/errtext"
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/proto"
 )
@@ -92,7 +94,8 @@ func (c *conn) frameError(h proto.Header, err error) {
 		v = proto.MinVersion
 	}
 	b, start := proto.BeginFrameVersion(c.out, v, proto.KindResponse, h.ID)
-	b = proto.AppendError(b, 0, proto.StatusOf(err), err.Error())
+	st := proto.StatusOf(err)
+	b = proto.AppendError(b, 0, st, wireMessage(st, err))
 	c.out = proto.EndFrame(b, start, 1)
 	c.closed = true
 }
@@ -128,7 +131,7 @@ func (c *conn) frame(frame []byte, h proto.Header) {
 				code = proto.Opcode(body[0])
 			}
 			for ; i < int(h.Count); i++ {
-				b = proto.AppendError(b, code, proto.StatusOf(err), err.Error())
+				b = proto.AppendError(b, code, proto.StatusOf(err), wireMessage(proto.StatusOf(err), err))
 			}
 			c.closed = true
 			break
@@ -170,7 +173,7 @@ func (s *server) do(b []byte, op *proto.Op, c *conn) []byte {
 	case proto.OpStats:
 		return s.appendStats(b)
 	case proto.OpScan:
-		return s.scan(b, op, c.room(b), c.version)
+		return s.scan(b, op, c.room(b), c.version, c.at(c.now))
 	case proto.OpMulti:
 		return s.multi(b, op, c)
 	}
@@ -182,6 +185,9 @@ func (s *server) do(b []byte, op *proto.Op, c *conn) []byte {
 		return s.globalOp(b, op, nl, c)
 	}
 	when := c.when(op.Flags, op.At)
+	if op.Flags&proto.FlagDeadline != 0 {
+		when.Wait = c.waitUntil(op.Deadline)
+	}
 	var d bucket.Decision
 	var start time.Time
 	if s.rec != nil && c.n.ops&sampleMask == 0 {
@@ -199,7 +205,7 @@ func (s *server) do(b []byte, op *proto.Op, c *conn) []byte {
 	case proto.OpRefund:
 		err = s.engine.Refund(&d, op.Key, l, op.N, when, 0)
 	case proto.OpReset:
-		existed, err := s.engine.Reset(op.Key, l)
+		existed, err := s.engine.Reset(op.Key, l, when)
 		if err != nil {
 			return c.fail(b, op.Code, err)
 		}
@@ -275,12 +281,13 @@ func (s *server) multi(b []byte, op *proto.Op, c *conn) []byte {
 
 // scan lists live buckets whose inline key starts with the prefix, adding at
 // most room bytes to b; the cursor it returns resumes where it stopped. A
-// frame of version v lists only the algorithms v defines.
-func (s *server) scan(b []byte, op *proto.Op, room int, v uint8) []byte {
+// frame of version v lists only the algorithms v defines. t holds the
+// scan's lock waits.
+func (s *server) scan(b []byte, op *proto.Op, room int, v uint8, t engine.Time) []byte {
 	b, start := proto.BeginScanResult(b, 0)
 	limit := len(b) + room
 	n, full, resume := 0, false, uint64(0)
-	next, err := s.engine.Scan(op.Cursor, scanSpan, func(e *engine.Entry) bool {
+	next, err := s.engine.Scan(op.Cursor, scanSpan, t, func(e *engine.Entry) bool {
 		if !bytes.HasPrefix(e.Key, op.Prefix) || !proto.Algorithm(e.Algorithm).ValidIn(v) {
 			return true
 		}
@@ -294,7 +301,9 @@ func (s *server) scan(b []byte, op *proto.Op, room int, v uint8) []byte {
 	})
 	switch {
 	case errors.Is(err, engine.ErrNoInlineKeys):
-		return proto.AppendError(b[:start], op.Code, proto.StatusUnsupported, err.Error())
+		return proto.AppendError(b[:start], op.Code, proto.StatusUnsupported, wireMessage(proto.StatusUnsupported, err))
+	case err != nil:
+		return proto.AppendError(b[:start], op.Code, statusFor(err), wireMessage(statusFor(err), err))
 	case full && n == 0:
 		return proto.AppendError(b[:start], op.Code, proto.StatusMalformed,
 			"no room for a SCAN result in this response frame: send SCAN in a smaller batch")
@@ -311,7 +320,15 @@ func scanEntryLen(k []byte) int { return 1 + 8 + 2 + len(k) }
 func (c *conn) fail(b []byte, code proto.Opcode, err error) []byte {
 	st := statusFor(err)
 	c.n.errors++
-	return proto.AppendError(b, code, st, err.Error())
+	return proto.AppendError(b, code, st, wireMessage(st, err))
+}
+
+// wireMessage is the message of an error result of status st: err in
+// words, without what the status already says (a client shows the status
+// first: "invalid key: ACQUIRE key of 0 bytes", not "invalid key: invalid
+// key: ...").
+func wireMessage(st proto.Status, err error) string {
+	return strings.TrimPrefix(errtext.String(err), errtext.String(st.Err())+": ")
 }
 
 // statusFor maps the errors of the layers below to wire status codes.
@@ -325,7 +342,7 @@ func statusFor(err error) proto.Status {
 		return proto.StatusInvalidCost
 	case errors.Is(err, engine.ErrTooManyItems):
 		return proto.StatusTooManyItems
-	case errors.Is(err, engine.ErrContended):
+	case errors.Is(err, engine.ErrContended), errors.Is(err, engine.ErrLocked):
 		return proto.StatusContended
 	case errors.Is(err, engine.ErrTime):
 		return proto.StatusMalformed
@@ -369,7 +386,7 @@ func (s *server) appendStats(b []byte) []byte {
 		{"peers_denied", &c.peersDenied},
 		{"frames", &c.frames}, {"ops", &c.ops}, {"allowed", &c.allowed}, {"denied", &c.denied},
 		{"errors", &c.errors}, {"malformed", &c.malformed}, {"timeouts", &c.timeouts},
-		{"shadow_denied", &c.shadowDenied},
+		{"shadow_denied", &c.shadowDenied}, {"lock_waits", &c.lockWaits}, {"loop_handoffs", &c.handoffs},
 		{"buffered_bytes", &c.buffered},
 	} {
 		add(kv.name, uint64(kv.v.Load()))

@@ -2,9 +2,12 @@ package server
 
 import (
 	"errors"
+	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -150,5 +153,38 @@ func TestServer_worldWritableDir(t *testing.T) {
 		RESPSocket: "-", Slots: 16, Logger: quiet()})
 	if !errors.Is(err, ErrSocketPath) {
 		t.Errorf("socket in a world-writable directory: %v", err)
+	}
+}
+
+// Ensure a refused peer can read the refusal even if it writes first: the
+// server closed the connection right after writing it, so a client that
+// wrote its request before reading its answer got EPIPE (redis-cli printed
+// "Broken pipe" instead of "ERR permission denied").
+func TestServer_refusalReachesAWriter(t *testing.T) {
+	sc := start(t, Config{AllowUIDs: []uint32{54321}})
+	for _, path := range []string{sc.cfg.SocketPath, sc.cfg.RESPSocket} {
+		c, err := net.Dial("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(time.Minute))
+		answer, err := io.ReadAll(c) // the refusal, then the end of the server's writing
+		if err != nil || len(answer) == 0 {
+			t.Fatalf("%s: the refusal: %q, %v", path, answer, err)
+		}
+		if _, err := c.Write([]byte("PING\r\n")); err != nil {
+			t.Errorf("%s: a request written after the refusal arrived: %v", path, err)
+		}
+		c.Close()
+	}
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		t.Fatal("redis-cli is not installed (apt-get install redis-tools)")
+	}
+	for i := range 20 {
+		out, _ := exec.Command(cli, "-s", sc.cfg.RESPSocket, "PING").CombinedOutput()
+		if got := strings.TrimSpace(string(out)); got != "ERR permission denied" {
+			t.Fatalf("redis-cli run %d as a refused peer printed %q", i, got)
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/proto"
 	"github.com/sluicehq/sluice/proto/resp"
@@ -181,9 +182,13 @@ func (rc *respConn) other(args [][]byte) {
 	case "command":
 		rc.commandInfo(args)
 	case "info":
-		rc.text(rc.s.info(args[1:], rc.now))
+		rc.text(rc.s.info(args[1:], rc.at(rc.now)))
 	case "dbsize":
-		rc.out = resp.AppendInt(rc.out, rc.s.liveBuckets(rc.now))
+		if n, err := rc.s.liveBuckets(rc.at(rc.now)); err != nil {
+			rc.fail(err)
+		} else {
+			rc.out = resp.AppendInt(rc.out, n)
+		}
 	case "multi":
 		rc.multi()
 	case "exec":
@@ -260,7 +265,7 @@ func printable(b []byte) string {
 // info is INFO's report, in Redis's "# Section" / "field:value" form: the
 // sections named in args (any case), or every one if none is named (or
 // "default", "all", "everything"). An unknown section adds nothing.
-func (s *server) info(args [][]byte, now int64) string {
+func (s *server) info(args [][]byte, now engine.Time) string {
 	want := func(section string) bool {
 		if len(args) == 0 {
 			return true
@@ -315,13 +320,18 @@ func (s *server) info(args [][]byte, now int64) string {
 		w("sync_errors", st.SyncErrors)
 	}
 	if section("keyspace") {
-		if n := s.liveBuckets(now); n > 0 { // as DBSIZE; Redis lists no empty database
+		// As DBSIZE; Redis lists no empty database (nor a count that gave
+		// up waiting for a lock).
+		if n, err := s.liveBuckets(now); err == nil && n > 0 {
 			w("db0", "keys="+strconv.FormatInt(n, 10)+",expires=0,avg_ttl=0")
 		}
 	}
 	return b.String()
 }
 
-// liveBuckets counts the buckets that hold information at now: live and
+// liveBuckets counts the buckets that hold information at t.Now: live and
 // not yet back to their fresh state (what DBSIZE reports).
-func (s *server) liveBuckets(now int64) int64 { return int64(s.engine.Live(now)) }
+func (s *server) liveBuckets(t engine.Time) (int64, error) {
+	n, err := s.engine.Live(t)
+	return int64(n), err
+}

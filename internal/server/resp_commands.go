@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/errtext"
 	"github.com/sluicehq/sluice/proto/resp"
 )
 
@@ -144,7 +145,7 @@ func (rc *respConn) parseRateLimit(req *rlRequest, args [][]byte, name string, m
 		return errValue
 	}
 	// smyte keeps time in milliseconds: so does the refill arithmetic here.
-	req.when = engine.At(rc.now / 1_000_000 * 1_000_000)
+	req.when = rc.at(rc.now / 1_000_000 * 1_000_000)
 	if atMs >= 0 {
 		req.when.At, req.at = atMs*1_000_000, true
 	}
@@ -191,12 +192,12 @@ func (rc *respConn) parseThrottle(req *rlRequest, args [][]byte) string {
 	}
 	l, err := rc.limits.get(bucket.Limit{Algorithm: bucket.GCRA, Burst: burst, Count: count, Period: period * 1_000_000_000}, engine.NewLimit)
 	if err != nil {
-		return cellPrefix + err.Error()
+		return cellPrefix + errtext.String(err)
 	}
 	if qty == math.MinInt64 {
 		return cellPrefix + "quantity out of range"
 	}
-	*req = rlRequest{cell: true, key: args[1], limit: *l, cost: qty, when: engine.At(rc.now)}
+	*req = rlRequest{cell: true, key: args[1], limit: *l, cost: qty, when: rc.at(rc.now)}
 	if qty < 0 {
 		// redis-cell decides a negative quantity like any request: limited,
 		// and nothing written, if the bucket would still be past its
@@ -234,7 +235,7 @@ func (rc *respConn) failRequest(req *rlRequest, err error) {
 		rc.fail(err)
 		return
 	}
-	rc.out = resp.AppendError(rc.out, cellPrefix+err.Error())
+	rc.out = resp.AppendError(rc.out, cellPrefix+errtext.String(err))
 	rc.n.errors++
 }
 
@@ -278,8 +279,8 @@ func (rc *respConn) fail(err error) {
 	case errors.Is(err, engine.ErrTableFull):
 		rc.out = resp.AppendError(rc.out, "ERR table full")
 	case errors.Is(err, engine.ErrEmptyKey), errors.Is(err, engine.ErrKeyTooLong):
-		rc.out = resp.AppendError(rc.out, "ERR invalid key: "+err.Error())
+		rc.out = resp.AppendError(rc.out, "ERR invalid key: "+errtext.String(err))
 	default:
-		rc.out = resp.AppendError(rc.out, "ERR "+err.Error())
+		rc.out = resp.AppendError(rc.out, "ERR "+errtext.String(err))
 	}
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/sluicehq/sluice/bucket"
@@ -120,7 +121,9 @@ func (rc *respConn) watch() {
 // transaction's, and each is decided as it would be alone, in order (as in
 // Redis, a limited command does not undo the allowed ones, and a limited
 // RL.REDUCE drains its bucket). A transaction beyond those bounds runs its
-// commands one by one, each atomic on its own bucket.
+// commands one by one, each atomic on its own bucket. One that gave up
+// waiting for a bucket's lock (another process keeps it) changed nothing:
+// each of its rate-limit commands is answered with that error.
 func (rc *respConn) exec() {
 	tx := rc.tx
 	if tx == nil {
@@ -139,15 +142,19 @@ func (rc *respConn) exec() {
 		tx.args = append(tx.args, tx.buf[start:end:end])
 		start = end
 	}
-	together := rc.decideTogether(tx)
+	together, err := rc.decideTogether(tx)
 	rc.out = resp.AppendArray(rc.out, tx.len())
 	a, k := 0, 0
 	for _, n := range tx.nargs {
 		args := tx.args[a : a+n]
-		if together && k < len(tx.at) && tx.at[k] == a {
-			req, d := &tx.reqs[k], &tx.ds[k]
+		if (together || err != nil) && k < len(tx.at) && tx.at[k] == a {
+			req := &tx.reqs[k]
 			rc.last = lookupCommand(args[0]).name
-			rc.reply(req, d)
+			if err != nil {
+				rc.failRequest(req, err)
+			} else {
+				rc.reply(req, &tx.ds[k])
+			}
 			k++
 		} else {
 			rc.command(args)
@@ -159,8 +166,9 @@ func (rc *respConn) exec() {
 // decideTogether parses the transaction's rate-limit commands and decides
 // them with one engine.Each. It reports whether it did: then tx.ds holds
 // the decision of each of tx.reqs, which came from the commands whose
-// first arguments are at tx.at.
-func (rc *respConn) decideTogether(tx *respTx) bool {
+// first arguments are at tx.at. It returns the error of an Each that gave
+// up waiting for a lock, which decided none of them.
+func (rc *respConn) decideTogether(tx *respTx) (bool, error) {
 	tx.reqs, tx.at = tx.reqs[:0], tx.at[:0]
 	smyte := false
 	a := 0
@@ -182,7 +190,7 @@ func (rc *respConn) decideTogether(tx *respTx) bool {
 		}
 		if msg == "" {
 			if req.refund || req.at {
-				return false
+				return false, nil
 			}
 			smyte = smyte || !req.cell
 			tx.reqs = append(tx.reqs, req)
@@ -191,13 +199,13 @@ func (rc *respConn) decideTogether(tx *respTx) bool {
 		a += n
 	}
 	if len(tx.reqs) < 2 || len(tx.reqs) > engine.MaxMultiItems {
-		return false // one command is decided alone just the same
+		return false, nil // one command is decided alone just the same
 	}
 	// smyte/ratelimit decides at the millisecond: when it takes part, the
 	// whole transaction does (redis-cell's replies are in whole seconds).
-	t := engine.At(rc.now)
+	t := rc.at(rc.now)
 	if smyte {
-		t = engine.At(rc.now / 1_000_000 * 1_000_000)
+		t = rc.at(rc.now / 1_000_000 * 1_000_000)
 	}
 	tx.items = tx.items[:0]
 	for i := range tx.reqs {
@@ -206,5 +214,8 @@ func (rc *respConn) decideTogether(tx *respTx) bool {
 	}
 	ds, err := rc.s.engine.Each(tx.ds[:0], tx.items, t)
 	tx.ds = ds
-	return err == nil
+	if errors.Is(err, engine.ErrLocked) {
+		return false, err
+	}
+	return err == nil, nil
 }

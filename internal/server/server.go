@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -48,6 +50,8 @@ type server struct {
 	namedSet    atomic.Pointer[namedLimits]
 	holders     leaseHolders // who holds each lease taken here (leases.go)
 
+	lingering chan struct{} // a token for each refused connection that lingers (refuse)
+
 	draining atomic.Bool
 	mu       sync.Mutex
 	conns    map[net.Conn]struct{}
@@ -72,10 +76,22 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	// closeEngine closes the table when the sidecar fails to start, and
+	// removes its file if this start created it: a second sluiced given
+	// another --state and a socket in use left a new state file behind.
+	// The file goes while the owner lock is held, so no other process can
+	// have taken it up.
+	created := e.Opened().Created
+	closeEngine := func() {
+		if created {
+			os.Remove(c.StatePath)
+		}
+		e.Close()
+	}
 	var gl *globalLimits
 	if c.Global != nil {
 		if gl, err = newGlobalLimits(*c.Global, c.Logger, c.StatePath+".leases"); err != nil {
-			e.Close()
+			closeEngine()
 			return err
 		}
 	}
@@ -84,7 +100,7 @@ func Run(ctx context.Context, cfg Config) error {
 		if gl != nil {
 			gl.close()
 		}
-		e.Close()
+		closeEngine()
 		return err
 	}
 	o := e.Opened()
@@ -94,7 +110,7 @@ func Run(ctx context.Context, cfg Config) error {
 	g, st := e.Geometry(), e.Stats()
 	s := &server{
 		cfg: c, log: c.Logger, engine: e, now: c.Now, rec: c.Metrics, global: gl,
-		conns: make(map[net.Conn]struct{}), perUID: make(map[uint32]int),
+		conns: make(map[net.Conn]struct{}), perUID: make(map[uint32]int), lingering: make(chan struct{}, maxLingering),
 		hello: proto.Hello{
 			Version: proto.Version, MaxFrame: proto.MaxFrameLen, MaxBatch: proto.MaxBatch,
 			MaxKey: proto.MaxKeyLen, MaxMulti: proto.MaxMulti,
@@ -110,7 +126,7 @@ func Run(ctx context.Context, cfg Config) error {
 			if gl != nil {
 				gl.close()
 			}
-			e.Close()
+			closeEngine()
 			return err
 		}
 	}
@@ -183,11 +199,7 @@ func (s *server) accept(l *listener) {
 			continue
 		}
 		s.stats.connsTotal.Add(1)
-		refuse := func(st proto.Status, msg string) {
-			c.SetWriteDeadline(time.Now().Add(time.Second))
-			c.Write(l.refusal(st, msg))
-			c.Close()
-		}
+		refuse := func(st proto.Status, msg string) { s.refuse(c, l.refusal(st, msg)) }
 		p, counted, ok := s.admit(c, l)
 		uid := p.uid
 		if !ok {
@@ -238,6 +250,42 @@ func (s *server) accept(l *listener) {
 			st.releaseLeases()
 		}()
 	}
+}
+
+// Refused connections linger: see refuse.
+const (
+	refusalLinger = time.Second // the longest a refused connection stays open
+	maxLingering  = 64          // refused connections lingering at once; more close at once
+)
+
+// refuse answers a connection the server does not serve with answer, and
+// closes it. The answer must reach the client: a server that closed at
+// once made a client that writes its request before it reads (redis-cli)
+// fail on EPIPE, and print "Broken pipe" instead of the refusal. So the
+// server shuts its side for writing (the client reads the answer, then
+// EOF) and reads what the client sends, until the client closes or
+// refusalLinger passes, before it closes; on a goroutine, at most
+// maxLingering at once, so refused peers cannot hold the server's
+// resources.
+func (s *server) refuse(c net.Conn, answer []byte) {
+	c.SetWriteDeadline(time.Now().Add(time.Second))
+	c.Write(answer)
+	cw, ok := c.(interface{ CloseWrite() error })
+	if !ok || cw.CloseWrite() != nil {
+		c.Close()
+		return
+	}
+	select {
+	case s.lingering <- struct{}{}:
+	default:
+		c.Close()
+		return
+	}
+	go func() {
+		defer func() { c.Close(); <-s.lingering }()
+		c.SetReadDeadline(time.Now().Add(refusalLinger))
+		io.CopyN(io.Discard, c, 64<<10)
+	}()
 }
 
 // loopFor returns the event loop that serves a new connection of l, or nil
@@ -333,7 +381,11 @@ func (s *server) tableStats() func() metrics.TableStats {
 		mu.Lock()
 		defer mu.Unlock()
 		if time.Since(counted) >= liveEvery {
-			live, counted = s.engine.Live(s.now()), time.Now()
+			// A count that gave up waiting for a lock keeps the last one.
+			if n, err := s.engine.Live(engine.At(s.now())); err == nil {
+				live = n
+			}
+			counted = time.Now()
 		}
 		st := s.engine.Stats()
 		return metrics.TableStats{Slots: st.SlotCount, UsedSlots: st.Used, LiveBuckets: live,

@@ -55,6 +55,11 @@ type stream struct {
 	// anything more is read.
 	more      bool
 	accounted int // bytes of buffers counted in the server's buffered_bytes
+	// blocking is the engine.Time.Blocking of the connection's requests
+	// (st.lockWait, set by begin), and handOff, if set, what an event loop
+	// does when one of them is about to wait for a lock: it hands its other
+	// connections over to a new goroutine.
+	blocking, handOff func()
 }
 
 // serve runs the connection until the client leaves, breaks the protocol,
@@ -111,6 +116,7 @@ func (st *stream) serve(handle func()) {
 
 // begin gives a new connection its buffers.
 func (st *stream) begin() {
+	st.blocking = st.lockWait
 	st.in = make([]byte, 0, initialBuffer)
 	st.out = make([]byte, 0, initialBuffer)
 	st.account()
@@ -184,11 +190,35 @@ func (st *stream) written() {
 // when is the Time of a request with flags f: the batch's server clock,
 // and the request's own time if it carries one.
 func (st *stream) when(f proto.Flags, at int64) engine.Time {
-	t := engine.At(st.now)
+	t := st.at(st.now)
 	if f&proto.FlagAt != 0 {
 		t.At = at
 	}
 	return t
+}
+
+// waitUntil is the lock wait of a request whose client stops waiting at
+// deadline (Unix ns, the host's clock): Config.LockWait, or until the
+// deadline if that comes first (at least a moment: a lock about to be
+// freed is still taken). It reads the clock: only such requests pay it.
+func (st *stream) waitUntil(deadline int64) time.Duration {
+	return min(st.s.cfg.LockWait, max(time.Duration(deadline-time.Now().UnixNano()), time.Nanosecond))
+}
+
+// lockWait is called when a request of the connection is about to wait for
+// a lock another holder keeps (past a short spin): it counts the wait
+// (lock_waits), and an event loop hands itself over.
+func (st *stream) lockWait() {
+	st.s.stats.lockWaits.Add(1)
+	if st.handOff != nil {
+		st.handOff()
+	}
+}
+
+// at is the Time of a request decided at the server clock now, with the
+// server's lock wait and the connection's way of waiting.
+func (st *stream) at(now int64) engine.Time {
+	return engine.Time{Now: now, At: now, Wait: st.s.cfg.LockWait, Blocking: st.blocking}
 }
 
 // limitCache remembers the last limit a connection used: clients send the

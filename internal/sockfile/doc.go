@@ -6,7 +6,9 @@
 //     0750 if missing, is not writable by every user (unless sticky).
 //   - An instance lock (an flock on PATH.lock) is taken first, so a live
 //     socket is never removed: a second sluiced on the same path is
-//     refused with ErrInUse. With the lock held, a socket file left at the
+//     refused with ErrInUse, which names the path. The lock's file is
+//     removed with the socket (Remove), the lock still held: a process
+//     that took the lock on the removed file sees so and locks afresh. With the lock held, a socket file left at the
 //     path by a crashed instance is stale and is replaced; one that still
 //     answers belongs to a process that is not sluiced and is left alone
 //     (ErrInUse); anything else at the path is left alone too (ErrPath).

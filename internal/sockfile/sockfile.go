@@ -47,11 +47,13 @@ func Listen(path string, perm fs.FileMode) (*Listener, error) {
 		return nil, fmt.Errorf("%w: directory %s is writable by every user", ErrPath, dir)
 	}
 	lock, err := lockInstance(path + ".lock")
-	if err != nil {
+	if errors.Is(err, ErrInUse) {
+		return nil, fmt.Errorf("%w: %s", err, path) // which socket
+	} else if err != nil {
 		return nil, err
 	}
 	fail := func(err error) (*Listener, error) {
-		lock.Close()
+		unlock(lock)
 		return nil, err
 	}
 	if fi, err := os.Lstat(path); err == nil {
@@ -104,10 +106,18 @@ func (l *Listener) Path() string { return l.path }
 // Remove removes the socket file, if it is still the one l bound (it may
 // have been replaced since: a socket is not removed unless it is the same
 // file, nor anything else, even a file that reuses its inode number), and
-// releases the instance lock. Call it once, after Close.
+// the instance lock's file, and releases the lock. Call it once, after
+// Close.
 func (l *Listener) Remove() {
 	if fi, err := os.Lstat(l.path); err == nil && fi.Mode().Type() == fs.ModeSocket && os.SameFile(fi, l.bound) {
 		os.Remove(l.path)
 	}
-	l.lock.Close()
+	unlock(l.lock)
+}
+
+// unlock removes the file of an instance lock, still holding the lock (see
+// lockInstance), then releases it: a clean stop leaves no PATH.lock.
+func unlock(lock *os.File) {
+	os.Remove(lock.Name())
+	lock.Close()
 }

@@ -29,7 +29,7 @@ def make_client(name: str, path: str, asynchronous: bool) -> Any:
     parser redis-py picks without hiredis (the connections' parser_class
     option), every other default unchanged."""
     if not HIREDIS_AVAILABLE:
-        pytest.fail("hiredis is not installed: pip install hiredis (.ci/run does)")
+        pytest.fail("hiredis is not installed: make setup installs it into .venv (requirements-test.txt)")
     r = (redis.asyncio.Redis if asynchronous else redis.Redis)(unix_socket_path=path)
     if name == "python":
         r.connection_pool.connection_kwargs["parser_class"] = _AsyncRESP3Parser if asynchronous else _RESP3Parser

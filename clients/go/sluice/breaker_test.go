@@ -106,11 +106,18 @@ func (l *logBuffer) logger() *slog.Logger { return slog.New(slog.NewTextHandler(
 // says so once in its log; after SIGCONT a probe finds the sidecar again.
 func TestBreaker_stoppedSidecar(t *testing.T) {
 	proc, sock := startSluiced(t)
+	// The clients' timeout: long enough that a busy machine answers in
+	// time, short beside what 20 calls that each waited for it would take.
+	const timeout = 300 * time.Millisecond
 	first := new(logBuffer)
-	c := dial(t, sock, sluice.WithLogger(first.logger()))
-	if d, err := c.Acquire(context.Background(), tb10, "k", 1); err != nil || d.Degraded || d.Remaining != 9 {
+	c := dial(t, sock, sluice.WithLogger(first.logger()), sluice.WithTimeout(timeout))
+	if d, err := dial(t, sock).Acquire(context.Background(), tb10, "k", 1); err != nil || d.Degraded || d.Remaining != 9 {
 		t.Fatalf("before: %+v, %v", d, err)
 	}
+	// Another client, which answered its start check too: the failure
+	// policy covers the outages of a sidecar that has answered.
+	second := new(logBuffer)
+	c2 := dial(t, sock, sluice.WithLogger(second.logger()), sluice.WithTimeout(timeout))
 	if err := proc.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -127,8 +134,7 @@ func TestBreaker_stoppedSidecar(t *testing.T) {
 	} {
 		c, log := c, first
 		if tc.name != "no deadline" {
-			log = new(logBuffer)
-			c = dial(t, sock, sluice.WithLogger(log.logger()))
+			c, log = c2, second
 		}
 		start := time.Now()
 		for i := range 20 {
@@ -141,8 +147,8 @@ func TestBreaker_stoppedSidecar(t *testing.T) {
 		}
 		took := time.Since(start)
 		t.Logf("%s: 20 calls to a stopped sidecar took %v", tc.name, took)
-		if took > 500*time.Millisecond {
-			t.Errorf("%s: 20 calls to a stopped sidecar took %v, want well under 1s", tc.name, took)
+		if waited := sluice.DefaultBreakerThreshold*timeout + 2*time.Second; took > waited {
+			t.Errorf("%s: 20 calls to a stopped sidecar took %v, want at most %v (each waiting: %v)", tc.name, took, waited, 20*timeout)
 		}
 		if c.Healthy() {
 			t.Errorf("%s: Healthy with the sidecar stopped", tc.name)
@@ -153,7 +159,7 @@ func TestBreaker_stoppedSidecar(t *testing.T) {
 		if n := log.count("not answering"); n != 1 {
 			t.Errorf("%s: %d log lines about the breaker opening, want 1:\n%s", tc.name, n, log.buf.String())
 		}
-		if n := log.count("decisions made without the Sluice sidecar"); n != 1 {
+		if n := log.count("decisions made by the client's failure policy"); n != 1 {
 			t.Errorf("%s: %d log lines about degraded decisions, want 1 (at most one per 10s):\n%s", tc.name, n, log.buf.String())
 		}
 	}
@@ -179,36 +185,47 @@ func TestBreaker_stoppedSidecar(t *testing.T) {
 // policy's decision at once. FailClosed denies, its RetryAfter the time
 // until the next probe.
 func TestBreaker_oneProbe(t *testing.T) {
-	// Calls that waited for their answer would take the 100ms timeout
-	// each; the bounds below are far under it and far over a fast failure.
-	path := fakeSidecar(t, func(fc *fakeConn) { fc.wait() }) // reads everything, answers nothing
-	c := dial(t, path, sluice.WithFailurePolicy(sluice.FailClosed), sluice.WithTimeout(100*time.Millisecond),
-		sluice.WithBreaker(2, 150*time.Millisecond, 300*time.Millisecond))
+	// A call that waits for its answer takes the timeout: the calls that
+	// must not wait are checked to take less than one, which leaves a busy
+	// machine a second to run them.
+	const timeout, open = time.Second, 150 * time.Millisecond
+	read := make(chan struct{}, 64)             // a request reached the sidecar
+	path := fakeSidecar(t, func(fc *fakeConn) { // reads everything, answers nothing
+		for {
+			if _, _, ok := fc.next(); !ok {
+				return
+			}
+			read <- struct{}{}
+		}
+	})
+	c := dial(t, path, sluice.WithFailurePolicy(sluice.FailClosed), sluice.WithTimeout(timeout),
+		sluice.WithBreaker(2, open, 2*open))
 	cx := context.Background()
 	for range 2 {
 		if d, err := c.Acquire(cx, tb10, "k", 1); err != nil || d.Allowed || !d.Degraded {
 			t.Fatalf("timed out call: %+v, %v", d, err)
 		}
+		<-read
 	}
 	start := time.Now()
 	d, err := c.Acquire(cx, tb10, "k", 1)
-	if err != nil || d.Allowed || !d.Degraded || d.RetryAfter <= 0 || d.RetryAfter > 150*time.Millisecond {
-		t.Errorf("open breaker: %+v, %v, want a denial with RetryAfter in (0, 150ms]", d, err)
+	if err != nil || d.Allowed || !d.Degraded || d.RetryAfter <= 0 || d.RetryAfter > open {
+		t.Errorf("open breaker: %+v, %v, want a denial with RetryAfter in (0, %v]", d, err, open)
 	}
-	if took := time.Since(start); took > 50*time.Millisecond {
-		t.Errorf("a call with the breaker open took %v", took)
+	if took := time.Since(start); took >= timeout {
+		t.Errorf("a call with the breaker open took %v: it waited", took)
 	}
-	time.Sleep(160 * time.Millisecond) // the open period has passed
+	time.Sleep(open + 10*time.Millisecond) // the open period has passed
 	// The probe waits its timeout; meanwhile the others fail at once.
 	var wg sync.WaitGroup
 	wg.Go(func() { c.Acquire(cx, tb10, "probe", 1) })
-	time.Sleep(10 * time.Millisecond)
+	<-read // the probe is in flight
 	start = time.Now()
 	for range 10 {
 		c.Acquire(cx, tb10, "k", 1)
 	}
-	if took := time.Since(start); took > 50*time.Millisecond {
-		t.Errorf("10 calls during the probe took %v", took)
+	if took := time.Since(start); took >= timeout {
+		t.Errorf("10 calls during the probe took %v: one waited", took)
 	}
 	wg.Wait()
 	if c.Healthy() {
@@ -217,33 +234,57 @@ func TestBreaker_oneProbe(t *testing.T) {
 	if n := c.Degraded(); n != 14 {
 		t.Errorf("Degraded() = %d, want 14", n)
 	}
+	select {
+	case <-read:
+		t.Error("a call besides the probe reached the sidecar")
+	default:
+	}
 }
 
 // A sidecar that refuses a connection writes its refusal and closes it;
 // the client that writes afterwards gets EPIPE, and must report the
-// refusal, not a broken pipe.
+// refusal, not a broken pipe. Dial reports it too. Busy is an outage (the
+// sidecar is at its connection limit); Denied is not: this process is not
+// allowed, whatever the failure policy says.
 func TestClient_refusalBeforeWrite(t *testing.T) {
 	for _, st := range []proto.Status{proto.StatusBusy, proto.StatusDenied} {
 		t.Run(st.String(), func(t *testing.T) {
 			refused := make(chan struct{}, 100)
-			path := fakeSidecar(t, func(fc *fakeConn) {
+			path := serveUnix(t, "sock", func(nc net.Conn, wg *sync.WaitGroup, track func(...net.Conn)) {
 				b, start := proto.BeginFrame(nil, proto.KindResponse, 0)
 				b = proto.AppendError(b, 0, st, "refused by the test")
-				fc.nc.Write(proto.EndFrame(b, start, 1))
-				fc.nc.Close()
+				nc.Write(proto.EndFrame(b, start, 1))
+				nc.Close()
 				refused <- struct{}{}
 			})
+			check := func(what string, err error) {
+				t.Helper()
+				if !errors.Is(err, st.Err()) || errors.Is(err, sluice.ErrUnavailable) != (st == proto.StatusBusy) ||
+					strings.Contains(err.Error(), "broken pipe") || !strings.Contains(err.Error(), "refused by the test") {
+					t.Errorf("%s: %v, want the refusal (%v)", what, err, st)
+				}
+			}
+			_, err := sluice.Dial(path, sluice.WithLogger(quiet))
+			check("Dial", err)
+			<-refused
+			// Each connection is handed over once the refusal was written
+			// and the connection closed, before any request.
+			afterRefusal := func(ctx context.Context, path string) (net.Conn, error) {
+				var d net.Dialer
+				nc, err := d.DialContext(ctx, "unix", path)
+				if err == nil {
+					<-refused
+				}
+				return nc, err
+			}
 			for _, concurrent := range []int{1, 8} {
-				c := dial(t, path, sluice.WithFailurePolicy(sluice.FailError), sluice.WithBackoff(time.Millisecond, time.Millisecond))
-				<-refused // the refusal was written and the connection closed before any request
+				c := dial(t, path, sluice.WithLazyStart(), sluice.WithBackoff(time.Millisecond, time.Millisecond),
+					sluice.WithDial(afterRefusal))
 				var wg sync.WaitGroup
 				for range concurrent {
 					wg.Go(func() {
 						_, err := c.Acquire(context.Background(), tb10, "k", 1)
-						if !errors.Is(err, st.Err()) || !errors.Is(err, sluice.ErrUnavailable) ||
-							strings.Contains(err.Error(), "broken pipe") || !strings.Contains(err.Error(), "refused by the test") {
-							t.Errorf("%d callers: %v, want the refusal (%v)", concurrent, err, st)
-						}
+						check(strconv.Itoa(concurrent)+" callers", err)
 					})
 				}
 				wg.Wait()
@@ -262,12 +303,10 @@ func TestClient_busyServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 20 {
-		c := dial(t, sc.cfg.SocketPath, sluice.WithFailurePolicy(sluice.FailError))
-		err := c.Ping(context.Background())
-		if !errors.Is(err, sluice.ErrBusy) {
+		_, err := sluice.Dial(sc.cfg.SocketPath, sluice.WithLogger(quiet))
+		if !errors.Is(err, sluice.ErrBusy) || !errors.Is(err, sluice.ErrUnavailable) {
 			t.Fatalf("second client: %v, want ErrBusy", err)
 		}
-		c.Close()
 	}
 }
 
@@ -275,7 +314,6 @@ func TestClient_busyServer(t *testing.T) {
 func TestClient_errorTexts(t *testing.T) {
 	sc := startSidecar(t)
 	c := dial(t, sc.cfg.SocketPath, sluice.WithFailurePolicy(sluice.FailError))
-	absent := dial(t, filepath.Join(shortDir(t), "absent.sock"))
 	cx := context.Background()
 	_, parseErr := sluice.ParseLimit("gcra:burst=x")
 	for name, err := range map[string]error{
@@ -286,7 +324,7 @@ func TestClient_errorTexts(t *testing.T) {
 		"multi key":  third(c.Multi(cx, []sluice.Item{{Limit: tb10}})),
 		"cost":       second(c.Acquire(cx, tb10, "k", -1)),
 		"bad name":   second(c.Acquire(cx, sluice.Limit{Name: "9lives"}, "k", 1)),
-		"absent":     absent.Ping(cx),
+		"absent":     second(sluice.Dial(filepath.Join(shortDir(t), "absent.sock"))),
 		"closed": func() error {
 			cl := dial(t, sc.cfg.SocketPath)
 			cl.Close()

@@ -6,10 +6,14 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/proto"
 )
 
 // Defaults of the options. The call timeout is sized for a sidecar on
@@ -23,14 +27,25 @@ const (
 	DefaultMinBackoff  = 10 * time.Millisecond
 	DefaultMaxBackoff  = time.Second
 	DefaultPolicy      = FailOpen
+
+	// DefaultStartTimeout bounds Dial's first call to the sidecar (its
+	// start check, see Dial): generous, since an application that fails
+	// to start because its host was busy for a moment is worse than one
+	// that starts a second late.
+	DefaultStartTimeout = time.Second
 )
 
 // degradedLogInterval is the least time between two log lines about
 // decisions the failure policy made.
 const degradedLogInterval = 10 * time.Second
 
-// FailurePolicy says what Acquire, Peek and Multi return when the sidecar
-// cannot be reached (ErrUnavailable).
+// FailurePolicy says what Acquire, Peek, Multi and Lease return when the
+// sidecar cannot be reached (ErrUnavailable) after it has answered this
+// client once: an outage of a sidecar that was there. It never applies to
+// a sidecar that has never answered (a wrong socket path, a sidecar not
+// started yet: see Dial and WithLazyStart), nor to one that refuses this
+// process (ErrDenied), nor to a request the sidecar rejects (a
+// *StatusError): those are errors, whatever the policy.
 type FailurePolicy uint8
 
 const (
@@ -72,6 +87,7 @@ type options struct {
 	maxBackoff  time.Duration
 	breaker     breaker // its settings only
 	logger      *slog.Logger
+	lazy        bool
 
 	// dial opens a connection; tests replace it to watch the bytes.
 	dial func(ctx context.Context, path string) (net.Conn, error)
@@ -113,6 +129,16 @@ func WithBreaker(threshold int, minOpen, maxOpen time.Duration) Option {
 	}
 }
 
+// WithLazyStart makes Dial return the Client without asking the sidecar,
+// for deployments where the application may start before its sidecar.
+// The client connects on its first call, as it reconnects after an
+// outage; until the sidecar has answered once, every call fails with an
+// error wrapping ErrUnavailable, whatever the failure policy: a sidecar
+// that has never answered is as likely a wrong path as one still
+// starting, and failing open would turn a typo into an unlimited service.
+// Once it has answered, the failure policy covers its outages.
+func WithLazyStart() Option { return func(o *options) { o.lazy = true } }
+
 // WithLogger sets where the client logs the breaker's opening and closing
 // and, at most every 10 seconds, the count of decisions its failure policy
 // made (default slog.Default()).
@@ -123,9 +149,12 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 // It reconnects by itself after the connection breaks. A Client is safe
 // for concurrent use; create one per process and keep it.
 type Client struct {
-	path string
-	opt  options
-	brk  breaker
+	path  string // what the client dials: where, unless it is too long for a socket address
+	where string // the socket's absolute path, for people
+	opt   options
+	brk   breaker
+
+	answered atomic.Bool // the sidecar has answered this client at least once
 
 	cur atomic.Pointer[conn] // the connection in use; nil when there is none
 
@@ -142,12 +171,25 @@ type Client struct {
 	lastErr  error     // why the last attempt failed
 }
 
-// Dial returns a Client of the sidecar listening on the Unix socket at path
-// and connects to it. With FailError it fails, with an error wrapping
-// ErrUnavailable, if it cannot connect; with FailOpen (the default) or
-// FailClosed it returns a Client anyway, which keeps trying to connect on
-// later calls and meanwhile answers with the policy's decisions.
+// Dial returns a Client of the sidecar listening on the Unix socket at
+// path, after checking that it answers: it fails if nothing listens there
+// (the error names the socket's absolute path), if the sidecar refuses
+// this process (ErrDenied, --allow-uid), or if no answer comes within
+// DefaultStartTimeout. A relative path is resolved against the working
+// directory once, here: an application started from another directory
+// than the sidecar fails at once rather than limiting nothing. With
+// WithLazyStart, Dial asks nothing and the first answer comes later.
+//
+// Once the sidecar has answered, the Client keeps going through its
+// outages (see FailurePolicy): it reconnects by itself, and meanwhile
+// answers with the failure policy's decisions.
 func Dial(path string, opts ...Option) (*Client, error) {
+	return DialContext(context.Background(), path, opts...)
+}
+
+// DialContext is Dial with a context that bounds the start check instead
+// of DefaultStartTimeout, if it has a deadline, and can cancel it.
+func DialContext(ctx context.Context, path string, opts ...Option) (*Client, error) {
 	c := &Client{path: path, opt: options{
 		dialTimeout: DefaultDialTimeout, timeout: DefaultTimeout, policy: DefaultPolicy,
 		minBackoff: DefaultMinBackoff, maxBackoff: DefaultMaxBackoff,
@@ -164,7 +206,8 @@ func Dial(path string, opts ...Option) (*Client, error) {
 		c.opt.logger = slog.Default()
 	}
 	b := &c.opt.breaker
-	c.brk = breaker{threshold: b.threshold, minOpen: max(b.minOpen, time.Millisecond), log: c.opt.logger, path: path}
+	c.where, c.path = socketPath(path)
+	c.brk = breaker{threshold: b.threshold, minOpen: max(b.minOpen, time.Millisecond), log: c.opt.logger, path: c.where}
 	c.brk.maxOpen = max(b.maxOpen, c.brk.minOpen)
 	if c.brk.threshold <= 0 {
 		c.brk.threshold = 1 << 30 // never reached: consecutive failures are counted in an int32
@@ -175,10 +218,63 @@ func Dial(path string, opts ...Option) (*Client, error) {
 			return d.DialContext(ctx, "unix", path)
 		}
 	}
-	if _, err := c.conn(); err != nil && c.opt.policy == FailError {
+	if c.opt.lazy {
+		return c, nil
+	}
+	if err := c.check(ctx); err != nil {
+		c.Close()
 		return nil, err
 	}
 	return c, nil
+}
+
+// socketPath returns the absolute path of the socket at path, and what to
+// dial: the absolute path, unless it is too long for a socket address
+// (108 bytes) where path is not, or path names an abstract socket ("@").
+func socketPath(path string) (where, dial string) {
+	if strings.HasPrefix(path, "@") {
+		return path, path
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return path, path
+	}
+	if len(abs) >= maxSocketPath && len(path) < maxSocketPath {
+		return abs, path
+	}
+	return abs, abs
+}
+
+// maxSocketPath is the size of sun_path, the longest socket address but
+// one (its terminating NUL).
+const maxSocketPath = 108
+
+// check is Dial's start check: a PING, past the breaker, that waits for
+// its answer until ctx's deadline or, if it has none, DefaultStartTimeout.
+func (c *Client) check(ctx context.Context) error {
+	timeout := DefaultStartTimeout
+	if _, ok := ctx.Deadline(); ok {
+		timeout = 0
+	}
+	// The first connection may take the check's whole time, not only a
+	// reconnection's dial timeout: a sidecar slow to accept on a busy host
+	// is there all the same.
+	budget := DefaultStartTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		budget = time.Until(dl)
+	}
+	if _, err := c.connWithin(max(budget, c.opt.dialTimeout)); err != nil {
+		return err
+	}
+	cl := simpleCall(proto.OpPing)
+	if err := c.send(ctx, cl, timeout); err != nil {
+		if !errors.Is(err, ErrUnavailable) && errors.Is(err, context.DeadlineExceeded) {
+			err = unavailable("no answer from "+c.where+" before the deadline", err)
+		}
+		return err
+	}
+	defer putCall(cl)
+	return statusError(proto.OpPing, cl.res.Status, cl.res.Message)
 }
 
 // Healthy reports whether the client asks the sidecar: false while its
@@ -288,13 +384,14 @@ func (c *Client) roundTrip(ctx context.Context, cl *call) error {
 		putCall(cl)
 		return errBreakerOpen
 	}
-	err := c.send(ctx, cl)
+	err := c.send(ctx, cl, c.opt.timeout)
 	c.brk.done(probe, outcome(err))
 	return err
 }
 
-// send is roundTrip past the breaker.
-func (c *Client) send(ctx context.Context, cl *call) error {
+// send is roundTrip past the breaker: it waits for the answer at most
+// timeout (0 or less: no limit but the context's).
+func (c *Client) send(ctx context.Context, cl *call, timeout time.Duration) error {
 	for attempt := 0; ; attempt++ {
 		cn, err := c.conn()
 		if err != nil {
@@ -303,7 +400,7 @@ func (c *Client) send(ctx context.Context, cl *call) error {
 		}
 		direct, err := cn.enqueue(true, cl)
 		if direct {
-			return cn.roundTripDirect(ctx, cl, c.opt.timeout)
+			return cn.roundTripDirect(ctx, cl, timeout)
 		}
 		if err == nil {
 			break
@@ -315,5 +412,5 @@ func (c *Client) send(ctx context.Context, cl *call) error {
 			return err
 		}
 	}
-	return cl.wait(ctx, c.opt.timeout)
+	return cl.wait(ctx, timeout)
 }

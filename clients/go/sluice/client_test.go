@@ -359,8 +359,8 @@ func TestClient_pipelining(t *testing.T) {
 		t.Errorf("%d calls took %d writes and %d connections; want at most %d writes on one connection", calls, w, dials.Load(), calls/2)
 	}
 	st, err := c.Stats(cx)
-	if err != nil || st["frames"] != uint64(calls) {
-		t.Errorf("the sidecar saw %d frames (%v), want %d", st["frames"], err, calls)
+	if err != nil || st["frames"] != uint64(calls)+1 {
+		t.Errorf("the sidecar saw %d frames (%v), want %d and the start check's", st["frames"], err, calls)
 	}
 }
 
@@ -369,9 +369,9 @@ func TestClient_pipelining(t *testing.T) {
 func TestClient_contextCancel(t *testing.T) {
 	release := make(chan struct{})
 	path := fakeSidecar(t, func(fc *fakeConn) {
-		fc.next() // the first request: held until released
+		h, _, _ := fc.next() // the first request: held until released
 		<-release
-		fc.pong(1)
+		fc.pong(h.ID)
 		fc.echo()
 	})
 	c := dial(t, path)
@@ -439,9 +439,9 @@ func TestClient_close(t *testing.T) {
 func TestClient_cancelDirectRead(t *testing.T) {
 	release := make(chan struct{})
 	path := fakeSidecar(t, func(fc *fakeConn) {
-		fc.next() // the cancelled ping: answered only once released
+		h, _, _ := fc.next() // the cancelled ping: answered only once released
 		<-release
-		fc.pong(1)
+		fc.pong(h.ID)
 		fc.echo()
 	})
 	c := dial(t, path)
@@ -451,8 +451,8 @@ func TestClient_cancelDirectRead(t *testing.T) {
 	if err := c.Ping(cx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled ping: %v", err)
 	}
-	if took := time.Since(start); took > 500*time.Millisecond {
-		t.Errorf("the cancellation took %v to end the read (the client's timeout is 1s)", took)
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("the cancellation took %v to end the read (the client's timeout is %v)", took, testTimeout)
 	}
 	close(release)
 	for i := range 3 {

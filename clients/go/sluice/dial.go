@@ -2,12 +2,17 @@ package sluice
 
 import (
 	"context"
+	"errors"
+	"syscall"
 	"time"
 )
 
 // conn returns the connection in use, connecting if there is none and the
 // backoff allows.
-func (c *Client) conn() (*conn, error) {
+func (c *Client) conn() (*conn, error) { return c.connWithin(c.opt.dialTimeout) }
+
+// connWithin is conn, giving a connection attempt up to timeout.
+func (c *Client) connWithin(timeout time.Duration) (*conn, error) {
 	if cn := c.cur.Load(); cn != nil && !cn.failed.Load() {
 		return cn, nil
 	}
@@ -24,18 +29,26 @@ func (c *Client) conn() (*conn, error) {
 	}
 	now := time.Now()
 	if now.Before(c.retryAt) {
+		var se *StatusError
+		if errors.As(c.lastErr, &se) && refusal(se.Status) {
+			return nil, c.lastErr // refused: a refusal, not an outage
+		}
 		next := "the next attempt to connect is in " + c.retryAt.Sub(now).Round(time.Millisecond).String()
 		if ue, ok := c.lastErr.(*unavailableError); ok && ue.why != "" {
 			return nil, unavailable(ue.why+"; "+next, ue.cause)
 		}
 		return nil, unavailable(next, c.lastErr)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.opt.dialTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	nc, err := c.opt.dial(ctx, c.path)
 	cancel()
 	if err != nil {
 		c.backoffLocked(now, err)
-		err = unavailable("cannot connect to "+c.path, err)
+		why := "cannot connect to " + c.where
+		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
+			why = "nothing listens at " + c.where
+		}
+		err = unavailable(why, err)
 		c.lastErr = err
 		return nil, err
 	}

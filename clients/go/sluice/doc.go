@@ -2,7 +2,7 @@
 // sidecar: it talks to sluiced over its Unix socket in the native protocol
 // (package proto) and offers net/http middleware.
 //
-//	c, err := sluice.Dial("var/sluice.sock")
+//	c, err := sluice.Dial("var/sluice.sock") // fails if nothing answers there
 //	...
 //	login := sluice.TokenBucket(10, time.Hour, 1) // 10 attempts, 1 more per hour
 //	d, err := c.Acquire(ctx, login, "login:"+user, 1)
@@ -59,6 +59,14 @@
 //
 // # Failures
 //
+// Dial asks the sidecar before it returns (see Dial): nothing listening at
+// the socket (a wrong path, an application started from another directory
+// than the sidecar), no answer, or a sidecar that refuses this process
+// (ErrDenied) is an error at once, naming the socket's absolute path, not
+// a client that would let every request through. WithLazyStart skips the
+// check for an application that may start before its sidecar; calls then
+// fail until the sidecar has answered once.
+//
 // When the sidecar cannot be reached (not running, restarting, not
 // answering within the call's timeout, or sending bytes the client cannot
 // decode), calls fail with an error wrapping ErrUnavailable and its
@@ -82,8 +90,9 @@
 //     each opening and closing once.
 //
 // Acquire, Peek, Multi and Lease then follow the failure policy
-// (WithFailurePolicy): FailOpen, the default, allows, FailClosed denies,
-// both with Degraded set, and FailError returns the error. A Degraded
+// (WithFailurePolicy), if the sidecar has answered the client before:
+// FailOpen, the default, allows, FailClosed denies, both with Degraded
+// set, and FailError returns the error. A Degraded
 // lease holds no slot (its ID is 0) and releasing it does nothing: under
 // FailOpen the work runs unlimited while the sidecar is away. Every decision
 // the policy makes is counted (Degraded) and logged at most every 10
@@ -92,8 +101,9 @@
 //
 // A sidecar that refuses a connection (Busy at its connection limit,
 // Denied for a peer it does not allow) writes its refusal and closes the
-// connection; the client reports the refusal (ErrBusy, ErrDenied, wrapped
-// in ErrUnavailable), even when its request was written after the close.
+// connection; the client reports the refusal (ErrBusy, wrapped in
+// ErrUnavailable: an outage; ErrDenied, not: a mistake the failure policy
+// never answers), even when its request was written after the close.
 //
 // A request the sidecar rejects fails with a *StatusError, which
 // errors.Is matches with the status's sentinel (ErrTableFull,

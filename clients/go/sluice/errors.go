@@ -27,7 +27,7 @@ var (
 	ErrInvalidCost   = proto.ErrStatusInvalidCost   // a negative cost or refund amount
 	ErrTableFull     = proto.ErrStatusTableFull     // no free slot for a new bucket
 	ErrTooManyItems  = proto.ErrStatusTooManyItems  // a Multi of more than proto.MaxMulti items
-	ErrContended     = proto.ErrStatusContended     // a Multi could not lock its slots: retry
+	ErrContended     = proto.ErrStatusContended     // the buckets could not be locked (a Multi's kept moving, or another process kept one locked): retry
 	ErrUnsupported   = proto.ErrStatusUnsupported   // not possible on this sidecar (Scan without inline keys)
 	ErrShuttingDown  = proto.ErrStatusShuttingDown  // the sidecar is stopping
 	ErrInternal      = proto.ErrStatusInternal      // a sidecar bug or I/O failure
@@ -39,10 +39,14 @@ var (
 var (
 	// ErrUnavailable: the sidecar could not be reached, the connection
 	// broke with the call in flight, no answer came within the client's
-	// default timeout, or the sidecar sent bytes the client cannot trust.
-	// The error wraps the cause too (errors.Is finds both). Acquire, Peek
-	// and Multi return the failure policy's decision instead, unless the
-	// policy is FailError.
+	// default timeout, the sidecar is at its connection limit (ErrBusy)
+	// or shutting down (ErrShuttingDown), or it sent bytes the client
+	// cannot trust. The error wraps the cause too (errors.Is finds both).
+	// Acquire, Peek, Multi and Lease return the failure policy's decision
+	// instead, unless the policy is FailError or the sidecar has never
+	// answered the client. A sidecar that refuses this process (ErrDenied)
+	// or the version of a request (ErrBadVersion) is not unavailable: it
+	// answered.
 	ErrUnavailable = errors.New("the sidecar is unavailable")
 
 	// ErrClosed: the Client was closed.
@@ -94,7 +98,7 @@ func statusText(st proto.Status) string {
 	case proto.StatusTooManyItems:
 		return "too many items in one multi"
 	case proto.StatusContended:
-		return "the multi could not lock its buckets, retry it"
+		return "could not lock the buckets, retry"
 	case proto.StatusUnsupported:
 		return "not supported by this sidecar"
 	case proto.StatusShuttingDown:
@@ -153,6 +157,25 @@ func (e *unavailableError) Error() string {
 }
 
 func (e *unavailableError) Is(target error) bool { return target == ErrUnavailable }
+
+// neverAnsweredError is the error of a call to a sidecar that has never
+// answered the client: the failure policy does not decide it.
+type neverAnsweredError struct{ err error }
+
+func (e *neverAnsweredError) Error() string {
+	return e.err.Error() + " (it has never answered this client, so the failure policy does not apply)"
+}
+
+func (e *neverAnsweredError) Unwrap() error { return e.err }
+
+// refusal reports whether st, the status of a frame-level error, refuses
+// the client rather than says the sidecar cannot serve it for now: Denied
+// (this process is not allowed), BadVersion (the sidecar is older than the
+// request), and anything else but Busy and ShuttingDown, which are
+// outages.
+func refusal(st proto.Status) bool {
+	return st != proto.StatusBusy && st != proto.StatusShuttingDown
+}
 
 func (e *unavailableError) Unwrap() error { return e.cause }
 

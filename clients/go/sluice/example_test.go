@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/clients/go/sluice"
@@ -18,10 +19,11 @@ import (
 
 // The examples talk to a sidecar that TestMain runs at exampleSocket, its
 // clock stopped at 2023-11-14T22:13:20Z. In a program the socket would be
-// sluiced's, e.g. "var/sluice.sock".
+// sluiced's, e.g. "var/sluice.sock". Their clients wait a second for an
+// answer, not the default 50 ms, which a busy test machine can miss.
 
 func ExampleClient_Acquire() {
-	c, err := sluice.Dial(exampleSocket)
+	c, err := sluice.Dial(exampleSocket, sluice.WithTimeout(time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -63,7 +65,7 @@ func ExampleParseLimit() {
 }
 
 func ExampleClient_Multi() {
-	c, err := sluice.Dial(exampleSocket)
+	c, err := sluice.Dial(exampleSocket, sluice.WithTimeout(time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -92,7 +94,7 @@ func ExampleClient_Multi() {
 }
 
 func ExampleMiddleware() {
-	c, err := sluice.Dial(exampleSocket)
+	c, err := sluice.Dial(exampleSocket, sluice.WithTimeout(time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -122,31 +124,53 @@ func ExampleMiddleware() {
 }
 
 func ExampleWithFailurePolicy() {
-	// No sidecar listens here: with FailOpen, the default, Dial succeeds
-	// and decisions allow, marked Degraded, until the sidecar comes up.
-	absent := filepath.Join("testdata", "no-such.sock")
+	// Logins: refuse rather than let attempts through unlimited while the
+	// sidecar is away. Dial checks that the sidecar answers; from then on
+	// its outages (a restart, a crash) are decided by the policy, Degraded.
+	c, err := sluice.Dial(exampleSocket, sluice.WithFailurePolicy(sluice.FailClosed))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	d, err := c.Acquire(context.Background(), sluice.GCRA(4, 1, time.Second), "login:bob", 1)
+	fmt.Println(d.Allowed, d.Degraded, err)
+	// Every decision the policy made is counted: export it.
+	fmt.Println(c.Degraded())
+	// Output:
+	// true false <nil>
+	// 0
+}
+
+func ExampleDial() {
+	// Nothing listens here (a typo, or the application started from
+	// another directory than the sidecar): Dial fails, naming the socket's
+	// absolute path, rather than return a client that allows everything.
+	_, err := sluice.Dial(filepath.Join("testdata", "no-such.sock"))
+	fmt.Println(errors.Is(err, sluice.ErrUnavailable))
+	fmt.Println(strings.Contains(err.Error(), "nothing listens at /"))
+	// Output:
+	// true
+	// true
+}
+
+func ExampleWithLazyStart() {
+	// An application that may start before its sidecar: Dial does not ask
+	// it, and every call fails until it has answered once (then the failure
+	// policy covers its outages).
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	c, err := sluice.Dial(absent, sluice.WithFailurePolicy(sluice.FailOpen), sluice.WithLogger(quiet))
+	c, err := sluice.Dial(filepath.Join("testdata", "no-such.sock"), sluice.WithLazyStart(), sluice.WithLogger(quiet))
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer c.Close()
 	d, err := c.Acquire(context.Background(), sluice.GCRA(4, 1, time.Second), "api:token:42", 1)
-	fmt.Println(d.Allowed, d.Degraded, err)
-
-	// Operations that decide nothing report the outage.
-	err = c.Ping(context.Background())
-	fmt.Println(errors.Is(err, sluice.ErrUnavailable))
-	// Every decision the policy made is counted: export it.
-	fmt.Println(c.Degraded())
+	fmt.Println(d.Allowed, d.Degraded, errors.Is(err, sluice.ErrUnavailable))
 	// Output:
-	// true true <nil>
-	// true
-	// 1
+	// false false true
 }
 
 func ExampleClient_Pipeline() {
-	c, err := sluice.Dial(exampleSocket)
+	c, err := sluice.Dial(exampleSocket, sluice.WithTimeout(time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -176,7 +200,7 @@ func ExampleClient_Pipeline() {
 // early in the next can pass up to nearly twice the limit within one
 // window's length: here 19 within 9.95 s for a limit of 10 per 10 s.
 func ExampleSlidingWindow() {
-	c, err := sluice.Dial(exampleSocket)
+	c, err := sluice.Dial(exampleSocket, sluice.WithTimeout(time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -202,7 +226,7 @@ func ExampleSlidingWindow() {
 }
 
 func ExampleClient_Lease() {
-	c, err := sluice.Dial(exampleSocket)
+	c, err := sluice.Dial(exampleSocket, sluice.WithTimeout(time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}

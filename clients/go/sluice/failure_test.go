@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"path/filepath"
@@ -14,20 +15,85 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/clients/go/sluice"
+	"github.com/sluicehq/sluice/internal/server"
 	"github.com/sluicehq/sluice/proto"
 )
 
 // fakeSidecar listens on a fresh socket and runs serve on each connection
-// until the test ends. It returns the socket's path.
+// until the test ends. It returns the socket's path. A connection whose
+// first frame is a PING, as a client's start check is (see Dial), gets its
+// answer before serve runs, so that Dial succeeds and the client has had
+// an answer.
 func fakeSidecar(t *testing.T, serve func(*fakeConn)) string {
 	t.Helper()
 	return serveUnix(t, "sock", func(nc net.Conn, wg *sync.WaitGroup, track func(...net.Conn)) {
 		track(nc)
 		wg.Go(func() {
 			defer nc.Close()
-			serve(&fakeConn{nc: nc})
+			fc := &fakeConn{nc: nc}
+			fc.startCheck()
+			serve(fc)
 		})
 	})
+}
+
+// startCheck answers the first frame if it is a PING, the start check
+// Dial sends on a client's first connection; a first frame that is not
+// one is left for the next read.
+func (fc *fakeConn) startCheck() {
+	h, frame, ok := fc.next()
+	if !ok {
+		return
+	}
+	if h.Count == 1 && proto.Opcode(frame[proto.HeaderLen]) == proto.OpPing {
+		fc.pong(h.ID)
+		return
+	}
+	fc.buf = append(frame, fc.buf...)
+}
+
+// goneSidecar returns the socket of a sidecar that answers a client's start
+// check, then goes away, with its socket, once gone is called: the client's
+// later calls meet an outage of a sidecar that was there.
+func goneSidecar(t *testing.T) (path string, gone func()) {
+	t.Helper()
+	path = filepath.Join(shortDir(t), "gone.sock")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns := make(chan net.Conn, 1)
+	go func() {
+		nc, err := ln.Accept()
+		if err != nil {
+			close(conns)
+			return
+		}
+		fc := &fakeConn{nc: nc}
+		fc.startCheck()
+		conns <- nc
+	}()
+	var once sync.Once
+	gone = func() {
+		once.Do(func() {
+			ln.Close() // removes the socket
+			if nc, ok := <-conns; ok {
+				nc.Close()
+			}
+		})
+	}
+	t.Cleanup(gone)
+	return path, gone
+}
+
+// dialGone returns a client of a sidecar that answered its start check and
+// has gone away since (see goneSidecar).
+func dialGone(t *testing.T, opts ...sluice.Option) *sluice.Client {
+	t.Helper()
+	path, gone := goneSidecar(t)
+	c := dial(t, path, opts...)
+	gone()
+	return c
 }
 
 // serveUnix listens on a fresh socket named name and hands each connection
@@ -260,9 +326,13 @@ func TestClient_connectionLost(t *testing.T) {
 	if err := c.Ping(ctx(t)); err != nil {
 		t.Errorf("ping after the break: %v", err)
 	}
-	if conns.Load() != 2 {
-		t.Errorf("%d connections, want 2", conns.Load())
-	}
+	// The new connection's first ping is answered before serve counts it.
+	eventually(t, func() error {
+		if n := conns.Load(); n != 2 {
+			return fmt.Errorf("%d connections, want 2", n)
+		}
+		return nil
+	})
 }
 
 // The sidecar restarts: calls fail (or follow the policy) meanwhile, then
@@ -340,17 +410,65 @@ func TestClient_sidecarRestart(t *testing.T) {
 	}
 }
 
-// With no sidecar at all, the policy decides, and the client does not
-// hammer the socket.
+// Nothing listening at the socket is a mistake, not an outage: Dial fails,
+// whatever the failure policy, and says where it looked, as an absolute
+// path. With WithLazyStart it does not ask, and calls fail until the
+// sidecar first answers.
 func TestClient_noSidecar(t *testing.T) {
-	path := filepath.Join(shortDir(t), "absent.sock")
-	if _, err := sluice.Dial(path, sluice.WithFailurePolicy(sluice.FailError)); !errors.Is(err, sluice.ErrUnavailable) ||
-		err.Error() != "the sidecar is unavailable: cannot connect to "+path+": no such file or directory" {
-		t.Errorf("Dial: %v", err)
+	dir := shortDir(t)
+	t.Chdir(dir)
+	abs := filepath.Join(dir, "var", "sluice.sock")
+	for _, policy := range []sluice.FailurePolicy{sluice.FailOpen, sluice.FailClosed, sluice.FailError} {
+		_, err := sluice.Dial("var/sluice.sock", sluice.WithFailurePolicy(policy), sluice.WithLogger(quiet))
+		if !errors.Is(err, sluice.ErrUnavailable) ||
+			err.Error() != "the sidecar is unavailable: nothing listens at "+abs+": no such file or directory" {
+			t.Errorf("%v: Dial: %v", policy, err)
+		}
 	}
+	// A socket file nobody listens on (left by a sidecar killed with -9).
+	ln, err := net.Listen("unix", filepath.Join(dir, "left.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	ln.Close()
+	if _, err := sluice.Dial("left.sock", sluice.WithLogger(quiet)); err == nil ||
+		err.Error() != "the sidecar is unavailable: nothing listens at "+filepath.Join(dir, "left.sock")+": connection refused" {
+		t.Errorf("Dial of a socket nobody listens on: %v", err)
+	}
+
+	// Started before its sidecar: no error at Dial, and every call fails
+	// until the sidecar first answers.
+	cx := ctx(t)
+	lazy := dial(t, "var/sluice.sock", sluice.WithLazyStart(), sluice.WithBackoff(time.Millisecond, time.Millisecond))
+	for _, policy := range []sluice.FailurePolicy{sluice.FailOpen, sluice.FailClosed} {
+		lazy := dial(t, "var/sluice.sock", sluice.WithLazyStart(), sluice.WithFailurePolicy(policy))
+		d, err := lazy.Acquire(cx, tb10, "k", 1)
+		if !errors.Is(err, sluice.ErrUnavailable) || !strings.Contains(err.Error(), "never answered") || d.Allowed || d.Degraded {
+			t.Errorf("%v: acquire before the sidecar ever answered: %+v, %v", policy, d, err)
+		}
+		if ls, err := lazy.Lease(cx, sluice.Concurrency(1, time.Minute), "k"); err == nil || ls.Allowed {
+			t.Errorf("%v: lease before the sidecar ever answered: %+v, %v", policy, ls, err)
+		}
+		if lazy.Degraded() != 0 {
+			t.Errorf("%v: %d degraded decisions", policy, lazy.Degraded())
+		}
+	}
+	// Once it has answered, the failure policy covers its outages.
+	sc := startSidecar(t, func(cfg *server.Config) { cfg.SocketPath = abs })
+	eventually(t, func() error { return second(lazy.Acquire(cx, tb10, "k", 1)) })
+	sc.stop(t)
+	if d, err := lazy.Acquire(cx, tb10, "k", 1); err != nil || !d.Allowed || !d.Degraded {
+		t.Errorf("acquire during an outage: %+v, %v", d, err)
+	}
+}
+
+// A sidecar that has answered and gone away: the policy decides, and the
+// client does not hammer the socket.
+func TestClient_outage(t *testing.T) {
 	cx := ctx(t)
 	var dials, writes atomic.Int64
-	open := dial(t, path, sluice.WithFailurePolicy(sluice.FailOpen), sluice.WithDial(countingDial(&writes, &dials)),
+	open := dialGone(t, sluice.WithFailurePolicy(sluice.FailOpen), sluice.WithDial(countingDial(&writes, &dials)),
 		sluice.WithBackoff(time.Hour, time.Hour))
 	for range 1000 {
 		d, err := open.Acquire(cx, tb10, "k", 1)
@@ -365,8 +483,9 @@ func TestClient_noSidecar(t *testing.T) {
 	if err != nil || !allowed || len(ds) != 2 || !ds[1].Degraded {
 		t.Errorf("fail-open multi: %v %+v %v", allowed, ds, err)
 	}
-	if n := dials.Load(); n != 1 {
-		t.Errorf("%d attempts to connect within the backoff, want 1", n)
+	// The start check's, and one more once the connection broke.
+	if n := dials.Load(); n != 2 {
+		t.Errorf("%d attempts to connect within the backoff, want 2", n)
 	}
 	// Operations that decide nothing report the outage.
 	for name, err := range map[string]error{
@@ -382,10 +501,10 @@ func TestClient_noSidecar(t *testing.T) {
 		}
 	}
 
-	closed := dial(t, path, sluice.WithFailurePolicy(sluice.FailClosed), sluice.WithBackoff(20*time.Millisecond, 40*time.Millisecond))
+	closed := dialGone(t, sluice.WithFailurePolicy(sluice.FailClosed), sluice.WithBackoff(20*time.Millisecond, 40*time.Millisecond))
 	for range 10 {
 		d, err := closed.Acquire(cx, tb10, "k", 1)
-		if err != nil || d.Allowed || !d.Degraded || d.RetryAfter <= 0 || d.RetryAfter > 40*time.Millisecond {
+		if err != nil || d.Allowed || !d.Degraded || d.RetryAfter < 0 || d.RetryAfter > 40*time.Millisecond {
 			t.Fatalf("fail-closed acquire: %+v, %v", d, err)
 		}
 	}
@@ -470,5 +589,52 @@ func TestClient_olderSidecar(t *testing.T) {
 		if tc.version > sidecarVersion && !errors.Is(err, sluice.ErrBadVersion) {
 			t.Errorf("%s: %v, want sluice.ErrBadVersion from the older sidecar", tc.name, err)
 		}
+	}
+}
+
+// DialContext's deadline bounds the start check; a sidecar that accepts
+// and answers nothing fails it.
+func TestDialContext_deadline(t *testing.T) {
+	path := serveUnix(t, "sock", func(nc net.Conn, wg *sync.WaitGroup, track func(...net.Conn)) {
+		track(nc)
+		wg.Go(func() { (&fakeConn{nc: nc}).wait() })
+	})
+	cx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := sluice.DialContext(cx, path, sluice.WithLogger(quiet))
+	if !errors.Is(err, sluice.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), path) {
+		t.Errorf("DialContext of a silent sidecar: %v", err)
+	}
+	if took := time.Since(start); took > 900*time.Millisecond {
+		t.Errorf("DialContext with a 50ms deadline took %v", took)
+	}
+	_, err = sluice.Dial(path, sluice.WithLogger(quiet))
+	if !errors.Is(err, sluice.ErrUnavailable) || !strings.Contains(err.Error(), "no answer to the ping within 1s") {
+		t.Errorf("Dial of a silent sidecar: %v", err)
+	}
+}
+
+// Dial's start check gives its first connection the check's whole time,
+// not only the dial timeout of a reconnection: a sidecar slow to accept
+// (a busy host) is found, where a 100 ms connect attempt gave up.
+func TestDial_slowConnect(t *testing.T) {
+	_, sock := startSluiced(t)
+	slow := func(ctx context.Context, path string) (net.Conn, error) {
+		select {
+		case <-time.After(300 * time.Millisecond): // three dial timeouts
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", path)
+	}
+	c, err := sluice.Dial(sock, sluice.WithLogger(quiet), sluice.WithDial(slow), sluice.WithTimeout(time.Minute))
+	if err != nil {
+		t.Fatalf("Dial of a sidecar slow to accept: %v", err)
+	}
+	defer c.Close()
+	if d, err := c.Acquire(context.Background(), tb10, "k", 1); err != nil || !d.Allowed || d.Degraded {
+		t.Errorf("after a slow start: %+v, %v", d, err)
 	}
 }

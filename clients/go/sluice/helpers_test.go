@@ -140,10 +140,13 @@ func (sc *sidecar) stop(t testing.TB) {
 	}
 }
 
-// dial returns a client of sc, closed at the end of the test.
+// dial returns a client of sc, closed at the end of the test. Its timeouts
+// are testTimeout unless opts set them: a test that is about a timeout
+// says which it wants (DefaultTimeout is 50 ms and DefaultDialTimeout
+// 100 ms, which a busy machine misses).
 func dial(t testing.TB, path string, opts ...sluice.Option) *sluice.Client {
 	t.Helper()
-	opts = append([]sluice.Option{sluice.WithLogger(quiet)}, opts...)
+	opts = append([]sluice.Option{sluice.WithLogger(quiet), sluice.WithTimeout(testTimeout), sluice.WithDialTimeout(testTimeout)}, opts...)
 	c, err := sluice.Dial(path, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -151,6 +154,10 @@ func dial(t testing.TB, path string, opts ...sluice.Option) *sluice.Client {
 	t.Cleanup(func() { c.Close() })
 	return c
 }
+
+// testTimeout is the timeout of the tests' clients: far above any answer,
+// however busy the machine.
+const testTimeout = time.Minute
 
 // quiet is the logger of the clients of the tests that do not look at the
 // log.

@@ -1,7 +1,6 @@
 package sluice
 
 import (
-	"errors"
 	"log/slog"
 	"math"
 	"math/bits"
@@ -51,10 +50,15 @@ func WithDeniedHandler(h http.Handler) MiddlewareOption {
 	return func(m *middleware) { m.denied = h }
 }
 
-// WithErrorHandler sets what answers a request whose decision failed: the
-// sidecar is unreachable under FailError, or it rejected the request (an
-// invalid limit, a full table, ...). The default answers 503 Service
-// Unavailable for ErrUnavailable and 500 Internal Server Error otherwise.
+// WithErrorHandler sets what answers a request whose decision failed and
+// that the failure policy did not decide: the sidecar is unavailable under
+// FailError, or has never answered; its table is full or it failed under
+// FailError; or a mistake (an unknown name, an invalid limit, a limit this
+// sidecar cannot serve, a sidecar that refuses this process). The default
+// answers 503 Service Unavailable for the first kinds and 500 Internal
+// Server Error for a mistake. Every such request is logged at ERROR on the
+// client's logger (WithLogger), at most one line every 10 seconds for each
+// kind of error, with the count since the last one.
 func WithErrorHandler(h func(http.ResponseWriter, *http.Request, error)) MiddlewareOption {
 	return func(m *middleware) { m.onError = h }
 }
@@ -70,6 +74,7 @@ type middleware struct {
 	shadow  bool         // WithShadow: every acquire is a shadow request
 	ban     http.Handler // WithShadowBan: answers shadow-denied requests
 	lease   bool         // a concurrency limit, or WithLease: requests lease a slot
+	log     failureLog   // the requests whose decision failed
 }
 
 // WithLease makes every request hold a slot of the limit, a concurrency
@@ -92,29 +97,37 @@ func WithShadow() MiddlewareOption { return func(m *middleware) { m.shadow = tru
 func WithShadowBan(h http.Handler) MiddlewareOption { return func(m *middleware) { m.ban = h } }
 
 // Middleware returns net/http middleware that limits requests with c under
-// l. key names the bucket of a request (a client address, an account, an
-// API token); if it returns false the request is not limited.
+// l, any limit the client accepts: a limit of any algorithm, or a named
+// one. key names the bucket of a request (a client address, an account,
+// an API token); if it returns false the request is not limited.
 //
 // Every decided request gets the RateLimit-Policy and RateLimit fields (see
 // SetRateLimitHeaders). A denied request is answered 429 Too Many Requests
 // with Retry-After, and does not reach the next handler. An allowed
 // request under a pacer limit waits its Delay first (or until the request's
-// context ends, which drops it). When the sidecar is unreachable the
-// client's failure policy decides: FailOpen passes the request on, FailClosed
-// answers 429, FailError calls the error handler (see WithErrorHandler);
-// degraded decisions carry no RateLimit fields.
+// context ends, which drops it).
+//
+// When the sidecar cannot decide a request the client's failure policy
+// decides, with no RateLimit fields: FailOpen passes the request on,
+// FailClosed answers 429, FailError calls the error handler (503 by
+// default). That covers an outage of a sidecar that has answered the
+// client before, a full table and the sidecar's internal errors (these two
+// logged at ERROR). Everything else calls the error handler, logged too:
+// a sidecar that has never answered (503), and mistakes, which are never
+// let through unlimited (500): an unknown name, an invalid limit, a limit
+// this sidecar cannot serve, a refused process (see WithErrorHandler; the
+// README's "Failure policy" has the table).
 //
 // Under a concurrency limit (Concurrency, or WithLease) a request instead
 // leases a slot (Client.Lease) and holds it while the next handler runs:
 // the slot is released when the handler returns, or panics. The cost is
 // then always one slot (WithCost does not apply). A denied request, every
-// slot being held, is answered as above: 429, with Retry-After the time
-// when a slot frees at the latest (the earliest held lease's expiry; a
-// release may free one sooner, and a denied handler may set a shorter
-// Retry-After), RateLimit's r the slots free. Under WithShadow a denied
-// request is served without a slot, and logged. When the sidecar is
-// unreachable the failure policy decides as above; FailOpen serves the
-// request without a slot.
+// slot being held, is answered as above: 429, but without Retry-After (a
+// slot frees when a request in progress ends, which nothing foresees; a
+// denied handler may set one), RateLimit's r the slots free (see
+// RateLimitFields). Under WithShadow a denied request is served without a
+// slot, and logged. The failure policy decides as above; FailOpen serves
+// the request without a slot.
 func Middleware(c *Client, l Limit, key func(*http.Request) (string, bool), opts ...MiddlewareOption) func(http.Handler) http.Handler {
 	m := &middleware{c: c, l: l, key: key, name: DefaultPolicyName, lease: l.Algorithm == proto.Concurrency && l.Name == ""}
 	for _, o := range opts {
@@ -126,13 +139,7 @@ func Middleware(c *Client, l Limit, key func(*http.Request) (string, bool), opts
 		})
 	}
 	if m.onError == nil {
-		m.onError = func(w http.ResponseWriter, r *http.Request, err error) {
-			code := http.StatusInternalServerError
-			if errors.Is(err, ErrUnavailable) {
-				code = http.StatusServiceUnavailable
-			}
-			http.Error(w, http.StatusText(code), code)
-		}
+		m.onError = defaultOnError
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -157,8 +164,9 @@ func Middleware(c *Client, l Limit, key func(*http.Request) (string, bool), opts
 				d, err = m.c.Acquire(r.Context(), m.l, k, cost)
 			}
 			if err != nil {
-				m.onError(w, r, err)
-				return
+				if d, ok = m.failed(w, r, err); !ok {
+					return
+				}
 			}
 			SetRateLimitHeaders(w.Header(), m.name, m.l, d)
 			if !d.Allowed {
@@ -189,10 +197,12 @@ func Middleware(c *Client, l Limit, key func(*http.Request) (string, bool), opts
 // serveLeased serves a request under a concurrency limit: it leases a slot
 // of key k and holds it while next runs.
 func (m *middleware) serveLeased(w http.ResponseWriter, r *http.Request, k string, next http.Handler) {
+	var ok bool
 	ls, err := m.c.Lease(r.Context(), m.l, k)
 	if err != nil {
-		m.onError(w, r, err)
-		return
+		if ls.Decision, ok = m.failed(w, r, err); !ok {
+			return
+		}
 	}
 	defer ls.Release() // a panicking handler releases too
 	d := ls.Decision
@@ -200,7 +210,7 @@ func (m *middleware) serveLeased(w http.ResponseWriter, r *http.Request, k strin
 	if shadowDenied { // as the sidecar answers a shadow acquire
 		d.Allowed, d.RetryAfter, d.ShadowDenied = true, -1, true
 	}
-	SetRateLimitHeaders(w.Header(), m.name, m.l, d)
+	setRateLimitHeaders(w.Header(), m.name, m.l, d, true)
 	if !d.Allowed {
 		m.denied.ServeHTTP(w, r)
 		return
@@ -219,19 +229,37 @@ func (m *middleware) serveLeased(w http.ResponseWriter, r *http.Request, k strin
 // limit l, for a policy named name: RateLimit-Policy and RateLimit (see
 // RateLimitFields), and Retry-After if d denies the request and says when
 // it would pass. A Degraded decision sets only Retry-After: the sidecar did
-// not answer, so there is no quota to report. Frameworks other than
-// net/http can use RateLimitFields and RetryAfterSeconds directly.
+// not answer, so there is no quota to report. A concurrency limit's denial
+// sets no Retry-After: a slot frees when a request in progress ends, which
+// nothing foresees (the lease's RetryAfter only bounds it by the lease
+// time, which would keep a client that honours it away far too long).
+// Frameworks other than net/http can use RateLimitFields and
+// RetryAfterSeconds directly.
+//
+// The Python client's sluice.headers.response_headers gives the same
+// fields for the same limit and decision: both are checked against one set
+// of vectors, clients/testdata/ratelimit-headers.json.
 func SetRateLimitHeaders(h http.Header, name string, l Limit, d Decision) {
-	if !d.Allowed && d.RetryAfter > 0 {
+	setRateLimitHeaders(h, name, l, d, isConcurrency(l))
+}
+
+// setRateLimitHeaders is SetRateLimitHeaders for a leased request (leased:
+// the limit is a concurrency limit, even a named one) or an acquired one.
+func setRateLimitHeaders(h http.Header, name string, l Limit, d Decision, leased bool) {
+	if !d.Allowed && d.RetryAfter > 0 && (d.Degraded || !leased) {
 		h.Set(HeaderRetryAfter, strconv.FormatInt(RetryAfterSeconds(d), 10))
 	}
 	if d.Degraded {
 		return
 	}
-	policy, rl := RateLimitFields(name, l, d)
+	policy, rl := rateLimitFields(name, l, d, leased)
 	h.Set(HeaderRateLimitPolicy, policy)
 	h.Set(HeaderRateLimit, rl)
 }
+
+// isConcurrency reports whether l is a concurrency limit given by its
+// parameters (a named limit's algorithm is the sidecar's to know).
+func isConcurrency(l Limit) bool { return l.Algorithm == proto.Concurrency && l.Name == "" }
 
 // RetryAfterSeconds returns the Retry-After of a denial: d.RetryAfter in
 // whole seconds, rounded up, so that a client that waits that long is
@@ -255,20 +283,40 @@ func RetryAfterSeconds(d Decision) int64 {
 // token_bucket ceil(max/refill_amount)*refill_time, gcra
 // (burst+1)*period/count, the windows (fixed_window, sliding_window,
 // sliding_log, window_counters) their window, pacer q*period/rate; w is
-// left out if l's parameters make no window (a concurrency limit has none).
+// left out if l's parameters make no window (a named limit: the client
+// does not know them).
 //
-// r is d.Remaining. t is the draft's "effective window", the seconds
-// within which the client can use no more than r: for an allowed request
-// d.ResetAfter, after which the bucket is full again; for a denied one
-// d.RetryAfter, when the next request passes, so that Retry-After is never
-// earlier than the end of the window (section 6 of the draft), or
-// d.ResetAfter if it can never pass. Durations are whole seconds, rounded
-// up. The name is written as a Structured Fields String: '"' and '\' are
-// escaped and bytes outside printable ASCII become '?'.
+// r is d.Remaining. t is the draft's "effective window" (section 4.1.2),
+// "the number of seconds within which the client can use no more than the
+// available quota": for an allowed request d.ResetAfter, after which the
+// bucket is full again; for a denied one d.RetryAfter, when the quota is
+// available again, since until then r (0) is all the client can use, and
+// so that Retry-After, which the draft says should not be earlier than the
+// end of the effective window (section 6), is the same moment as t (its
+// example B.1.4); d.ResetAfter if the request can never pass. Durations
+// are whole seconds, rounded up. The name is written as a Structured
+// Fields String: '"' and '\' are escaped and bytes outside printable ASCII
+// become '?'.
+//
+// A concurrency limit counts requests in progress, not over time: its
+// fields are
+//
+//	RateLimit-Policy: "NAME";q=LIMIT;qu="concurrent-requests"
+//	RateLimit: "NAME";r=FREE
+//
+// with the draft's quota unit for it (section 3.1.2), and no window.
 func RateLimitFields(name string, l Limit, d Decision) (policy, ratelimit string) {
+	return rateLimitFields(name, l, d, isConcurrency(l))
+}
+
+func rateLimitFields(name string, l Limit, d Decision, leased bool) (policy, ratelimit string) {
 	n := sfString(name)
 	q := max(d.Limit, 0)
 	policy = n + ";q=" + strconv.FormatInt(q, 10)
+	ratelimit = n + ";r=" + strconv.FormatInt(max(d.Remaining, 0), 10)
+	if leased {
+		return policy + `;qu="concurrent-requests"`, ratelimit
+	}
 	if w := policyWindow(l, q); w > 0 {
 		policy += ";w=" + strconv.FormatInt(w, 10)
 	}
@@ -276,9 +324,7 @@ func RateLimitFields(name string, l Limit, d Decision) (policy, ratelimit string
 	if !d.Allowed && d.RetryAfter > 0 {
 		t = d.RetryAfter
 	}
-	ratelimit = n + ";r=" + strconv.FormatInt(max(d.Remaining, 0), 10) +
-		";t=" + strconv.FormatInt(ceilSeconds(max(t, 0)), 10)
-	return policy, ratelimit
+	return policy, ratelimit + ";t=" + strconv.FormatInt(ceilSeconds(max(t, 0)), 10)
 }
 
 // policyWindow returns the seconds, rounded up, that a bucket of l holding

@@ -1,8 +1,11 @@
 package sluice_test
 
 import (
+	"encoding/json"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
@@ -79,95 +82,71 @@ func TestMiddleware(t *testing.T) {
 	}
 }
 
-func TestMiddleware_unavailable(t *testing.T) {
-	path := filepath.Join(shortDir(t), "absent.sock")
-	l := sluice.FixedWindow(2, time.Minute)
-	for _, tc := range []struct {
-		policy     sluice.FailurePolicy
-		status     int
-		retryAfter string
-	}{
-		{sluice.FailOpen, 200, ""},
-		{sluice.FailClosed, 429, "1"}, // the backoff, rounded up
-	} {
-		c := dial(t, path, sluice.WithFailurePolicy(tc.policy))
-		h := sluice.Middleware(c, l, byPath)(ok)
-		headers(t, tc.policy.String(), serve(h, "/a"), tc.status, tc.retryAfter, "", "")
-	}
-	// A closed client is not an outage: 500.
-	c := dial(t, fakeSidecar(t, func(fc *fakeConn) {}))
-	c.Close()
-	h := sluice.Middleware(c, l, byPath)(ok)
-	if res := serve(h, "/a"); res.StatusCode != 500 {
-		t.Errorf("closed client: %d, want 500", res.StatusCode)
-	}
-	// FailError: the error handler, 503 by default. This sidecar hangs up
-	// at once.
-	var got error
-	c = dial(t, fakeSidecar(t, func(fc *fakeConn) {}), sluice.WithBackoff(time.Hour, time.Hour), sluice.WithFailurePolicy(sluice.FailError))
-	h = sluice.Middleware(c, l, byPath, sluice.WithErrorHandler(func(w http.ResponseWriter, r *http.Request, err error) {
-		got = err
-		w.WriteHeader(599)
-	}))(ok)
-	if res := serve(h, "/a"); res.StatusCode != 599 || got == nil {
-		t.Errorf("custom error handler: %d %v", res.StatusCode, got)
-	}
-	h = sluice.Middleware(c, l, byPath)(ok)
-	if res := serve(h, "/a"); res.StatusCode != 503 {
-		t.Errorf("sidecar gone: %d, want 503", res.StatusCode)
-	}
+// headerVector is one of the shared header vectors: a limit and a
+// decision, and the fields both clients set for them.
+type headerVector struct {
+	Name     string `json:"name"`
+	Limit    string `json:"limit"`
+	Policy   string `json:"policy"`
+	Decision struct {
+		Allowed      bool  `json:"allowed"`
+		Remaining    int64 `json:"remaining"`
+		Limit        int64 `json:"limit"`
+		RetryAfterNs int64 `json:"retry_after_ns"`
+		ResetAfterNs int64 `json:"reset_after_ns"`
+		DelayNs      int64 `json:"delay_ns"`
+		Degraded     bool  `json:"degraded"`
+		ShadowDenied bool  `json:"shadow_denied"`
+	} `json:"decision"`
+	Headers map[string]string `json:"headers"`
 }
 
-func TestRateLimitFields(t *testing.T) {
-	allowed := func(rem, lim int64, reset time.Duration) sluice.Decision {
-		return sluice.Decision{Allowed: true, Remaining: rem, Limit: lim, RetryAfter: -1, ResetAfter: reset}
+// The header fields of a decision are the ones the shared vectors say,
+// which the Python client's tests check too: both clients set the same
+// fields for the same limit and decision.
+func TestRateLimitFields_vectors(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "testdata", "ratelimit-headers.json"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	denied := func(rem, lim int64, retry, reset time.Duration) sluice.Decision {
-		return sluice.Decision{Remaining: rem, Limit: lim, RetryAfter: retry, ResetAfter: reset}
+	var file struct {
+		Vectors []headerVector `json:"vectors"`
 	}
-	for _, tc := range []struct {
-		name              string
-		l                 sluice.Limit
-		d                 sluice.Decision
-		policy, ratelimit string
-		retryAfter        int64
-	}{
-		{"token bucket", sluice.TokenBucket(10, time.Hour, 1), allowed(9, 10, time.Hour),
-			`"n";q=10;w=36000`, `"n";r=9;t=3600`, 0},
-		{"token bucket, refill 3 of 10", sluice.TokenBucket(10, time.Minute, 3), denied(0, 10, 59*time.Second+1, 4*time.Minute),
-			`"n";q=10;w=240`, `"n";r=0;t=60`, 60},
-		{"token bucket, never", sluice.TokenBucket(10, time.Minute, 10), denied(10, 10, -1, 0),
-			`"n";q=10;w=60`, `"n";r=10;t=0`, 0},
-		{"gcra", sluice.GCRA(4, 1, time.Second), allowed(4, 5, time.Second),
-			`"n";q=5;w=5`, `"n";r=4;t=1`, 0},
-		{"gcra sub-second", sluice.GCRA(0, 10, time.Second), denied(0, 1, 50*time.Millisecond, 100*time.Millisecond),
-			`"n";q=1;w=1`, `"n";r=0;t=1`, 1},
-		{"fixed window", sluice.FixedWindow(100, time.Minute), allowed(99, 100, 1500*time.Millisecond),
-			`"n";q=100;w=60`, `"n";r=99;t=2`, 0},
-		{"sliding window", sluice.SlidingWindow(100, 24*time.Hour), denied(0, 100, 90*time.Minute, 47*time.Hour),
-			`"n";q=100;w=86400`, `"n";r=0;t=5400`, 5400},
-		{"pacer", sluice.Pacer(4, time.Second, 2*time.Second), allowed(8, 9, 250*time.Millisecond),
-			`"n";q=9;w=3`, `"n";r=8;t=1`, 0},
-		{"no window", sluice.Limit{Algorithm: 2}, allowed(1, 1, 0),
-			`"n";q=1`, `"n";r=1;t=0`, 0},
-		{"huge", sluice.TokenBucket(1<<62, 1<<62, 1), allowed(1, 1<<62, 1<<62),
-			`"n";q=4611686018427387904`, `"n";r=1;t=4611686019`, 0},
-	} {
-		policy, ratelimit := sluice.RateLimitFields("n", tc.l, tc.d)
-		if policy != tc.policy || ratelimit != tc.ratelimit || sluice.RetryAfterSeconds(tc.d) != tc.retryAfter {
-			t.Errorf("%s: %q %q %d, want %q %q %d", tc.name, policy, ratelimit, sluice.RetryAfterSeconds(tc.d),
-				tc.policy, tc.ratelimit, tc.retryAfter)
+	if err := json.Unmarshal(b, &file); err != nil {
+		t.Fatal(err)
+	}
+	if len(file.Vectors) < 20 {
+		t.Fatalf("%d vectors, want at least 20", len(file.Vectors))
+	}
+	for _, v := range file.Vectors {
+		l, err := sluice.ParseLimit(v.Limit)
+		if err != nil {
+			t.Errorf("%s: %v", v.Name, err)
+			continue
 		}
-	}
-	// Names are Structured Fields strings.
-	if p, _ := sluice.RateLimitFields("a\"b\\c\té", sluice.FixedWindow(1, time.Second), allowed(0, 1, 0)); p != `"a\"b\\c???";q=1;w=1` {
-		t.Errorf("escaped name: %s", p)
-	}
-	// A degraded decision reports no quota.
-	h := http.Header{}
-	sluice.SetRateLimitHeaders(h, "n", sluice.FixedWindow(1, time.Second), sluice.Decision{RetryAfter: 1500 * time.Millisecond, ResetAfter: -1, Degraded: true})
-	if len(h) != 1 || h.Get("Retry-After") != "2" {
-		t.Errorf("degraded denial: %v", h)
+		w := v.Decision
+		d := sluice.Decision{Allowed: w.Allowed, Remaining: w.Remaining, Limit: w.Limit,
+			RetryAfter: time.Duration(w.RetryAfterNs), ResetAfter: time.Duration(w.ResetAfterNs),
+			Delay: time.Duration(w.DelayNs), Degraded: w.Degraded, ShadowDenied: w.ShadowDenied}
+		h := http.Header{}
+		sluice.SetRateLimitHeaders(h, v.Policy, l, d)
+		got := map[string]string{}
+		for k := range h {
+			got[k] = h.Get(k)
+		}
+		want := map[string]string{}
+		for k, val := range v.Headers {
+			want[http.CanonicalHeaderKey(k)] = val
+		}
+		if !maps.Equal(got, want) {
+			t.Errorf("%s: %v\nwant %v", v.Name, got, want)
+		}
+		if !d.Degraded {
+			policy, ratelimit := sluice.RateLimitFields(v.Policy, l, d)
+			if policy != v.Headers["RateLimit-Policy"] || ratelimit != v.Headers["RateLimit"] {
+				t.Errorf("%s: RateLimitFields %q %q", v.Name, policy, ratelimit)
+			}
+		}
 	}
 }
 
@@ -231,13 +210,14 @@ func TestMiddleware_lease(t *testing.T) {
 	done := make(chan *http.Response)
 	go func() { done <- serve(h, "/j?wait=1") }()
 	<-entered
-	// The slot is held while the first request runs: 429, until the held
-	// lease expires at the latest.
-	headers(t, "while one runs", serve(h, "/j"), 429, "60", `"default";q=1`, `"default";r=0;t=60`)
-	headers(t, "another key", serve(h, "/k"), 200, "", `"default";q=1`, `"default";r=0;t=60`)
+	// The slot is held while the first request runs: 429, without
+	// Retry-After (a slot frees when a request ends, which nothing
+	// foresees).
+	headers(t, "while one runs", serve(h, "/j"), 429, "", `"default";q=1;qu="concurrent-requests"`, `"default";r=0`)
+	headers(t, "another key", serve(h, "/k"), 200, "", `"default";q=1;qu="concurrent-requests"`, `"default";r=0`)
 	close(leave)
-	headers(t, "the one that ran", <-done, 200, "", `"default";q=1`, `"default";r=0;t=60`)
-	headers(t, "after it returned", serve(h, "/j"), 200, "", `"default";q=1`, `"default";r=0;t=60`)
+	headers(t, "the one that ran", <-done, 200, "", `"default";q=1;qu="concurrent-requests"`, `"default";r=0`)
+	headers(t, "after it returned", serve(h, "/j"), 200, "", `"default";q=1;qu="concurrent-requests"`, `"default";r=0`)
 	// A handler that panics gives its slot back too.
 	func() {
 		defer func() {
@@ -258,9 +238,9 @@ func TestMiddleware_lease(t *testing.T) {
 	h = sluice.Middleware(c, named, byPath, sluice.WithLease())(slow)
 	go func() { done <- serve(h, "/n?wait=1") }()
 	<-entered
-	headers(t, "named, while one runs", serve(h, "/n"), 429, "60", `"default";q=1`, `"default";r=0;t=60`)
+	headers(t, "named, while one runs", serve(h, "/n"), 429, "", `"default";q=1;qu="concurrent-requests"`, `"default";r=0`)
 	close(leave)
-	headers(t, "named, the one that ran", <-done, 200, "", `"default";q=1`, `"default";r=0;t=60`)
+	headers(t, "named, the one that ran", <-done, 200, "", `"default";q=1;qu="concurrent-requests"`, `"default";r=0`)
 	if res := serve(sluice.Middleware(c, named, byPath)(slow), "/n"); res.StatusCode != 500 {
 		t.Errorf("named concurrency limit without WithLease: %d, want 500 (invalid limit)", res.StatusCode)
 	}
@@ -273,32 +253,10 @@ func TestMiddleware_lease(t *testing.T) {
 	h = sluice.Middleware(c, l, byPath, sluice.WithShadow())(count)
 	go func() { done <- serve(h, "/s?wait=1") }()
 	<-entered
-	headers(t, "shadow-denied", serve(h, "/s"), 200, "", `"default";q=1`, `"default";r=0;t=60`)
+	headers(t, "shadow-denied", serve(h, "/s"), 200, "", `"default";q=1;qu="concurrent-requests"`, `"default";r=0`)
 	close(leave)
 	<-done
 	if served.Load() != 2 {
 		t.Errorf("%d of 2 shadow requests served", served.Load())
-	}
-}
-
-// Without a sidecar the failure policy decides, as for acquires.
-func TestMiddleware_leaseUnavailable(t *testing.T) {
-	path := filepath.Join(shortDir(t), "absent.sock")
-	for _, tc := range []struct {
-		policy     sluice.FailurePolicy
-		status     int
-		retryAfter string
-	}{
-		{sluice.FailOpen, 200, ""},
-		{sluice.FailClosed, 429, "1"}, // the backoff, rounded up
-	} {
-		c := dial(t, path, sluice.WithFailurePolicy(tc.policy))
-		h := sluice.Middleware(c, sluice.Concurrency(1, time.Minute), byPath)(ok)
-		headers(t, tc.policy.String(), serve(h, "/a"), tc.status, tc.retryAfter, "", "")
-	}
-	c := dial(t, fakeSidecar(t, func(fc *fakeConn) {}), sluice.WithBackoff(time.Hour, time.Hour), sluice.WithFailurePolicy(sluice.FailError))
-	h := sluice.Middleware(c, sluice.Concurrency(1, time.Minute), byPath)(ok)
-	if res := serve(h, "/a"); res.StatusCode != 503 {
-		t.Errorf("sidecar gone: %d, want 503", res.StatusCode)
 	}
 }

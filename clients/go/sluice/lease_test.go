@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -294,7 +293,7 @@ func TestPipeline_lease(t *testing.T) {
 		t.Errorf("%d leases held, want 1", n)
 	}
 	// The failure policy applies to leases, not to releases.
-	fo := dial(t, filepath.Join(shortDir(t), "absent.sock"))
+	fo := dialGone(t)
 	p = fo.Pipeline()
 	p.Lease(l, "p")
 	p.Release(l, "p", 9)

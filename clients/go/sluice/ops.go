@@ -183,13 +183,24 @@ func (c *Client) decide(ctx context.Context, op proto.Opcode, l Limit, key strin
 }
 
 // degraded returns the failure policy's decision for err if err means the
-// sidecar is unavailable and the policy is not FailError; else err.
-// Every such decision is counted (Degraded) and, at most every
-// degradedLogInterval, logged with the count since the last line.
+// sidecar is unavailable, it has answered this client before, and the
+// policy is not FailError; else err (one that says so if the sidecar has
+// never answered).
 func (c *Client) degraded(err error) (Decision, error) {
 	if !errors.Is(err, ErrUnavailable) {
 		return Decision{}, err
 	}
+	if !c.answered.Load() {
+		return Decision{}, &neverAnsweredError{err}
+	}
+	return c.byPolicy(err)
+}
+
+// byPolicy returns the failure policy's decision for a request the sidecar
+// could not decide because of err, or err under FailError. Every such
+// decision is counted (Degraded) and, at most every degradedLogInterval,
+// logged with the count since the last line.
+func (c *Client) byPolicy(err error) (Decision, error) {
 	if c.opt.policy == FailError {
 		return Decision{}, err
 	}
@@ -197,8 +208,8 @@ func (c *Client) degraded(err error) (Decision, error) {
 	if last := c.degradedLog.Load(); time.Now().UnixNano()-last >= int64(degradedLogInterval) {
 		if c.degradedLog.CompareAndSwap(last, time.Now().UnixNano()) {
 			prev := c.degradedAt.Swap(n)
-			c.opt.logger.Warn("decisions made without the Sluice sidecar, by the client's failure policy",
-				"policy", c.opt.policy.String(), "decisions", n-prev, "total", n, "socket", c.path, "error", err.Error())
+			c.opt.logger.Warn("decisions made by the client's failure policy, not by the Sluice sidecar",
+				"policy", c.opt.policy.String(), "decisions", n-prev, "total", n, "socket", c.where, "error", err.Error())
 		}
 	}
 	switch c.opt.policy {
@@ -327,9 +338,9 @@ func (c *Client) Multi(ctx context.Context, items []Item, opts ...RequestOption)
 	return cl.res.Allowed, ds, nil
 }
 
-// simple sends an operation without arguments (HELLO, PING, STATS) and
-// returns its call.
-func (c *Client) simple(ctx context.Context, op proto.Opcode) (*call, error) {
+// simpleCall returns a call holding the request frame of an operation
+// without arguments (HELLO, PING, STATS).
+func simpleCall(op proto.Opcode) *call {
 	cl := getCall(op)
 	b, start := proto.BeginFrameVersion(cl.req[:0], proto.MinVersion, proto.KindRequest, 0)
 	switch op {
@@ -341,6 +352,13 @@ func (c *Client) simple(ctx context.Context, op proto.Opcode) (*call, error) {
 		b = proto.AppendStats(b)
 	}
 	cl.req = proto.EndFrame(b, start, 1)
+	return cl
+}
+
+// simple sends an operation without arguments (HELLO, PING, STATS) and
+// returns its call.
+func (c *Client) simple(ctx context.Context, op proto.Opcode) (*call, error) {
+	cl := simpleCall(op)
 	if err := c.roundTrip(ctx, cl); err != nil {
 		return nil, err
 	}

@@ -120,6 +120,9 @@ func (cn *conn) response(frame []byte, h proto.Header, scratch *proto.Result) er
 		if st == proto.StatusOK {
 			st = proto.StatusMalformed
 		}
+		if refusal(st) {
+			return statusError(0, st, scratch.Message)
+		}
 		return unavailable("", statusError(0, st, scratch.Message))
 	}
 	cn.mu.Lock()
@@ -173,7 +176,10 @@ func (cn *conn) check(cl *call, frame []byte, h proto.Header) error {
 	case cl.res.Status == proto.StatusOK && cl.res.Code != cl.op:
 		return garbled(fmt.Errorf("a %v result to a %v request: %w", cl.res.Code, cl.op, ErrMalformed))
 	}
-	cn.answered.Store(true)
+	if !cn.answered.Load() {
+		cn.answered.Store(true)
+		cn.cl.answered.Store(true)
+	}
 	return nil
 }
 

@@ -8,6 +8,7 @@ stopped with SIGTERM afterwards, which must exit 0 and remove its socket.
 
 from __future__ import annotations
 
+import inspect
 import os
 import shutil
 import signal
@@ -26,7 +27,40 @@ sys.path.insert(0, os.path.join(HERE, "..", "src"))
 REPO = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 GOLDEN = os.path.join(REPO, "proto", "testdata", "golden")
 
-from sluice import proto  # noqa: E402
+from sluice import AsyncClient, Client, proto  # noqa: E402
+
+#: The timeout of the tests' clients, unless a test gives its own: the
+#: default 50 ms is missed by a busy machine (a load of 8 on 2 cores made
+#: acquires of the real sidecar time out). Tests of the default itself and
+#: of the timeouts are marked default_timeout and keep it.
+TEST_TIMEOUT = 60.0
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "default_timeout: the clients keep the library's default timeout")
+
+
+@pytest.fixture(autouse=True)
+def _generous_timeout(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Clients made without a timeout wait TEST_TIMEOUT for an answer (see above)."""
+    if request.node.get_closest_marker("default_timeout"):
+        yield
+        return
+    saved = []
+    for cls in (Client, AsyncClient):
+        init = cls.__init__
+        params = [p for p in inspect.signature(init).parameters.values() if p.kind is p.POSITIONAL_OR_KEYWORD]
+        defaults = list(init.__defaults__ or ())
+        names = [p.name for p in params[len(params) - len(defaults):]]
+        if "timeout" in names:
+            saved.append((init, init.__defaults__))
+            defaults[names.index("timeout")] = TEST_TIMEOUT
+            init.__defaults__ = tuple(defaults)
+    try:
+        yield
+    finally:
+        for init, d in saved:
+            init.__defaults__ = d
 
 
 def short_tmpdir() -> str:
@@ -164,13 +198,25 @@ def read_frame(conn: socket.socket) -> Optional[bytes]:
     return buf
 
 
-class FakeServer:
-    """A Unix socket server in a thread; ``handle(conn, n)`` serves the n-th connection (from 0)."""
+_PING = proto.frame(proto.Kind.REQUEST, 1, 1, bytes((proto.Opcode.PING,)), proto.MIN_VERSION)
 
-    def __init__(self, handle: Callable[[socket.socket, int], None]) -> None:
+
+class FakeServer:
+    """A Unix socket server in a thread; ``handle(conn, n)`` serves the n-th connection (from 0).
+
+    With ``check`` (the default) it answers a client's start check itself: a connection whose
+    first frame is a PING gets its answer, and is handed to ``handle`` (counted in n) only if
+    the client goes on to send more on it; one the client closes after the answer, as the start
+    check does, is not.
+    """
+
+    def __init__(self, handle: Callable[[socket.socket, int], None], check: bool = True) -> None:
         self.dir = short_tmpdir()
         self.path = os.path.join(self.dir, "fake.sock")
         self.handle = handle
+        self.check = check
+        self._n = 0
+        self._lock = threading.Lock()
         self.ln = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.ln.bind(self.path)
         self.ln.listen(16)
@@ -179,15 +225,42 @@ class FakeServer:
         self.thread.start()
 
     def _serve(self) -> None:
-        n = 0
         while True:
             try:
                 conn, _ = self.ln.accept()
             except OSError:
                 return
             self.conns.append(conn)
-            threading.Thread(target=self._one, args=(conn, n), daemon=True).start()
-            n += 1
+            if not self.check:
+                with self._lock:
+                    n, self._n = self._n, self._n + 1
+                threading.Thread(target=self._one, args=(conn, n), daemon=True).start()
+            else:
+                threading.Thread(target=self._checked, args=(conn,), daemon=True).start()
+
+    def _checked(self, conn: socket.socket) -> None:
+        try:
+            first = conn.recv(len(_PING), socket.MSG_PEEK | socket.MSG_WAITALL)
+            # A PING: its length, kind, count and opcode (not its version or id).
+            if len(first) == len(_PING) and first[:4] == _PING[:4] and first[5:8] == _PING[5:8] \
+                    and first[12:] == _PING[12:]:
+                conn.recv(len(_PING))
+                conn.sendall(proto.frame(proto.Kind.RESPONSE, proto.parse_header(first).id, 1,
+                                         bytes((proto.Opcode.PING, 0)), first[4]))
+                if not conn.recv(1, socket.MSG_PEEK):
+                    conn.close()
+                    return  # a start check
+        except OSError:
+            return
+        with self._lock:
+            n, self._n = self._n, self._n + 1
+        self._one(conn, n)
+
+    @property
+    def handled(self) -> int:
+        """The connections handed to ``handle`` so far."""
+        with self._lock:
+            return self._n
 
     def _one(self, conn: socket.socket, n: int) -> None:
         try:
@@ -206,11 +279,11 @@ class FakeServer:
 
 
 @pytest.fixture
-def fake_server() -> Iterator[Callable[[Callable[[socket.socket, int], None]], FakeServer]]:
+def fake_server() -> Iterator[Callable[..., FakeServer]]:
     made: List[FakeServer] = []
 
-    def make(handle: Callable[[socket.socket, int], None]) -> FakeServer:
-        s = FakeServer(handle)
+    def make(handle: Callable[[socket.socket, int], None], check: bool = True) -> FakeServer:
+        s = FakeServer(handle, check)
         made.append(s)
         return s
 

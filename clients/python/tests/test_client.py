@@ -6,6 +6,7 @@ import asyncio
 import datetime
 import logging
 import os
+import socket
 import threading
 import time
 from typing import Any, List
@@ -14,7 +15,7 @@ import pytest
 from conftest import Sidecar
 
 from sluice import (
-    GCRA, AsyncClient, Client, FixedWindow, Hello, InvalidCost, InvalidKey, InvalidLimit, MultiItem, Pacer,
+    GCRA, AsyncClient, Client, Concurrency, FixedWindow, Hello, InvalidCost, InvalidKey, InvalidLimit, MultiItem, Pacer,
     RateLimited, SlidingWindow, TokenBucket, TooManyItems, Unavailable, Unsupported, proto,
 )
 
@@ -303,7 +304,7 @@ def test_outage_is_logged_once_each_way(sidecar: Sidecar, caplog: pytest.LogCapt
             assert not c.acquire("log", limit).degraded
     down = [r for r in caplog.records if "is unavailable (" in r.getMessage()]
     up = [r for r in caplog.records if "again" in r.getMessage()]
-    counted = [r for r in caplog.records if "decisions made without the Sluice sidecar" in r.getMessage()]
+    counted = [r for r in caplog.records if "decisions made by on_unavailable" in r.getMessage()]
     assert len(down) == 1 and down[0].levelno == logging.WARNING
     assert len(up) == 1 and up[0].levelno == logging.INFO
     assert len(counted) == 1 and counted[0].levelno == logging.WARNING  # at most one every 10 s
@@ -350,18 +351,43 @@ def test_restart_between_calls_is_invisible(sidecar: Sidecar) -> None:
         assert c.acquire("x", HOUR).remaining == 1  # the dead connection is retried on a new one
 
 
-def test_no_sidecar(tmp_path: Any) -> None:
-    path = os.path.join("/tmp", "sl-none-%d.sock" % os.getpid())
-    c = Client(path, on_unavailable="raise")
-    with pytest.raises(Unavailable, match="cannot connect"):
-        c.ping()
-    assert Client(path).acquire("k", HOUR).degraded
-    with pytest.raises(InvalidKey):  # bad arguments raise whatever the policy
-        Client(path).acquire("", HOUR)
+def test_no_sidecar(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Nothing listening is a mistake, not an outage: making the client raises, whatever the
+    # policy, and names the socket's absolute path.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SLUICE_SOCKET", raising=False)
+    where = os.path.join(str(tmp_path), "var", "sluice.sock")
+    for policy in ("open", "closed", "raise"):
+        with pytest.raises(Unavailable) as info:
+            Client(on_unavailable=policy)
+        assert str(info.value) == f"the sidecar is unavailable: nothing listens at {where}: No such file or directory"
+        with pytest.raises(Unavailable, match=f"nothing listens at {where}"):
+            AsyncClient(on_unavailable=policy)
+    # A socket file nobody listens on (left by a sidecar killed with -9).
+    left = socket.socket(socket.AF_UNIX)
+    left.bind(os.path.join(str(tmp_path), "left.sock"))
+    left.close()
+    with pytest.raises(Unavailable, match=f"nothing listens at {tmp_path}/left.sock: Connection refused"):
+        Client("left.sock")
+
+    # Started before its sidecar (lazy): every call raises until the sidecar has answered once.
+    for policy in ("open", "closed"):
+        c = Client(on_unavailable=policy, lazy=True)
+        assert c.socket_path == where
+        with pytest.raises(Unavailable, match="never answered"):
+            c.acquire("k", HOUR)
+        with pytest.raises(Unavailable, match="never answered"):
+            c.lease("k", Concurrency(1, 60))
+        with pytest.raises(Unavailable, match="never answered"):
+            c.pipeline().acquire("k", HOUR).execute()
+        with pytest.raises(InvalidKey):  # bad arguments raise whatever the policy
+            c.acquire("", HOUR)
+        assert c.degraded_decisions == 0
 
     async def main() -> None:
-        ac = AsyncClient(path)
-        assert (await ac.acquire("k", HOUR)).degraded
+        ac = AsyncClient(on_unavailable="open", lazy=True)
+        with pytest.raises(Unavailable, match="never answered"):
+            await ac.acquire("k", HOUR)
         with pytest.raises(InvalidKey):
             await ac.acquire("", HOUR)
         with pytest.raises(InvalidCost):
@@ -369,11 +395,34 @@ def test_no_sidecar(tmp_path: Any) -> None:
     asyncio.run(main())
 
 
-def test_socket_from_environment(sidecar: Sidecar, monkeypatch: Any) -> None:
+def test_lazy_client_decides_by_policy_once_the_sidecar_answered(sluiced_bin: str, tmp_path: Any,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    sc = Sidecar(sluiced_bin)
+    monkeypatch.chdir(sc.dir)
+    try:
+        c = Client("s.sock", on_unavailable="open", lazy=True)  # before the sidecar
+        with pytest.raises(Unavailable, match="never answered"):
+            c.acquire("k", HOUR)
+        sc.start()
+        assert c.acquire("k", HOUR).remaining == 2
+        sc.stop()
+        d = c.acquire("k", HOUR)  # an outage of a sidecar that was there: the policy decides
+        assert d.allowed and d.degraded
+    finally:
+        sc.cleanup()
+
+
+def test_socket_from_environment(sidecar: Sidecar, monkeypatch: Any, tmp_path: Any) -> None:
     monkeypatch.setenv("SLUICE_SOCKET", sidecar.socket)
     assert Client().socket_path == sidecar.socket
     monkeypatch.delenv("SLUICE_SOCKET")
-    assert Client().socket_path == "var/sluice.sock"
+    monkeypatch.chdir(tmp_path)
+    assert Client(lazy=True).socket_path == os.path.join(str(tmp_path), "var", "sluice.sock")
+    # A relative path is resolved once: a client that changes directory keeps its sidecar.
+    monkeypatch.chdir(os.path.dirname(sidecar.socket))
+    c = Client(os.path.basename(sidecar.socket))
+    monkeypatch.chdir(tmp_path)
+    assert c.acquire("cwd", HOUR).remaining == 2
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")

@@ -17,6 +17,10 @@ from conftest import Sidecar
 from sluice import AsyncClient, Busy, Client, Denied, Status, TokenBucket, Unavailable, proto
 from sluice import _common
 
+# These tests are about the default timeout and what a breaker does with
+# timeouts: the clients keep the library's (conftest gives the others more).
+pytestmark = pytest.mark.default_timeout
+
 LIMIT = TokenBucket(max=10, refill_time=3600)
 
 
@@ -33,10 +37,10 @@ def wait_stopped(pid: int) -> None:
 
 def test_defaults_are_the_go_clients() -> None:
     # The Go client: DefaultTimeout 50ms, DefaultPolicy FailOpen, the breaker's 3, 250ms, 10s.
-    c = Client("unused.sock")
+    c = Client("unused.sock", lazy=True)
     assert (c.timeout, c.on_unavailable) == (0.05, "open")
     assert (c._breaker.threshold, c._breaker.min_open, c._breaker.max_open) == (3, 0.25, 10.0)
-    a = AsyncClient("unused.sock")
+    a = AsyncClient("unused.sock", lazy=True)
     assert (a.timeout, a.on_unavailable) == (0.05, "open")
 
 
@@ -74,6 +78,40 @@ def test_stopped_sidecar_sync(sidecar: Sidecar, caplog: pytest.LogCaptureFixture
     closed = [r for r in caplog.records if "answers again" in r.getMessage()]
     assert len(opened) == 1 and opened[0].levelno == logging.WARNING
     assert len(closed) == 1 and closed[0].levelno == logging.INFO
+    c.close()
+
+
+def test_stopped_sidecar_logs_once_each_way(sidecar: Sidecar, caplog: pytest.LogCaptureFixture) -> None:
+    # A sidecar stopped for a while accepts each probe's connection and answers nothing: an
+    # accepted connection is not an answer, so the client says once that the sidecar is
+    # unavailable, and once, after SIGCONT, that it answers again; nothing in between.
+    c = Client(sidecar.socket, breaker=(3, 0.02, 0.05))
+    assert c.acquire("k", LIMIT).remaining == 9
+    assert sidecar.proc is not None
+    pid = sidecar.proc.pid
+    with caplog.at_level(logging.INFO, logger="sluice"):
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            wait_stopped(pid)
+            probes_before = c._breaker.opens
+            deadline = time.monotonic() + 10
+            while c._breaker.opens < probes_before + 6:  # six probes found it stopped
+                assert c.acquire("k", LIMIT).degraded
+                assert time.monotonic() < deadline, "the breaker did not probe six times in 10 s"
+                time.sleep(0.005)
+            during = [r.getMessage() for r in caplog.records]
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        deadline = time.monotonic() + 10
+        while c.acquire("k", LIMIT, 0).degraded:
+            assert time.monotonic() < deadline, "still degraded 10 s after SIGCONT"
+            time.sleep(0.01)
+    down = [m for m in during if "decides until it answers" in m]
+    assert len(down) == 1, during
+    assert not [m for m in during if "again" in m or "connected" in m], during
+    up = [r for r in caplog.records if "answers again" in r.getMessage()]
+    assert len(up) == 1 and up[0].levelno == logging.INFO
+    assert len([r for r in caplog.records if "decides until it answers" in r.getMessage()]) == 1
     c.close()
 
 
@@ -152,11 +190,15 @@ def refusing(status: Status, written: threading.Event) -> Any:
 def test_refusal_before_the_request_sync(fake_server: Any, status: Status, exc: type) -> None:
     # The sidecar refuses the connection and closes it before the client
     # writes: the write fails (EPIPE), and the refusal is what is reported.
+    # Busy is an outage (Unavailable), Denied a mistake: not one.
     written = threading.Event()
-    srv = fake_server(refusing(status, written))
+    srv = fake_server(refusing(status, written), check=False)
+    with pytest.raises(exc, match="refused by the test") as start:
+        Client(srv.path)  # the start check
+    assert isinstance(start.value, Unavailable) == (status == Status.BUSY)
     for op in ("acquire", "ping", "pipeline"):
         written.clear()
-        c = Client(srv.path, on_unavailable="raise", timeout=1)
+        c = Client(srv.path, on_unavailable="raise", timeout=1, lazy=True)
         connect = c._connect
 
         def connect_then_wait() -> socket.socket:
@@ -180,14 +222,16 @@ def test_refusal_before_the_request_sync(fake_server: Any, status: Status, exc: 
 @pytest.mark.parametrize("status,exc", [(Status.BUSY, Busy), (Status.DENIED, Denied)])
 def test_refusal_before_the_request_async(fake_server: Any, status: Status, exc: type) -> None:
     written = threading.Event()
-    srv = fake_server(refusing(status, written))
+    srv = fake_server(refusing(status, written), check=False)
+    with pytest.raises(exc, match="refused by the test"):
+        AsyncClient(srv.path)  # the start check
 
     async def main() -> None:
         # Reading paused, the refusal is still unread when the write fails
         # (EPIPE); reading, the refusal arrives before the request is sent.
         for paused in (True, False, True, False):
             written.clear()
-            c = AsyncClient(srv.path, on_unavailable="raise", timeout=1)
+            c = AsyncClient(srv.path, on_unavailable="raise", timeout=1, lazy=True)
             connect = c._connect
 
             async def connect_then_wait() -> Any:
@@ -210,19 +254,21 @@ def test_refusal_before_the_request_async(fake_server: Any, status: Status, exc:
 
 def test_busy_real_sidecar(make_sidecar: Any) -> None:
     sc = make_sidecar(args=["--max-conns", "1"])
-    first = Client(sc.socket, on_unavailable="raise")
     deadline = time.monotonic() + 10
     while True:  # the fixture's own probe of the socket may still hold the one connection
         try:
+            first = Client(sc.socket, on_unavailable="raise")
             first.ping()
             break
         except Busy:
             assert time.monotonic() < deadline, "the sidecar stayed busy"
             time.sleep(0.01)
     for _ in range(10):
-        c = Client(sc.socket, on_unavailable="raise")
         with pytest.raises(Busy):
-            c.ping()
+            Client(sc.socket, on_unavailable="raise")  # its start check
+        c = Client(sc.socket, on_unavailable="open", lazy=True)
+        with pytest.raises(Busy, match="never answered"):  # an outage, but of a sidecar that never answered
+            c.acquire("k", LIMIT)
         c.close()
     first.close()
 
@@ -230,7 +276,7 @@ def test_busy_real_sidecar(make_sidecar: Any) -> None:
 def test_error_texts_for_people(fake_server: Any) -> None:
     # One sentence, no package prefixes.
     texts: List[str] = []
-    c = Client("/nonexistent/sluice.sock", on_unavailable="raise")
+    c = Client("/nonexistent/sluice.sock", on_unavailable="raise", lazy=True)
     for f in (lambda: c.ping(), lambda: c.acquire("", LIMIT), lambda: c.acquire("k", "gcra:burst=x"),
               lambda: c.acquire("k", LIMIT, -1), lambda: c.multi([])):
         try:
@@ -240,5 +286,5 @@ def test_error_texts_for_people(fake_server: Any) -> None:
     assert len(texts) == 5
     for t in texts:
         assert not t.startswith(("sluice:", "proto:")) and "\n" not in t, t
-    assert texts[0] == "the sidecar is unavailable: cannot connect to /nonexistent/sluice.sock: No such file or directory"
+    assert texts[0] == "the sidecar is unavailable: nothing listens at /nonexistent/sluice.sock: No such file or directory"
     assert isinstance(_common.breaker_open("x"), Unavailable)

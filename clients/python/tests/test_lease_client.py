@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import socket
 import threading
 from typing import Any, Dict, List, Set, Tuple
 
 import pytest
-from conftest import read_frame, short_tmpdir
+from conftest import Sidecar, read_frame
 
 from sluice import (
     GCRA, AsyncClient, Client, Concurrency, InvalidLimit, Lease, Named, RateLimited, Unavailable, proto,
@@ -185,19 +184,22 @@ def test_a_release_that_fails_is_logged(lease_server: Any, caplog: Any) -> None:
         c.release("k", LIMIT, lease)
 
 
-def test_policy_answers_a_lease() -> None:
-    path = os.path.join(short_tmpdir(), "absent.sock")
-    lease = Client(path, on_unavailable="open").lease("k", LIMIT)
+def test_policy_answers_a_lease(sidecar: Sidecar) -> None:
+    # Clients that had an answer, then an outage: the policy decides.
+    path = sidecar.socket
+    clients = {p: Client(path, on_unavailable=p) for p in ("open", "closed", "raise")}
+    sidecar.stop()
+    lease = clients["open"].lease("k", LIMIT)
     assert isinstance(lease, Lease) and lease.allowed and lease.degraded and lease.id == 0
-    with Client(path, on_unavailable="open").concurrency("k", LIMIT) as held:
+    with clients["open"].concurrency("k", LIMIT) as held:
         assert held.degraded  # ran without the sidecar; nothing to release
     with pytest.raises(RateLimited):
-        with Client(path, on_unavailable="closed").concurrency("k", LIMIT):
+        with clients["closed"].concurrency("k", LIMIT):
             pass
     with pytest.raises(Unavailable):
-        Client(path, on_unavailable="raise").lease("k", LIMIT)
+        clients["raise"].lease("k", LIMIT)
     with pytest.raises(Unavailable):
-        Client(path, on_unavailable="open").release("k", LIMIT, 5)
+        clients["open"].release("k", LIMIT, 5)
 
 
 def test_async_lease_release_and_concurrency(lease_server: Any) -> None:

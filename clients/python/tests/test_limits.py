@@ -275,13 +275,16 @@ def test_shadow_is_checked() -> None:
     ("-9223372036854775808ns", -(1 << 63)), ("-9223372036854775.808us", -(1 << 63)),
     ("0.100000000000000000000h", 360_000_000_000),
     ("0.830103483285477580700h", 2_988_372_539_827),
+    # The spec's one unit more than Go's (proto.ParseDuration): a day of 24 hours.
+    ("1d", 86_400_000_000_000), ("1d12h", 129_600_000_000_000), ("0.5d", 43_200_000_000_000),
+    ("-1d", -86_400_000_000_000), ("106751d", 106_751 * 86_400_000_000_000),
 ])
 def test_parse_duration_as_go(s: str, ns: int) -> None:
-    # Cases from Go's time package tests.
+    # Cases from Go's time package tests, and proto's TestParseDuration_days.
     assert parse_duration(s) == ns
 
 
-@pytest.mark.parametrize("s", ["", "3", "-", "s", ".", "-.", ".s", "+.s", "1d", "\x85\x85", "\xffff",
+@pytest.mark.parametrize("s", ["", "3", "-", "s", ".", "-.", ".s", "+.s", "1D", "1 d", "1dd", "106752d", "\x85\x85", "\xffff",
                                "hello \xffff world", "9223372036854775808ns", "9223372036854775.808us",
                                "9223372036854ms775us808ns", "-9223372036854775809ns", "3000000h"])
 def test_parse_duration_errors_as_go(s: str) -> None:

@@ -178,7 +178,7 @@ def test_the_fast_path_takes_an_answer_in_the_requests_version(monkeypatch: Any,
     def general_path(*args: Any) -> Any:
         raise AssertionError("the answer went the general path")
     monkeypatch.setattr(sluice._common, "results", general_path)
-    c = Client("/nonexistent", on_unavailable="raise")
+    c = Client("/nonexistent", on_unavailable="raise", lazy=True)
     sock = EchoVersion()
     c._sock = sock  # type: ignore[assignment]
     c._version_of, c._version = sock, 2  # type: ignore[assignment]  # as if a HELLO had said so
@@ -189,7 +189,8 @@ def test_the_fast_path_takes_an_answer_in_the_requests_version(monkeypatch: Any,
     srv, path = older
 
     async def main() -> None:
-        async with AsyncClient(path, timeout=TIMEOUT, on_unavailable="raise") as ac:
+        # lazy: the start check's answer would go the general path
+        async with AsyncClient(path, timeout=TIMEOUT, on_unavailable="raise", lazy=True) as ac:
             for limit in (TokenBucket(2, 1), SPEC, "login"):
                 assert (await ac.acquire("k", limit)).allowed and (await ac.peek("k", limit)).allowed
     asyncio.run(asyncio.wait_for(main(), 20))

@@ -15,6 +15,14 @@
 // in it. Who may is decided by the file's mode and group (see the README's
 // security model); the sidecar checks each slot's checksum and repairs
 // damage conservatively.
+//
+// A decision waits for its buckets' locks while another process holds
+// them: nanoseconds, unless that process is stopped (SIGSTOP, a debugger)
+// in the middle of a decision. The wait spins briefly, then sleeps, so it
+// costs no processor; it lasts at most until the context's deadline, or
+// Options.LockWait without one, and then fails with an error matching
+// ErrLocked (and sluice.ErrContended) that names the holder's pid. A lock
+// whose holder died is taken over at once.
 package direct
 
 import (
@@ -41,7 +49,23 @@ type Options struct {
 	// while the sidecar that owns it is away. Without one, those
 	// operations fail with an error wrapping sluice.ErrUnavailable.
 	Fallback *sluice.Client
+	// LockWait bounds how long an operation whose context has no deadline
+	// waits for a bucket's lock that another process keeps; 0 means one
+	// second (engine.DefaultLockWait).
+	LockWait time.Duration
 }
+
+// ErrLocked is matched by the error of an operation that gave up waiting
+// for a bucket's lock: another process keeps it, alive but not going on
+// (stopped, or stuck in a debugger). errors.As finds a *LockedError, with
+// the holder's pid. The error also matches sluice.ErrContended, as the
+// sidecar's answer to the same wait does.
+var ErrLocked = engine.ErrLocked
+
+// LockedError is the error of an operation that gave up waiting for a
+// bucket's lock: Pid is the process that keeps it, Held how long the
+// operation saw it do so. The operation changed nothing.
+type LockedError = engine.LockedError
 
 // ownerCheckEvery is how often a Client asks whether the sidecar it
 // decides beside still lives (a read of /proc).
@@ -56,6 +80,7 @@ const reattachEvery = 100 * time.Millisecond
 type Client struct {
 	path     string
 	fallback *sluice.Client
+	lockWait time.Duration                 // Options.LockWait
 	eng      atomic.Pointer[engine.Engine] // nil while detached
 	clock    func() int64
 
@@ -74,7 +99,7 @@ type Client struct {
 // it returns a Client that sends every operation to the fallback until it
 // can attach (Direct says why).
 func Open(path string, opts Options) (*Client, error) {
-	c := &Client{path: path, fallback: opts.Fallback}
+	c := &Client{path: path, fallback: opts.Fallback, lockWait: opts.LockWait}
 	e, err := engine.Attach(path)
 	if err != nil {
 		if opts.Fallback == nil {
@@ -264,7 +289,7 @@ func (c *Client) Reset(ctx context.Context, l sluice.Limit, key string) (bool, e
 			}
 			return false, c.unavailable()
 		}
-		existed, err := e.Reset(keyBytes(key), lim)
+		existed, err := e.Reset(keyBytes(key), lim, engine.Time{Wait: c.wait(ctx)})
 		if errors.Is(err, engine.ErrNoOwner) {
 			c.detached(e, err)
 			continue
@@ -290,6 +315,7 @@ func (c *Client) decide(ctx context.Context, op proto.Opcode, l sluice.Limit, ke
 			return c.fall(ctx, op, l, key, n, opts)
 		}
 		t := engine.At(now)
+		t.Wait = c.wait(ctx)
 		if f&proto.FlagAt != 0 {
 			t.At = at
 		}
@@ -383,6 +409,7 @@ func (c *Client) Multi(ctx context.Context, items []sluice.Item, opts ...sluice.
 			return false, nil, c.unavailable()
 		}
 		t := engine.At(now)
+		t.Wait = c.wait(ctx)
 		if f&proto.FlagAt != 0 {
 			t.At = at
 		}
@@ -400,6 +427,16 @@ func (c *Client) Multi(ctx context.Context, items []sluice.Item, opts ...sluice.
 		}
 		return allowed, res, nil
 	}
+}
+
+// wait is how long an operation under ctx may wait for locks: until ctx's
+// deadline (at least a moment: a lock about to be freed is still taken),
+// else the Client's LockWait.
+func (c *Client) wait(ctx context.Context) time.Duration {
+	if d, ok := ctx.Deadline(); ok {
+		return max(time.Until(d), time.Nanosecond)
+	}
+	return c.lockWait // 0: the engine's default
 }
 
 // keyBytes returns key's bytes without copying them: the engine reads a
@@ -465,7 +502,7 @@ func opError(err error) error {
 		st = sluice.ErrInvalidLimit
 	case errors.Is(err, engine.ErrTooManyItems):
 		st = sluice.ErrTooManyItems
-	case errors.Is(err, engine.ErrContended):
+	case errors.Is(err, engine.ErrContended), errors.Is(err, engine.ErrLocked):
 		st = sluice.ErrContended
 	case errors.Is(err, engine.ErrTime):
 		st = sluice.ErrMalformed

@@ -23,16 +23,20 @@ import (
 
 	"github.com/sluicehq/sluice/clients/go/sluice"
 	"github.com/sluicehq/sluice/clients/go/sluice/direct"
+	"github.com/sluicehq/sluice/internal/locktest"
 	"github.com/sluicehq/sluice/internal/server"
 	"github.com/sluicehq/sluice/shm"
 )
 
 var killRounds = flag.Int("direct.kills", 20, "kill -9 rounds of direct clients in TestDirect_kill9")
 
-// TestMain lets the test binary double as a sidecar (SLUICE_DIRECT_SERVE)
-// and as a client process (SLUICE_DIRECT_WORKER), for the tests that run
-// several processes.
+// TestMain lets the test binary double as a sidecar (SLUICE_DIRECT_SERVE),
+// as a client process (SLUICE_DIRECT_WORKER), and as a process holding a
+// bucket's lock (locktest), for the tests that run several processes.
 func TestMain(m *testing.M) {
+	if code, ok := locktest.Child(); ok {
+		os.Exit(code)
+	}
 	if dir := os.Getenv("SLUICE_DIRECT_SERVE"); dir != "" {
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 		defer stop()

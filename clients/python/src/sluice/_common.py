@@ -17,6 +17,7 @@ import logging
 import operator
 import os
 import random
+import socket
 import struct
 import threading
 import time
@@ -27,7 +28,7 @@ from typing import Any, Callable, Iterable, List, NamedTuple, Optional, Sequence
 
 from . import proto
 from .errors import (
-    InvalidCost, InvalidKey, InvalidLimit, ProtocolError, SluiceError, Status, TooManyItems,
+    InvalidCost, InvalidKey, InvalidLimit, ProtocolError, SluiceError, Status, StatusError, TooManyItems,
     Unavailable, status_error,
 )
 from .limits import Algorithm, Concurrency, Limit, Named, parse_limit
@@ -69,11 +70,26 @@ _RESULT_DECISION = struct.Struct("<BBBqqqqq")  # opcode, status, decision
 _RESULT_DECISION_SIZE = _RESULT_DECISION.size  # 43
 
 
-def socket_path(path: Optional[Union[str, "os.PathLike[str]"]]) -> str:
-    """The socket to use: ``path``, else $SLUICE_SOCKET, else var/sluice.sock."""
+#: The size of sun_path: a socket's path is at most one byte shorter (its terminating NUL).
+_MAX_SOCKET_PATH = 108
+
+
+def socket_path(path: Optional[Union[str, "os.PathLike[str]"]]) -> Tuple[str, str]:
+    """The socket to use: ``path``, else $SLUICE_SOCKET, else var/sluice.sock; as (its absolute
+    path, for people; what to connect to). A relative path is resolved against the working
+    directory once, here: the absolute one is connected to, unless it is too long for a socket
+    address where the relative one is not. An abstract socket ("\\0...", "@...") stays as given."""
     if path is None:
-        return os.environ.get("SLUICE_SOCKET") or DEFAULT_SOCKET
-    return os.fspath(path)
+        path = os.environ.get("SLUICE_SOCKET") or DEFAULT_SOCKET
+    p = os.fspath(path)
+    if isinstance(p, bytes):
+        p = os.fsdecode(p)
+    if not p or p[0] in "\0@":
+        return p, p
+    abs_path = os.path.abspath(p)
+    if len(os.fsencode(abs_path)) >= _MAX_SOCKET_PATH > len(os.fsencode(p)):
+        return abs_path, p
+    return abs_path, abs_path
 
 
 def check_policy(policy: str) -> str:
@@ -599,13 +615,15 @@ class Breaker:
             return True, True
 
     def done(self, probe: bool, exc: Optional[BaseException]) -> None:
-        """Record the outcome of a call ``allow`` let through: None if the sidecar answered."""
+        """Record the outcome of a call ``allow`` let through: None if the sidecar answered.
+
+        A probe that gets an answer closes the breaker; the client logs that the sidecar
+        answers again (Availability), once."""
         timed_out = isinstance(exc, Unavailable) and exc.timed_out
         if probe:
             with self._lock:
                 if exc is None or isinstance(exc, SluiceError) and not isinstance(exc, Unavailable):
                     self.fails, self.opens, self.state = 0, 0, CLOSED
-                    log.info("the Sluice sidecar at %s answers again", self.path)
                 elif timed_out:
                     self._open()
                 else:
@@ -645,15 +663,27 @@ def breaker_open(path: str) -> Unavailable:
 
 
 class Availability:
-    """How one client sees the sidecar: it logs each change between
-    reachable and unavailable once, counts and logs (at most every
-    DEGRADED_LOG_INTERVAL seconds) the calls its failure policy answered,
-    and holds the circuit breaker."""
+    """How one client sees the sidecar.
+
+    The ``on_unavailable`` policy decides only for a sidecar that has answered this client
+    before (an outage of a sidecar that was there): until the first answer (a client made with
+    ``lazy=True``), every call raises :class:`Unavailable`, whatever the policy, since a
+    sidecar that has never answered is as likely a wrong path as one still starting. Each
+    change between answering and unavailable is logged once: the first unavailable call after
+    an answer (WARNING), the first answer after that (INFO); a connection that is accepted but
+    not answered (a stopped sidecar) is not an answer. It counts and logs (at most every
+    DEGRADED_LOG_INTERVAL seconds) the calls its failure policy answered, and holds the
+    circuit breaker.
+    """
 
     socket_path: str
     on_unavailable: str
     _breaker: Breaker
-    _down = False  # the last attempt found the sidecar unavailable
+    #: The sidecar's last answer is newer than its last failure, and there was one: the hot
+    #: path's one check (``if not self._up``) before it calls _answered.
+    _up = False
+    _answered_once = False  # the sidecar has answered this client at least once
+    _down = False  # the last call found it unavailable (after an answer), and said so
     #: Decisions the on_unavailable policy made ("open" or "closed") since the client was created.
     degraded_decisions = 0
     _degraded_logged = 0  # degraded_decisions at the last log line
@@ -664,27 +694,108 @@ class Availability:
         return self._breaker.state == CLOSED
 
     def _unavailable(self, e: Unavailable, call: Any) -> Any:
+        """The on_unavailable policy's answer to a call the sidecar could not be asked about,
+        or e raised: for a call the policy does not decide, and before the first answer."""
+        if not self._answered_once:
+            raise never_answered(e) if call.decides else e
+        self._up = False
         if not self._down:
             self._down = True
-            log.warning("the Sluice sidecar at %s is unavailable (%s); on_unavailable=%s",
+            log.warning("the Sluice sidecar at %s is unavailable (%s); on_unavailable=%s decides until it answers",
                         self.socket_path, e, self.on_unavailable)
+        return self._by_policy(e, call)
+
+    def _by_policy(self, e: SluiceError, call: Any) -> Any:
+        """The on_unavailable policy's answer to a call the sidecar could not decide (e raised
+        for "raise", and for a call that decides nothing), counted and logged."""
         d = degraded(self.on_unavailable, call, e)
         self.degraded_decisions += 1
         now = time.monotonic()
         if now - self._degraded_log_at >= DEGRADED_LOG_INTERVAL:
             self._degraded_log_at = now
             n, self._degraded_logged = self.degraded_decisions - self._degraded_logged, self.degraded_decisions
-            log.warning("%d decisions made without the Sluice sidecar at %s by on_unavailable=%s (%d in all): %s",
-                        n, self.socket_path, self.on_unavailable, self.degraded_decisions, e)
+            log.warning("%d decisions made by on_unavailable=%s, not by the Sluice sidecar at %s (%d in all): %s",
+                        n, self.on_unavailable, self.socket_path, self.degraded_decisions, e)
         return d
 
-    def _reachable(self) -> None:
+    def _answered(self) -> None:
+        """The sidecar answered a call (a result, even an error result)."""
+        self._answered_once = True
+        self._up = True
         if self._down:
             self._down = False
-            log.info("connected to the Sluice sidecar at %s again", self.socket_path)
+            log.info("the Sluice sidecar at %s answers again", self.socket_path)
 
     def _cannot_connect(self, e: BaseException, timed_out: bool) -> Unavailable:
-        why = "timed out" if timed_out else (getattr(e, "strerror", None) or str(e))
-        err = Unavailable(f"the sidecar is unavailable: cannot connect to {self.socket_path}: {why}")
-        err.timed_out = timed_out
-        return err
+        return cannot_connect(self.socket_path, e, timed_out)
+
+
+def cannot_connect(where: str, e: BaseException, timed_out: bool) -> Unavailable:
+    """The error of a failed connect to the socket at ``where``: "nothing listens at" it if the
+    socket file is missing or nobody listens on it."""
+    if timed_out:
+        err = Unavailable(f"the sidecar is unavailable: cannot connect to {where}: timed out")
+    elif isinstance(e, (FileNotFoundError, ConnectionRefusedError)):
+        err = Unavailable(f"the sidecar is unavailable: nothing listens at {where}: {e.strerror or e}")
+    else:
+        err = Unavailable(f"the sidecar is unavailable: cannot connect to {where}: "
+                          f"{getattr(e, 'strerror', None) or e}")
+    err.timed_out = timed_out
+    return err
+
+
+def never_answered(e: Unavailable) -> Unavailable:
+    """The error of a call to a sidecar that has never answered the client (see Availability)."""
+    cls = type(e) if isinstance(e, StatusError) else Unavailable
+    err = cls(f"{e} (it has never answered this client, so on_unavailable does not apply)")
+    err.timed_out = e.timed_out
+    err.__cause__ = e
+    return err
+
+
+#: Seconds the start check (a PING when a client is made) waits for the sidecar, unless the
+#: client's timeout is longer: generous, since an application that fails to start because its
+#: host was busy for a moment is worse than one that starts a second late.
+START_TIMEOUT = 1.0
+
+
+def check_sidecar(path: str, where: str, timeout: Optional[float]) -> None:
+    """The start check: connect to ``path`` and PING; raise what the client would (an
+    Unavailable that names ``where``, the sidecar's refusal, a ProtocolError) if that fails."""
+    wait = None if timeout is None else max(timeout, START_TIMEOUT)
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(wait)
+    try:
+        try:
+            s.connect(path)
+        except OSError as e:
+            raise cannot_connect(where, e, isinstance(e, socket.timeout)) from e
+        data = b""
+        try:
+            s.sendall(proto.frame(proto.Kind.REQUEST, 1, 1, bytes((Opcode.PING,)), proto.MIN_VERSION))
+            reader = FrameReader()
+            frames: List[Any] = []
+            while not frames:
+                more = s.recv(1 << 16)
+                if not more:
+                    break
+                data += more
+                frames = reader.feed(more)
+        except socket.timeout as e:
+            err = Unavailable(f"the sidecar is unavailable: no answer from {where} within {wait}s")
+            err.timed_out = True
+            raise err from e
+        except OSError as e:
+            try:  # a refusal written before the close is the error, not the broken pipe
+                data += s.recv(1 << 16, socket.MSG_DONTWAIT)
+                frames = FrameReader().feed(data)
+            except (OSError, SluiceError):
+                frames = []
+            if not frames:
+                raise Unavailable(f"the sidecar is unavailable: lost the connection to {where}: "
+                                  f"{e.strerror or e}") from e
+        if not frames:
+            raise Unavailable(f"the sidecar is unavailable: {where} closed the connection")
+        value(results(frames[0], 1, (simple_call(Opcode.PING),))[0])
+    finally:
+        s.close()

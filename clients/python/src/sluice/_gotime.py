@@ -1,9 +1,10 @@
 """Go's duration syntax and string quoting, so limit specs read and print as in Go.
 
 The limit spec (proto/doc.go, "Limit spec") writes durations as Go's
-``time.Duration.String`` does and reads them as ``time.ParseDuration``
-does; its error messages quote values as ``strconv.Quote`` does. These are
-faithful ports of the three, on integer nanoseconds.
+``time.Duration.String`` does and reads them as proto's ``ParseDuration``
+does (``time.ParseDuration`` with one more unit, d for 24 hours); its error
+messages quote values as ``strconv.Quote`` does. These are faithful ports of
+the three, on integer nanoseconds.
 """
 
 from __future__ import annotations
@@ -22,15 +23,16 @@ _UNITS = {
     "s": 1_000_000_000,
     "m": 60 * 1_000_000_000,
     "h": 3600 * 1_000_000_000,
+    "d": 86400 * 1_000_000_000,  # the spec's one unit more than Go's: a day of 24 hours
 }
 
 _DIGITS = "0123456789"
 
 
 def parse_duration(s: str) -> Optional[int]:
-    """Parse a Go duration ("1h30m", "1.5s", "-10us") to nanoseconds.
+    """Parse a duration ("1h30m", "1.5s", "-10us", "1d12h") to nanoseconds, as proto.ParseDuration.
 
-    Returns ``None`` where ``time.ParseDuration`` returns an error, including
+    Returns ``None`` where proto.ParseDuration returns an error, including
     a result outside int64. The fraction of a unit is computed in float64,
     exactly as Go does, so both sides agree to the nanosecond.
     """

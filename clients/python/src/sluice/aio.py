@@ -239,17 +239,20 @@ class AsyncClient(c.Availability):
         timeout: seconds to wait to connect and for each answer (default 0.05); None waits for ever.
         on_unavailable: "open" (the default), "closed" or "raise", as for :class:`~sluice.Client`.
         breaker: the circuit breaker's settings, as for :class:`~sluice.Client`.
+        lazy: as for :class:`~sluice.Client`: without it, making the client checks that the
+            sidecar answers (a blocking PING on a connection of its own, since there may be no
+            event loop yet: tens of microseconds, at most 1 s or ``timeout``).
 
     Use ``async with AsyncClient(...) as client`` or ``await client.close()``.
     """
 
     def __init__(self, socket_path: Optional[Union[str, "os.PathLike[str]"]] = None,
                  timeout: Optional[float] = c.DEFAULT_TIMEOUT, on_unavailable: str = c.DEFAULT_POLICY, *,
-                 breaker: Tuple[int, float, float] = (c.BREAKER_THRESHOLD, c.BREAKER_MIN_OPEN, c.BREAKER_MAX_OPEN)
-                 ) -> None:
+                 breaker: Tuple[int, float, float] = (c.BREAKER_THRESHOLD, c.BREAKER_MIN_OPEN, c.BREAKER_MAX_OPEN),
+                 lazy: bool = False) -> None:
         if timeout is not None and not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds or None, got {timeout!r}")
-        self.socket_path = c.socket_path(socket_path)
+        self.socket_path, self._path = c.socket_path(socket_path)
         self.timeout = timeout
         self.on_unavailable = c.check_policy(on_unavailable)
         self._breaker = c.Breaker(self.socket_path, *breaker)
@@ -257,6 +260,9 @@ class AsyncClient(c.Availability):
         self._id = 0
         self._lock: Optional[asyncio.Lock] = None
         self._lock_loop: Optional[asyncio.AbstractEventLoop] = None
+        if not lazy:
+            c.check_sidecar(self._path, self.socket_path, timeout)
+            self._answered()
         _clients.add(self)
 
     def __repr__(self) -> str:
@@ -372,6 +378,8 @@ class AsyncClient(c.Availability):
                 d = c.fast_decision(f, fid, code, payload[4])  # answered in the request's version
                 if d is None:
                     d = c.value(self._results(conn, f, fid, (Call(b"", code, True),))[0])
+                elif not self._up:
+                    self._answered()
                 brk.done(probe, None)
                 return d  # type: ignore[no-any-return]
             except _Stale as e:
@@ -468,10 +476,13 @@ class AsyncClient(c.Availability):
 
     def _results(self, conn: _Conn, f: Any, fid: int, calls: Sequence[Call]) -> List[Any]:
         try:
-            return c.results(f, fid, calls)
+            out = c.results(f, fid, calls)
         except SluiceError as e:
             conn.fail(e)  # the stream is out of step: nothing after this can be trusted
             raise
+        if not self._up:
+            self._answered()
+        return out
 
     async def _connect(self) -> _Conn:
         loop = asyncio.get_running_loop()
@@ -488,11 +499,10 @@ class AsyncClient(c.Availability):
             try:
                 _, proto = await asyncio.wait_for(
                     loop.create_unix_connection(lambda: _Conn(loop, self.socket_path, self.timeout),
-                                                self.socket_path),
+                                                self._path),
                     self.timeout)
             except (OSError, asyncio.TimeoutError) as e:
                 raise self._cannot_connect(e, isinstance(e, asyncio.TimeoutError)) from e
-            self._reachable()
             self._conn = proto
             return proto
 

@@ -14,8 +14,9 @@ Behaves as the WSGI middleware (:mod:`sluice.wsgi`): ``key`` maps the
 ASGI scope to a key (None: not limited; it may also be a coroutine
 function), denials get 429 with ``Retry-After`` and the RateLimit headers,
 allowed responses get the RateLimit headers, an allowed pacer decision is
-awaited, and the client's ``on_unavailable`` policy decides when the
-sidecar cannot be asked. Only ``http`` scopes are limited; ``websocket`` and
+awaited, and failures are handled the same way (the ``on_unavailable``
+policy when the sidecar cannot decide, 503 for a sidecar that never
+answered, 500 for a mistake, each logged). Only ``http`` scopes are limited; ``websocket`` and
 ``lifespan`` pass through. ``client`` is normally an
 :class:`~sluice.AsyncClient`; a sync :class:`~sluice.Client` works too (each
 acquire then blocks the loop for one round trip, tens of microseconds).
@@ -35,9 +36,10 @@ import inspect
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple, Union
 
 from ._common import Key, LimitLike
-from ._middleware import limits_of, release_failed, shadow_denied
+from ._middleware import Failed, Failures, limits_of, release_failed, shadow_denied
 from .errors import SluiceError
-from .headers import _sf_string, ratelimit_headers, retry_after
+from .headers import check_name, ratelimit_headers, response_headers
+from .proto import Opcode
 
 __all__ = ["RateLimitMiddleware"]
 
@@ -72,7 +74,8 @@ class RateLimitMiddleware:
         self.cost = cost
         self.name = name
         self.headers = headers
-        _sf_string(name)
+        check_name(name)
+        self.failures = Failures(name)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope.get("type") != "http":
@@ -84,26 +87,22 @@ class RateLimitMiddleware:
         out = send
         extra: List[Tuple[bytes, bytes]] = []
         if k is not None and self.limit is not None:
-            d = self.client.acquire(k, self.limit, self.cost, shadow=self.shadow) if self.shadow \
-                else self.client.acquire(k, self.limit, self.cost)
-            if inspect.isawaitable(d):
-                d = await d
+            d = await self._ask(lambda: self.client.acquire(k, self.limit, self.cost, shadow=self.shadow)
+                                if self.shadow else self.client.acquire(k, self.limit, self.cost), Opcode.ACQUIRE, send)
+            if d is None:
+                return
             if d.shadow_denied:
                 shadow_denied("rate limit", self.name, k, self.shadow_ban is not None)
                 if self.shadow_ban is not None:
                     await self.shadow_ban(scope, receive, send)
                     return
-            extra = [(h.lower().encode(), v.encode()) for h, v in ratelimit_headers(d, self.limit, self.name)]
             if not d.allowed:
-                ra = retry_after(d)
-                if ra is not None:
-                    extra.append((b"retry-after", ra.encode()))
-                await _deny(send, extra)
+                await _deny(send, _encoded(response_headers(d, self.limit, self.name)))
                 return
             if d.delay_ns > 0:
                 await asyncio.sleep(d.delay_ns / 1e9)
-            if not self.headers:
-                extra = []
+            if self.headers:
+                extra = _encoded(ratelimit_headers(d, self.limit, self.name))
             if extra:
                 out = _adding(send, extra)
         if self.concurrency is None:
@@ -117,26 +116,41 @@ class RateLimitMiddleware:
         if ck is None:
             await self.app(scope, receive, out)
             return
-        lease = self.client.lease(ck, self.concurrency)
-        if inspect.isawaitable(lease):
-            lease = await lease
+        lease = await self._ask(lambda: self.client.lease(ck, self.concurrency), Opcode.LEASE, send)
+        if lease is None:
+            return
+        own = self.limit is None  # the concurrency limit's fields, when it is the only limit
         if not lease.allowed:
             if not self.shadow or lease.degraded:
-                await _deny(send, extra)
+                await _deny(send, _encoded(response_headers(lease, self.concurrency, self.name)) if own else extra)
                 return
             shadow_denied("concurrency limit", self.concurrency, ck, self.shadow_ban is not None)
             if self.shadow_ban is not None:
                 await self.shadow_ban(scope, receive, send)
-            else:
-                await self.app(scope, receive, out)
-            return
-        if not lease.id:  # granted by the on_unavailable policy: holds nothing
+                return
+        if own and self.headers:
+            out = _adding(send, _encoded(ratelimit_headers(lease, self.concurrency, self.name)))
+        if not lease.allowed or not lease.id:  # shadow-denied, or granted by the policy: holds nothing
             await self.app(scope, receive, out)
             return
         try:
             await self.app(scope, receive, out)
         finally:
             await self._release(ck, lease.id)
+
+    async def _ask(self, ask: Callable[[], Any], code: int, send: Send) -> Any:
+        """The decision ``ask()`` returns (awaited if need be), or the ``on_unavailable`` policy's
+        if it failed and the policy decides; None once a failure was answered (see _middleware)."""
+        try:
+            d = ask()
+            if inspect.isawaitable(d):
+                d = await d
+        except SluiceError as e:
+            d = self.failures.answer(self.client, e, code)
+            if isinstance(d, Failed):
+                await _fail(send, d)
+                return None
+        return d
 
     async def _release(self, key: Key, lease_id: int) -> None:
         try:
@@ -146,6 +160,18 @@ class RateLimitMiddleware:
                 await asyncio.shield(r)
         except SluiceError as e:
             release_failed(self.concurrency, key, lease_id, e)  # type: ignore[arg-type]
+
+
+def _encoded(headers: List[Tuple[str, str]]) -> List[Tuple[bytes, bytes]]:
+    return [(h.lower().encode(), v.encode()) for h, v in headers]
+
+
+async def _fail(send: Send, failed: Failed) -> None:
+    await send({"type": "http.response.start", "status": failed.status, "headers": [
+        (b"content-type", b"text/plain; charset=utf-8"),
+        (b"content-length", str(len(failed.body)).encode()),
+    ]})
+    await send({"type": "http.response.body", "body": failed.body})
 
 
 async def _deny(send: Send, extra: List[Tuple[bytes, bytes]]) -> None:

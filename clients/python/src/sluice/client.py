@@ -12,8 +12,13 @@ a client made before gunicorn forks its workers is fine).
 
 # Failures
 
-The client connects lazily and reconnects on the next call after the
-sidecar restarts. A request sent on a reused connection that fails before
+Making a client checks that the sidecar answers (a PING on a connection of
+its own): nothing listening at the socket, a sidecar that does not answer
+within 1 s, or one that refuses this process raises at once, so a wrong
+path fails the application's start instead of turning limiting off
+(``lazy=True`` skips the check; calls then raise until the sidecar first
+answers). Then the client connects on first use and reconnects on the next
+call after the sidecar restarts. A request sent on a reused connection that fails before
 any byte of the answer arrives (the sidecar restarted or closed an idle
 connection) is retried once on a new connection. When the sidecar cannot
 be asked (no socket, the connection broke, no answer within ``timeout``,
@@ -21,7 +26,11 @@ be asked (no socket, the connection broke, no answer within ``timeout``,
 lease answer by the ``on_unavailable`` policy: "open" (the default, as the
 Go client's) returns an allowed decision with ``degraded=True`` (a lease
 that holds nothing), "closed" a denied one, "raise" raises
-:class:`Unavailable`; the other operations always raise it. ``degraded_decisions`` counts the policy's answers, and
+:class:`Unavailable`; the other operations always raise it. The policy
+covers outages of a sidecar that has answered the client; it never answers
+for one that refuses this process (:class:`Denied`), nor for a request the
+sidecar rejects. The ``sluice`` logger says once when the sidecar becomes
+unavailable and once when it answers again. ``degraded_decisions`` counts the policy's answers, and
 the ``sluice`` logger says how many at most every 10 seconds.
 
 A sidecar that accepts connections but does not answer (stopped,
@@ -33,9 +42,9 @@ probes the sidecar, and an answer closes the breaker. ``healthy()`` is
 False while it is open; each opening and closing is logged once.
 
 A sidecar that refuses a connection (:class:`Busy` at its connection
-limit, :class:`Denied` for a peer it does not allow) writes its refusal
-and closes; the client reports the refusal even if its request was written
-after the close.
+limit, an outage; :class:`Denied` for a peer it does not allow, a mistake)
+writes its refusal and closes; the client reports the refusal even if its
+request was written after the close.
 """
 
 from __future__ import annotations
@@ -88,14 +97,27 @@ class Client(c.Availability):
     Args:
         socket_path: the sidecar's Unix socket; default $SLUICE_SOCKET, else
             "var/sluice.sock" (sluiced's default, relative to the working
-            directory).
+            directory). A relative path is resolved once, when the client is
+            made; ``client.socket_path`` is the absolute path.
         timeout: seconds to wait for the sidecar on connect and on each read
             and write (default 0.05); None waits for ever.
         on_unavailable: what acquire, peek, multi and lease do when the sidecar
-            cannot be asked: "open" (allow, ``degraded=True``; the default),
-            "closed" (deny, ``degraded=True``) or "raise" (:class:`Unavailable`).
+            cannot be asked, after it has answered this client once:
+            "open" (allow, ``degraded=True``; the default), "closed" (deny,
+            ``degraded=True``) or "raise" (:class:`Unavailable`).
         breaker: the circuit breaker's (threshold, first open period, longest
             open period), in calls and seconds; a threshold of 0 turns it off.
+        lazy: do not check the sidecar now (see below), for an application
+            that may start before its sidecar.
+
+    Making a client checks that the sidecar answers (a PING, waiting up to
+    1 s or ``timeout`` if longer): it raises :class:`Unavailable` if nothing
+    listens at the socket (naming its absolute path) or nothing answers,
+    :class:`Denied` if the sidecar refuses this process. A wrong path, or an
+    application started from another directory than the sidecar, fails at
+    once instead of limiting nothing. With ``lazy=True`` it checks nothing,
+    and every call raises :class:`Unavailable`, whatever ``on_unavailable``
+    says, until the sidecar has answered once.
 
     Keys are str (sent as UTF-8) or bytes, 1..1024 bytes. Limits are
     :class:`~sluice.Limit` values or spec strings (parsed once and cached).
@@ -106,11 +128,11 @@ class Client(c.Availability):
 
     def __init__(self, socket_path: Optional[Union[str, "os.PathLike[str]"]] = None,
                  timeout: Optional[float] = c.DEFAULT_TIMEOUT, on_unavailable: str = c.DEFAULT_POLICY, *,
-                 breaker: Tuple[int, float, float] = (c.BREAKER_THRESHOLD, c.BREAKER_MIN_OPEN, c.BREAKER_MAX_OPEN)
-                 ) -> None:
+                 breaker: Tuple[int, float, float] = (c.BREAKER_THRESHOLD, c.BREAKER_MIN_OPEN, c.BREAKER_MAX_OPEN),
+                 lazy: bool = False) -> None:
         if timeout is not None and not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds or None, got {timeout!r}")
-        self.socket_path = c.socket_path(socket_path)
+        self.socket_path, self._path = c.socket_path(socket_path)
         self.timeout = timeout
         self.on_unavailable = c.check_policy(on_unavailable)
         self._breaker = c.Breaker(self.socket_path, *breaker)
@@ -119,6 +141,9 @@ class Client(c.Availability):
         self._id = 0
         self._version_of: Optional[socket.socket] = None  # the connection whose sidecar's version is known
         self._version = 0  # its protocol version (0: unknown, or its HELLO failed)
+        if not lazy:
+            c.check_sidecar(self._path, self.socket_path, timeout)
+            self._answered()
         _clients.add(self)
 
     def __repr__(self) -> str:
@@ -313,6 +338,8 @@ class Client(c.Availability):
                                 and length == _DECISION_FRAME_LEN and ver == payload[4] and kind == 2:
                             if brk.fails:
                                 brk.fails = 0
+                            if not self._up:
+                                self._answered()
                             return make_decision(allowed == 1, rem, lim, ra, rs, dl)
                     if f:
                         f = self._complete(sock, f, 1, [])[0]
@@ -412,10 +439,13 @@ class Client(c.Availability):
     def _results(self, f: Any, fid: int, calls: Sequence[Call]) -> List[Any]:
         """Check and decode a response frame; on a protocol or frame-level error, close the connection."""
         try:
-            return c.results(f, fid, calls)
+            out = c.results(f, fid, calls)
         except SluiceError:
             self._drop()
             raise
+        if not self._up:
+            self._answered()
+        return out
 
     def _connect(self) -> socket.socket:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -430,11 +460,10 @@ class Client(c.Availability):
                     s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
                 except (OSError, struct.error, AttributeError):
                     s.settimeout(self.timeout)
-            s.connect(self.socket_path)
+            s.connect(self._path)
         except OSError as e:
             s.close()
             raise self._cannot_connect(e, isinstance(e, (BlockingIOError, socket.timeout))) from e
-        self._reachable()
         self._sock = s
         return s
 

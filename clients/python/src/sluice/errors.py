@@ -8,10 +8,11 @@ Every exception the package raises derives from :class:`SluiceError`.
   (:mod:`sluice.proto`) raises the same classes for bytes that break the
   format, as the Go codec returns the same sentinels.
 - :class:`Unavailable` means the sidecar could not be asked: no socket, the
-  connection broke, or no answer within the timeout. :class:`ShuttingDown`,
-  :class:`Busy` and :class:`Denied` derive from it, so one ``except Unavailable`` and the
+  connection broke, or no answer within the timeout. :class:`ShuttingDown`
+  and :class:`Busy` derive from it, so one ``except Unavailable`` and the
   client's ``on_unavailable`` policy cover every case where the sidecar is
-  not there to decide.
+  not there to decide. :class:`Denied` (this process is not allowed) does
+  not: it is a mistake to fix, raised whatever the policy says.
 - :class:`ProtocolError` means the sidecar's reply could not be decoded (a
   bug, or not a Sluice server on the socket); the client closes the
   connection.
@@ -140,7 +141,9 @@ class TooManyItems(StatusError, ValueError):
 
 
 class Contended(StatusError):
-    """A MULTI could not lock its slots; retry (status 11)."""
+    """The buckets could not be locked; retry (status 11): a MULTI's kept moving,
+    or another process (a direct client) kept one locked past the sidecar's
+    lock wait, which the message names."""
 
     status = Status.CONTENDED
 
@@ -181,13 +184,14 @@ class Busy(StatusError, Unavailable):
     status = Status.BUSY
 
 
-class Denied(StatusError, Unavailable):
+class Denied(StatusError):
     """The peer's uid or gid is not allowed on the socket (status 16), or
     a release of a lease that another user's connection holds.
 
-    An :class:`Unavailable`, as in the Go client (whose ErrDenied comes
-    wrapped in ErrUnavailable): the sidecar cannot decide for this process,
-    so the ``on_unavailable`` policy answers, and counts and logs it.
+    Not an :class:`Unavailable`, as in the Go client: the sidecar is there
+    and refuses this process (``--allow-uid``, ``--allow-gid``), a mistake
+    to fix rather than an outage, so it is raised whatever
+    ``on_unavailable`` says, never answered by the policy.
     """
 
     status = Status.DENIED
@@ -251,7 +255,7 @@ STATUS_TEXT: Dict[Status, str] = {
     Status.INVALID_COST: "invalid cost",
     Status.TABLE_FULL: "the sidecar's table is full",
     Status.TOO_MANY_ITEMS: "too many items in one multi",
-    Status.CONTENDED: "the multi could not lock its buckets, retry it",
+    Status.CONTENDED: "could not lock the buckets, retry",
     Status.UNSUPPORTED: "not supported by this sidecar",
     Status.SHUTTING_DOWN: "the sidecar is shutting down",
     Status.INTERNAL: "the sidecar failed",

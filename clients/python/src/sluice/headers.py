@@ -1,38 +1,56 @@
 """HTTP headers from a decision: ``Retry-After`` and the IETF ``RateLimit`` fields.
 
-Following draft-ietf-httpapi-ratelimit-headers, a response names its quota
-policy and what is left of it::
+Following draft-ietf-httpapi-ratelimit-headers (-11), a response names its
+quota policy and what is left of it::
 
     RateLimit-Policy: "default";q=100;w=60
     RateLimit: "default";r=42;t=17
 
-``q`` is the policy's quota (the most requests a fresh bucket allows at
-once), ``w`` its window in seconds, ``r`` the quota remaining, ``t`` the
-seconds until the bucket is back to its fresh state. Seconds are whole,
-rounded up. A limit maps to a policy as:
+``q`` is the decision's ``limit`` (the most requests of cost 1 a full bucket
+allows), ``w`` the seconds an empty bucket takes to be full again, ``r``
+the quota remaining, and ``t`` the draft's "effective window", the seconds
+within which the client can use no more than ``r``: for an allowed request
+the time until the bucket is back to its fresh state (``reset_after``), for
+a denied one the time until it would be allowed (``retry_after``), because
+until then 0 is all the client can use, and so that ``Retry-After`` (which
+the draft says should not be earlier than the end of the effective window)
+names the same moment. A request that can never pass (a cost above the
+limit) has ``t`` the time until fresh and no ``Retry-After``. Seconds are
+whole, rounded up. ``w`` by algorithm:
 
-===============  ==========================  =====================================
-algorithm        q                           w
-===============  ==========================  =====================================
-token_bucket     max                         refill_time * ceil(max / refill_amount)
-gcra             burst + 1                   (burst + 1) * period / count
-fixed_window     limit                       window
-sliding_window   limit                       window
-pacer            max_delay // interval + 1   q * interval, interval = ceil(period / rate)
-===============  ==========================  =====================================
+===============================  =========================================
+algorithm                        w
+===============================  =========================================
+token_bucket                     ceil(max / refill_amount) * refill_time
+gcra                             (burst + 1) * period / count
+fixed_window, sliding_window,    window
+sliding_log, window_counters
+pacer                            q * period / rate
+a named limit                    none (the sidecar's config has its parameters)
+===============================  =========================================
 
-so ``q`` is the ``limit`` field of the decisions the sidecar answers and
-``w`` the time an empty bucket takes to be full again.
+A concurrency limit counts requests in progress, not over time: its fields
+are ``RateLimit-Policy: "NAME";q=LIMIT;qu="concurrent-requests"`` (the
+draft's quota unit for it) and ``RateLimit: "NAME";r=FREE``, and a denial
+gets no ``Retry-After`` (a slot frees when a request in progress ends,
+which nothing foresees). A degraded decision (the sidecar was not asked)
+has no RateLimit fields, only ``Retry-After`` when it denies with a retry
+time.
+
+The Go client's ``SetRateLimitHeaders`` gives the same fields for the same
+limit and decision: both are checked against one set of vectors,
+``clients/testdata/ratelimit-headers.json``.
 """
 
 from __future__ import annotations
 
 from typing import List, Optional, Tuple
 
-from .limits import GCRA, FixedWindow, Limit, Pacer, SlidingWindow, TokenBucket
-from .results import Decision
+from .limits import Algorithm, Concurrency, Limit, Named
+from .results import Decision, Lease
 
 _NS = 1_000_000_000
+_MAX_I64 = (1 << 63) - 1
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -44,35 +62,84 @@ def _seconds_up(ns: int) -> int:
     return _ceil_div(ns, _NS) if ns > 0 else 0
 
 
-def policy(limit: Limit) -> Tuple[int, int]:
-    """The (quota, window in whole seconds) of a limit's RateLimit-Policy; see the module doc."""
-    if isinstance(limit, TokenBucket):
-        steps = _ceil_div(limit.max, limit.refill_amount) if limit.refill_amount > 0 else 1
-        return limit.max, max(1, _seconds_up(limit.refill_time_ns * steps))
-    if isinstance(limit, GCRA):
-        q = limit.burst + 1
-        return q, max(1, _seconds_up(q * limit.period_ns // max(limit.count, 1)))
-    if isinstance(limit, (FixedWindow, SlidingWindow)):
-        return limit.limit, max(1, _seconds_up(limit.window_ns))
-    if isinstance(limit, Pacer):
-        interval = max(1, _ceil_div(limit.period_ns, max(limit.rate, 1)))
-        q = limit.max_delay_ns // interval + 1
-        return q, max(1, _seconds_up(q * interval))
-    raise TypeError(f"no RateLimit policy for {limit!r}")
+def _window(limit: Limit, q: int) -> Optional[int]:
+    """The seconds (rounded up) a bucket of ``limit`` holding ``q`` takes to refill from empty;
+    None if its parameters make none, or it does not fit in int64 nanoseconds."""
+    a, p0, p1, p2 = limit._wire
+    ns = None
+    if a == Algorithm.TOKEN_BUCKET:  # max, refill_time, refill_amount
+        if p0 >= 0 and p1 >= 0 and p2 > 0:
+            ns = _ceil_div(p0, p2) * p1
+    elif a == Algorithm.GCRA:  # burst, count, period
+        if p0 >= 0 and p2 >= 0 and p1 > 0:
+            ns = _ceil_div((p0 + 1) * p2, p1)
+    elif a in (Algorithm.FIXED_WINDOW, Algorithm.SLIDING_WINDOW, Algorithm.SLIDING_LOG,
+               Algorithm.WINDOW_COUNTERS):  # limit, window
+        ns = max(p1, 0)
+    elif a == Algorithm.PACER:  # rate, period, max_delay
+        if q >= 0 and p1 >= 0 and p0 > 0:
+            ns = _ceil_div(q * p1, p0)
+    if not ns or ns > _MAX_I64:
+        return None
+    return _seconds_up(ns)
+
+
+def policy(limit: Limit) -> Tuple[int, Optional[int]]:
+    """The (quota, window in whole seconds) of a limit's RateLimit-Policy, from its parameters
+    alone; window None for a limit without one (concurrency). The headers take the quota from
+    the decision (its ``limit``), which is the same for the sidecar's decisions.
+
+    A :class:`~sluice.Named` limit's parameters are in the sidecar's config: ValueError.
+    """
+    if isinstance(limit, Named):
+        raise ValueError(f"the quota of the named limit {limit} is in the sidecar's config: "
+                         "use ratelimit_headers with one of its decisions")
+    a, p0, p1, p2 = limit._wire
+    if a == Algorithm.GCRA:
+        q = p0 + 1
+    elif a == Algorithm.PACER:
+        q = p2 // max(1, _ceil_div(p1, max(p0, 1))) + 1  # max_delay // interval + 1
+    else:
+        q = p0  # max, limit
+    return q, None if isinstance(limit, Concurrency) else _window(limit, q)
 
 
 def _sf_string(name: str) -> str:
-    """A structured-field string: printable ASCII in double quotes, with \\ and \" escaped."""
-    if not all(" " <= ch <= "~" for ch in name):
+    """A Structured Fields String (RFC 9651 section 3.3.3): '"' and '\\' escaped, each byte of
+    the UTF-8 encoding outside printable ASCII replaced with '?' (as the Go client does)."""
+    out = ['"']
+    for b in name.encode("utf-8", "surrogatepass"):
+        ch = chr(b)
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif 0x20 <= b <= 0x7E:
+            out.append(ch)
+        else:
+            out.append("?")
+    out.append('"')
+    return "".join(out)
+
+
+def check_name(name: str) -> None:
+    """Refuse a policy name that is not printable ASCII (a middleware checks its own at start-up,
+    rather than sending '?' in place of its other characters)."""
+    if not isinstance(name, str) or not all(" " <= ch <= "~" for ch in name):
         raise ValueError(f"a RateLimit policy name is printable ASCII, got {name!r}")
-    return '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def retry_after(decision: Decision) -> Optional[str]:
-    """The ``Retry-After`` value of a denial, whole seconds rounded up; None if not applicable."""
-    if decision.allowed or decision.retry_after_ns < 0:
+def retry_after(decision: Decision, limit: Optional[Limit] = None) -> Optional[str]:
+    """The ``Retry-After`` value of a denial, whole seconds rounded up; None if not applicable:
+    an allowed decision, one that can never pass, or a concurrency limit's denial (see the module
+    doc). A :class:`~sluice.Lease` is a concurrency limit's decision, whatever ``limit`` is."""
+    if decision.allowed or decision.retry_after_ns <= 0:
+        return None
+    if not decision.degraded and _leased(decision, limit):
         return None
     return str(_seconds_up(decision.retry_after_ns))
+
+
+def _leased(decision: Decision, limit: Optional[Limit]) -> bool:
+    return isinstance(decision, Lease) or isinstance(limit, Concurrency)
 
 
 def ratelimit_headers(decision: Decision, limit: Limit, name: str = "default") -> List[Tuple[str, str]]:
@@ -82,18 +149,23 @@ def ratelimit_headers(decision: Decision, limit: Limit, name: str = "default") -
     """
     if decision.degraded:
         return []
-    q, w = policy(limit)
     n = _sf_string(name)
-    return [
-        ("RateLimit-Policy", f"{n};q={q};w={w}"),
-        ("RateLimit", f"{n};r={max(decision.remaining, 0)};t={_seconds_up(decision.reset_after_ns)}"),
-    ]
+    q = max(decision.limit, 0)
+    pol = f"{n};q={q}"
+    rl = f"{n};r={max(decision.remaining, 0)}"
+    if _leased(decision, limit):
+        return [("RateLimit-Policy", pol + ';qu="concurrent-requests"'), ("RateLimit", rl)]
+    w = None if isinstance(limit, Named) else _window(limit, q)
+    if w:
+        pol += f";w={w}"
+    t = decision.retry_after_ns if not decision.allowed and decision.retry_after_ns > 0 else decision.reset_after_ns
+    return [("RateLimit-Policy", pol), ("RateLimit", f"{rl};t={_seconds_up(t)}")]
 
 
 def response_headers(decision: Decision, limit: Limit, name: str = "default") -> List[Tuple[str, str]]:
     """Every header for a response: the RateLimit pair and, for a denial, ``Retry-After``."""
     headers = ratelimit_headers(decision, limit, name)
-    ra = retry_after(decision)
+    ra = retry_after(decision, limit)
     if ra is not None:
         headers.append(("Retry-After", ra))
     return headers

@@ -17,7 +17,7 @@ Every one also takes a keyword-only ``shadow=True`` (the spec's
 ``dataclasses.replace(limit, shadow=True)`` gives a shadowed copy.
 
 Durations may be a :class:`datetime.timedelta`, a number of seconds (int,
-float, Decimal, Fraction) or a Go duration string ("1h30m", "250ms"); they
+float, Decimal, Fraction) or a duration string ("1h30m", "250ms", "1d"); they
 are stored as exact integer nanoseconds in the ``*_ns`` fields (a timedelta
 through its integer fields, a float through its exact binary value, rounded
 to the nearest nanosecond), and read back as float seconds through the
@@ -83,8 +83,8 @@ def duration_ns(value: DurationLike, name: str = "duration") -> int:
 
     A timedelta converts through its integer days, seconds and microseconds;
     an int is whole seconds; a float, Decimal or Fraction is seconds, rounded
-    to the nearest nanosecond from its exact value; a str is a Go duration
-    ("1h30m") or a bare integer of nanoseconds, as in a limit spec. Raises
+    to the nearest nanosecond from its exact value; a str is a duration
+    ("1h30m", "1d") or a bare integer of nanoseconds, as in a limit spec. Raises
     :class:`InvalidLimit` for a negative value, one past int64 nanoseconds,
     or anything else.
     """

@@ -14,14 +14,23 @@ concurrency limit's slot held while the request runs.
     )
 
 ``key`` maps the WSGI environ to the bucket's key; returning None lets the
-request through unlimited (health checks, staff). A denied request gets
-``429 Too Many Requests`` with ``Retry-After`` (whole seconds, rounded
-up) and the ``RateLimit-Policy`` / ``RateLimit`` headers; an allowed one
-goes to the app and its response gets the two RateLimit headers added. When
-the sidecar cannot be asked, the client's ``on_unavailable`` policy decides
-("open" lets requests through without RateLimit headers; "closed" answers
-429 without ``Retry-After``; "raise" propagates :class:`Unavailable`).
-An allowed pacer decision waits its ``delay`` before calling the app.
+request through unlimited (health checks, staff). ``limit`` is any limit the
+client accepts: a limit of any algorithm but concurrency, a spec, or a name
+from the sidecar's config. A denied request gets ``429 Too Many Requests``
+with ``Retry-After`` (whole seconds, rounded up) and the ``RateLimit-Policy``
+/ ``RateLimit`` headers; an allowed one goes to the app and its response gets
+the two RateLimit headers added (unless ``headers=False``). An allowed pacer
+decision waits its ``delay`` before calling the app.
+
+When a decision fails, the client's ``on_unavailable`` policy decides if the
+sidecar cannot ("open" lets requests through without RateLimit headers;
+"closed" answers 429 without ``Retry-After``; "raise" answers 503): an outage
+of a sidecar that answered the client before, a full table, an internal
+error. A sidecar that has never answered gets 503, and a mistake (an unknown
+name, an invalid limit, a limit this sidecar cannot serve, a refused
+process, an invalid key) 500, whatever the policy: such a request is never
+let through. Each kind of failure is logged at ERROR on the ``sluice``
+logger, at most once every 10 s (see the README's "Failure policies").
 
 ``concurrency`` (a :class:`~sluice.Concurrency` limit, or the name of one in
 the sidecar's config) makes every request hold one of its slots while it
@@ -32,16 +41,16 @@ when the response iterable is closed or exhausted, whichever comes first,
 or when the app raises: a streamed response holds it until it is done.
 (The response is wrapped for that, so a server's ``wsgi.file_wrapper``
 fast path does not see it.)
-``limit`` may be None for a concurrency limit alone. When every slot is
-held the request is answered ``429 Too Many Requests`` as a rate-limit
-denial is, without ``Retry-After`` (a slot frees when a request finishes,
-which nothing foresees; the lease's ``retry_after`` only bounds that by the
-lease time) and without a RateLimit pair of its own (those describe quotas
-over time; the rate limit's, when there is one, is added as to an allowed
-response). The ``on_unavailable`` policy answers the lease as the acquire:
-"open" lets the request through holding no slot, "closed" answers 429. A
-release the sidecar does not answer is logged, not raised: the lease
-expires on its own after the limit's ``lease`` time.
+``limit`` may be None for a concurrency limit alone; its responses then carry
+its own RateLimit pair, ``"NAME";q=LIMIT;qu="concurrent-requests"`` and
+``"NAME";r=FREE``. When every slot is held the request is answered ``429 Too
+Many Requests`` as a rate-limit denial is, without ``Retry-After`` (a slot
+frees when a request finishes, which nothing foresees; the lease's
+``retry_after`` only bounds that by the lease time); with a rate limit too,
+the rate limit's RateLimit pair is added as to an allowed response. Failures
+are handled as the acquire's: "open" lets the request through holding no
+slot, "closed" answers 429. A release the sidecar does not answer is logged,
+not raised: the lease expires on its own after the limit's ``lease`` time.
 """
 
 from __future__ import annotations
@@ -50,9 +59,10 @@ import time
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from ._common import Key, LimitLike
-from ._middleware import limits_of, release_failed, shadow_denied
+from ._middleware import Failed, Failures, limits_of, release_failed, shadow_denied
 from .errors import SluiceError
-from .headers import _sf_string, ratelimit_headers, retry_after
+from .headers import check_name, ratelimit_headers, response_headers
+from .proto import Opcode
 
 __all__ = ["RateLimitMiddleware"]
 
@@ -106,29 +116,31 @@ class RateLimitMiddleware:
         self.cost = cost
         self.name = name
         self.headers = headers
-        _sf_string(name)  # fail at start-up, not per request
+        check_name(name)  # fail at start-up, not per request
+        self.failures = Failures(name)
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         k = self.key(environ) if self.limit is not None or self.concurrency_key is None else None
         start = start_response
         extra: List[Tuple[str, str]] = []
         if k is not None and self.limit is not None:
-            d = self.client.acquire(k, self.limit, self.cost, shadow=self.shadow) if self.shadow \
-                else self.client.acquire(k, self.limit, self.cost)
+            try:
+                d = self.client.acquire(k, self.limit, self.cost, shadow=self.shadow) if self.shadow \
+                    else self.client.acquire(k, self.limit, self.cost)
+            except SluiceError as e:
+                d = self.failures.answer(self.client, e, Opcode.ACQUIRE)
+                if isinstance(d, Failed):
+                    return _fail(start_response, d)
             if d.shadow_denied:
                 shadow_denied("rate limit", self.name, k, self.shadow_ban is not None)
                 if self.shadow_ban is not None:
                     return self.shadow_ban(environ, start_response)
-            extra = ratelimit_headers(d, self.limit, self.name)
             if not d.allowed:
-                ra = retry_after(d)
-                if ra is not None:
-                    extra.append(("Retry-After", ra))
-                return _deny(start_response, extra)
+                return _deny(start_response, response_headers(d, self.limit, self.name))
             if d.delay_ns > 0:
                 time.sleep(d.delay_ns / 1e9)
-            if not self.headers:
-                extra = []
+            if self.headers:
+                extra = ratelimit_headers(d, self.limit, self.name)
             if extra:
                 start = _adding(start_response, extra)
         if self.concurrency is None:
@@ -136,15 +148,22 @@ class RateLimitMiddleware:
         ck = k if self.concurrency_key is None else self.concurrency_key(environ)
         if ck is None:
             return self.app(environ, start)
-        lease = self.client.lease(ck, self.concurrency)
+        try:
+            lease = self.client.lease(ck, self.concurrency)
+        except SluiceError as e:
+            lease = self.failures.answer(self.client, e, Opcode.LEASE)
+            if isinstance(lease, Failed):
+                return _fail(start_response, lease)
+        own = self.limit is None  # the concurrency limit's fields, when it is the only limit
         if not lease.allowed:
             if not self.shadow or lease.degraded:
-                return _deny(start_response, extra)
+                return _deny(start_response, response_headers(lease, self.concurrency, self.name) if own else extra)
             shadow_denied("concurrency limit", self.concurrency, ck, self.shadow_ban is not None)
             if self.shadow_ban is not None:
                 return self.shadow_ban(environ, start_response)
-            return self.app(environ, start)
-        if not lease.id:  # granted by the on_unavailable policy: holds nothing
+        if own and self.headers:
+            start = _adding(start_response, ratelimit_headers(lease, self.concurrency, self.name))
+        if not lease.allowed or not lease.id:  # shadow-denied, or granted by the policy: holds nothing
             return self.app(environ, start)
 
         def release() -> None:
@@ -158,6 +177,14 @@ class RateLimitMiddleware:
         except BaseException:
             release()
             raise
+
+
+def _fail(start_response: StartResponse, failed: Failed) -> List[bytes]:
+    start_response(f"{failed.status} {failed.reason}", [
+        ("Content-Type", "text/plain; charset=utf-8"),
+        ("Content-Length", str(len(failed.body))),
+    ])
+    return [failed.body]
 
 
 def _deny(start_response: StartResponse, extra: List[Tuple[str, str]]) -> List[bytes]:
