@@ -169,8 +169,8 @@ def options(uri: Optional[str], scheme: str, given: Dict[str, Any]) -> Tuple[Opt
 
     The path is everything between ``://`` and ``?``, percent-decoded, and may be relative;
     empty means the client's default ($SLUICE_SOCKET, else var/sluice.sock). Query options
-    and keyword options (keyword ones win) are ``timeout`` (seconds, or "none") and
-    ``key_prefix``; anything else is a :class:`ConfigurationError`.
+    and keyword options (keyword ones win) are ``timeout`` (seconds, or "none"),
+    ``key_prefix`` and ``lazy`` (true or false); anything else is a :class:`ConfigurationError`.
     """
     path: Optional[str] = None
     query: Dict[str, Any] = {}
@@ -182,11 +182,17 @@ def options(uri: Optional[str], scheme: str, given: Dict[str, Any]) -> Tuple[Opt
         path = urllib.parse.unquote(rest) or None
         query = {k: v[-1] for k, v in urllib.parse.parse_qs(qs, keep_blank_values=True).items()}
     opts = {**query, **given}
-    unknown = sorted(set(opts) - {"timeout", "key_prefix"})
+    unknown = sorted(set(opts) - {"timeout", "key_prefix", "lazy"})
     if unknown:
-        raise ConfigurationError(f"unknown {scheme} storage option {unknown[0]!r}: the options are timeout "
-                                 "and key_prefix")
+        raise ConfigurationError(f"unknown {scheme} storage option {unknown[0]!r}: the options are timeout, "
+                                 "key_prefix and lazy")
     out: Dict[str, Any] = {"key_prefix": str(opts.get("key_prefix", DEFAULT_PREFIX))}
+    lazy = opts.get("lazy", False)
+    if not isinstance(lazy, bool):
+        lazy = _BOOLS.get(str(lazy).lower())
+        if lazy is None:
+            raise ConfigurationError(f"the {scheme} storage's lazy is true or false, got {opts['lazy']!r}")
+    out["lazy"] = lazy
     if "timeout" in opts:
         t = opts["timeout"]
         try:
@@ -198,9 +204,12 @@ def options(uri: Optional[str], scheme: str, given: Dict[str, Any]) -> Tuple[Opt
     return path, out
 
 
+_BOOLS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+
+
 def client_of(uri: Optional[str], scheme: str, given: Dict[str, Any], client: Callable[..., T]) -> Tuple[Plans, T]:
     """The plans and the client of a storage: ``client`` (Client or AsyncClient) made with the
-    URI's socket and timeout, raising when the sidecar cannot be asked."""
+    URI's socket, timeout and lazy, raising when the sidecar cannot be asked."""
     path, opts = options(uri, scheme, given)
     return Plans(opts.pop("key_prefix")), client(path, on_unavailable="raise", **opts)
 

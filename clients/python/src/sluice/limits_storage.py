@@ -11,13 +11,18 @@ the classes defined, not by entry points), so import it once before
     limiter = Limiter(get_remote_address, app=app, storage_uri="sluice:///run/sluice/sluice.sock")
 
 ``PATH`` is the sidecar's socket, absolute (``sluice:///run/sluice.sock``)
-or relative to the working directory (``sluice://var/sluice.sock``);
-``sluice://`` alone is the client's default ($SLUICE_SOCKET, else
-var/sluice.sock). Options, in the query or as keyword options
+or relative to the working directory the storage is made in
+(``sluice://var/sluice.sock``); ``sluice://`` alone is the client's default
+($SLUICE_SOCKET, else var/sluice.sock). Making the storage makes its client,
+which checks that the sidecar answers (raising :class:`sluice.Unavailable`
+naming the socket if not), so a wrong path fails when the app starts.
+Options, in the query or as keyword options
 (``RATELIMIT_STORAGE_OPTIONS``): ``timeout`` (seconds per answer, the
-client's default if not given; ``none`` waits for ever) and ``key_prefix``
+client's default if not given; ``none`` waits for ever), ``key_prefix``
 (``LIMITS`` by default: keys are ``LIMITS:`` and limits' key, as the Redis
-storage makes them; ``reset`` clears what is under it). :mod:`sluice.aio_limits_storage` is the asyncio
+storage makes them; ``reset`` clears what is under it) and ``lazy``
+(``true``: no check when the storage is made, for an app that may start
+before its sidecar; its calls raise until the sidecar has answered). :mod:`sluice.aio_limits_storage` is the asyncio
 storage, ``async+sluice://PATH``. Needs ``limits`` 5.x
 (``pip install sluice-ratelimit[limits]``).
 

@@ -77,26 +77,30 @@ def test_importing_sluice_imports_no_limits() -> None:
     assert p.stdout.strip() == "ok", p.stderr
 
 
-DEFAULT_TIMEOUT = Client("x").timeout  # the client's
-
-
 @pytest.mark.parametrize("uri, options, path, timeout, prefix", [
-    ("sluice:///run/sluice/sluice.sock", {}, "/run/sluice/sluice.sock", DEFAULT_TIMEOUT, "LIMITS:"),
-    ("sluice://var/sluice.sock", {}, "var/sluice.sock", DEFAULT_TIMEOUT, "LIMITS:"),
-    ("sluice://", {}, "var/sluice.sock", DEFAULT_TIMEOUT, "LIMITS:"),
+    ("sluice:///run/sluice/sluice.sock", {}, "/run/sluice/sluice.sock", "default", "LIMITS:"),
+    ("sluice://var/sluice.sock", {}, "var/sluice.sock", "default", "LIMITS:"),
+    ("sluice://", {}, "var/sluice.sock", "default", "LIMITS:"),
     ("sluice:///tmp/a%20b.sock?timeout=0.5&key_prefix=app", {}, "/tmp/a b.sock", 0.5, "app:"),
     ("sluice:///s.sock?timeout=0.5", {"timeout": 2, "key_prefix": ""}, "/s.sock", 2.0, ""),
     ("sluice:///s.sock?timeout=none", {}, "/s.sock", None, "LIMITS:"),
 ])
-def test_uri(uri: str, options: Any, path: str, timeout: Any, prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_uri(uri: str, options: Any, path: str, timeout: Any, prefix: str, monkeypatch: pytest.MonkeyPatch,
+             tmp_path: Any) -> None:
+    # Lazy, as an option or in the query: nothing listens at these paths. A relative path is the
+    # working directory's.
     monkeypatch.delenv("SLUICE_SOCKET", raising=False)
-    st = storage_from_string(uri, **options)
-    assert isinstance(st, limits_storage.SluiceStorage)
-    assert (st.client.socket_path, st.client.timeout, st._plans.prefix) == (path, timeout, prefix)
-    assert st.client.on_unavailable == "raise"
-    ast = storage_from_string("async+" + uri, **options)
-    assert isinstance(ast, aio_limits_storage.SluiceStorage)
-    assert (ast.client.socket_path, ast.client.timeout, ast._plans.prefix) == (path, timeout, prefix)
+    monkeypatch.chdir(tmp_path)
+    if timeout == "default":
+        timeout = Client("x", lazy=True).timeout
+    lazy_query = uri + ("&" if "?" in uri else "?") + "lazy=true"
+    for scheme, cls in (("", limits_storage.SluiceStorage), ("async+", aio_limits_storage.SluiceStorage)):
+        for st in (storage_from_string(scheme + uri, **options, lazy=True),
+                   storage_from_string(scheme + lazy_query, **options)):
+            assert isinstance(st, cls)
+            assert (st.client.socket_path, st.client.timeout, st._plans.prefix) == (
+                os.path.join(str(tmp_path), path), timeout, prefix)
+            assert st.client.on_unavailable == "raise"
 
 
 @pytest.mark.parametrize("uri, options, message", [
@@ -104,12 +108,26 @@ def test_uri(uri: str, options: Any, path: str, timeout: Any, prefix: str, monke
     ("sluice:///s.sock", {"pool_size": 3}, "unknown sluice storage option 'pool_size'"),
     ("sluice:///s.sock?timeout=soon", {}, "timeout is seconds above 0 or none, got 'soon'"),
     ("sluice:///s.sock", {"timeout": 0}, "timeout is seconds above 0 or none, got 0"),
-    ("sluice:///s.sock?timeout=nan", {}, "timeout is seconds above 0 or none, got .nan."),
-    ("sluice:///s.sock?timeout=inf", {}, "timeout is seconds above 0 or none, got .inf."),
+    ("sluice:///s.sock?timeout=nan", {}, "timeout is seconds above 0 or none, got 'nan'"),
+    ("sluice:///s.sock?timeout=inf", {}, "timeout is seconds above 0 or none, got 'inf'"),
+    ("sluice:///s.sock?lazy=maybe", {}, "lazy is true or false, got 'maybe'"),
 ])
 def test_uri_errors(uri: str, options: Any, message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         storage_from_string(uri, **options)
+
+
+def test_a_storage_checks_its_sidecar_when_made(tmp_path: Any, sidecar: Sidecar) -> None:
+    # A wrong path fails when the app starts, naming the socket; lazy defers to the first call.
+    missing = str(tmp_path / "nothing.sock")
+    for scheme in ("sluice://", "async+sluice://"):
+        with pytest.raises(Unavailable, match="nothing listens at " + missing):
+            storage_from_string(scheme + missing)
+    lazy = storage_from_string("sluice://" + missing, lazy=True)
+    with pytest.raises(Unavailable):
+        lazy.incr(RateLimitItemPerMinute(1).key_for("u"), 60)
+    assert not lazy.check()
+    assert storage_from_string("sluice://" + sidecar.socket).check()
 
 
 # ---- fixed window -----------------------------------------------------------
