@@ -13,10 +13,9 @@ every hit is admitted and written) and its ``get_window_stats``, with:
 
 The rows are measured in --rounds interleaved rounds; each row's figure is
 the median of its rounds, "/ acquire" divides it by the floor's median.
-Needs limits and redis-py (clients/python/limits-suite/setup.sh installs
-them into var/limits-venv):
+Needs limits and redis-py (make setup installs them into .venv):
 
-    SLUICED=bin/sluiced var/limits-venv/bin/python clients/python/bench/limits_bench.py
+    SLUICED=bin/sluiced .venv/bin/python clients/python/bench/limits_bench.py
 """
 
 from __future__ import annotations

@@ -24,8 +24,8 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 import pytest
 
-pytest.importorskip("limits", reason="the limits storage's tests need limits: make test runs them in the "
-                                     "virtual environment clients/python/limits-suite/setup.sh prepares")
+pytest.importorskip("limits", reason="the limits storage's tests need limits (requirements-test.txt): make "
+                                     "test runs them with .venv/bin/python, which make setup prepares")
 
 from conftest import HERE, REPO, Sidecar, short_tmpdir  # noqa: E402
 

@@ -20,8 +20,8 @@ from typing import Any, Callable, Iterator, List, Tuple
 
 import pytest
 
-pytest.importorskip("limits", reason="the limits storage's tests need limits: make test runs them in the "
-                                     "virtual environment clients/python/limits-suite/setup.sh prepares")
+pytest.importorskip("limits", reason="the limits storage's tests need limits (requirements-test.txt): make "
+                                     "test runs them with .venv/bin/python, which make setup prepares")
 
 from limits import RateLimitItemPerDay, RateLimitItemPerHour, RateLimitItemPerMinute, parse
 from limits.errors import ConfigurationError, StorageError
