@@ -3,9 +3,10 @@
 200 requests from one address, 16 at a time, on a limit of 50: exactly 50
 are admitted, whichever workers serve them. The READMEs' examples (the
 python blocks that import sluice.limits_storage, in the repository's
-README.md and clients/python/README.md) run as written, in a directory whose
-var/sluice.sock is the test sidecar's socket; apps/ has an app of each
-framework whose strategy comes from the environment, to run every strategy.
+README.md and clients/python/README.md) run as written (but for a generous
+timeout), in a directory whose var/sluice.sock is the test sidecar's socket;
+apps/ has an app of each framework whose strategy comes from the environment,
+to run every strategy.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import pytest
 pytest.importorskip("limits", reason="the limits storage's tests need limits (requirements-test.txt): make "
                                      "test runs them with .venv/bin/python, which make setup prepares")
 
-from conftest import HERE, REPO, Sidecar, short_tmpdir  # noqa: E402
+from conftest import HERE, REPO, TEST_TIMEOUT, Sidecar, short_tmpdir  # noqa: E402
 
 SRC = os.path.abspath(os.path.join(HERE, "..", "src"))
 APPS = os.path.join(HERE, "limits_storage", "apps")
@@ -144,8 +145,12 @@ def test_the_readmes_have_examples() -> None:
 
 @pytest.mark.parametrize("where, code", examples(), ids=[w for w, _ in examples()])
 def test_readme_example(appdir: str, where: str, code: str) -> None:
+    # As written, but for the storage's timeout: the tests' clients wait TEST_TIMEOUT, which a busy
+    # machine keeps (the default's 50 ms it does not).
+    uri = 'storage_uri="sluice://var/sluice.sock'
+    assert code.count(uri) == 1, f"{where} has no {uri}"
     with open(os.path.join(appdir, "app.py"), "w") as f:
-        f.write(code)
+        f.write(code.replace(uri, f"{uri}?timeout={TEST_TIMEOUT}"))
     kind = "gunicorn" if "flask" in code else "uvicorn"
     method, path = re.search(r'@app\.(get|post)\("([^"]+)"\)', code).groups()  # type: ignore[union-attr]
     limit = int(re.search(r'limiter\.limit\("(\d+)[ /]', code).group(1))  # type: ignore[union-attr]
@@ -163,7 +168,8 @@ def test_workers_share_the_limit(appdir: str, sidecar: Sidecar, kind: str, modul
     if left < 30:
         time.sleep(left + 0.01)
     shutil.copy(os.path.join(APPS, module + ".py"), appdir)
-    env = {"STORAGE_URI": f"sluice://{sidecar.socket}?timeout=10", "STRATEGY": strategy, "LIMIT": "50 per hour"}
+    env = {"STORAGE_URI": f"sluice://{sidecar.socket}?timeout={TEST_TIMEOUT}", "STRATEGY": strategy,
+           "LIMIT": "50 per hour"}
     # gunicorn --preload makes the storage (and its client) before forking the workers.
     for server in serve(kind, module, appdir, env, preload=True):
         answers = server.burst("GET", "/hit")

@@ -217,15 +217,19 @@ def test_moving_window_above_the_log_is_never_more_lenient(s: limits_storage.Slu
 
 
 def test_sliding_window_counter_admits_what_limits_admits(s: limits_storage.SluiceStorage, client: Client) -> None:
-    # 10 requests in yesterday's (epoch-aligned) day window weigh 10 * (share of today left):
-    # limits admits while floor(weighted) + hits <= 10, so 10 - floor(weighted) more today. A
-    # bucket deciding weighted + hits <= 10 exactly would admit one fewer.
-    limit, prev = 10, 10
+    # prev requests in yesterday's (epoch-aligned) day window weigh prev * (share of today left):
+    # limits admits while floor(weighted) + hits <= limit, so limit - floor(weighted) more today.
+    # A bucket deciding weighted + hits <= limit exactly would admit one fewer.
+    limit = 20
     key = RateLimitItemPerDay(limit).key_for("u")
     now = time.time()
-    weighted = prev * (DAY - now % DAY) / DAY
-    if abs(weighted - round(weighted)) < 1e-3:
-        pytest.skip("the weighted count is a whole number now (for a second a day)")
+    # A previous count whose weight now is not within a hundredth of a whole number (where the two
+    # rules agree): there is one but in the day's first seconds.
+    fits = [(p, p * (DAY - now % DAY) / DAY) for p in range(7, 20)]
+    fits = [(p, w) for p, w in fits if 0.01 < w % 1 < 0.99]
+    if not fits:
+        pytest.skip("every previous count weighs a whole number now (the day's first seconds)")
+    prev, weighted = fits[0]
     start = now - now % DAY
     assert client.acquire(b"LIMITS:" + key.encode(), plan.sliding_limit(limit, DAY), prev * plan.SCALE,
                           at=start - DAY / 2).allowed
