@@ -170,10 +170,15 @@ def test_workers_share_the_limit(appdir: str, sidecar: Sidecar, kind: str, modul
     shutil.copy(os.path.join(APPS, module + ".py"), appdir)
     env = {"STORAGE_URI": f"sluice://{sidecar.socket}?timeout={TEST_TIMEOUT}", "STRATEGY": strategy,
            "LIMIT": "50 per hour"}
-    # gunicorn --preload makes the storage (and its client) before forking the workers.
+    # gunicorn --preload makes the storage (and its client) before forking the workers. Every burst
+    # (a key of its own) admits exactly 50; on a busy host one worker may take every connection of
+    # a burst, which shows nothing shared, so bursts go on (up to 5) until two workers served one.
     for server in serve(kind, module, appdir, env, preload=True):
-        answers = server.burst("GET", "/hit")
-        statuses = sorted(status for status, _ in answers)
-        assert statuses == [200] * 50 + [429] * 150, server.logs()[-4000:]
-        workers = {w for status, w in answers if status == 200}
-        assert len(workers) >= 2, f"one worker served every admitted request: {workers}"
+        for attempt in range(5):
+            answers = server.burst("GET", f"/hit?k=burst{attempt}")
+            statuses = sorted(status for status, _ in answers)
+            assert statuses == [200] * 50 + [429] * 150, server.logs()[-4000:]
+            workers = {w for _, w in answers}
+            if len(workers) >= 2:
+                break
+        assert len(workers) >= 2, f"one worker served every request of 5 bursts: {workers}"
