@@ -35,13 +35,16 @@ test: setup test-go test-python
 
 ## setup: install what the tests need and is missing (README, "Prerequisites"): the
 ## system packages as root or with password-less sudo (else one line says the command to
-## run), and requirements-test.txt into $(VENV)/
+## run), requirements-test.txt into $(VENV)/, and limits' tests from its source distribution
+## (var/limits-suite/, patched to run against the limits storage)
 setup:
 	@./.ci/setup
+	@VENV=$(VENV) clients/python/limits-suite/setup.sh
 
 ## check-tools: say what the test suite needs and is missing, installing nothing
 check-tools:
 	@./.ci/setup --check
+	@clients/python/limits-suite/setup.sh --check
 
 test-go: setup
 	$(GO) test -race -shuffle=on -count=1 $(GOMODS)
@@ -52,12 +55,17 @@ test-go: setup
 	SLUICE_TEST_TRANSPORT=epoll $(GO) test -race -shuffle=on -count=1 ./internal/server
 	SLUICE_TEST_TRANSPORT=epoll $(GO) test -count=1 -run '(?i)allocs$$' ./internal/server
 
+# pytest-asyncio (limits' asyncio tests run with it) asks for its fixtures' loop scope, in
+# every pytest run of the virtual environment.
+test-python: export PYTEST_ADDOPTS += -o asyncio_default_fixture_loop_scope=function
 test-python: setup build
 	SLUICED=$(BIN)/sluiced $(PYTHON) -m pytest clients/python bench/python -q
 	SLUICED=$(BIN)/sluiced $(PYTHON) -m pytest tests/compat -q
 	@# The Python client and redis-py again, against the epoll transport.
 	SLUICED=$(CURDIR)/.ci/sluiced-epoll $(PYTHON) -m pytest clients/python -q
 	SLUICED=$(CURDIR)/.ci/sluiced-epoll $(PYTHON) -m pytest tests/compat -q
+	@# limits' own storage and strategy tests against the limits storage (make setup patched them).
+	SLUICED=$(BIN)/sluiced PYTHON=$(PYTHON) clients/python/limits-suite/run.sh
 
 ## bench: every benchmark (BENCH=regexp, COUNT=n to narrow or repeat)
 bench:

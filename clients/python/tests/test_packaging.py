@@ -32,7 +32,8 @@ assert os.path.exists(os.path.join(os.path.dirname(sluice.__file__), "py.typed")
 meta = md.metadata("sluice-ratelimit")
 assert meta["Name"] == "sluice-ratelimit", meta["Name"]
 assert meta["License-Expression"] == "Apache-2.0", meta["License-Expression"]
-assert md.requires("sluice-ratelimit") is None  # no dependencies
+# No dependencies: only the limits extra (pip install sluice-ratelimit[limits]) has one.
+assert md.requires("sluice-ratelimit") == ['limits<6,>=5; extra == "limits"'], md.requires("sluice-ratelimit")
 import sluice.aio, sluice.asgi, sluice.wsgi, sluice.headers, sluice.guard, sluice.proto  # noqa: E401
 if hasattr(sys, "stdlib_module_names"):  # 3.10+: the standard library only, at run time
     new = {m.split(".")[0] for m in set(sys.modules) - before}

@@ -5,7 +5,9 @@ namespace, in a directory whose var/sluice.sock is the test sidecar's socket
 (the path the examples use). The names the examples take from their
 surroundings (a user, a WSGI app, ...) are stand-ins defined here. A line
 ``EXPR   # 'VALUE'`` asserts that EXPR is VALUE; a block that awaits runs in
-an event loop. The signature line of block 3 is only shown, not run.
+an event loop. The signature line of block 3 is only shown, not run, and the
+apps of the limits storage run in tests/limits_storage/test_limits_apps.py,
+served by gunicorn and uvicorn.
 """
 
 from __future__ import annotations
@@ -68,6 +70,8 @@ def test_readme_examples_run(sidecar: Sidecar, tmp_path: Any, monkeypatch: pytes
     for i, b in enumerate(bs, 1):
         if b.lstrip().startswith("Client(socket_path="):
             continue  # the constructor's signature, shown
+        if "import sluice.limits_storage" in b:
+            continue  # an app of the limits storage: tests/limits_storage/test_limits_apps.py serves it
         # EXPR   # 'VALUE'  asserts.
         b = re.sub(r"(?m)^(\S[^#\n]*?)\s+#\s+('.*')$", r"assert \1 == \2, \1", b)
         if re.search(r"(?m)^(async with|await )", b):

@@ -25,8 +25,12 @@ holds across gunicorn/uwsgi workers and restarts::
 - :mod:`sluice.wsgi` and :mod:`sluice.asgi`: middleware answering 429 with
   ``Retry-After`` and the IETF ``RateLimit`` headers (:mod:`sluice.headers`).
 - :mod:`sluice.proto`: the wire codec.
+- :mod:`sluice.limits_storage` and :mod:`sluice.aio_limits_storage`: a
+  storage of the ``limits`` library (Flask-Limiter, SlowAPI), ``sluice://``;
+  import one to register its scheme. They need ``limits`` (the ``limits``
+  extra); this package imports neither.
 
-Standard library only.
+Standard library only (but for the limits storages).
 """
 
 from .aio import AsyncClient, AsyncPipeline
