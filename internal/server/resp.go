@@ -277,8 +277,7 @@ func (s *server) info(args [][]byte, now engine.Time) string {
 		}
 		return false
 	}
-	st, g := s.engine.Stats(), s.engine.Geometry()
-	c := &s.stats
+	snap := s.snapshot(false)
 	var b strings.Builder
 	w := func(k string, v any) { fmt.Fprintf(&b, "%s:%v\r\n", k, v) }
 	section := func(name string) bool {
@@ -297,27 +296,10 @@ func (s *server) info(args [][]byte, now engine.Time) string {
 		w("redis_mode", "standalone")
 		w("process_id", pid)
 	}
-	if section("clients") {
-		w("connected_clients", c.conns.Load())
-		w("rejected_connections", c.connsRejected.Load())
-	}
-	if section("memory") {
-		w("used_memory", g.FileSize)
-		w("slot_size", g.SlotSize)
-		w("slot_count", g.SlotCount)
-		w("arena_cells", g.ArenaCells)
-		w("arena_used_cells", st.ArenaUsed)
-	}
-	if section("stats") {
-		w("total_connections_received", c.connsTotal.Load())
-		w("total_commands_processed", c.ops.Load())
-		w("allowed", c.allowed.Load())
-		w("denied", c.denied.Load())
-		w("errors", c.errors.Load())
-		w("table_full", st.TableFull)
-		w("torn_slots", st.Torn)
-		w("syncs", st.Syncs)
-		w("sync_errors", st.SyncErrors)
+	for _, name := range []string{"clients", "memory", "stats"} {
+		if section(name) {
+			snap.Info(name, func(k string, v uint64) { w(k, v) })
+		}
 	}
 	if section("keyspace") {
 		// As DBSIZE; Redis lists no empty database (nor a count that gave
