@@ -6,11 +6,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/server"
 	"github.com/sluicehq/sluice/shm"
 	"golang.org/x/sys/unix"
 )
@@ -172,5 +174,23 @@ func TestRun_errorTexts(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(other, "var", "state")); err == nil {
 		t.Error("the failed start left the state file it created")
+	}
+}
+
+// Ensure configFlags maps real Config fields to real flags, so that every
+// ConfigError of a field sluiced sets is said in the flag's terms.
+func TestConfigFlags_exist(t *testing.T) {
+	code, usage := runFor(t, 5*time.Second, []string{"-h"}, nil)
+	if code != exitOK {
+		t.Fatalf("-h: exit %d", code)
+	}
+	cfg := reflect.TypeFor[server.Config]()
+	for field, flag := range configFlags {
+		if _, ok := cfg.FieldByName(field); !ok {
+			t.Errorf("configFlags: Config has no field %s", field)
+		}
+		if !strings.Contains(usage, "  -"+flag+" ") && !strings.Contains(usage, "  -"+flag+"\n") {
+			t.Errorf("configFlags: sluiced has no flag --%s (for %s)", flag, field)
+		}
 	}
 }

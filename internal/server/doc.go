@@ -39,6 +39,16 @@
 // time the state file recorded, and advances with the monotonic clock; a
 // request may carry its own time instead (AT).
 //
+// # Adding a config field
+//
+// A field of Config, with its doc comment; its default, if zero does not
+// mean it, as a Default constant applied in withDefaults; its range in
+// Validate, which is the only check and names fields (a ConfigError), not
+// flags. If sluiced sets it, its flag goes in cmd/sluiced's run beside the
+// others and the field's flag name in configFlags (cmd/sluiced/flags.go),
+// which turns Validate's errors into the flag's terms; then the README's
+// table of flags.
+//
 // # Durability
 //
 // Every decision is written to the shared mapping before it is answered, so
