@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/server"
+	"github.com/sluicehq/sluice/internal/sidecartest"
 	"github.com/sluicehq/sluice/shm"
 	"golang.org/x/sys/unix"
 )
@@ -28,18 +29,9 @@ func runFor(t *testing.T, d time.Duration, args []string, env map[string]string)
 	return code, stderr.String()
 }
 
-// shortDir returns a new directory under the system's temporary one,
-// removed at the end of the test: a short path, as socket paths are limited
-// to 108 bytes (t.TempDir's are long).
-func shortDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "sl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
+// shortDir returns a temporary directory with a path short enough for
+// socket names.
+var shortDir = sidecartest.ShortDir
 
 // paths returns the flags that put every file sluiced makes under dir.
 func paths(dir string) []string {
