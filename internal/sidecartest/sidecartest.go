@@ -1,6 +1,7 @@
 // Package sidecartest holds what the tests of several packages need to run
-// a sidecar: a directory short enough for socket paths, and a server run on
-// a goroutine from the moment it is ready until it is stopped.
+// a sidecar: a directory short enough for socket paths, a server run on a
+// goroutine from the moment it is ready until it is stopped, and the test
+// binary run again as a sidecar in a process of its own (to kill it).
 //
 // It imports the standard library only, so that the tests of
 // internal/server can use it as well as those of the packages above it.
@@ -10,7 +11,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -75,5 +81,56 @@ func (s *Server) Wait() error {
 		return err
 	case <-time.After(StopTimeout):
 		return errors.New("sidecar did not stop")
+	}
+}
+
+// childEnv names the directory that a test binary run by StartChild
+// serves.
+const childEnv = "SLUICE_SIDECARTEST_SERVE"
+
+// StartTimeout bounds how long StartChild waits for the child's socket.
+const StartTimeout = 20 * time.Second
+
+// Child runs the sidecar when this process is one that StartChild started:
+// it calls serve with the directory to serve and a context that SIGTERM
+// ends, and returns the process's exit status and true. A package whose
+// tests call StartChild calls Child first thing in its TestMain.
+func Child(serve func(ctx context.Context, dir string) error) (int, bool) {
+	dir := os.Getenv(childEnv)
+	if dir == "" {
+		return 0, false
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	if err := serve(ctx, dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1, true
+	}
+	return 0, true
+}
+
+// StartChild runs this test binary again as a sidecar serving dir (see
+// Child), with env added to its environment, and returns it once
+// dir/sock accepts connections. It is killed when the test ends, if it
+// still runs.
+func StartChild(t testing.TB, dir string, env ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(append(os.Environ(), childEnv+"="+dir), env...)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	sock := filepath.Join(dir, "sock")
+	for deadline := time.Now().Add(StartTimeout); ; time.Sleep(2 * time.Millisecond) {
+		if c, err := net.Dial("unix", sock); err == nil {
+			c.Close()
+			return cmd
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatal("the sidecar process did not start")
+		}
 	}
 }
