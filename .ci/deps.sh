@@ -28,7 +28,7 @@ forbid internal/server "^$mod/clients" '^flag$'
 forbid clients/go/sluice "^$mod/(shm|bucket|internal)"
 # Global limits: bucket, go-redis and the standard library; the engine calls them, not the reverse.
 forbid internal/global "^$mod/(shm|clients|cmd|internal/(engine|server))"
-forbid internal/redistest "^$mod/"
+forbid internal/redistest "^$mod/(shm|bucket|proto|clients|cmd)" "^$mod/internal/([^s]|s[^i]|si[^d])" # sidecartest only
 forbid internal/sidecartest "^$mod/" # the tests of internal/server use it
 # The Go middleware stores, each a module of its own: the client and the library it adapts.
 for m in clients/go/*/go.mod; do forbid "${m%/go.mod}" "^$mod/(shm|bucket|internal|cmd|bench)"; done
