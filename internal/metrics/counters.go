@@ -169,9 +169,6 @@ var Counters = []Counter{
 		Help: "Unused tokens of the leases a killed sidecar held, returned to Redis from its lease journal at start."}, func(g *GlobalStats) uint64 { return g.LeaseRecovered }),
 }
 
-// Value returns the counter's value in s.
-func (c *Counter) Value(s *Snapshot) uint64 { return c.value(s) }
-
 // InfoName is the counter's INFO field.
 func (c *Counter) InfoName() string {
 	if c.Info != "" {
