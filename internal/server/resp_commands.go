@@ -64,6 +64,10 @@ func (rc *respConn) throttle(args [][]byte) {
 
 // run decides a parsed request on its own and appends its reply.
 func (rc *respConn) run(req *rlRequest) {
+	if r := rc.s.route(req.key); r != nil {
+		rc.runGlobal(req, r)
+		return
+	}
 	var d bucket.Decision
 	var err error
 	if req.refund {
