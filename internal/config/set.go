@@ -15,7 +15,7 @@ type Set struct {
 	limits map[string]*Limit
 	names  []string // sorted
 	kept   []string // sorted: the names in force that the file no longer defines
-	routes []*Route  // the resp section, in the file's order
+	routes []*Route // the resp section, in the file's order
 }
 
 // Empty returns a Set without limits, for a sidecar run without a config
