@@ -73,15 +73,11 @@ func globalInTx(r *config.Route) string {
 		strconv.Quote(r.Match) + "): send it outside MULTI"
 }
 
-// routedKey returns the key of a rate-limit command (RL.* or
-// CL.THROTTLE), or nil for any other command.
-func routedKey(args [][]byte) []byte {
-	if len(args) < 2 {
+// routedKey returns the key of a rate-limit command (one with parse), which
+// the config's routes may send to Redis, or nil for any other command.
+func (c *respCommand) routedKey(args [][]byte) []byte {
+	if c.parse == nil || c.key <= 0 || c.key >= len(args) {
 		return nil
 	}
-	switch name := args[0]; {
-	case is(name, "rl.reduce"), is(name, "rl.preduce"), is(name, "rl.get"), is(name, "rl.pget"), is(name, "cl.throttle"):
-		return args[1]
-	}
-	return nil
+	return args[c.key]
 }

@@ -52,7 +52,7 @@ func (rc *respConn) queue(c *respCommand, args [][]byte) {
 		tx.abort = true
 		return
 	}
-	if r := rc.s.route(routedKey(args)); r != nil {
+	if r := rc.s.route(c.routedKey(args)); r != nil {
 		rc.out = resp.AppendError(rc.out, globalInTx(r))
 		tx.abort = true
 		return
