@@ -43,6 +43,10 @@ type rlRequest struct {
 
 // run decides a parsed request on its own and appends its reply.
 func (rc *respConn) run(req *rlRequest) {
+	if r := rc.s.route(req.key); r != nil {
+		rc.runGlobal(req, r)
+		return
+	}
 	var d bucket.Decision
 	var err error
 	if req.refund {

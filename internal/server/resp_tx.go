@@ -52,6 +52,11 @@ func (rc *respConn) queue(c *respCommand, args [][]byte) {
 		tx.abort = true
 		return
 	}
+	if r := rc.s.route(c.routedKey(args)); r != nil {
+		rc.out = resp.AppendError(rc.out, globalInTx(r))
+		tx.abort = true
+		return
+	}
 	size := 0
 	for _, a := range args {
 		size += len(a)
