@@ -178,7 +178,7 @@ func (s *Server) Resume() { s.cmd.Process.Signal(syscall.SIGCONT) }
 // meanwhile, from any connection, waits and runs when the pause ends. It
 // returns once the stall has begun (Redis has answered the pause), which
 // is certain however loaded the machine, and a channel closed when the
-// stall is over.
+// stall is over: Redis answers again.
 func (s *Server) Stall(t testing.TB, d time.Duration) <-chan struct{} {
 	t.Helper()
 	c := s.client()
@@ -189,7 +189,18 @@ func (s *Server) Stall(t testing.TB, d time.Duration) <-chan struct{} {
 		t.Fatalf("CLIENT PAUSE: %v", err)
 	}
 	over := make(chan struct{})
-	time.AfterFunc(d, func() { close(over) }) // the pause began before the reply: it ends by then
+	go func() {
+		// The pause began before the reply: it ends by d from now. Redis
+		// lets the waiting commands run at its next tick after that (up
+		// to 100 ms later), so the stall is over when a PING is answered.
+		time.Sleep(d)
+		c := s.client()
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		c.Ping(ctx)
+		close(over)
+	}()
 	return over
 }
 
