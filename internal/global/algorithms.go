@@ -125,6 +125,16 @@ var algorithms = map[bucket.Algorithm]*algorithm{
 		share:  func(l *bucket.Limit, s scaling) { l.Period = s.stretch(l.Period, 1/s.share) },
 		leased: false, // its replies carry a delay
 	},
+	bucket.SlidingLog: {
+		params:   windowParams,
+		identity: 2, // max sizes its ring
+		check: func(l bucket.Limit) error {
+			return duration("the window", l.Window)
+		},
+		limit:  func(l *bucket.Limit) int64 { return l.Max },
+		share:  func(l *bucket.Limit, s scaling) { l.Max = s.count(l.Max) },
+		leased: true,
+	},
 }
 
 // windowParams are the window algorithms' parameters: max, window.

@@ -42,18 +42,19 @@ local function clock(arg)
   end
 end
 
--- offset converts a stored absolute time (decimal Unix ns) to an offset.
-local function offset(str)
-  local s, ns = 0, 0
-  if #str <= 9 then
-    ns = tonumber(str)
-  else
-    s, ns = tonumber(string.sub(str, 1, -10)), tonumber(string.sub(str, -9))
-  end
+-- offset_sn converts an absolute time, s whole seconds and ns more, to an
+-- offset.
+local function offset_sn(s, ns)
   local ds = s - now_s
   if ds > 9000000 then return LIM end
   if ds < -9000000 then return -LIM end
   return clamp(ds * E9 + (ns - now_ns), -LIM, LIM)
+end
+
+-- offset converts a stored absolute time (decimal Unix ns) to an offset.
+local function offset(str)
+  if #str <= 9 then return offset_sn(0, tonumber(str)) end
+  return offset_sn(tonumber(string.sub(str, 1, -10)), tonumber(string.sub(str, -9)))
 end
 
 -- split returns the absolute time of an offset as whole seconds and ns

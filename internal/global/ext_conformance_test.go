@@ -1,0 +1,185 @@
+package global
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// extModel is package bucket's side of the conformance tests of the
+// algorithms that keep an extension (sliding_log, window_counters): a
+// bucket as the script keeps it, read as a new one when fresh, stored only
+// when changed.
+type extModel struct {
+	s       bucket.State
+	ext     []int64
+	written bool
+}
+
+// open returns the bucket as a request at now finds it.
+func (m *extModel) open(l *bucket.Limit, now int64) (bucket.State, []int64) {
+	if m.ext == nil {
+		m.ext = make([]int64, l.ExtWords())
+	}
+	s, ext := m.s, slices.Clone(m.ext)
+	if !m.written || l.FreshAtExt(&s, ext) <= now {
+		l.InitExt(now, &s, ext)
+	}
+	return s, ext
+}
+
+func (m *extModel) store(s bucket.State, ext []int64, changed bool) {
+	if changed {
+		m.s, m.ext, m.written = s, ext, true
+	}
+}
+
+func (m *extModel) do(l *bucket.Limit, r Request) bucket.Decision {
+	s, ext := m.open(l, r.At)
+	var d bucket.Decision
+	var changed bool
+	if r.Op == Refund {
+		changed = l.DecideRefundExt(r.At, &s, ext, r.Cost, 0, &d)
+	} else {
+		changed = l.DecideExt(r.At, &s, ext, r.Cost, 0, &d)
+	}
+	m.store(s, ext, changed)
+	return d
+}
+
+// storedExt reads a bucket of an extended algorithm from Redis as package
+// bucket's State word 0 and extension; ok is false if there is none.
+func storedExt(t *testing.T, rdb redis.Cmdable, l *bucket.Limit, key string) (w0 int64, ext []int64, ok bool) {
+	t.Helper()
+	v, err := rdb.Get(context.Background(), key).Result()
+	if err == redis.Nil {
+		return 0, nil, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	ext = make([]int64, l.ExtWords())
+	switch l.Algorithm {
+	case bucket.SlidingLog:
+		b := []byte(v)
+		if len(b) < 8 || (len(b)-8)%8 != 0 || (len(b)-8)/8 > len(ext) {
+			t.Fatalf("bucket %s holds %d bytes", key, len(b))
+		}
+		head, fill := binary.BigEndian.Uint32(b), binary.BigEndian.Uint32(b[4:])
+		w0 = int64(fill)<<32 | int64(head)
+		for i := range (len(b) - 8) / 8 {
+			hi, lo := binary.BigEndian.Uint32(b[8+8*i:]), binary.BigEndian.Uint32(b[12+8*i:])
+			sec := int64(lo) | int64(hi>>30)<<32
+			ext[i] = sec*1e9 + int64(hi&(1<<30-1))
+		}
+	case bucket.WindowCounters:
+		f := strings.Fields(v)
+		if len(f) != 1+len(ext) {
+			t.Fatalf("bucket %s holds %q, want %d words", key, v, 1+len(ext))
+		}
+		start, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			t.Fatalf("bucket %s holds %q: %v", key, v, err)
+		}
+		w := (l.Window + l.Counters - 1) / l.Counters
+		w0 = start / w
+		for i := range ext {
+			if ext[i], err = strconv.ParseInt(f[1+i], 10, 64); err != nil {
+				t.Fatalf("bucket %s holds %q: %v", key, v, err)
+			}
+		}
+	}
+	return w0, ext, true
+}
+
+// extGens are the limits of the extended algorithms the conformance tests
+// draw, as limitGens.
+var extGens = []limitGen{
+	{"sliding_log", func(r *rand.Rand) bucket.Limit {
+		return bucket.Limit{Algorithm: bucket.SlidingLog, Max: between(r, 1, 12), Window: between(r, ms, 2000*ms)}
+	}, func(l bucket.Limit) int64 { return l.Window / 5 }, func(l bucket.Limit) int64 { return 4 }},
+	{"sliding_log/large", func(r *rand.Rand) bucket.Limit {
+		return bucket.Limit{Algorithm: bucket.SlidingLog, Max: between(r, 1, bucket.MaxLogLimit), Window: between(r, ms, MaxDuration)}
+	}, func(l bucket.Limit) int64 { return l.Window / 5 / l.Max * 8 }, func(l bucket.Limit) int64 { return l.Max / 3 }},
+}
+
+// Ensure that the scripts of the extended algorithms and package bucket
+// agree on every field of every decision and on the stored state (State
+// word 0 and every word of the extension), as conformance does for the
+// others.
+func TestExtConformance(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	loadLibrary(t, rdb)
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	for _, form := range forms {
+		t.Run(form, func(t *testing.T) { extConformance(t, rdb, form, seed, t0, 1e12, 12) })
+	}
+	t.Run("function/1970", func(t *testing.T) { extConformance(t, rdb, "function", seed, 1e8, 8e8, 4) })
+}
+
+func extConformance(t *testing.T, rdb *redis.Client, form string, seed, start, spread int64, limits int) {
+	ctx := context.Background()
+	prefix := fmt.Sprintf("t:%s:%d:", form, start)
+	const ops = 150
+	for _, g := range extGens {
+		t.Run(g.name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(uint64(seed), uint64(len(g.name))))
+			for li := range limits {
+				l := g.gen(r)
+				if err := Check(l); err != nil {
+					t.Fatalf("generated %+v: %v", l, err)
+				}
+				if err := l.Validate(); err != nil {
+					t.Fatal(err)
+				}
+				key := fmt.Sprintf("%s-%d", g.name, li)
+				var m extModel
+				now := start + r.Int64N(spread)
+				step, maxCost := max(g.step(l), 1), max(g.cost(l), 1)
+				for i := range ops {
+					switch x := r.IntN(20); {
+					case x == 0: // backwards
+						now = max(now-r.Int64N(step+1), 1)
+					case x == 1: // a long idle time
+						now += r.Int64N(20*step + 1)
+					default:
+						now += r.Int64N(step + 1)
+					}
+					req := Request{Limit: l, Key: key, At: now, Cost: r.Int64N(maxCost + 1)}
+					if r.IntN(10) == 0 {
+						req.Cost = 0
+					}
+					if r.IntN(8) == 0 {
+						req.Op = Refund
+					}
+					before := slices.Clone(m.ext)
+					got, err := decideForm(ctx, rdb, form, prefix, req)
+					if err != nil {
+						t.Fatalf("limit %+v op %d %+v: %v", l, i, req, err)
+					}
+					want := m.do(&l, req)
+					if got != want {
+						t.Fatalf("limit %+v op %d: %+v\nscript %+v\nbucket %+v\nstate before %v %v", l, i, req, got, want, m.s, before)
+					}
+					rkey := string(AppendKey(nil, prefix, &l, key))
+					w0, ext, ok := storedExt(t, rdb, &l, rkey)
+					if ok != m.written || (ok && (w0 != m.s[0] || !slices.Equal(ext, m.ext))) {
+						t.Fatalf("limit %+v op %d %+v: stored %d %v (%v), bucket %d %v (%v)", l, i, req, w0, ext, ok, m.s[0], m.ext, m.written)
+					}
+				}
+			}
+		})
+	}
+}
