@@ -135,6 +135,23 @@ var algorithms = map[bucket.Algorithm]*algorithm{
 		share:  func(l *bucket.Limit, s scaling) { l.Max = s.count(l.Max) },
 		leased: true,
 	},
+	bucket.WindowCounters: {
+		params: func(a []any, l *bucket.Limit, _ bucket.Flags) []any {
+			countDenied := 0
+			if l.CountDenied {
+				countDenied = 1
+			}
+			return append(a, l.Max, l.Window, l.Counters, countDenied)
+		},
+		identity: 2, // window, counters
+		check: func(l bucket.Limit) error {
+			w := (l.Window + l.Counters - 1) / l.Counters
+			return firstErr(count("limit", l.Max), duration("the window plus one sub-window", l.Window+w))
+		},
+		limit:  func(l *bucket.Limit) int64 { return l.Max },
+		share:  func(l *bucket.Limit, s scaling) { l.Max = s.count(l.Max) },
+		leased: true,
+	},
 }
 
 // windowParams are the window algorithms' parameters: max, window.

@@ -87,12 +87,9 @@ func storedExt(t *testing.T, rdb redis.Cmdable, l *bucket.Limit, key string) (w0
 		if len(f) != 1+len(ext) {
 			t.Fatalf("bucket %s holds %q, want %d words", key, v, 1+len(ext))
 		}
-		start, err := strconv.ParseInt(f[0], 10, 64)
-		if err != nil {
+		if w0, err = strconv.ParseInt(f[0], 10, 64); err != nil {
 			t.Fatalf("bucket %s holds %q: %v", key, v, err)
 		}
-		w := (l.Window + l.Counters - 1) / l.Counters
-		w0 = start / w
 		for i := range ext {
 			if ext[i], err = strconv.ParseInt(f[1+i], 10, 64); err != nil {
 				t.Fatalf("bucket %s holds %q: %v", key, v, err)
@@ -111,6 +108,14 @@ var extGens = []limitGen{
 	{"sliding_log/large", func(r *rand.Rand) bucket.Limit {
 		return bucket.Limit{Algorithm: bucket.SlidingLog, Max: between(r, 1, bucket.MaxLogLimit), Window: between(r, ms, MaxDuration)}
 	}, func(l bucket.Limit) int64 { return l.Window / 5 / l.Max * 8 }, func(l bucket.Limit) int64 { return l.Max / 3 }},
+	{"window_counters", func(r *rand.Rand) bucket.Limit {
+		return bucket.Limit{Algorithm: bucket.WindowCounters, Max: between(r, 1, 20), Window: between(r, ms, 2000*ms),
+			Counters: between(r, 1, 8), CountDenied: r.IntN(2) == 0}
+	}, func(l bucket.Limit) int64 { return l.Window / 5 }, func(l bucket.Limit) int64 { return 4 }},
+	{"window_counters/large", func(r *rand.Rand) bucket.Limit {
+		return bucket.Limit{Algorithm: bucket.WindowCounters, Max: between(r, 1, MaxCount), Window: between(r, ms, MaxDuration/2),
+			Counters: between(r, 1, bucket.MaxCounters), CountDenied: r.IntN(2) == 0}
+	}, func(l bucket.Limit) int64 { return l.Window / 5 }, func(l bucket.Limit) int64 { return l.Max / 3 }},
 }
 
 // Ensure that the scripts of the extended algorithms and package bucket
@@ -181,5 +186,124 @@ func extConformance(t *testing.T, rdb *redis.Client, form string, seed, start, s
 				}
 			}
 		})
+	}
+}
+
+// lease is the script's lease op on an extended algorithm in terms of
+// package bucket, as model.lease is for the others: return ret tokens
+// (sliding_log: as many of the newest entries as are at until and in the
+// window; window_counters: only up to until), then take up to want tokens
+// if at least need are available.
+func (m *extModel) lease(l *bucket.Limit, now, want, need, ret, until, life int64) [6]int64 {
+	s, ext := m.open(l, now)
+	var d bucket.Decision
+	changed := false
+	if ret > 0 && until != 0 {
+		switch l.Algorithm {
+		case bucket.SlidingLog:
+			head, fill := int(uint32(s[0])), int(s[0]>>32)
+			c := int64(0)
+			for k := 1; c < ret && k <= fill; k++ {
+				i := (head - k + len(ext)) % len(ext)
+				if ext[i] != until || until-now <= -l.Window {
+					break
+				}
+				c++
+			}
+			if c > 0 {
+				changed = l.DecideRefundExt(now, &s, ext, c, 0, &d)
+			}
+		case bucket.WindowCounters:
+			if now <= until {
+				changed = l.DecideRefundExt(now, &s, ext, ret, 0, &d)
+			}
+		}
+	}
+	ps, pext := s, slices.Clone(ext)
+	l.DecideExt(now, &ps, pext, 0, 0, &d)
+	granted, until := int64(0), now
+	if d.Remaining >= need {
+		granted = min(want, d.Remaining)
+		if l.DecideExt(now, &s, ext, granted, 0, &d) {
+			changed = true
+		}
+		if l.Algorithm == bucket.SlidingLog {
+			head := int(uint32(s[0]))
+			until = ext[(head-1+len(ext))%len(ext)]
+		}
+	} else {
+		cs, cext := s, slices.Clone(ext)
+		l.DecideExt(now, &cs, cext, need, 0, &d)
+	}
+	m.store(s, ext, changed)
+	valid := min(life, l.Window/10)
+	if l.Algorithm == bucket.WindowCounters {
+		w := (l.Window + l.Counters - 1) / l.Counters
+		valid = min(life, w-now%w)
+		until = now + max(valid, 0)
+	}
+	return [6]int64{granted, d.Remaining, d.RetryAfter, d.ResetAfter, max(valid, 0), until}
+}
+
+// Ensure that the scripts' leases of the extended algorithms are package
+// bucket's decisions and refunds, as TestLeaseConformance does for the
+// others, with the stored state compared after each.
+func TestExtLeaseConformance(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	loadLibrary(t, rdb)
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	ctx := context.Background()
+	for _, form := range forms {
+		for _, g := range extGens {
+			t.Run(form+"/"+g.name, func(t *testing.T) {
+				r := rand.New(rand.NewPCG(uint64(seed), 7))
+				for li := range 8 {
+					l := g.gen(r)
+					l.Validate()
+					key := fmt.Sprintf("lease-%s-%d", g.name, li)
+					var m extModel
+					now := t0 + r.Int64N(1e12)
+					step, maxCost := max(g.step(l), 1), max(g.cost(l), 1)
+					var held, until int64
+					for i := range 120 {
+						now += r.Int64N(step + 1)
+						if r.IntN(15) == 0 {
+							now = max(now-r.Int64N(step+1), 1)
+						}
+						need := 1 + r.Int64N(maxCost)
+						want := need + r.Int64N(maxCost+1)
+						ret := held
+						if ret > 0 {
+							ret = r.Int64N(held + 1)
+						}
+						life := 1 + r.Int64N(3*step)
+						if r.IntN(3) == 0 { // another host's request first
+							req := Request{Limit: l, Key: key, At: now, Cost: r.Int64N(maxCost + 1)}
+							got, err := decideForm(ctx, rdb, form, "t:"+form+":", req)
+							if want := m.do(&l, req); err != nil || got != want {
+								t.Fatalf("limit %+v op %d: acquire %+v: %v\nscript %+v\nbucket %+v", l, i, req, err, got, want)
+							}
+						}
+						got, err := evalLease(ctx, rdb, form, l, key, now, want, need, ret, until, life)
+						if err != nil {
+							t.Fatal(err)
+						}
+						want6 := m.lease(&l, now, want, need, ret, until, life)
+						if got != want6 {
+							t.Fatalf("limit %+v op %d: now %d want %d need %d return %d until %d life %d\nscript %v\nbucket %v",
+								l, i, now, want, need, ret, until, life, got, want6)
+						}
+						rkey := string(AppendKey(nil, "t:"+form+":", &l, key))
+						w0, ext, ok := storedExt(t, rdb, &l, rkey)
+						if ok != m.written || (ok && (w0 != m.s[0] || !slices.Equal(ext, m.ext))) {
+							t.Fatalf("limit %+v op %d: stored %d %v (%v), bucket %d %v (%v)", l, i, w0, ext, ok, m.s[0], m.ext, m.written)
+						}
+						held, until = got[0], got[5]
+					}
+				}
+			})
+		}
 	}
 }

@@ -1,0 +1,218 @@
+-- window_counters: package bucket's sub-window counters (Figma's sliding
+-- window counters) on one bucket in Redis. Time is cut into sub-windows of
+-- w = ceil(window/counters) ns, aligned to multiples of w since the Unix
+-- epoch, each with a counter; a request sees the sum of every counter whose
+-- sub-window overlaps (now-window, now]: harsh, never lenient. The ring of
+-- counters+1 counters holds sub-window j at index j mod (counters+1).
+--
+-- ARGV[3..6]  max, window ns, counters (1 to 64), count_denied (1: a denied
+--             request counts too)
+-- Value: decimal words separated by single spaces: the number of the
+-- newest stored sub-window (floor(t/w) for its times t), then the
+-- counters+1 counters of the ring, index 0 first.
+--
+-- Ops and replies are state.lua's. A lease of k tokens counts k in now's
+-- sub-window, like an admission of k, and ends with that sub-window, so
+-- that its tokens are counted where a local admission would count them;
+-- its unused tokens go back (newest sub-window first) only before then.
+-- A counter saturates at 2^53 (package bucket: 2^63), reached only by
+-- denied requests of count_denied.
+-- #include window.lua
+-- #include wide.lua
+
+local counters, count_denied, w, m
+local top, c, cur, now_r -- the ring (c[1..m]), now's sub-window and now mod w
+
+local function counter_params(argv)
+  params(argv)
+  counters, count_denied = tonumber(argv[5]), argv[6] == "1"
+  w = ceildiv(window, counters)
+  m = counters + 1
+end
+
+-- now_window returns floor(now/w) and now mod w: with now_s = qs*w + rs,
+-- now = qs*w*1e9 + rs*1e9 + now_ns.
+local function now_window()
+  local r = nowmod(w)
+  local rs = fmod(now_s, w)
+  local qs = (now_s - rs) / w
+  local qa = muldiv(rs, E9, w) -- floor(rs*1e9/w)
+  local ra = fmod(r - now_ns, w) -- rs*1e9 mod w
+  if ra < 0 then ra = ra + w end
+  return qs * E9 + qa + idiv(ra + now_ns, w), r
+end
+
+-- ends returns when sub-window j stops counting, (j+1)*w + window, an
+-- offset.
+local function ends(j)
+  return (j + 1 - cur) * w - now_r + window
+end
+
+local function index(j)
+  local i = fmod(j, m)
+  if i < 0 then i = i + m end
+  return i + 1
+end
+
+local function down(i)
+  if i == 1 then return m end
+  return i - 1
+end
+
+-- span returns how many stored sub-windows, from top down, count at now:
+-- those numbered floor((now-window)/w) or more.
+local function span()
+  local lo = cur - ceildiv(window - now_r, w)
+  if top < lo then return 0 end
+  return math.min(top - lo, counters) + 1
+end
+
+-- sum returns the sum of the counters that count, or max+1 once it is more.
+local function sum()
+  local s, i = 0, index(top)
+  for _ = 1, span() do
+    s = s + math.max(c[i], 0)
+    if s > limit_max then return limit_max + 1 end
+    i = down(i)
+  end
+  return s
+end
+
+-- fresh_at returns when no counter counts any more (NEG if none has a count).
+local function fresh_at()
+  local i = index(top)
+  for k = 0, m - 1 do
+    if c[i] > 0 then return ends(top - k) end
+    i = down(i)
+  end
+  return NEG
+end
+
+-- report returns remaining, retry_after (for a request of n, denied or not)
+-- and reset_after for the counters as they stand, whose sum is count.
+local function report(allowed, count, n)
+  local retry = -1
+  if allowed == 0 and n <= limit_max then
+    local room, s, i = limit_max - n, 0, index(top)
+    for k = 0, span() - 1 do
+      s = s + math.max(c[i], 0)
+      if s > room then
+        retry = math.max(ends(top - k), 1)
+        break
+      end
+      i = down(i)
+    end
+  end
+  return limit_max - math.min(count, limit_max), retry, math.max(fresh_at(), 0)
+end
+
+-- decide decides a request of n and, if it counts, counts it. It returns
+-- allowed, remaining, retry_after, reset_after and whether it changed the
+-- counters.
+local function decide(n)
+  local count = sum()
+  local allowed = 0
+  if count + n <= limit_max then allowed = 1 end
+  local changed = false
+  if n > 0 and (allowed == 1 or count_denied) then
+    if cur > top then
+      local i = index(top)
+      for _ = 1, math.min(cur - top, m) do
+        i = i + 1
+        if i > m then i = 1 end
+        c[i] = 0
+      end
+      top = cur
+    end
+    local i = index(top)
+    c[i] = math.min(math.max(c[i], 0) + n, TWO53)
+    count = math.min(count + n, limit_max + 1)
+    changed = true
+  end
+  local remaining, retry, reset = report(allowed, count, n)
+  return allowed, remaining, retry, reset, changed
+end
+
+-- refund takes n off the counters that count, newest first.
+local function refund(n)
+  local changed, i = false, index(top)
+  for _ = 1, span() do
+    if n <= 0 then break end
+    if c[i] > 0 then
+      local take = math.min(c[i], n)
+      c[i], n, changed = c[i] - take, n - take, true
+    end
+    i = down(i)
+  end
+  return changed
+end
+
+local function encode()
+  local words = {string.format("%d", top)}
+  for i = 1, m do words[i + 1] = string.format("%d", c[i]) end
+  return table.concat(words, " ")
+end
+
+local function run(keys, argv)
+  clock(argv[1])
+  counter_params(argv)
+  local key, n = keys[1], tonumber(argv[2])
+  cur, now_r = now_window()
+  local raw = redis.call("GET", key)
+  local new = true
+  if raw then
+    local words = {}
+    for word in string.gmatch(raw, "%d+") do words[#words + 1] = tonumber(word) end
+    if #words ~= m + 1 or string.find(raw, "[^ %d]") or string.find(raw, "  ")
+      or string.find(raw, "^ ") or string.find(raw, " $") then
+      return redis.error_reply("ERR sluice: the bucket at " .. key .. " is malformed")
+    end
+    top, c = words[1], {}
+    for i = 1, m do c[i] = words[i + 1] end
+    new = fresh_at() <= 0
+  end
+  if new then
+    top, c = cur, {}
+    for i = 1, m do c[i] = 0 end
+  end
+
+  local reply, changed
+  if op == "a" then
+    local allowed, remaining, retry, reset
+    allowed, remaining, retry, reset, changed = decide(n)
+    reply = {allowed, remaining, retry, reset, 0}
+  elseif op == "r" then
+    changed = n > 0 and refund(n)
+    local allowed, remaining, retry, reset = decide(0)
+    reply = {allowed, remaining, retry, reset, 0}
+  else
+    local k = #argv
+    local need, ret, until_time, life = tonumber(argv[k - 3]), tonumber(argv[k - 2]), argv[k - 1], tonumber(argv[k])
+    changed = false
+    if ret > 0 and until_time ~= "" and offset(until_time) >= 0 then changed = refund(ret) end
+    local available = limit_max - math.min(sum(), limit_max)
+    local _, granted, remaining, retry, reset, took = nil, 0
+    if available >= need then
+      granted = math.min(n, available)
+      _, remaining, retry, reset, took = decide(granted)
+      changed = changed or took
+    else
+      local saved_top, saved = top, {unpack(c)}
+      _, remaining, retry, reset = decide(need)
+      top, c = saved_top, saved -- a lease denied counts nothing
+    end
+    local valid = math.max(math.min(life, w - now_r), 0)
+    reply = {granted, remaining, retry, reset, valid, absolute(valid)}
+  end
+
+  if changed then
+    if explicit then
+      redis.call("SET", key, encode())
+    else
+      local ms, fresh = 1, fresh_at()
+      if fresh > 1000000 then ms = ceildiv(fresh, 1000000) end
+      redis.call("SET", key, encode(), "PX", ms)
+    end
+  end
+  return reply
+end
