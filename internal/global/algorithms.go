@@ -152,6 +152,18 @@ var algorithms = map[bucket.Algorithm]*algorithm{
 		share:  func(l *bucket.Limit, s scaling) { l.Max = s.count(l.Max) },
 		leased: true,
 	},
+	bucket.Concurrency: {
+		params: func(a []any, l *bucket.Limit, _ bucket.Flags) []any {
+			return append(a, l.Max, l.Lease)
+		},
+		identity: 1, // max sizes its entries
+		check: func(l bucket.Limit) error {
+			return duration("the lease", l.Lease)
+		},
+		limit:  func(l *bucket.Limit) int64 { return l.Max },
+		share:  func(l *bucket.Limit, s scaling) { l.Max = s.count(l.Max) },
+		leased: false, // its leases are its own
+	},
 }
 
 // windowParams are the window algorithms' parameters: max, window.

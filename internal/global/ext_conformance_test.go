@@ -82,6 +82,19 @@ func storedExt(t *testing.T, rdb redis.Cmdable, l *bucket.Limit, key string) (w0
 			sec := int64(lo) | int64(hi>>30)<<32
 			ext[i] = sec*1e9 + int64(hi&(1<<30-1))
 		}
+	case bucket.Concurrency:
+		b := []byte(v)
+		if len(b)%16 != 0 || len(b)/8 > len(ext) {
+			t.Fatalf("bucket %s holds %d bytes", key, len(b))
+		}
+		for i := 0; i < len(b); i += 8 {
+			if i%16 == 8 { // an id
+				ext[i/8] = int64(binary.BigEndian.Uint64(b[i:]))
+				continue
+			}
+			hi, lo := binary.BigEndian.Uint32(b[i:]), binary.BigEndian.Uint32(b[i+4:])
+			ext[i/8] = (int64(lo)|int64(hi>>30)<<32)*1e9 + int64(hi&(1<<30-1))
+		}
 	case bucket.WindowCounters:
 		f := strings.Fields(v)
 		if len(f) != 1+len(ext) {
@@ -304,6 +317,129 @@ func TestExtLeaseConformance(t *testing.T) {
 					}
 				}
 			})
+		}
+	}
+}
+
+// Ensure that the concurrency script is package bucket's concurrency
+// leases: random sequences of holds (with ids drawn to collide now and
+// then), releases (of held, expired, released and unknown leases), and
+// acquires and refunds (which only report), at explicit times, as
+// functions and as scripts; every field of every reply, the lease ids and
+// the stored entries compared.
+func TestConcurrencyConformance(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	loadLibrary(t, rdb)
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	ctx := context.Background()
+	gens := []struct {
+		name string
+		gen  func(r *rand.Rand) bucket.Limit
+	}{
+		{"small", func(r *rand.Rand) bucket.Limit {
+			return bucket.Limit{Algorithm: bucket.Concurrency, Max: between(r, 1, 6), Lease: between(r, ms, 2000*ms)}
+		}},
+		{"large", func(r *rand.Rand) bucket.Limit {
+			return bucket.Limit{Algorithm: bucket.Concurrency, Max: between(r, 1, bucket.MaxConcurrency), Lease: between(r, ms, MaxDuration)}
+		}},
+	}
+	for _, form := range forms {
+		for _, g := range gens {
+			for _, start := range []int64{t0, 1e8} {
+				t.Run(fmt.Sprintf("%s/%s/%d", form, g.name, start), func(t *testing.T) {
+					r := rand.New(rand.NewPCG(uint64(seed), uint64(start)))
+					for li := range 8 {
+						l := g.gen(r)
+						if err := Check(l); err != nil {
+							t.Fatal(err)
+						}
+						l.Validate()
+						key := fmt.Sprintf("conc-%s-%d", g.name, li)
+						prefix := fmt.Sprintf("t:%s:%d:", form, start)
+						var m extModel
+						now := start + r.Int64N(1e9)
+						step := max(l.Lease/max(l.Max/2, 1), 1)
+						var ids []int64
+						for i := range 200 {
+							now += r.Int64N(step + 1)
+							if r.IntN(15) == 0 {
+								now = max(now-r.Int64N(step+1), 1)
+							}
+							req := Request{Limit: l, Key: key, At: now}
+							switch x := r.IntN(10); {
+							case x < 5:
+								req.Op = hold
+								req.Lease = int64(r.Uint64())
+								if r.IntN(4) == 0 && len(ids) > 0 {
+									req.Lease = ids[r.IntN(len(ids))] // taken already
+								} else if r.IntN(8) == 0 {
+									req.Lease = []int64{0, 1, -1, 1<<63 - 1}[r.IntN(4)]
+								}
+							case x < 8:
+								req.Op = release
+								if len(ids) > 0 {
+									req.Lease = ids[r.IntN(len(ids))]
+								}
+							default:
+								req.Op = Op(r.IntN(2)) // acquire or refund: a report
+								req.Cost = r.Int64N(3)
+							}
+							s, ext := m.open(&l, now)
+							var want bucket.Decision
+							var wantN int64
+							var changed, released bool
+							switch req.Op {
+							case hold:
+								wantN, changed = l.AcquireLease(now, &s, ext, req.Lease, &want)
+							case release:
+								released, changed = l.ReleaseLease(now, &s, ext, req.Lease, &want)
+								if released {
+									wantN = 1
+								}
+							case Refund:
+								changed = l.DecideRefundExt(now, &s, ext, req.Cost, 0, &want)
+							default:
+								changed = l.DecideExt(now, &s, ext, req.Cost, 0, &want)
+							}
+							m.store(s, ext, changed)
+
+							var got bucket.Decision
+							var gotN int64
+							var err error
+							if req.Op == hold || req.Op == release {
+								p := prepare(&req.Limit, 0)
+								op := opHold
+								if req.Op == release {
+									op = opRelease
+								}
+								k, args := req.leaseArgs(prefix, p, op)
+								var v any
+								if v, err = runForm(ctx, rdb, form, p.g, []string{k}, args).Result(); err == nil {
+									got, gotN, err = parseLeaseReply(v, &req.Limit, &got)
+								}
+							} else {
+								got, err = decideForm(ctx, rdb, form, prefix, req)
+							}
+							if err != nil {
+								t.Fatalf("limit %+v op %d %+v: %v", l, i, req, err)
+							}
+							if got != want || gotN != wantN {
+								t.Fatalf("limit %+v op %d: %+v\nscript %+v %d\nbucket %+v %d", l, i, req, got, gotN, want, wantN)
+							}
+							if req.Op == hold && gotN != 0 {
+								ids = append(ids, gotN)
+							}
+							rkey := string(AppendKey(nil, prefix, &l, key))
+							_, sext, ok := storedExt(t, rdb, &l, rkey)
+							if ok != m.written || (ok && !slices.Equal(sext, m.ext)) {
+								t.Fatalf("limit %+v op %d %+v: stored %v (%v), bucket %v (%v)", l, i, req, sext, ok, m.ext, m.written)
+							}
+						}
+					}
+				})
+			}
 		}
 	}
 }

@@ -36,6 +36,9 @@ type Request struct {
 	Flags bucket.Flags
 	// Op is Acquire or Refund.
 	Op Op
+	// Lease is a concurrency lease's id (Hold, Release): the caller's
+	// random draw for Hold.
+	Lease int64
 	// At is an explicit time, Unix ns in [1, bucket.MaxTime], for tests
 	// and replays; 0 decides at Redis's clock (TIME), which is the only
 	// clock of a global limit. A bucket written at an explicit time gets

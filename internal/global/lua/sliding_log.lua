@@ -7,8 +7,7 @@
 -- Value: 8 bytes of header, the ring's head (the index the next entry is
 -- written to) and fill (the entries stored), 4 bytes each, big endian; then
 -- entry i of the ring at byte 8+8i, 8 bytes: its time's ns within the
--- second (bits 0-29) and bits 32-33 of its Unix seconds (bits 30-31), then
--- the seconds' low 32 bits, both big endian. Entries past the string's end
+-- second and its Unix seconds (times.lua). Entries past the string's end
 -- are 0 (a new ring's), so the string holds at most 8+8*max bytes. Entries
 -- never decrease from the oldest to the newest: an admission is recorded
 -- at max(now, newest).
@@ -20,46 +19,19 @@
 -- newest entries and in the window, so a return never removes another
 -- host's admission.
 -- #include window.lua
-
-local P30, P32 = 1073741824, 4294967296
+-- #include times.lua
 
 -- The ring: head and fill; raw holds the entries as stored, read relative
 -- to base (the head raw was written with). The newest shift entries are
 -- newer than raw: all at rec, an offset.
 local raw, head, fill, base, shift, rec
 
-local function u32(p)
-  local a, b, c, d = string.byte(raw, p, p + 3)
-  return ((a * 256 + b) * 256 + c) * 256 + d
-end
-
-local function be32(v)
-  local d = fmod(v, 256)
-  v = (v - d) / 256
-  local c = fmod(v, 256)
-  v = (v - c) / 256
-  local b = fmod(v, 256)
-  return string.char((v - b) / 256, b, c, d)
-end
-
 -- at returns the k-th most recent entry, 1 <= k <= fill, an offset.
 local function at(k)
   if k <= shift then return rec end
   local i = base - (k - shift)
   if i < 0 then i = i + limit_max end
-  local p = 9 + 8 * i
-  if p + 7 > #raw then return offset_sn(0, 0) end
-  local hi, lo = u32(p), u32(p + 4)
-  local ns = fmod(hi, P30)
-  return offset_sn(lo + (hi - ns) / P30 * P32, ns)
-end
-
--- entry is the stored form of an entry at offset off.
-local function entry(off)
-  local s, ns = split(off)
-  if s < 0 then s, ns = 0, 0 end
-  local top = idiv(s, P32)
-  return be32(ns + top * P30) .. be32(s - top * P32)
+  return get_time(raw, 9 + 8 * i)
 end
 
 local function live(e)
@@ -122,7 +94,7 @@ local function run(keys, argv)
     if #raw < 8 or words ~= math.floor(words) or words > limit_max then
       return redis.error_reply("ERR sluice: the bucket at " .. key .. " is malformed")
     end
-    head, fill = u32(1), u32(5)
+    head, fill = u32(raw, 1), u32(raw, 5)
     if head >= limit_max or fill > limit_max then
       return redis.error_reply("ERR sluice: the bucket at " .. key .. " is malformed")
     end
@@ -169,10 +141,10 @@ local function run(keys, argv)
   if head ~= head0 or fill ~= fill0 or shift > 0 then
     local hdr = be32(head) .. be32(fill)
     if new then
-      redis.call("SET", key, hdr .. string.rep(entry(rec), shift))
+      redis.call("SET", key, hdr .. string.rep(put_time(rec), shift))
     else
       if shift > 0 then
-        local e, m = entry(rec), math.min(shift, limit_max - base)
+        local e, m = put_time(rec), math.min(shift, limit_max - base)
         redis.call("SETRANGE", key, 8 + 8 * base, string.rep(e, m))
         if shift > m then redis.call("SETRANGE", key, 8, string.rep(e, shift - m)) end
       end
