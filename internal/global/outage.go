@@ -96,7 +96,7 @@ type localBucket struct {
 	share   bucket.Limit // the share it was created with
 	state   bucket.State
 	ext     []int64 // the extension of sliding_log, window_counters, concurrency
-	freshAt int64 // Unix ns from which it is fresh again: forgotten
+	freshAt int64   // Unix ns from which it is fresh again: forgotten
 }
 
 // FallbackStats are a Fallback's counters since NewFallback, and its
