@@ -398,6 +398,12 @@ func (s *server) globalOp(b []byte, op *proto.Op, nl *namedLimit, c *conn) []byt
 	if s.global == nil {
 		return c.fail(b, op.Code, errNoGlobal)
 	}
+	switch {
+	case op.Code == proto.OpLease && nl.cfg.Bucket.Algorithm == bucket.Concurrency:
+		return s.globalLeaseOp(b, op, nl, c)
+	case op.Code == proto.OpRelease && nl.cfg.Bucket.Algorithm == bucket.Concurrency:
+		return s.globalReleaseOp(b, op, nl, c)
+	}
 	var r globalResult
 	fg := c.globals
 	for fg.pending() && (fg.res[fg.next].frame < c.frameNo || fg.res[fg.next].frame == c.frameNo && fg.res[fg.next].op < c.opIndex) {

@@ -1,0 +1,90 @@
+package server
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/clients/go/sluice"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// Ensure that a global concurrency limit holds its leases in Redis: two
+// sidecars share a limit of 2 (leased for an hour); a third lease is
+// denied on either; a RELEASE frees a slot for the other sidecar; a
+// connection that closes gives its leases back through its sidecar, at
+// once; and the leases of a sidecar that stops (of a limit leased for 2 s)
+// free at their lease time, not before.
+func TestGlobal_concurrency(t *testing.T) {
+	redis := redistest.Start(t)
+	const text = `limits:
+  jobs: {limit: "concurrency:limit=2,lease=1h", scope: global, on_unavailable: closed}
+  short: {limit: "concurrency:limit=2,lease=2s", scope: global, on_unavailable: closed}
+`
+	a, b := startGlobal(t, redis.Addr, text), startGlobal(t, redis.Addr, text)
+	ctx := context.Background()
+	limit, key := sluice.Limit{Name: "jobs"}, "k"
+	dial := func(sc *sidecar) *sluice.Client {
+		c, err := sluice.Dial(sc.cfg.SocketPath, sluice.WithTimeout(10*time.Second), sluice.WithFailurePolicy(sluice.FailError))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	lease := func(c *sluice.Client) sluice.Lease {
+		t.Helper()
+		ls, err := c.Lease(ctx, limit, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ls
+	}
+	ca, cb := dial(a), dial(b)
+	defer cb.Close()
+	l1, l2 := lease(ca), lease(cb)
+	if !l1.Allowed || !l2.Allowed || l1.ID == 0 || l2.ID == 0 {
+		t.Fatalf("the first two leases: %+v %+v, want both granted", l1, l2)
+	}
+	if l3 := lease(cb); l3.Allowed || l3.ID != 0 {
+		t.Fatalf("a third lease across the sidecars: %+v, want denied", l3)
+	}
+	if ok, err := l2.Release(); !ok || err != nil {
+		t.Fatalf("release: %v %v, want released", ok, err)
+	}
+	l4 := lease(ca) // through the other sidecar
+	if !l4.Allowed {
+		t.Fatalf("a lease after a release: %+v, want granted", l4)
+	}
+	// ca holds l1 and l4; closing it gives both back through sidecar a.
+	ca.Close()
+	var got []sluice.Lease
+	for deadline := time.Now().Add(time.Minute); len(got) < 2; {
+		if ls := lease(cb); ls.Allowed {
+			got = append(got, ls)
+			continue
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a closed connection's leases were not given back: %d free", len(got))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// Sidecar b's leases of the short limit outlive b only until their
+	// lease time: Redis frees them then.
+	limit, key = sluice.Limit{Name: "short"}, "s" // a bucket of its own: the same spec but the lease
+	if l1, l2 := lease(cb), lease(cb); !l1.Allowed || !l2.Allowed {
+		t.Fatalf("short leases: %+v %+v, want both granted", l1, l2)
+	}
+	start := time.Now()
+	b.stop(t)
+	cc := dial(a)
+	defer cc.Close()
+	for !lease(cc).Allowed {
+		if time.Since(start) > time.Minute {
+			t.Fatal("a stopped sidecar's leases were not freed at their lease time")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if el := time.Since(start); el < 1900*time.Millisecond {
+		t.Errorf("a stopped sidecar's lease freed after %v, before its lease time (2s)", el)
+	}
+}
