@@ -54,7 +54,7 @@ type heldLease struct {
 	limit   engine.Limit
 	key     string
 	id      int64
-	expires int64 // Unix ns, the server's clock: from then on it holds nothing
+	expires int64         // Unix ns, the server's clock: from then on it holds nothing
 	global  *config.Limit // a global concurrency limit's (limit unused), else nil
 }
 
