@@ -72,6 +72,13 @@ func fleetChild() (int, bool) {
 		}
 		return 0, true
 	}
+	if v := os.Getenv("SLUICE_FLEET_HOLDER"); v != "" {
+		var p fleetHolder
+		if err := json.Unmarshal([]byte(v), &p); err != nil {
+			panic(err)
+		}
+		return p.run(), true
+	}
 	if v := os.Getenv("SLUICE_FLEET_CLIENT"); v != "" {
 		var p fleetClient
 		if err := json.Unmarshal([]byte(v), &p); err != nil {
