@@ -4,10 +4,9 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -96,17 +95,20 @@ func storedExt(t *testing.T, rdb redis.Cmdable, l *bucket.Limit, key string) (w0
 			ext[i/8] = (int64(lo)|int64(hi>>30)<<32)*1e9 + int64(hi&(1<<30-1))
 		}
 	case bucket.WindowCounters:
-		f := strings.Fields(v)
-		if len(f) != 1+len(ext) {
-			t.Fatalf("bucket %s holds %q, want %d words", key, v, 1+len(ext))
+		b := []byte(v)
+		if len(b) != 8*(1+len(ext)) {
+			t.Fatalf("bucket %s holds %d bytes, want %d", key, len(b), 8*(1+len(ext)))
 		}
-		if w0, err = strconv.ParseInt(f[0], 10, 64); err != nil {
-			t.Fatalf("bucket %s holds %q: %v", key, v, err)
-		}
-		for i := range ext {
-			if ext[i], err = strconv.ParseInt(f[1+i], 10, 64); err != nil {
-				t.Fatalf("bucket %s holds %q: %v", key, v, err)
+		word := func(p []byte) int64 {
+			f := math.Float64frombits(binary.BigEndian.Uint64(p))
+			if f != math.Trunc(f) || f < 0 || f >= 1<<53 {
+				t.Fatalf("bucket %s holds %v, not a count", key, f)
 			}
+			return int64(f)
+		}
+		w0 = word(b)
+		for i := range ext {
+			ext[i] = word(b[8+8*i:])
 		}
 	}
 	return w0, ext, true

@@ -142,6 +142,15 @@ local function run(keys, argv)
     local hdr = be32(head) .. be32(fill)
     if new then
       redis.call("SET", key, hdr .. string.rep(put_time(rec), shift))
+    elseif shift > 0 and 8 + 8 * math.min(base + shift, limit_max) > #raw then
+      -- The ring grows: written whole, so that Redis holds it at its size
+      -- (SETRANGE would grow it by doubling).
+      local e, m = put_time(rec), math.min(shift, limit_max - base)
+      local v = hdr .. string.sub(raw, 9, 8 + 8 * base) .. string.rep(e, m)
+      if shift > m then
+        v = hdr .. string.rep(e, shift - m) .. string.sub(raw, 9 + 8 * (shift - m), 8 + 8 * base) .. string.rep(e, m)
+      end
+      redis.call("SET", key, v .. string.sub(raw, #v + 1))
     else
       if shift > 0 then
         local e, m = put_time(rec), math.min(shift, limit_max - base)

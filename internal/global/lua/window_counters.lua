@@ -7,21 +7,35 @@
 --
 -- ARGV[3..6]  max, window ns, counters (1 to 64), count_denied (1: a denied
 --             request counts too)
--- Value: decimal words separated by single spaces: the number of the
--- newest stored sub-window (floor(t/w) for its times t), then the
--- counters+1 counters of the ring, index 0 first.
+-- Value: 8*(counters+2) bytes: the number of the newest stored sub-window
+-- (floor(t/w) for its times t), then the counters+1 counters of the ring,
+-- index 0 first, each an IEEE 754 double in 8 bytes, big endian (exact:
+-- every word is an integer below 2^53). A decision rewrites only
+-- the counters it changes (SETRANGE).
 --
 -- Ops and replies are state.lua's. A lease of k tokens counts k in now's
 -- sub-window, like an admission of k, and ends with that sub-window, so
 -- that its tokens are counted where a local admission would count them;
 -- its unused tokens go back (newest sub-window first) only before then.
--- A counter saturates at 2^53 (package bucket: 2^63), reached only by
+-- A counter saturates at 2^53-1 (package bucket: 2^63-1), reached only by
 -- denied requests of count_denied.
 -- #include window.lua
--- #include wide.lua
 
 local counters, count_denied, w, m
 local top, c, cur, now_r -- the ring (c[1..m]), now's sub-window and now mod w
+local dirty -- the indexes of c changed, and 0 if top did
+
+-- A word is a double, 8 bytes big endian (struct): exact for the integers
+-- below 2^53 it holds, and decoded by Redis's C code in one call.
+local function b64(v)
+  return struct.pack(">d", v)
+end
+
+-- word reports whether v is a word a bucket may hold: an integer in
+-- [0, 2^53).
+local function word(v)
+  return v and v >= 0 and v < TWO53 and v == math.floor(v)
+end
 
 local function counter_params(argv)
   params(argv)
@@ -30,16 +44,13 @@ local function counter_params(argv)
   m = counters + 1
 end
 
--- now_window returns floor(now/w) and now mod w: with now_s = qs*w + rs,
--- now = qs*w*1e9 + rs*1e9 + now_ns.
+-- now_window returns floor(now/w) and r = now mod w (exact, nowmod). The
+-- quotient (now-r)/w is an integer below 2^53, and now_s*1e9 is exact in a
+-- double (1e9 = 2^9 * 1953125), so the double quotient is within 512/w
+-- (w >= 15625 ns) of it: rounded, it is exact.
 local function now_window()
   local r = nowmod(w)
-  local rs = fmod(now_s, w)
-  local qs = (now_s - rs) / w
-  local qa = muldiv(rs, E9, w) -- floor(rs*1e9/w)
-  local ra = fmod(r - now_ns, w) -- rs*1e9 mod w
-  if ra < 0 then ra = ra + w end
-  return qs * E9 + qa + idiv(ra + now_ns, w), r
+  return math.floor((now_s * E9 - r + now_ns) / w + 0.5), r
 end
 
 -- ends returns when sub-window j stops counting, (j+1)*w + window, an
@@ -120,12 +131,12 @@ local function decide(n)
       for _ = 1, math.min(cur - top, m) do
         i = i + 1
         if i > m then i = 1 end
-        c[i] = 0
+        if c[i] ~= 0 then c[i], dirty[i] = 0, true end
       end
-      top = cur
+      top, dirty[0] = cur, true
     end
     local i = index(top)
-    c[i] = math.min(math.max(c[i], 0) + n, TWO53)
+    c[i], dirty[i] = math.min(math.max(c[i], 0) + n, TWO53 - 1), true
     count = math.min(count + n, limit_max + 1)
     changed = true
   end
@@ -140,17 +151,18 @@ local function refund(n)
     if n <= 0 then break end
     if c[i] > 0 then
       local take = math.min(c[i], n)
-      c[i], n, changed = c[i] - take, n - take, true
+      c[i], n, changed, dirty[i] = c[i] - take, n - take, true, true
     end
     i = down(i)
   end
   return changed
 end
 
+-- encode is the stored value.
 local function encode()
-  local words = {string.format("%d", top)}
-  for i = 1, m do words[i + 1] = string.format("%d", c[i]) end
-  return table.concat(words, " ")
+  local words = {b64(top)}
+  for i = 1, m do words[i + 1] = b64(c[i]) end
+  return table.concat(words)
 end
 
 local function run(keys, argv)
@@ -160,15 +172,19 @@ local function run(keys, argv)
   cur, now_r = now_window()
   local raw = redis.call("GET", key)
   local new = true
+  dirty = {}
   if raw then
-    local words = {}
-    for word in string.gmatch(raw, "%d+") do words[#words + 1] = tonumber(word) end
-    if #words ~= m + 1 or string.find(raw, "[^ %d]") or string.find(raw, "  ")
-      or string.find(raw, "^ ") or string.find(raw, " $") then
+    top, c = nil, {}
+    if #raw == 8 * (m + 1) then
+      c = {struct.unpack(string.rep(">d", m + 1), raw)}
+      top = table.remove(c, 1)
+      c[m + 1] = nil -- struct.unpack's next position
+      if not word(top) then top = nil end
+      for i = 1, m do if not word(c[i]) then top = nil end end
+    end
+    if not top then
       return redis.error_reply("ERR sluice: the bucket at " .. key .. " is malformed")
     end
-    top, c = words[1], {}
-    for i = 1, m do c[i] = words[i + 1] end
     new = fresh_at() <= 0
   end
   if new then
@@ -197,21 +213,32 @@ local function run(keys, argv)
       _, remaining, retry, reset, took = decide(granted)
       changed = changed or took
     else
-      local saved_top, saved = top, {unpack(c)}
+      -- A lease denied counts nothing: its retry_after is a denied
+      -- request's (counted, with count_denied), on a copy.
+      local saved_top, saved, saved_dirty = top, {unpack(c)}, {}
+      for k, v in pairs(dirty) do saved_dirty[k] = v end
       _, remaining, retry, reset = decide(need)
-      top, c = saved_top, saved -- a lease denied counts nothing
+      top, c, dirty = saved_top, saved, saved_dirty
     end
     local valid = math.max(math.min(life, w - now_r), 0)
     reply = {granted, remaining, retry, reset, valid, absolute(valid)}
   end
 
   if changed then
-    if explicit then
+    if new then
       redis.call("SET", key, encode())
+    else
+      if dirty[0] then redis.call("SETRANGE", key, 0, b64(top)) end
+      for i = 1, m do
+        if dirty[i] then redis.call("SETRANGE", key, 8 * i, b64(c[i])) end
+      end
+    end
+    if explicit then
+      redis.call("PERSIST", key)
     else
       local ms, fresh = 1, fresh_at()
       if fresh > 1000000 then ms = ceildiv(fresh, 1000000) end
-      redis.call("SET", key, encode(), "PX", ms)
+      redis.call("PEXPIRE", key, ms)
     end
   end
   return reply
