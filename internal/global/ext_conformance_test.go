@@ -445,3 +445,68 @@ func TestConcurrencyConformance(t *testing.T) {
 		}
 	}
 }
+
+// Ensure the bound of a leased sliding log: a lease's tokens are entries
+// at the time it was granted, admitted by their host during the lease's
+// life, at most a tenth of the window; so in any span of the window less
+// that life the fleet admits at most the limit (over a whole window, more).
+// Four simulated hosts take leases of 10 of a log of 20 per second, at
+// explicit times, and admit from them as their requests come (every 15 ms
+// on average, from any host).
+func TestLeasedLogBound(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	loadLibrary(t, rdb)
+	ctx := context.Background()
+	const limit, window, hosts = 20, int64(time.Second), 4
+	life := window / 10
+	l := bucket.Limit{Algorithm: bucket.SlidingLog, Max: limit, Window: window}
+	if err := l.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	type host struct{ tokens, expires, until int64 }
+	hs := make([]host, hosts)
+	r := rand.New(rand.NewPCG(1, 2))
+	var admitted []int64
+	now := t0
+	for range 4000 {
+		now += r.Int64N(30 * int64(time.Millisecond))
+		h := &hs[r.IntN(hosts)]
+		if h.tokens == 0 || now >= h.expires {
+			ret := int64(0)
+			if h.tokens > 0 {
+				ret = h.tokens // its lease expired unused
+			}
+			got, err := evalLease(ctx, rdb, "function", l, "bound", now, 10, 1, ret, h.until, int64(time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got[4] > life {
+				t.Fatalf("a lease of a log of a %d ns window is valid for %d ns, more than a tenth", window, got[4])
+			}
+			*h = host{tokens: got[0], expires: now + got[4], until: got[5]}
+		}
+		if h.tokens > 0 {
+			h.tokens--
+			admitted = append(admitted, now)
+		}
+	}
+	most, mostFull := 0, 0
+	for i, at := range admitted {
+		n, full := 0, 0
+		for j := i; j >= 0 && admitted[j] > at-window; j-- {
+			full++
+			if admitted[j] > at-(window-life) {
+				n++
+			}
+		}
+		most, mostFull = max(most, n), max(mostFull, full)
+	}
+	if most > limit {
+		t.Errorf("the fleet admitted %d within %d ns, above the limit %d", most, window-life, limit)
+	}
+	if len(admitted) < 20*limit {
+		t.Errorf("only %d admitted over %d windows", len(admitted), (now-t0)/window)
+	}
+	t.Logf("%d admitted; at most %d in any %v, %d in any %v", len(admitted), most, time.Duration(window-life), mostFull, time.Duration(window))
+}
