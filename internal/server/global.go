@@ -371,6 +371,8 @@ func (g *globalLimits) decide(a *globalArgs) globalResult {
 		return globalResult{err: engine.ErrKeyTooLong}
 	case a.n < 0:
 		return globalResult{err: fmt.Errorf("%w: %d", engine.ErrNegativeCost, a.n)}
+	case l.Bucket.Algorithm == bucket.Concurrency && (a.code == proto.OpAcquire || a.code == proto.OpRefund):
+		return globalResult{err: engine.ErrLeaseOnly}
 	}
 	by := func() time.Time {
 		if a.arrived.IsZero() {
@@ -398,11 +400,13 @@ func (s *server) globalOp(b []byte, op *proto.Op, nl *namedLimit, c *conn) []byt
 	if s.global == nil {
 		return c.fail(b, op.Code, errNoGlobal)
 	}
-	switch {
-	case op.Code == proto.OpLease && nl.cfg.Bucket.Algorithm == bucket.Concurrency:
+	switch conc := nl.cfg.Bucket.Algorithm == bucket.Concurrency; {
+	case op.Code == proto.OpLease && conc:
 		return s.globalLeaseOp(b, op, nl, c)
-	case op.Code == proto.OpRelease && nl.cfg.Bucket.Algorithm == bucket.Concurrency:
+	case op.Code == proto.OpRelease && conc:
 		return s.globalReleaseOp(b, op, nl, c)
+	case op.Code == proto.OpLease || op.Code == proto.OpRelease:
+		return c.fail(b, op.Code, engine.ErrNotConcurrency)
 	}
 	var r globalResult
 	fg := c.globals

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -86,5 +87,30 @@ func TestGlobal_concurrency(t *testing.T) {
 	}
 	if el := time.Since(start); el < 1900*time.Millisecond {
 		t.Errorf("a stopped sidecar's lease freed after %v, before its lease time (2s)", el)
+	}
+}
+
+// Ensure that a global concurrency limit refuses ACQUIRE and REFUND as a
+// local one does, and that LEASE on another global limit is refused.
+func TestGlobal_concurrencyOps(t *testing.T) {
+	redis := redistest.Start(t)
+	sc := startGlobal(t, redis.Addr, `limits:
+  jobs: {limit: "concurrency:limit=2,lease=1h", scope: global}
+  tb: {limit: "token_bucket:max=2,refill_time=1h", scope: global}
+`)
+	c, err := sluice.Dial(sc.cfg.SocketPath, sluice.WithTimeout(10*time.Second), sluice.WithFailurePolicy(sluice.FailError))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	if _, err := c.Acquire(ctx, sluice.Limit{Name: "jobs"}, "k", 1); !errors.Is(err, sluice.ErrInvalidLimit) {
+		t.Errorf("ACQUIRE of a global concurrency limit: %v, want an invalid limit", err)
+	}
+	if _, err := c.Lease(ctx, sluice.Limit{Name: "tb"}, "k"); !errors.Is(err, sluice.ErrInvalidLimit) {
+		t.Errorf("LEASE of a global token bucket: %v, want an invalid limit", err)
+	}
+	if d, err := c.Peek(ctx, sluice.Limit{Name: "jobs"}, "k"); err != nil || d.Remaining != 2 {
+		t.Errorf("PEEK of a global concurrency limit: %+v %v, want 2 free", d, err)
 	}
 }
