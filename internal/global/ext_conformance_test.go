@@ -47,7 +47,9 @@ func (m *extModel) do(l *bucket.Limit, r Request) bucket.Decision {
 	s, ext := m.open(l, r.At)
 	var d bucket.Decision
 	var changed bool
-	if r.Op == Refund {
+	if r.Op == Peek {
+		l.PeekExt(r.At, &s, ext, &d)
+	} else if r.Op == Refund {
 		changed = l.DecideRefundExt(r.At, &s, ext, r.Cost, 0, &d)
 	} else {
 		changed = l.DecideExt(r.At, &s, ext, r.Cost, 0, &d)
@@ -181,8 +183,11 @@ func extConformance(t *testing.T, rdb *redis.Client, form string, seed, start, s
 					if r.IntN(10) == 0 {
 						req.Cost = 0
 					}
-					if r.IntN(8) == 0 {
+					switch r.IntN(8) {
+					case 0:
 						req.Op = Refund
+					case 1:
+						req.Op = Peek
 					}
 					before := slices.Clone(m.ext)
 					got, err := decideForm(ctx, rdb, form, prefix, req)
@@ -385,7 +390,7 @@ func TestConcurrencyConformance(t *testing.T) {
 									req.Lease = ids[r.IntN(len(ids))]
 								}
 							default:
-								req.Op = Op(r.IntN(2)) // acquire or refund: a report
+								req.Op = Op(r.IntN(3)) // acquire, refund or peek: a report
 								req.Cost = r.Int64N(3)
 							}
 							s, ext := m.open(&l, now)
@@ -402,6 +407,8 @@ func TestConcurrencyConformance(t *testing.T) {
 								}
 							case Refund:
 								changed = l.DecideRefundExt(now, &s, ext, req.Cost, 0, &want)
+							case Peek:
+								l.PeekExt(now, &s, ext, &want)
 							default:
 								changed = l.DecideExt(now, &s, ext, req.Cost, 0, &want)
 							}

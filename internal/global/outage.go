@@ -213,6 +213,8 @@ func (f *Fallback) byPolicy(ctx context.Context, r *Request, p Policy) (bucket.D
 		if released, _ := b.share.ReleaseLease(now, &b.state, b.ext, r.Lease, &d); !released {
 			r.Lease = 0
 		}
+	case r.Op == Peek:
+		b.share.PeekExt(now, &b.state, b.ext, &d)
 	case share.Algorithm.Extended() && r.Op == Refund:
 		b.share.DecideRefundExt(now, &b.state, b.ext, r.Cost, 0, &d)
 	case share.Algorithm.Extended():

@@ -195,8 +195,12 @@ func (g *globalLimits) refund(l *config.Limit, key string, amount int64, by func
 // peek reports key's global bucket as it stands: a request of cost 0,
 // which changes nothing. Allowed says whether a cost of 1 would be; a
 // peek does not compute how long a denied request of 1 must wait
-// (RetryAfter is -1).
+// (RetryAfter is -1), but for sliding_log, window_counters and
+// concurrency, whose scripts peek as package bucket does.
 func (g *globalLimits) peek(l *config.Limit, key string, by func() time.Time) (bucket.Decision, proto.Outage, error) {
+	if global.Peeks(l.Bucket.Algorithm) { // a peek of their own: the local algorithm's replies
+		return g.decideBy(global.Request{Limit: l.Bucket, Key: key, Op: global.Peek}, l, by)
+	}
 	d, o, err := g.decideBy(global.Request{Limit: l.Bucket, Key: key, Op: global.Acquire}, l, by)
 	d.Allowed, d.RetryAfter = d.Remaining >= 1, -1
 	return d, o, err

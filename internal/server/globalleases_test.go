@@ -114,3 +114,32 @@ func TestGlobal_concurrencyOps(t *testing.T) {
 		t.Errorf("PEEK of a global concurrency limit: %+v %v, want 2 free", d, err)
 	}
 }
+
+// Ensure that PEEK of a global sliding_log and window_counters replies as
+// the local algorithm does: a full log or window says when a request of 1
+// passes.
+func TestGlobal_peekExt(t *testing.T) {
+	redis := redistest.Start(t)
+	sc := startGlobal(t, redis.Addr, `limits:
+  log: {limit: "sliding_log:limit=2,window=1h", scope: global}
+  wc: {limit: "window_counters:limit=2,window=1h,counters=6", scope: global}
+`)
+	c, err := sluice.Dial(sc.cfg.SocketPath, sluice.WithTimeout(10*time.Second), sluice.WithFailurePolicy(sluice.FailError))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	for _, name := range []string{"log", "wc"} {
+		l := sluice.Limit{Name: name}
+		for range 2 {
+			if d, err := c.Acquire(ctx, l, "k", 1); err != nil || !d.Allowed {
+				t.Fatalf("%s: %+v %v", name, d, err)
+			}
+		}
+		d, err := c.Peek(ctx, l, "k")
+		if err != nil || d.Allowed || d.Remaining != 0 || d.RetryAfter < 50*time.Minute || d.RetryAfter > time.Hour+10*time.Minute {
+			t.Errorf("%s: peek of a full bucket %+v %v, want denied, retry after about an hour", name, d, err)
+		}
+	}
+}

@@ -3,8 +3,8 @@
 -- once, each until it is released or its expiry passes.
 --
 -- KEYS[1]  the bucket's key
--- ARGV[1]  the op (clock.lua): "c" take a lease, "x" release one; "a" and
---          "r" (an acquire, a refund) only report the bucket
+-- ARGV[1]  the op (clock.lua): "c" take a lease, "x" release one; "a", "r"
+--          and "p" (an acquire, a refund, a peek) only report the bucket
 -- ARGV[2]  the lease's id, 8 bytes, big endian ("c": the caller's random
 --          draw; 0 or an id an entry has already is replaced by the next
 --          value that is neither, as package bucket does)

@@ -12,7 +12,9 @@
 -- never decrease from the oldest to the newest: an admission is recorded
 -- at max(now, newest).
 --
--- Ops and replies are state.lua's. A lease of k tokens records k entries,
+-- Ops and replies are state.lua's, and "p", a peek: allowed and retry_after
+-- for a cost of 1, the rest for 0, changing nothing. A lease of k tokens
+-- records k entries,
 -- like an admission of k; it is valid for at most a tenth of the window,
 -- and its "until" is the time of its entries, not its end: its unused
 -- tokens go back (the newest entries removed) only while they are the
@@ -109,6 +111,10 @@ local function run(keys, argv)
   if op == "a" then
     local allowed, retry = verdict(n)
     if allowed == 1 and n > 0 then admit(n) end
+    local remaining, reset = report()
+    reply = {allowed, remaining, retry, reset, 0}
+  elseif op == "p" then
+    local allowed, retry = verdict(1)
     local remaining, reset = report()
     reply = {allowed, remaining, retry, reset, 0}
   elseif op == "r" then

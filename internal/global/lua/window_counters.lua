@@ -13,7 +13,9 @@
 -- every word is an integer below 2^53). A decision rewrites only
 -- the counters it changes (SETRANGE).
 --
--- Ops and replies are state.lua's. A lease of k tokens counts k in now's
+-- Ops and replies are state.lua's, and "p", a peek: allowed and retry_after
+-- for a cost of 1, the rest for 0, changing nothing. A lease of k tokens
+-- counts k in now's
 -- sub-window, like an admission of k, and ends with that sub-window, so
 -- that its tokens are counted where a local admission would count them;
 -- its unused tokens go back (newest sub-window first) only before then.
@@ -197,6 +199,13 @@ local function run(keys, argv)
     local allowed, remaining, retry, reset
     allowed, remaining, retry, reset, changed = decide(n)
     reply = {allowed, remaining, retry, reset, 0}
+  elseif op == "p" then
+    local count = sum()
+    local allowed = 0
+    if count + 1 <= limit_max then allowed = 1 end
+    local remaining, retry, reset = report(allowed, count, 1)
+    reply = {allowed, remaining, retry, reset, 0}
+    changed = false
   elseif op == "r" then
     changed = n > 0 and refund(n)
     local allowed, remaining, retry, reset = decide(0)
