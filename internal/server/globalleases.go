@@ -63,15 +63,7 @@ func (s *server) globalReleaseOp(b []byte, op *proto.Op, nl *namedLimit, c *conn
 	ctx, cancel := s.global.opContext(c, op)
 	defer cancel()
 	d, released, _, err := s.global.fallback.Release(ctx, global.Request{Limit: nl.cfg.Bucket, Key: string(op.Key), Lease: id}, nl.cfg.Policy())
-	if err != nil {
-		return c.fail(b, op.Code, err)
-	}
-	c.forget(op.Key, id)
-	if released {
-		s.holders.remove(id, op.Key, nil)
-	}
-	w := proto.Decision(d)
-	return proto.AppendReleaseResult(b, released, &w)
+	return s.released(b, op, c, &d, released, err)
 }
 
 // opContext is the context of a global operation: Redis's answer is

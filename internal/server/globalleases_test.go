@@ -25,13 +25,6 @@ func TestGlobal_concurrency(t *testing.T) {
 	a, b := startGlobal(t, redis.Addr, text), startGlobal(t, redis.Addr, text)
 	ctx := context.Background()
 	limit, key := sluice.Limit{Name: "jobs"}, "k"
-	dial := func(sc *sidecar) *sluice.Client {
-		c, err := sluice.Dial(sc.cfg.SocketPath, sluice.WithTimeout(10*time.Second), sluice.WithFailurePolicy(sluice.FailError))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
 	lease := func(c *sluice.Client) sluice.Lease {
 		t.Helper()
 		ls, err := c.Lease(ctx, limit, key)
@@ -40,8 +33,7 @@ func TestGlobal_concurrency(t *testing.T) {
 		}
 		return ls
 	}
-	ca, cb := dial(a), dial(b)
-	defer cb.Close()
+	ca, cb := dialStrict(t, a), dialStrict(t, b)
 	l1, l2 := lease(ca), lease(cb)
 	if !l1.Allowed || !l2.Allowed || l1.ID == 0 || l2.ID == 0 {
 		t.Fatalf("the first two leases: %+v %+v, want both granted", l1, l2)
@@ -77,8 +69,7 @@ func TestGlobal_concurrency(t *testing.T) {
 	}
 	start := time.Now()
 	b.stop(t)
-	cc := dial(a)
-	defer cc.Close()
+	cc := dialStrict(t, a)
 	for !lease(cc).Allowed {
 		if time.Since(start) > time.Minute {
 			t.Fatal("a stopped sidecar's leases were not freed at their lease time")
@@ -98,11 +89,7 @@ func TestGlobal_concurrencyOps(t *testing.T) {
   jobs: {limit: "concurrency:limit=2,lease=1h", scope: global}
   tb: {limit: "token_bucket:max=2,refill_time=1h", scope: global}
 `)
-	c, err := sluice.Dial(sc.cfg.SocketPath, sluice.WithTimeout(10*time.Second), sluice.WithFailurePolicy(sluice.FailError))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialStrict(t, sc)
 	ctx := context.Background()
 	if _, err := c.Acquire(ctx, sluice.Limit{Name: "jobs"}, "k", 1); !errors.Is(err, sluice.ErrInvalidLimit) {
 		t.Errorf("ACQUIRE of a global concurrency limit: %v, want an invalid limit", err)
@@ -124,11 +111,7 @@ func TestGlobal_peekExt(t *testing.T) {
   log: {limit: "sliding_log:limit=2,window=1h", scope: global}
   wc: {limit: "window_counters:limit=2,window=1h,counters=6", scope: global}
 `)
-	c, err := sluice.Dial(sc.cfg.SocketPath, sluice.WithTimeout(10*time.Second), sluice.WithFailurePolicy(sluice.FailError))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialStrict(t, sc)
 	ctx := context.Background()
 	for _, name := range []string{"log", "wc"} {
 		l := sluice.Limit{Name: name}
@@ -142,4 +125,16 @@ func TestGlobal_peekExt(t *testing.T) {
 			t.Errorf("%s: peek of a full bucket %+v %v, want denied, retry after about an hour", name, d, err)
 		}
 	}
+}
+
+// dialStrict returns a client of sc that waits 10 s and fails with an
+// error, closed at cleanup.
+func dialStrict(t *testing.T, sc *sidecar) *sluice.Client {
+	t.Helper()
+	c, err := sluice.Dial(sc.cfg.SocketPath, sluice.WithTimeout(10*time.Second), sluice.WithFailurePolicy(sluice.FailError))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
 }

@@ -181,14 +181,21 @@ func (s *server) releaseOp(b []byte, op *proto.Op, c *conn, l *engine.Limit) []b
 		}
 	}
 	released, err := s.engine.Release(&d, op.Key, l, id, c.at(c.now))
+	return s.released(b, op, c, &d, released, err)
+}
+
+// released answers a RELEASE of lease op.Lease: the connection and the
+// server forget it.
+func (s *server) released(b []byte, op *proto.Op, c *conn, d *bucket.Decision, released bool, err error) []byte {
 	if err != nil {
 		return c.fail(b, op.Code, err)
 	}
+	id := int64(op.Lease)
 	c.forget(op.Key, id)
 	if released {
 		s.holders.remove(id, op.Key, nil)
 	}
-	w := proto.Decision(d)
+	w := proto.Decision(*d)
 	return proto.AppendReleaseResult(b, released, &w)
 }
 

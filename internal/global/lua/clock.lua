@@ -73,3 +73,16 @@ local function absolute(off)
   if s == 0 then return string.format("%d", r) end
   return string.format("%d%09d", s, r)
 end
+
+-- expire sets the expiry of a key written at now to when its bucket is
+-- fresh again, fresh (an offset; at least 1 ms), or none at an explicit
+-- time.
+local function expire(key, fresh)
+  if explicit then
+    redis.call("PERSIST", key)
+    return
+  end
+  local ms = 1
+  if fresh > 1000000 then ms = ceildiv(fresh, 1000000) end
+  redis.call("PEXPIRE", key, ms)
+end

@@ -136,15 +136,9 @@ local function run(keys, argv)
     else
       redis.call("SETRANGE", key, 16 * at, entry)
     end
-    if explicit then
-      redis.call("PERSIST", key)
-    else
-      if op == "c" then set_raw(at, entry) end
-      local _, _, _, fresh = scan()
-      local ms = 1
-      if fresh > 1000000 then ms = ceildiv(fresh, 1000000) end
-      redis.call("PEXPIRE", key, ms)
-    end
+    if op == "c" then set_raw(at, entry) end
+    local _, _, _, fresh = scan()
+    expire(key, fresh)
   end
   return reply
 end

@@ -165,16 +165,9 @@ local function run(keys, argv)
       end
       redis.call("SETRANGE", key, 0, hdr)
     end
-    if explicit then
-      redis.call("PERSIST", key)
-    else
-      local ms = 1
-      if fill > 0 then
-        local fresh = at(1) + window
-        if fresh > 1000000 then ms = ceildiv(fresh, 1000000) end
-      end
-      redis.call("PEXPIRE", key, ms)
-    end
+    local fresh = NEG
+    if fill > 0 then fresh = at(1) + window end
+    expire(key, fresh)
   end
   return reply
 end

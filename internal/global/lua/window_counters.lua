@@ -242,13 +242,7 @@ local function run(keys, argv)
         if dirty[i] then redis.call("SETRANGE", key, 8 * i, b64(c[i])) end
       end
     end
-    if explicit then
-      redis.call("PERSIST", key)
-    else
-      local ms, fresh = 1, fresh_at()
-      if fresh > 1000000 then ms = ceildiv(fresh, 1000000) end
-      redis.call("PEXPIRE", key, ms)
-    end
+    expire(key, fresh_at())
   end
   return reply
 end
