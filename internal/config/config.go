@@ -344,6 +344,9 @@ func (p *parser) limit(k, v *yaml.Node, field string) (*Limit, error) {
 		if l.Leased() && l.Bucket.Algorithm == bucket.Pacer {
 			return nil, p.errorf(globalKeys["lease"], field+".lease", "a pacer cannot be leased (its replies carry a delay): remove lease for exact mode")
 		}
+		if l.Leased() && l.Bucket.Algorithm == bucket.Concurrency {
+			return nil, p.errorf(globalKeys["lease"], field+".lease", "a concurrency limit cannot be leased (a lease of it is a slot held in Redis): remove lease for exact mode")
+		}
 	}
 	if err := p.localOnly(l, globalKeys, field, "limits"); err != nil {
 		return nil, err

@@ -102,9 +102,10 @@ func TestParse_errors(t *testing.T) {
 			`f.yaml:5: limits.a.lease: a pacer cannot be leased (its replies carry a delay): remove lease for exact mode`},
 		{"limits:\n  a:\n    limit: \"token_bucket:max=10,refill_time=2000h\"\n    scope: global\n",
 			`f.yaml:3: limits.a.limit: "token_bucket:max=10,refill_time=2000h" cannot be global: `},
-		{"limits:\n  a:\n    limit: \"sliding_log:limit=10,window=1s\"\n    scope: global\n",
-			`f.yaml:3: limits.a.limit: "sliding_log:limit=10,window=1s" cannot be global: `},
-		{"limits:\n  a:\n    limit: \"concurrency:limit=5,lease=30s\"\n    scope: global\n", "has no global form; use it with scope: local"},
+		{"limits:\n  a:\n    limit: \"sliding_log:limit=10,window=1500h\"\n    scope: global\n",
+			`f.yaml:3: limits.a.limit: "sliding_log:limit=10,window=1500h" cannot be global: `},
+		{"limits:\n  a:\n    limit: \"concurrency:limit=5,lease=30s\"\n    scope: global\n    lease: auto\n",
+			`f.yaml:5: limits.a.lease: a concurrency limit cannot be leased (a lease of it is a slot held in Redis): remove lease for exact mode`},
 		{"limits:\n  a:\n    limit: \"sliding_log:limit=5000,window=1s\"\n", "want <= 4096 (the most requests a sliding log remembers)"},
 		{"limits:\n  a: {limit: \"x\"\n", "f.yaml:2: did not find expected ',' or '}'"},
 		// A syntax error is reported on its own line, not on the line of

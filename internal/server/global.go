@@ -216,8 +216,12 @@ func (g *globalLimits) refundBlocking(l *config.Limit, key string, amount int64,
 // peek reports key's global bucket as it stands: a request of cost 0,
 // which changes nothing. Allowed says whether a cost of 1 would be; a
 // peek does not compute how long a denied request of 1 must wait
-// (RetryAfter is -1).
+// (RetryAfter is -1), but for sliding_log, window_counters and
+// concurrency, whose scripts peek as package bucket does.
 func (g *globalLimits) peek(l *config.Limit, key string, by func() time.Time) (bucket.Decision, proto.Outage, error) {
+	if global.Peeks(l.Bucket.Algorithm) { // a peek of their own: the local algorithm's replies
+		return g.decideBy(global.Request{Limit: l.Bucket, Key: key, Op: global.Peek}, l, by)
+	}
 	d, o, err := g.decideBy(global.Request{Limit: l.Bucket, Key: key, Op: global.Acquire}, l, by)
 	d.Allowed, d.RetryAfter = d.Remaining >= 1, -1
 	return d, o, err
@@ -392,6 +396,8 @@ func (g *globalLimits) decide(a *globalArgs) globalResult {
 		return globalResult{err: engine.ErrKeyTooLong}
 	case a.n < 0:
 		return globalResult{err: fmt.Errorf("%w: %d", engine.ErrNegativeCost, a.n)}
+	case l.Bucket.Algorithm == bucket.Concurrency && (a.code == proto.OpAcquire || a.code == proto.OpRefund):
+		return globalResult{err: engine.ErrLeaseOnly}
 	}
 	by := func() time.Time {
 		if a.arrived.IsZero() {
@@ -418,6 +424,14 @@ func (g *globalLimits) decide(a *globalArgs) globalResult {
 func (s *server) globalOp(b []byte, op *proto.Op, nl *namedLimit, c *conn) []byte {
 	if s.global == nil {
 		return c.fail(b, op.Code, errNoGlobal)
+	}
+	switch conc := nl.cfg.Bucket.Algorithm == bucket.Concurrency; {
+	case op.Code == proto.OpLease && conc:
+		return s.globalLeaseOp(b, op, nl, c)
+	case op.Code == proto.OpRelease && conc:
+		return s.globalReleaseOp(b, op, nl, c)
+	case op.Code == proto.OpLease || op.Code == proto.OpRelease:
+		return c.fail(b, op.Code, engine.ErrNotConcurrency)
 	}
 	var r globalResult
 	fg := c.globals
