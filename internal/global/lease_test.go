@@ -282,6 +282,7 @@ func TestLeaseOutage(t *testing.T) {
 func TestLeaseLostReturn(t *testing.T) {
 	srv := redistest.Start(t)
 	s := newStore(t, Options{Addrs: []string{srv.Addr}, Timeout: 50 * time.Millisecond})
+	warm(t, s)
 	ls := NewLeases(s, LeaseOptions{Size: 10, TTL: time.Hour})
 	defer ls.Close(context.Background())
 	l := tokenBucket(10, hour)

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"log/slog"
+	"net"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -123,6 +126,31 @@ func TestScriptMalformed(t *testing.T) {
 		}
 		if got := rdb.Get(ctx, key).Val(); got != v {
 			t.Fatalf("the bucket holding %q now holds %q", v, got)
+		}
+	}
+}
+
+// Ensure only a refusal sends a Store to scripts for good: a load that
+// timed out or lost its connection (the library is loaded on the next
+// call that finds it missing), or that found the library loaded by
+// another process, is not one.
+func TestRefusesFunctions(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{errors.New("ERR unknown command 'fcall', with args beginning with: "), true},
+		{errors.New("ERR unknown command 'function', with args beginning with: 'load'"), true},
+		{errors.New("NOPERM User u has no permissions to run the 'function|load' command"), true},
+		{errors.New("NOPERM User u has no permissions to run the 'fcall' command"), true},
+		{errors.New("ERR Library 'sluice_0123456789ab' already exists"), false},
+		{&net.OpError{Op: "read", Net: "unix", Err: os.ErrDeadlineExceeded}, false},
+		{context.DeadlineExceeded, false},
+		{io.EOF, false},
+	} {
+		if got := refusesFunctions(c.err); got != c.want {
+			t.Errorf("refusesFunctions(%v) = %v, want %v", c.err, got, c.want)
 		}
 	}
 }

@@ -596,8 +596,10 @@ func (s *Store) pipeline(ctx context.Context, sh *shard, calls []*call, how send
 	}
 	if load != nil {
 		// Loaded here or by another process: either way the calls run. A
-		// refusal leaves them failing as before: scripts from then on.
-		if err := load.Err(); err != nil && !strings.Contains(err.Error(), "already exists") {
+		// refusal leaves them failing as before: scripts from then on. Any
+		// other failure (a timeout, a lost connection) is not a refusal:
+		// the next call finds the library missing and loads it again.
+		if err := load.Err(); refusesFunctions(err) {
 			s.useScripts(err)
 		}
 	}
