@@ -99,6 +99,14 @@ type Config struct {
 	// Global, if set, is the Redis (or Sentinel, or Redis Cluster) where
 	// the named limits of scope global are decided.
 	Global *global.Options
+	// RLSSocket and RLSAddr, if set, serve Envoy's rate limit service
+	// (gRPC) on a Unix socket and on a TCP host:port (loopback unless
+	// RLSAllowRemote), deciding the descriptors of Limits' rls domains.
+	// RLSHeaders adds the RateLimit-* response headers to its answers.
+	RLSSocket      string
+	RLSAddr        string
+	RLSAllowRemote bool
+	RLSHeaders     bool
 
 	// AllowUIDs and AllowGIDs, if either is set, restrict who may use the
 	// Unix sockets: a peer whose uid is in AllowUIDs or whose gid is in
