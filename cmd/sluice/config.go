@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/sluicehq/sluice/internal/config"
 )
@@ -44,6 +45,9 @@ func runConfig(x *cli, args []string) int {
 			opts += " global"
 		}
 		fmt.Fprintf(x.stdout, "  %s %s%s\n", name, l.Wire, opts)
+	}
+	if ds := s.RLS().Domains(); len(ds) > 0 {
+		fmt.Fprintf(x.stdout, "  rate limit service domains: %s\n", strings.Join(ds, ", "))
 	}
 	return exitOK
 }

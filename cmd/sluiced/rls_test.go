@@ -415,3 +415,44 @@ descriptors:
 	check(t, "envoy file", call(t, c, req("messaging", desc("message_type", "marketing", "to_number", "1"), desc("to_number", "1"))),
 		want{per: 5, unit: day, remaining: 4}, want{per: 100, unit: day, remaining: 99})
 }
+
+// yamlAfter returns the first YAML block of file after the line heading.
+func yamlAfter(t *testing.T, file, heading string) string {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(b), "\n"+heading+"\n")
+	if !ok {
+		t.Fatalf("%s has no %q", file, heading)
+	}
+	_, rest, ok = strings.Cut(rest, "```yaml\n")
+	block, _, ok2 := strings.Cut(rest, "```")
+	if !ok || !ok2 {
+		t.Fatalf("%s: no YAML block after %q", file, heading)
+	}
+	return block
+}
+
+// Ensure the README's example and docs/envoy.md's decide as they say:
+// each address its window, the blocked one over, a user by the named
+// gcra limit (a burst of 3).
+func TestRLS_readmeExample(t *testing.T) {
+	for _, doc := range []struct{ file, heading string }{
+		{"../../README.md", "## Envoy and Istio: the rate limit service"},
+		{"../../docs/envoy.md", "## Configuration"},
+	} {
+		path := filepath.Join(shortDir(t), "sluice.yaml")
+		if err := os.WriteFile(path, []byte(yamlAfter(t, doc.file, doc.heading)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		c := rlsServer(t, path)
+		check(t, doc.file+": an address", call(t, c, req("edge", desc("remote_address", "192.0.2.1"))), want{per: 100, unit: second, remaining: 99})
+		check(t, doc.file+": the blocked one", call(t, c, req("edge", desc("remote_address", "50.0.0.5"))), want{over: true, unit: second})
+		for i := range 4 {
+			check(t, doc.file+": a user", call(t, c, req("edge", desc("path", "/login", "user", "alice"))),
+				want{per: 5, unit: minute, name: "login", remaining: uint32(max(2-i, 0)), over: i == 3})
+		}
+	}
+}

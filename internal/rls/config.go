@@ -2,6 +2,8 @@ package rls
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -210,6 +212,14 @@ func (c *Config) Len() int {
 		return 0
 	}
 	return len(c.domains)
+}
+
+// Domains returns the domains' names, sorted.
+func (c *Config) Domains() []string {
+	if c == nil {
+		return nil
+	}
+	return slices.Sorted(maps.Keys(c.domains))
 }
 
 // LimitNames returns the names of the config file's limits that rules use,
