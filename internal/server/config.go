@@ -246,6 +246,7 @@ func (c *Config) Validate() error {
 	}
 	for _, p := range []struct{ field, flag, path string }{
 		{"SocketPath", "socket", c.SocketPath}, {"RESPSocket", "resp-socket", c.RESPSocket},
+		{"RLSSocket", "rls-socket", c.RLSSocket},
 	} {
 		if len(p.path) > sockfile.MaxPath {
 			return &ConfigError{Field: p.field, Flag: p.flag, Value: p.path, Err: ErrSocketPath,
@@ -260,6 +261,16 @@ func (c *Config) Validate() error {
 		}
 		if len(c.AllowUIDs) > 0 || len(c.AllowGIDs) > 0 {
 			return bad("RESPAddr", "resp-addr", c.RESPAddr, "cannot be combined with --allow-uid or --allow-gid: a TCP peer has no credentials to check")
+		}
+	}
+	if c.RLSAddr != "" {
+		if err := checkLoopback(c.RLSAddr, c.RLSAllowRemote); err != nil {
+			e := bad("RLSAddr", "rls-addr", c.RLSAddr, "want a loopback host:port such as 127.0.0.1:8081 (or --rls-allow-remote)")
+			e.Err = err
+			return e
+		}
+		if len(c.AllowUIDs) > 0 || len(c.AllowGIDs) > 0 {
+			return bad("RLSAddr", "rls-addr", c.RLSAddr, "cannot be combined with --allow-uid or --allow-gid: a TCP peer has no credentials to check")
 		}
 	}
 	return nil

@@ -55,10 +55,6 @@ func (s *server) startRLS() (stop func(), err error) {
 		lns = append(lns, l)
 	}
 	if c.RLSAddr != "" {
-		if err := checkLoopback(c.RLSAddr, c.RLSAllowRemote); err != nil {
-			closeAll()
-			return nil, err
-		}
 		ln, err := net.Listen("tcp", c.RLSAddr)
 		if err != nil {
 			closeAll()
@@ -280,6 +276,10 @@ func (s *server) decideRLS(ctx context.Context, n *namedLimits, items []rls.Item
 	}
 	if !admitted {
 		s.giveBack(items, named[:], taken, answerBy)
+		for _, i := range taken {
+			d := &res[i].Decision
+			d.Remaining = min(d.Remaining+items[i].Hits, d.Limit) // what it has, given back
+		}
 	}
 	// Refunds (applied if admitted) and shadow items (decided on their own).
 	for i := range items {
