@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/config"
@@ -253,24 +254,23 @@ func (c *Config) Validate() error {
 				Want: fmt.Sprintf("a Unix socket path is at most %d bytes; this one is %d", sockfile.MaxPath, len(p.path))}
 		}
 	}
-	if c.RESPAddr != "" {
-		if err := checkLoopback(c.RESPAddr, c.RESPAllowRemote); err != nil {
-			e := bad("RESPAddr", "resp-addr", c.RESPAddr, "want a loopback host:port such as 127.0.0.1:9049 (or --resp-allow-remote)")
+	for _, a := range []struct {
+		field, flag, addr, example string
+		allow                      bool
+	}{
+		{"RESPAddr", "resp-addr", c.RESPAddr, "127.0.0.1:9049", c.RESPAllowRemote},
+		{"RLSAddr", "rls-addr", c.RLSAddr, "127.0.0.1:8081", c.RLSAllowRemote},
+	} {
+		if a.addr == "" {
+			continue
+		}
+		if err := checkLoopback(a.addr, a.allow); err != nil {
+			e := bad(a.field, a.flag, a.addr, fmt.Sprintf("want a loopback host:port such as %s (or --%s-allow-remote)", a.example, strings.TrimSuffix(a.flag, "-addr")))
 			e.Err = err
 			return e
 		}
 		if len(c.AllowUIDs) > 0 || len(c.AllowGIDs) > 0 {
-			return bad("RESPAddr", "resp-addr", c.RESPAddr, "cannot be combined with --allow-uid or --allow-gid: a TCP peer has no credentials to check")
-		}
-	}
-	if c.RLSAddr != "" {
-		if err := checkLoopback(c.RLSAddr, c.RLSAllowRemote); err != nil {
-			e := bad("RLSAddr", "rls-addr", c.RLSAddr, "want a loopback host:port such as 127.0.0.1:8081 (or --rls-allow-remote)")
-			e.Err = err
-			return e
-		}
-		if len(c.AllowUIDs) > 0 || len(c.AllowGIDs) > 0 {
-			return bad("RLSAddr", "rls-addr", c.RLSAddr, "cannot be combined with --allow-uid or --allow-gid: a TCP peer has no credentials to check")
+			return bad(a.field, a.flag, a.addr, "cannot be combined with --allow-uid or --allow-gid: a TCP peer has no credentials to check")
 		}
 	}
 	return nil

@@ -334,16 +334,6 @@ func (s *server) giveBack(items []rls.Item, named []*namedLimit, taken []int, by
 	}
 }
 
-// shadowDenied counts a shadow limit's denial answered as allowed.
-func (s *server) shadowDenied(nl *namedLimit) {
-	switch {
-	case nl != nil && nl.metrics != nil:
-		nl.metrics.ShadowDenied()
-	case nl == nil && s.specMetrics != nil:
-		s.specMetrics.ShadowDenied()
-	}
-}
-
 // rlsAnswerBy is when Redis must have answered a global limit's part of a
 // request: a quarter of the caller's deadline before it, if it has one,
 // else 4/5 of the Redis timeout from now.
