@@ -294,6 +294,11 @@ func TestRLS_namedLimits(t *testing.T) {
 		check(t, "sliding window", call(t, c, req("sluice", desc("sliding", "x"))),
 			want{per: 3, unit: hour, name: "sliding_rule", remaining: uint32(max(2-i, 0)), over: i == 3})
 	}
+	// A shadow limit (shadow: true in limits) is answered OK past its limit.
+	for i := range 2 {
+		check(t, "shadow limit", call(t, c, req("sluice", desc("shadowed", "x"))),
+			want{per: 1, unit: hour, name: "api_shadow", remaining: uint32(max(0, 0-i))})
+	}
 }
 
 // Ensure the RateLimit-* headers, with --rls-headers, come from the

@@ -198,6 +198,7 @@ func (s *server) decideRLS(ctx context.Context, n *namedLimits, items []rls.Item
 			return fmt.Errorf("%w: %q is not in the config file", errUnknownName, it.Rule.Limit)
 		}
 		named[i], limits[i] = nl, &nl.cfg.Engine
+		it.Shadow = it.Shadow || nl.cfg.Shadow // the limit's own shadow: true
 		res[i].Limit, res[i].Name = &nl.cfg.Bucket, nl.cfg.Name
 		if nl.cfg.Scope == config.Global && s.global == nil {
 			return errNoGlobal
