@@ -114,6 +114,9 @@ func (c *Config) Match(dst []Item, req *rlspb.RateLimitRequest) ([]Item, error) 
 		default:
 			it.Rule, it.Key = c.match(it.Key, domain, entries[:len(es)])
 			it.fromRule()
+			if len(it.Key) > MaxKeyLen { // a shared wildcard's pattern, longer than the value it matched
+				return dst[:start], fmt.Errorf("%w: descriptor %d is %d bytes long, more than %d", ErrInvalid, i, len(it.Key), MaxKeyLen)
+			}
 		}
 		dst = append(dst, it)
 	}

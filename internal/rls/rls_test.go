@@ -1,6 +1,8 @@
 package rls
 
 import (
+	"errors"
+	"strings"
 	"testing"
 
 	ratelimitpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -154,5 +156,25 @@ func TestUnitOf(t *testing.T) {
 		if u != tc.unit || mult != tc.mult || per != tc.per {
 			t.Errorf("unitOf(%d, %d) = %v %d %d, want %v %d %d", tc.n, tc.period, u, mult, per, tc.unit, tc.mult, tc.per)
 		}
+	}
+}
+
+// Ensure a shared wildcard's pattern, one byte longer than the value it
+// matched, cannot make a key longer than the engine takes: the request
+// is invalid, not an internal error.
+func TestMatch_sharedPatternKeyLength(t *testing.T) {
+	n := MaxKeyLen - (3 + 1 + 4 + 1) // the domain "d", the key "k": the value fills the key
+	pattern := strings.Repeat("a", n) + "*"
+	c, err := NewConfig([]*Domain{{Name: "d", Descriptors: []*Descriptor{{Key: "k", Value: pattern, ShareThreshold: true, Rule: rule(1)}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &rlspb.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitpb.RateLimitDescriptor{entries("k", strings.Repeat("a", n))}}
+	if items, err := c.Match(nil, req); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("Match: %v (key of %d bytes), want ErrInvalid", err, len(items[0].Key))
+	}
+	req.Descriptors[0] = entries("k", strings.Repeat("a", n-1)+"b")
+	if _, err := c.Match(nil, req); err != nil {
+		t.Fatalf("a value that fills the key, unmatched: %v", err)
 	}
 }
