@@ -7,6 +7,7 @@ import (
 
 	ratelimitpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice/bucket"
 )
@@ -177,4 +178,51 @@ func TestMatch_sharedPatternKeyLength(t *testing.T) {
 	if _, err := c.Match(nil, req); err != nil {
 		t.Fatalf("a value that fills the key, unmatched: %v", err)
 	}
+}
+
+// FuzzMatch checks that no request, however formed, makes Match or
+// Respond panic, and that every key Match returns fits the engine.
+func FuzzMatch(f *testing.F) {
+	c, err := NewConfig([]*Domain{{Name: "d", Descriptors: []*Descriptor{
+		{Key: "k", Rule: rule(3)},
+		{Key: "k", Value: "a*b", ShareThreshold: true, Rule: &Rule{Unit: rlspb.RateLimitResponse_RateLimit_SECOND}},
+		{Key: "k", Value: "u", Rule: &Rule{Unlimited: true}},
+		{Key: "p", Descriptors: []*Descriptor{{Key: "q", Rule: rule(1)}}},
+	}}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add("d", "k\x00v\x01p\x00x\x02q\x00y", uint32(0), uint64(1), true)
+	f.Add("d", "k\x00axxb", uint32(5), uint64(0), false)
+	f.Add("", "", uint32(0), uint64(0), false)
+	f.Fuzz(func(t *testing.T, domain, spec string, hits uint32, dhits uint64, negative bool) {
+		req := &rlspb.RateLimitRequest{Domain: domain, HitsAddend: hits}
+		for _, d := range strings.Split(spec, "\x01") {
+			desc := &ratelimitpb.RateLimitDescriptor{IsNegativeHits: negative}
+			if dhits%3 == 0 {
+				desc.HitsAddend = wrapperspb.UInt64(dhits)
+			}
+			for _, e := range strings.Split(d, "\x02") {
+				k, v, _ := strings.Cut(e, "\x00")
+				if k != "" || v != "" {
+					desc.Entries = append(desc.Entries, &ratelimitpb.RateLimitDescriptor_Entry{Key: k, Value: v})
+				}
+			}
+			req.Descriptors = append(req.Descriptors, desc)
+		}
+		items, err := c.Match(nil, req)
+		if err != nil {
+			return
+		}
+		res := make([]Result, len(items))
+		for i := range items {
+			if len(items[i].Key) > MaxKeyLen {
+				t.Fatalf("a key of %d bytes", len(items[i].Key))
+			}
+			if items[i].Decides() {
+				res[i].Limit = items[i].Window.Bucket()
+			}
+		}
+		Respond(items, res, 1_700_000_000e9, true)
+	})
 }
