@@ -150,189 +150,216 @@ func rlsCode(err error) codes.Code {
 }
 
 // decideRLS decides the items, writing each one's Result. The items that
-// consume (neither shadow nor refund) are decided all or nothing: the local
-// ones with one engine.Multi, the global ones one by one in Redis first,
-// their tokens given back if the request is then over a limit. A refund is
-// applied only if the request is admitted; a shadow item is decided on its
-// own, whatever the others say.
+// consume (neither shadow nor refund) are decided all or nothing: the global
+// ones one by one in Redis first, then the local ones with one engine.Multi,
+// the global ones' tokens given back if the request is over a limit. A
+// refund is applied only if the request is admitted; a shadow item is
+// decided on its own, whatever the others say.
 func (s *server) decideRLS(ctx context.Context, n *namedLimits, items []rls.Item, res []rls.Result, now int64) error {
-	t := engine.Time{Now: now, At: now, Wait: s.cfg.LockWait}
-	var (
-		limits        [rls.MaxDescriptors]*engine.Limit
-		named         [rls.MaxDescriptors]*namedLimit
-		multi         [rls.MaxDescriptors]engine.Item
-		multiOf       [rls.MaxDescriptors]int // the item of each Multi item
-		taken         []int                   // the global items that consumed
-		nm            int
-		admitted      = true
-		start         time.Time
-		ds            [rls.MaxDescriptors]bucket.Decision
-		answerBy      = func() time.Time { return s.rlsAnswerBy(ctx) }
-		consumes      = func(it *rls.Item) bool { return !it.Shadow && !it.Refund }
-		globalDecided = func(i int, d bucket.Decision, err error) error {
-			res[i].Decision = d
-			if err == nil {
-				s.record(named[i], res[i].Limit.Algorithm, d.Allowed, false, start)
-			}
-			return err
-		}
-	)
+	r := &rlsRequest{s: s, items: items, res: res, admitted: true,
+		t: engine.Time{Now: now, At: now, Wait: s.cfg.LockWait}, by: func() time.Time { return s.rlsAnswerBy(ctx) }}
 	if s.rec != nil {
-		start = time.Now()
+		r.start = time.Now()
 	}
-	for i := range items {
-		it := &items[i]
+	if err := r.resolve(n); err != nil {
+		return err
+	}
+	if err := r.globals(); err != nil {
+		r.giveBack()
+		return err
+	}
+	if err := r.locals(); err != nil {
+		r.giveBack()
+		return err
+	}
+	if !r.admitted {
+		r.giveBack()
+	}
+	return r.apart()
+}
+
+// rlsRequest is one request's items being decided.
+type rlsRequest struct {
+	s        *server
+	items    []rls.Item
+	res      []rls.Result
+	t        engine.Time
+	by       func() time.Time // when Redis must have answered
+	start    time.Time        // for the metrics' durations; zero if not measured
+	admitted bool             // no consuming item is over its limit (so far)
+	limits   [rls.MaxDescriptors]*engine.Limit
+	named    [rls.MaxDescriptors]*namedLimit // nil for a fixed window
+	taken    []int                           // the global items that consumed
+}
+
+// consumes reports whether an item takes part in the all or nothing.
+func consumes(it *rls.Item) bool { return !it.Shadow && !it.Refund }
+
+// global reports whether item i is decided in Redis.
+func (r *rlsRequest) global(i int) bool {
+	return r.named[i] != nil && r.named[i].cfg.Scope == config.Global
+}
+
+// resolve finds each item's limit, and whether a blocked item denies the
+// request.
+func (r *rlsRequest) resolve(n *namedLimits) error {
+	for i := range r.items {
+		it := &r.items[i]
 		if it.Kind == rls.Blocked && it.Hits > 0 && consumes(it) {
-			admitted = false
+			r.admitted = false
 		}
-		if !it.Decides() {
-			continue
-		}
-		if it.Kind == rls.Window {
-			limits[i] = &it.Window
-			res[i].Limit = it.Window.Bucket()
-			continue
-		}
-		nl := n.m[it.Rule.Limit]
-		if nl == nil {
-			return fmt.Errorf("%w: %q is not in the config file", errUnknownName, it.Rule.Limit)
-		}
-		named[i], limits[i] = nl, &nl.cfg.Engine
-		it.Shadow = it.Shadow || nl.cfg.Shadow // the limit's own shadow: true
-		res[i].Limit, res[i].Name = &nl.cfg.Bucket, nl.cfg.Name
-		if nl.cfg.Scope == config.Global && s.global == nil {
-			return errNoGlobal
-		}
-	}
-	// The global items that consume, in Redis, one by one.
-	for i := range items {
-		it := &items[i]
-		if !it.Decides() || !consumes(it) || named[i] == nil || named[i].cfg.Scope != config.Global {
-			continue
-		}
-		cost := it.Hits
-		if !admitted {
-			cost = 0
-		}
-		var d bucket.Decision
-		var err error
-		if cost == 0 {
-			d, _, err = s.global.peek(named[i].cfg, string(it.Key), answerBy)
-			d.Allowed = it.Hits == 0 || d.Remaining >= it.Hits // what the request would have had
-		} else {
-			d, _, err = s.global.acquire(named[i].cfg, string(it.Key), cost, 0, answerBy)
-		}
-		if err := globalDecided(i, d, err); err != nil {
-			s.giveBack(items, named[:], taken, answerBy)
-			return err
-		}
-		if cost > 0 && d.Allowed {
-			taken = append(taken, i)
-		}
-		admitted = admitted && d.Allowed
-	}
-	// The local items that consume, all or nothing.
-	for i := range items {
-		it := &items[i]
-		if it.Decides() && consumes(it) && (named[i] == nil || named[i].cfg.Scope == config.Local) {
-			multi[nm] = engine.Item{Key: it.Key, Limit: limits[i], Cost: it.Hits}
-			multiOf[nm] = i
-			nm++
-		}
-	}
-	if nm > 0 {
-		if !admitted {
-			for j := range nm {
-				multi[j].Cost = 0 // report, consume nothing
+		switch it.Kind {
+		case rls.Window:
+			r.limits[i], r.res[i].Limit = &it.Window, it.Window.Bucket()
+		case rls.Named:
+			nl := n.m[it.Rule.Limit]
+			if nl == nil {
+				return fmt.Errorf("%w: %q is not in the config file", errUnknownName, it.Rule.Limit)
 			}
-		}
-		var got []bucket.Decision
-		var ok bool
-		var err error
-		if nm == 1 { // the same decision, without Multi's sorting and reservations
-			ds[0] = bucket.Decision{}
-			err = s.engine.Acquire(&ds[0], multi[0].Key, multi[0].Limit, multi[0].Cost, t, 0)
-			got, ok = ds[:1], ds[0].Allowed
-		} else {
-			got, ok, err = s.engine.Multi(ds[:0], multi[:nm], t)
-		}
-		if err != nil {
-			s.giveBack(items, named[:], taken, answerBy)
-			return err
-		}
-		if !admitted {
-			for j := range got {
-				got[j].Allowed = items[multiOf[j]].Hits == 0 || got[j].Remaining >= items[multiOf[j]].Hits
+			if nl.cfg.Scope == config.Global && r.s.global == nil {
+				return errNoGlobal
 			}
-		}
-		admitted = admitted && ok
-		for j, d := range got {
-			i := multiOf[j]
-			if !admitted && d.Allowed && multi[j].Cost > 0 {
-				d.Remaining = min(d.Remaining+multi[j].Cost, d.Limit) // nothing was consumed
-			}
-			res[i].Decision = d
-			s.record(named[i], res[i].Limit.Algorithm, d.Allowed, false, start)
-		}
-	}
-	if !admitted {
-		s.giveBack(items, named[:], taken, answerBy)
-		for _, i := range taken {
-			d := &res[i].Decision
-			d.Remaining = min(d.Remaining+items[i].Hits, d.Limit) // what it has, given back
-		}
-	}
-	// Refunds (applied if admitted) and shadow items (decided on their own).
-	for i := range items {
-		it := &items[i]
-		if !it.Decides() || consumes(it) {
-			continue
-		}
-		var d bucket.Decision
-		var err error
-		g := named[i] != nil && named[i].cfg.Scope == config.Global
-		switch {
-		case it.Refund && admitted && g:
-			d, _, err = s.global.refund(named[i].cfg, string(it.Key), it.Hits, answerBy)
-			d.Allowed = true
-		case it.Refund && admitted:
-			err = s.engine.Refund(&d, it.Key, limits[i], it.Hits, t, 0)
-			d.Allowed = true
-		case it.Refund && g:
-			d, _, err = s.global.peek(named[i].cfg, string(it.Key), answerBy)
-			d.Allowed = true
-		case it.Refund:
-			err = s.engine.Peek(&d, it.Key, limits[i], t)
-			d.Allowed = true
-		case g:
-			d, _, err = s.global.acquire(named[i].cfg, string(it.Key), it.Hits, 0, answerBy)
-		default:
-			err = s.engine.Acquire(&d, it.Key, limits[i], it.Hits, t, 0)
-		}
-		if err != nil {
-			return err
-		}
-		res[i].Decision = d
-		if it.Shadow {
-			s.record(named[i], res[i].Limit.Algorithm, d.Allowed, !d.Allowed, start)
-			if !d.Allowed {
-				s.shadowDenied(named[i])
-			}
+			r.named[i], r.limits[i] = nl, &nl.cfg.Engine
+			it.Shadow = it.Shadow || nl.cfg.Shadow // the limit's own shadow: true
+			r.res[i].Limit, r.res[i].Name = &nl.cfg.Bucket, nl.cfg.Name
 		}
 	}
 	return nil
 }
 
-// giveBack refunds the tokens the global items in taken consumed, for a
-// request that is over another limit. A refund that fails is logged: the
-// tokens stay spent.
-func (s *server) giveBack(items []rls.Item, named []*namedLimit, taken []int, by func() time.Time) {
-	for _, i := range taken {
-		if _, _, err := s.global.refund(named[i].cfg, string(items[i].Key), items[i].Hits, by); err != nil {
-			s.log.Warn("could not give back a global limit's tokens for a rate limit service request over another limit",
-				"limit", named[i].cfg.Name, "err", errtext.String(err))
+// globals decides the global items that consume, in Redis, one by one;
+// once the request is denied, the rest are only looked at.
+func (r *rlsRequest) globals() error {
+	for i := range r.items {
+		it := &r.items[i]
+		if !it.Decides() || !consumes(it) || !r.global(i) {
+			continue
+		}
+		var d bucket.Decision
+		var err error
+		cfg := r.named[i].cfg
+		if it.Hits == 0 || !r.admitted {
+			d, _, err = r.s.global.peek(cfg, string(it.Key), r.by)
+			d.Allowed = it.Hits == 0 || d.Remaining >= it.Hits // what the request would have had
+		} else {
+			d, _, err = r.s.global.acquire(cfg, string(it.Key), it.Hits, 0, r.by)
+			if err == nil && d.Allowed {
+				r.taken = append(r.taken, i)
+			}
+		}
+		if err != nil {
+			return err
+		}
+		r.res[i].Decision = d
+		r.s.record(r.named[i], cfg.Bucket.Algorithm, d.Allowed, false, r.start)
+		r.admitted = r.admitted && d.Allowed
+	}
+	return nil
+}
+
+// locals decides the local items that consume, all or nothing: one
+// engine.Multi (an Acquire for one item), every cost 0 if the request is
+// denied already.
+func (r *rlsRequest) locals() error {
+	var (
+		multi [rls.MaxDescriptors]engine.Item
+		of    [rls.MaxDescriptors]int // the item of each Multi item
+		ds    [rls.MaxDescriptors]bucket.Decision
+		n     int
+	)
+	for i := range r.items {
+		if it := &r.items[i]; it.Decides() && consumes(it) && !r.global(i) {
+			multi[n], of[n] = engine.Item{Key: it.Key, Limit: r.limits[i], Cost: it.Hits}, i
+			if !r.admitted {
+				multi[n].Cost = 0 // report, consume nothing
+			}
+			n++
 		}
 	}
+	if n == 0 {
+		return nil
+	}
+	got, ok := ds[:n], false
+	var err error
+	if n == 1 { // the same decision, without Multi's sorting and reservations
+		err = r.s.engine.Acquire(&ds[0], multi[0].Key, multi[0].Limit, multi[0].Cost, r.t, 0)
+		ok = ds[0].Allowed
+	} else {
+		got, ok, err = r.s.engine.Multi(ds[:0], multi[:n], r.t)
+	}
+	if err != nil {
+		return err
+	}
+	denied := !r.admitted
+	r.admitted = r.admitted && ok
+	for j := range got {
+		d, it := got[j], &r.items[of[j]]
+		if denied {
+			d.Allowed = it.Hits == 0 || d.Remaining >= it.Hits // what the request would have had
+		} else if !r.admitted && d.Allowed {
+			d.Remaining = min(d.Remaining+it.Hits, d.Limit) // nothing was consumed
+		}
+		r.res[of[j]].Decision = d
+		r.s.record(r.named[of[j]], r.res[of[j]].Limit.Algorithm, d.Allowed, false, r.start)
+	}
+	return nil
+}
+
+// apart decides the refunds (applied if the request is admitted, else
+// only looked at) and the shadow items (decided on their own).
+func (r *rlsRequest) apart() error {
+	for i := range r.items {
+		it := &r.items[i]
+		if !it.Decides() || consumes(it) {
+			continue
+		}
+		var d bucket.Decision
+		var err error
+		g := r.global(i)
+		switch {
+		case it.Refund && r.admitted && g:
+			d, _, err = r.s.global.refund(r.named[i].cfg, string(it.Key), it.Hits, r.by)
+		case it.Refund && r.admitted:
+			err = r.s.engine.Refund(&d, it.Key, r.limits[i], it.Hits, r.t, 0)
+		case it.Refund && g:
+			d, _, err = r.s.global.peek(r.named[i].cfg, string(it.Key), r.by)
+		case it.Refund:
+			err = r.s.engine.Peek(&d, it.Key, r.limits[i], r.t)
+		case g:
+			d, _, err = r.s.global.acquire(r.named[i].cfg, string(it.Key), it.Hits, 0, r.by)
+		default:
+			err = r.s.engine.Acquire(&d, it.Key, r.limits[i], it.Hits, r.t, 0)
+		}
+		if err != nil {
+			return err
+		}
+		if it.Refund {
+			d.Allowed = true
+		} else {
+			r.s.record(r.named[i], r.res[i].Limit.Algorithm, d.Allowed, !d.Allowed, r.start)
+			if !d.Allowed {
+				r.s.shadowDenied(r.named[i])
+			}
+		}
+		r.res[i].Decision = d
+	}
+	return nil
+}
+
+// giveBack refunds the tokens the global items consumed, for a request
+// that is over another limit, and reports them as remaining. A refund that
+// fails is logged: the tokens stay spent.
+func (r *rlsRequest) giveBack() {
+	for _, i := range r.taken {
+		cfg := r.named[i].cfg
+		if _, _, err := r.s.global.refund(cfg, string(r.items[i].Key), r.items[i].Hits, r.by); err != nil {
+			r.s.log.Warn("could not give back a global limit's tokens for a rate limit service request over another limit",
+				"limit", cfg.Name, "err", errtext.String(err))
+		}
+		d := &r.res[i].Decision
+		d.Remaining = min(d.Remaining+r.items[i].Hits, d.Limit)
+	}
+	r.taken = nil
 }
 
 // rlsAnswerBy is when Redis must have answered a global limit's part of a

@@ -28,7 +28,7 @@ func rlsClient(t *testing.T, sc *sidecar) rlspb.RateLimitServiceClient {
 	return rlspb.NewRateLimitServiceClient(conn)
 }
 
-func rlsRequest(ds ...[2]string) *rlspb.RateLimitRequest {
+func rlsReq(ds ...[2]string) *rlspb.RateLimitRequest {
 	r := &rlspb.RateLimitRequest{Domain: "d"}
 	for _, d := range ds {
 		r.Descriptors = append(r.Descriptors, &ratelimitpb.RateLimitDescriptor{
@@ -72,13 +72,13 @@ rls:
 	c := rlsClient(t, sc)
 	g, l := [2]string{"g", "k"}, [2]string{"l", "k"}
 	for i := range 2 {
-		if resp := shouldRateLimit(t, c, rlsRequest(g, l)); resp.OverallCode != rlspb.RateLimitResponse_OK {
+		if resp := shouldRateLimit(t, c, rlsReq(g, l)); resp.OverallCode != rlspb.RateLimitResponse_OK {
 			t.Fatalf("request %d: %v", i, resp)
 		}
 	}
 	// The local bucket is empty: the request is over, and the global
 	// token it took is given back.
-	resp := shouldRateLimit(t, c, rlsRequest(g, l))
+	resp := shouldRateLimit(t, c, rlsReq(g, l))
 	if resp.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT || resp.Statuses[0].Code != rlspb.RateLimitResponse_OK ||
 		resp.Statuses[1].Code != rlspb.RateLimitResponse_OVER_LIMIT {
 		t.Fatalf("over the local limit: %v", resp)
@@ -86,11 +86,11 @@ rls:
 	if got := resp.Statuses[0].LimitRemaining; got != 1 {
 		t.Errorf("the global limit's remaining in the denied request: %d, want 1 (as before it)", got)
 	}
-	resp = shouldRateLimit(t, c, rlsRequest(g))
+	resp = shouldRateLimit(t, c, rlsReq(g))
 	if resp.OverallCode != rlspb.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != 0 {
 		t.Fatalf("the global limit alone, its last token: %v", resp)
 	}
-	if resp = shouldRateLimit(t, c, rlsRequest(g)); resp.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT {
+	if resp = shouldRateLimit(t, c, rlsReq(g)); resp.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT {
 		t.Fatalf("the global limit, empty: %v", resp)
 	}
 	if cl := resp.Statuses[0].CurrentLimit; cl.GetName() != "shared" || cl.GetRequestsPerUnit() != 3 || cl.GetUnit() != rlspb.RateLimitResponse_RateLimit_HOUR {
@@ -110,7 +110,7 @@ func TestRLS_allowUID(t *testing.T) {
 		RLSSocket: filepath.Join(dir, "rls"), Limits: config.NewHolder(set), AllowUIDs: []uint32{uint32(os.Getuid()) + 1}})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if _, err := rlsClient(t, sc).ShouldRateLimit(ctx, rlsRequest([2]string{"k", "v"})); err == nil {
+	if _, err := rlsClient(t, sc).ShouldRateLimit(ctx, rlsReq([2]string{"k", "v"})); err == nil {
 		t.Fatal("a peer whose uid is not allowed was served")
 	}
 }
