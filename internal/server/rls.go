@@ -68,7 +68,7 @@ func (s *server) startRLS() (stop func(), err error) {
 	// Stream workers: a request is decided on a goroutine that lives on,
 	// whose stack has grown to what a decision needs, not on a new one
 	// whose stack grows and is copied at every request.
-	g := grpc.NewServer(grpc.MaxConcurrentStreams(1024), grpc.NumStreamWorkers(uint32(max(4, runtime.GOMAXPROCS(0)))))
+	g := grpc.NewServer(grpc.MaxConcurrentStreams(1024), grpc.NumStreamWorkers(uint32(max(64, 8*runtime.GOMAXPROCS(0)))))
 	rlspb.RegisterRateLimitServiceServer(g, &rlsService{s: s})
 	done := make(chan struct{}, len(lns))
 	for _, l := range lns {
