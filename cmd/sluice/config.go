@@ -46,6 +46,9 @@ func runConfig(x *cli, args []string) int {
 		}
 		fmt.Fprintf(x.stdout, "  %s %s%s\n", name, l.Wire, opts)
 	}
+	for _, r := range s.Routes() {
+		fmt.Fprintf(x.stdout, "  resp %q %s\n", r.Match, r.Limit.Scope)
+	}
 	if ds := s.RLS().Domains(); len(ds) > 0 {
 		fmt.Fprintf(x.stdout, "  rate limit service domains: %s\n", strings.Join(ds, ", "))
 	}
