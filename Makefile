@@ -11,7 +11,7 @@ PYTHON   ?= $(VENV)/bin/python
 # The Go modules of the workspace (go.work): the main one, the benchmarks, the middleware stores.
 GOMODS   := ./... ./bench/... $(patsubst %/go.mod,./%/...,$(wildcard clients/go/*/go.mod))
 
-.PHONY: all build run test setup check-tools test-go test-python bench bench-global bench-python bench-compare bench-ext bench-resp bench-soak fuzz soak vet fmt lint deps clean
+.PHONY: all build run test setup check-tools test-go test-python bench bench-global bench-python bench-compare bench-ext bench-resp bench-rls bench-soak fuzz soak vet fmt lint deps clean
 
 all: build
 
@@ -102,6 +102,11 @@ bench-ext: build
 ## floor, interleaved (about 2 minutes; needs redis-server and redis-benchmark)
 bench-resp: build
 	./bench/resp-bench.sh $(RESP_ROUNDS)
+
+## bench-rls: Envoy's rate limit service (gRPC over its Unix socket) beside the native protocol,
+## envoyproxy/ratelimit's design (INCRBY+EXPIRE per descriptor, pipelined; behind gRPC and alone)
+bench-rls:
+	$(GO) test -run '^$$' -bench BenchmarkRLS -benchtime 2s -count $(COUNT) ./internal/server
 
 ## bench-soak: sustained random acquires on disk-backed tables of 1M and 10M buckets
 ## (5 minutes; writes bench/results/soak.*)

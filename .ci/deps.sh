@@ -25,7 +25,9 @@ forbid shm "^$mod/(bucket|proto|internal)"
 forbid proto "^$mod/(shm|bucket|internal)"
 forbid internal/engine "^$mod/(internal/server|clients)"
 forbid internal/server "^$mod/clients" '^flag$'
-forbid clients/go/sluice "^$mod/(shm|bucket|internal)"
+forbid clients/go/sluice "^$mod/(shm|bucket|internal)" '^google\.golang\.org/grpc' '^github\.com/envoyproxy/'
+# The rate limit service's matching: the engine's limits, never the server or the config file.
+forbid internal/rls "^$mod/(internal/(server|config|global)|clients|cmd)"
 # Global limits: bucket, go-redis and the standard library; the engine calls them, not the reverse.
 forbid internal/global "^$mod/(shm|clients|cmd|internal/(engine|server))"
 forbid internal/redistest "^$mod/(shm|bucket|proto|clients|cmd)" "^$mod/internal/([^s]|s[^i]|si[^d])" # sidecartest only

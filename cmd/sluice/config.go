@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/sluicehq/sluice/internal/config"
 )
@@ -47,6 +48,9 @@ func runConfig(x *cli, args []string) int {
 	}
 	for _, r := range s.Routes() {
 		fmt.Fprintf(x.stdout, "  resp %q %s\n", r.Match, r.Limit.Scope)
+	}
+	if ds := s.RLS().Domains(); len(ds) > 0 {
+		fmt.Fprintf(x.stdout, "  rate limit service domains: %s\n", strings.Join(ds, ", "))
 	}
 	return exitOK
 }

@@ -15,6 +15,7 @@ import (
 var configFlags = map[string]string{
 	"StatePath": "state", "SocketPath": "socket", "RESPSocket": "resp-socket",
 	"RESPAddr": "resp-addr", "RESPAllowRemote": "resp-allow-remote",
+	"RLSSocket": "rls-socket", "RLSAddr": "rls-addr", "RLSAllowRemote": "rls-allow-remote", "RLSHeaders": "rls-headers",
 	"Slots": "slots", "SlotSize": "slot-size", "ArenaCells": "arena-cells",
 	"SyncInterval": "sync-interval", "SocketMode": "socket-mode",
 	"MaxConns": "max-conns", "MaxConnsPerUID": "max-conns-per-uid",

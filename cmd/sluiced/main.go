@@ -52,6 +52,10 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 	fs.StringVar(&c.RESPSocket, "resp-socket", server.DefaultRESPSocket, `Unix socket of the Redis protocol ("-" for none)`)
 	fs.StringVar(&c.RESPAddr, "resp-addr", "", "also serve the Redis protocol on this TCP host:port (loopback only; smyte/ratelimit used 9049)")
 	fs.BoolVar(&c.RESPAllowRemote, "resp-allow-remote", false, "allow --resp-addr on a non-loopback address (no authentication!)")
+	fs.StringVar(&c.RLSSocket, "rls-socket", "", "serve Envoy's rate limit service (gRPC) on this Unix socket, deciding the config file's rls domains")
+	fs.StringVar(&c.RLSAddr, "rls-addr", "", "also serve Envoy's rate limit service on this TCP host:port (loopback only)")
+	fs.BoolVar(&c.RLSAllowRemote, "rls-allow-remote", false, "allow --rls-addr on a non-loopback address (no authentication!)")
+	fs.BoolVar(&c.RLSHeaders, "rls-headers", false, "add the RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset headers to the rate limit service's answers")
 	fs.Uint64Var(&c.Slots, "slots", 0, fmt.Sprintf("slot count of a new state file (default %d); an existing file keeps its own", server.DefaultSlots))
 	fs.IntVar(&c.SlotSize, "slot-size", 0, "slot size of a new state file: 64, 128 or 256 (default 64); an existing file keeps its own")
 	fs.Uint64Var(&c.ArenaCells, "arena-cells", 0, "64-byte cells of a new state file's arena, where sliding_log, window_counters and concurrency buckets keep their state (default a quarter of the slot count, at least 1024); an existing file keeps its own")
@@ -73,7 +77,7 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 		return nil
 	})
 	logFormat := fs.String("log-format", "text", "text or json")
-	configPath := fs.String("config", "", "config file of named limits (reloaded on SIGHUP and when it changes)")
+	configPath := fs.String("config", "", "config file of named limits and rate limit service domains, or an envoyproxy/ratelimit file (reloaded on SIGHUP and when it changes)")
 	var gf globalFlags
 	gf.register(fs)
 	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics on this loopback host:port or unix:PATH (a socket of --socket-mode)")

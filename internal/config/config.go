@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/global"
+	"github.com/sluicehq/sluice/internal/rls"
 	"github.com/sluicehq/sluice/proto"
 )
 
@@ -125,8 +126,25 @@ func Parse(file string, data []byte) (*Set, error) {
 		return nil, p.errorf(nil, "", "empty file: want a \"limits:\" mapping")
 	}
 	root := doc.Content[0]
+	if isRLSFile(root) {
+		// An envoyproxy/ratelimit file as it is: one domain, no named limits.
+		d, err := p.rlsDomain(root, "")
+		if err != nil {
+			return nil, err
+		}
+		if err := p.rlsConfig(s, []*rls.Domain{d}, root, ""); err != nil {
+			return nil, err
+		}
+		return s, nil
+	}
+	var domains []*rls.Domain
+	var domainsAt *yaml.Node
 	err := p.mapping(root, "", func(key, val *yaml.Node, field string) error {
 		switch key.Value {
+		case "rls":
+			ds, err := p.rlsDomains(val, field)
+			domains, domainsAt = ds, key
+			return err
 		case "version":
 			if val.Kind != yaml.ScalarNode || val.Value != "1" {
 				return p.errorf(val, field, "version %q: this build reads version 1", val.Value)
@@ -150,13 +168,32 @@ func Parse(file string, data []byte) (*Set, error) {
 			s.routes = rs
 			return err
 		}
-		return p.errorf(key, field, "unknown field (want version, limits or resp)")
+		return p.errorf(key, field, "unknown field (want version, limits, resp or rls)")
 	})
 	if err != nil {
 		return nil, err
 	}
+	if domainsAt != nil {
+		if err := p.rlsConfig(s, domains, domainsAt, "rls"); err != nil {
+			return nil, err
+		}
+	}
 	slices.Sort(s.names)
 	return s, nil
+}
+
+// isRLSFile reports whether a document is an envoyproxy/ratelimit file: a
+// mapping with a domain at the top.
+func isRLSFile(root *yaml.Node) bool {
+	if root.Kind != yaml.MappingNode {
+		return false
+	}
+	for i := 0; i < len(root.Content); i += 2 {
+		if root.Content[i].Value == "domain" {
+			return true
+		}
+	}
+	return false
 }
 
 // parser carries the file name into errors.

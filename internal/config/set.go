@@ -4,6 +4,8 @@ import (
 	"maps"
 	"slices"
 	"sync/atomic"
+
+	"github.com/sluicehq/sluice/internal/rls"
 )
 
 // Set is the named limits of one version of the config file. It is
@@ -13,9 +15,10 @@ type Set struct {
 	path   string
 	sum    [32]byte // SHA-256 of the file's content
 	limits map[string]*Limit
-	names  []string // sorted
-	kept   []string // sorted: the names in force that the file no longer defines
-	routes []*Route // the resp section, in the file's order
+	names  []string    // sorted
+	kept   []string    // sorted: the names in force that the file no longer defines
+	routes []*Route    // the resp section, in the file's order
+	rls    *rls.Config // the rate limit service's domains; nil if none
 }
 
 // Empty returns a Set without limits, for a sidecar run without a config
@@ -51,7 +54,7 @@ func (s *Set) keep(old *Set) (*Set, []string) {
 	if len(gone) == 0 {
 		return s, nil
 	}
-	k := &Set{path: s.path, sum: s.sum, limits: make(map[string]*Limit, len(s.limits)+len(gone)), kept: gone, routes: s.routes}
+	k := &Set{path: s.path, sum: s.sum, limits: make(map[string]*Limit, len(s.limits)+len(gone)), kept: gone, routes: s.routes, rls: s.rls}
 	maps.Copy(k.limits, s.limits)
 	var newly []string
 	for _, n := range gone {

@@ -99,6 +99,14 @@ type Config struct {
 	// Global, if set, is the Redis (or Sentinel, or Redis Cluster) where
 	// the named limits of scope global are decided.
 	Global *global.Options
+	// RLSSocket and RLSAddr, if set, serve Envoy's rate limit service
+	// (gRPC) on a Unix socket and on a TCP host:port (loopback unless
+	// RLSAllowRemote), deciding the descriptors of Limits' rls domains.
+	// RLSHeaders adds the RateLimit-* response headers to its answers.
+	RLSSocket      string
+	RLSAddr        string
+	RLSAllowRemote bool
+	RLSHeaders     bool
 
 	// AllowUIDs and AllowGIDs, if either is set, restrict who may use the
 	// Unix sockets: a peer whose uid is in AllowUIDs or whose gid is in
@@ -246,21 +254,30 @@ func (c *Config) ValidateGiven(given func(field string) bool) error {
 		return bad("MaxConnsPerUID", c.MaxConnsPerUID, "want 0 (no cap) or a number of connections up to 1000000")
 	}
 	for _, p := range []struct{ field, path string }{
-		{"SocketPath", c.SocketPath}, {"RESPSocket", c.RESPSocket},
+		{"SocketPath", c.SocketPath}, {"RESPSocket", c.RESPSocket}, {"RLSSocket", c.RLSSocket},
 	} {
 		if len(p.path) > sockfile.MaxPath {
 			return &ConfigError{Field: p.field, Value: p.path, Err: ErrSocketPath,
 				Want: fmt.Sprintf("a Unix socket path is at most %d bytes; this one is %d", sockfile.MaxPath, len(p.path))}
 		}
 	}
-	if c.RESPAddr != "" {
-		if err := checkLoopback(c.RESPAddr, c.RESPAllowRemote); err != nil {
-			e := bad("RESPAddr", c.RESPAddr, "want a loopback host:port such as 127.0.0.1:9049 (or RESPAllowRemote)")
+	for _, a := range []struct {
+		field, addr, example, allow string
+		allowed                     bool
+	}{
+		{"RESPAddr", c.RESPAddr, "127.0.0.1:9049", "RESPAllowRemote", c.RESPAllowRemote},
+		{"RLSAddr", c.RLSAddr, "127.0.0.1:8081", "RLSAllowRemote", c.RLSAllowRemote},
+	} {
+		if a.addr == "" {
+			continue
+		}
+		if err := checkLoopback(a.addr, a.allowed); err != nil {
+			e := bad(a.field, a.addr, fmt.Sprintf("want a loopback host:port such as %s (or %s)", a.example, a.allow))
 			e.Err = err
 			return e
 		}
 		if len(c.AllowUIDs) > 0 || len(c.AllowGIDs) > 0 {
-			return bad("RESPAddr", c.RESPAddr, "cannot be combined with AllowUIDs or AllowGIDs: a TCP peer has no credentials to check")
+			return bad(a.field, a.addr, "cannot be combined with AllowUIDs or AllowGIDs: a TCP peer has no credentials to check")
 		}
 	}
 	return nil

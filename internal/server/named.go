@@ -99,13 +99,18 @@ func (s *server) shadow(nl *namedLimit, f proto.Flags, d *bucket.Decision) bool 
 		return false
 	}
 	d.Allowed, d.RetryAfter, d.Delay = true, -1, 0
+	s.shadowDenied(nl)
+	return true
+}
+
+// shadowDenied counts a shadow limit's denial answered as allowed.
+func (s *server) shadowDenied(nl *namedLimit) {
 	switch {
 	case nl != nil && nl.metrics != nil:
 		nl.metrics.ShadowDenied()
 	case nl == nil && s.specMetrics != nil:
 		s.specMetrics.ShadowDenied()
 	}
-	return true
 }
 
 // record counts a decision under its limit's label, with the time the

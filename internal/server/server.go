@@ -151,6 +151,19 @@ func Run(ctx context.Context, cfg Config) error {
 		"torn_slots_reset", st.Torn, "socket", c.SocketPath, "resp_socket", c.RESPSocket,
 		"resp_addr", c.RESPAddr, "sync_interval", c.SyncInterval, "transport", c.Transport)
 
+	stopRLS, err := s.startRLS()
+	if err != nil {
+		for _, l := range lns {
+			l.ln.Close()
+			l.close()
+		}
+		s.drain() // no connection yet: it stops the event loops
+		if gl != nil {
+			gl.close()
+		}
+		closeEngine()
+		return err
+	}
 	var accepting sync.WaitGroup
 	for _, l := range lns {
 		accepting.Add(1)
@@ -168,6 +181,7 @@ func Run(ctx context.Context, cfg Config) error {
 		l.ln.Close()
 	}
 	accepting.Wait()
+	stopRLS()
 	s.drain()
 	if gl != nil {
 		gl.close() // unused lease tokens go back

@@ -1,0 +1,116 @@
+package server
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	ratelimitpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/global"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// rlsClient returns a client of sc's rate limit service socket.
+func rlsClient(t *testing.T, sc *sidecar) rlspb.RateLimitServiceClient {
+	t.Helper()
+	conn, err := grpc.NewClient("unix://"+sc.cfg.RLSSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return rlspb.NewRateLimitServiceClient(conn)
+}
+
+func rlsReq(ds ...[2]string) *rlspb.RateLimitRequest {
+	r := &rlspb.RateLimitRequest{Domain: "d"}
+	for _, d := range ds {
+		r.Descriptors = append(r.Descriptors, &ratelimitpb.RateLimitDescriptor{
+			Entries: []*ratelimitpb.RateLimitDescriptor_Entry{{Key: d[0], Value: d[1]}}})
+	}
+	return r
+}
+
+func shouldRateLimit(t *testing.T, c rlspb.RateLimitServiceClient, r *rlspb.RateLimitRequest) *rlspb.RateLimitResponse {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := c.ShouldRateLimit(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+// Ensure a request with a global limit and a local one is all or nothing:
+// over the local limit, the global limit's tokens are given back in
+// Redis; and a global limit alone decides in Redis.
+func TestRLS_globalAllOrNothing(t *testing.T) {
+	redis := redistest.Start(t)
+	set, err := config.Parse("sluice.yaml", []byte(`limits:
+  shared: {limit: "token_bucket:max=3,refill_time=1h", scope: global}
+  mine: "token_bucket:max=2,refill_time=1h"
+rls:
+  - domain: d
+    descriptors:
+      - {key: g, rate_limit: {limit: shared}}
+      - {key: l, rate_limit: {limit: mine}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	redistest.QuietClientLogs()
+	dir := shortDir(t)
+	sc := start(t, Config{StatePath: filepath.Join(dir, "state"), SocketPath: filepath.Join(dir, "sock"),
+		RLSSocket: filepath.Join(dir, "rls"), Limits: config.NewHolder(set), Global: &global.Options{Addrs: []string{redis.Addr}}})
+	c := rlsClient(t, sc)
+	g, l := [2]string{"g", "k"}, [2]string{"l", "k"}
+	for i := range 2 {
+		if resp := shouldRateLimit(t, c, rlsReq(g, l)); resp.OverallCode != rlspb.RateLimitResponse_OK {
+			t.Fatalf("request %d: %v", i, resp)
+		}
+	}
+	// The local bucket is empty: the request is over, and the global
+	// token it took is given back.
+	resp := shouldRateLimit(t, c, rlsReq(g, l))
+	if resp.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT || resp.Statuses[0].Code != rlspb.RateLimitResponse_OK ||
+		resp.Statuses[1].Code != rlspb.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("over the local limit: %v", resp)
+	}
+	if got := resp.Statuses[0].LimitRemaining; got != 1 {
+		t.Errorf("the global limit's remaining in the denied request: %d, want 1 (as before it)", got)
+	}
+	resp = shouldRateLimit(t, c, rlsReq(g))
+	if resp.OverallCode != rlspb.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != 0 {
+		t.Fatalf("the global limit alone, its last token: %v", resp)
+	}
+	if resp = shouldRateLimit(t, c, rlsReq(g)); resp.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("the global limit, empty: %v", resp)
+	}
+	if cl := resp.Statuses[0].CurrentLimit; cl.GetName() != "shared" || cl.GetRequestsPerUnit() != 3 || cl.GetUnit() != rlspb.RateLimitResponse_RateLimit_HOUR {
+		t.Errorf("current_limit %v, want 3 per hour named shared", cl)
+	}
+}
+
+// Ensure --allow-uid applies to the rate limit service's socket: a peer
+// not listed is disconnected, never served.
+func TestRLS_allowUID(t *testing.T) {
+	dir := shortDir(t)
+	set, err := config.Parse("sluice.yaml", []byte("domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: hour, requests_per_unit: 1}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := start(t, Config{StatePath: filepath.Join(dir, "state"), SocketPath: filepath.Join(dir, "sock"),
+		RLSSocket: filepath.Join(dir, "rls"), Limits: config.NewHolder(set), AllowUIDs: []uint32{uint32(os.Getuid()) + 1}})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := rlsClient(t, sc).ShouldRateLimit(ctx, rlsReq([2]string{"k", "v"})); err == nil {
+		t.Fatal("a peer whose uid is not allowed was served")
+	}
+}
