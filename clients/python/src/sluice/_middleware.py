@@ -24,7 +24,7 @@ import threading
 import time
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Union
 
-from ._common import Call, Key, LimitLike, _leasable, limit_of, name_of
+from ._calls import Call, Key, LimitLike, leasable, limit_of, name_of
 from ._gotime import format_duration
 from .errors import Internal, ProtocolError, SluiceError, TableFull, Unavailable
 from .limits import Concurrency, Limit
@@ -46,7 +46,7 @@ def limits_of(limit: Optional[LimitLike], concurrency: Optional[LimitLike]) -> T
     rate = None if limit is None else limit_of(limit)
     if isinstance(rate, Concurrency):
         raise TypeError(f"{rate} is a concurrency limit: pass it as concurrency=, not as the rate limit")
-    return rate, None if concurrency is None else _leasable(concurrency)
+    return rate, None if concurrency is None else leasable(concurrency)
 
 
 class Failed(NamedTuple):

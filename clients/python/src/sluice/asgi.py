@@ -35,7 +35,7 @@ import asyncio
 import inspect
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple, Union
 
-from ._common import Key, LimitLike
+from ._calls import Key, LimitLike
 from ._middleware import Failed, Failures, limits_of, release_failed, shadow_denied
 from .errors import SluiceError
 from .headers import check_name, ratelimit_headers, response_headers

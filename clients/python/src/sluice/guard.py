@@ -50,7 +50,7 @@ import logging
 import time
 from typing import Any, Callable, Optional, TypeVar, Union
 
-from ._common import Key, LimitLike, limit_of
+from ._calls import Key, LimitLike, limit_of
 from ._gotime import format_duration
 from .errors import RateLimited, SluiceError, Unavailable
 from .limits import Concurrency

@@ -58,7 +58,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
-from ._common import Key, LimitLike
+from ._calls import Key, LimitLike
 from ._middleware import Failed, Failures, limits_of, release_failed, shadow_denied
 from .errors import SluiceError
 from .headers import check_name, ratelimit_headers, response_headers
