@@ -19,7 +19,9 @@ import time
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from ._calls import Call
+from ._gotime import format_duration
 from .errors import SluiceError, StatusError, Unavailable
+from .limits import Concurrency, Limit
 from .proto import Opcode
 from .results import DEGRADED_CLOSED, DEGRADED_CLOSED_LEASE, DEGRADED_OPEN, DEGRADED_OPEN_LEASE, MultiDecision
 
@@ -207,3 +209,8 @@ def never_answered(e: Unavailable) -> Unavailable:
     return err
 
 
+def release_failed(limit: Limit, key: Any, lease_id: int, e: SluiceError) -> None:
+    """Log a release the sidecar did not do: the lease expires on its own after the limit's lease time."""
+    within = format_duration(limit.lease_ns) if isinstance(limit, Concurrency) else "its lease time"
+    log.warning("could not release lease %d of %s for %r (%s); it expires on its own within %s",
+                lease_id, limit, key, e, within)
