@@ -22,7 +22,7 @@ BREAKER = (3, 0.25, 10.0)
 
 
 def core(policy: str = "open") -> ProtocolCore:
-    return ProtocolCore("/nonexistent/sluice.sock", 0.05, policy, BREAKER)
+    return ProtocolCore("/nonexistent/sluice.sock", 0.05, policy, breaker=BREAKER)
 
 
 def answer(fid: int, d: Decision, version: int = 1, code: int = Opcode.ACQUIRE) -> bytes:
@@ -140,11 +140,23 @@ def test_the_policy_answers_only_for_a_sidecar_that_answered(caplog: Any) -> Non
         core("raise")._refused([acquire], True)
 
 
+def test_the_start_check_is_the_drivers() -> None:
+    checked: List[Tuple[str, Optional[float]]] = []
+
+    class Checked(ProtocolCore):
+        _start_check = staticmethod(lambda path, where, timeout: checked.append((where, timeout)))
+
+    c = Checked("/nonexistent/sluice.sock", 0.5)
+    assert checked == [("/nonexistent/sluice.sock", 0.5)] and c._answered_once
+    assert not Checked("/nonexistent/sluice.sock", lazy=True)._answered_once and len(checked) == 1
+    assert not core()._answered_once  # the core alone checks nothing
+
+
 class FakeClient(ProtocolCore):
     """A client whose acquire and lease answer from a script, for the middleware core."""
 
     def __init__(self, *answers: Any) -> None:
-        super().__init__("/nonexistent/sluice.sock", 0.05, "open", BREAKER)
+        super().__init__("/nonexistent/sluice.sock", 0.05, "open", breaker=BREAKER)
         self._answered()
         self.answers = list(answers)
         self.asked: List[Tuple[str, Any]] = []

@@ -24,7 +24,8 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any, FrozenSet, List, Optional, Sequence, Tuple, Union
+import weakref
+from typing import Any, Callable, FrozenSet, List, Optional, Sequence, Tuple, Union
 
 from . import proto
 from ._answers import DECISION_FRAME, DECISION_FRAME_LEN, DECISION_FRAME_SIZE, hello_version, results
@@ -32,7 +33,8 @@ from ._calls import (
     At, Call, Frames, Key, LimitLike, any_named, deadline_ns, decide_frame, hello_frame, name_of, named_v4, pack,
 )
 from ._policy import (
-    CLOSED, DEGRADED_LOG_INTERVAL, Breaker, breaker_open, cannot_connect, check_policy, degraded, finish,
+    BREAKER_MAX_OPEN, BREAKER_MIN_OPEN, BREAKER_THRESHOLD, CLOSED, DEFAULT_POLICY, DEFAULT_TIMEOUT,
+    DEGRADED_LOG_INTERVAL, Breaker, breaker_open, cannot_connect, check_policy, degraded, finish,
     never_answered,
 )
 from .errors import SluiceError, Unavailable
@@ -52,7 +54,7 @@ _ACQUIRE, _REFUND = int(Opcode.ACQUIRE), int(Opcode.REFUND)
 _DECIDES = (int(Opcode.ACQUIRE), int(Opcode.PEEK))
 
 
-def socket_path(path: Optional[Union[str, "os.PathLike[str]"]]) -> Tuple[str, str]:
+def resolve_socket_path(path: Optional[Union[str, "os.PathLike[str]"]]) -> Tuple[str, str]:
     """The socket to use: ``path``, else $SLUICE_SOCKET, else var/sluice.sock; as (its absolute
     path, for people; what to connect to). A relative path is resolved against the working
     directory once, here: the absolute one is connected to, unless it is too long for a socket
@@ -76,11 +78,25 @@ def decide_call(code: int, limit: LimitLike) -> Call:
     return Call(b"", code, True, 0, 1, name_of(limit))
 
 
+_cores: "weakref.WeakSet[ProtocolCore]" = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for core in list(_cores):
+        core._forget()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class ProtocolCore:
     """One client's side of the protocol, without I/O; see the module doc.
 
-    ``socket_path``, ``timeout``, ``on_unavailable`` and ``breaker`` are the client's
-    arguments, checked here. The sidecar's availability, as this client sees it: the
+    Its arguments are the clients', checked here (:class:`sluice.Client` documents them). A
+    client made without ``lazy`` runs the driver's start check (``_start_check``) here; the
+    core alone has none. After ``os.fork``, each client in the child forgets the connection
+    it inherited (the driver's ``_forget``), and opens its own on first use. The sidecar's availability, as this client sees it: the
     ``on_unavailable`` policy decides only for a sidecar that has answered this client before
     (an outage of a sidecar that was there): until the first answer (a client made with
     ``lazy=True``), every call raises :class:`Unavailable`, whatever the policy, since a
@@ -108,17 +124,32 @@ class ProtocolCore:
     _degraded_logged = 0  # degraded_decisions at the last log line
     _degraded_log_at = -DEGRADED_LOG_INTERVAL  # time.monotonic() of the last log line
 
-    def __init__(self, socket_path_: Optional[Union[str, "os.PathLike[str]"]], timeout: Optional[float],
-                 on_unavailable: str, breaker: Tuple[int, float, float]) -> None:
+    #: The driver's start check: connect to the socket (its path to connect to, its absolute
+    #: path for people, the timeout), PING, and raise what a call would if that fails.
+    _start_check: Optional[Callable[[str, str, Optional[float]], None]] = None
+
+    def __init__(self, socket_path: Optional[Union[str, "os.PathLike[str]"]] = None,
+                 timeout: Optional[float] = DEFAULT_TIMEOUT, on_unavailable: str = DEFAULT_POLICY, *,
+                 breaker: Tuple[int, float, float] = (BREAKER_THRESHOLD, BREAKER_MIN_OPEN, BREAKER_MAX_OPEN),
+                 lazy: bool = False) -> None:
         if timeout is not None and not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds or None, got {timeout!r}")
-        self.socket_path, self._path = socket_path(socket_path_)
+        self.socket_path, self._path = resolve_socket_path(socket_path)
         self.timeout = timeout
         self.on_unavailable = check_policy(on_unavailable)
         self._breaker = Breaker(self.socket_path, *breaker)
         self._id = 0
         self._version_of: Any = None  # the connection whose sidecar's version is known
         self._version = 0  # its protocol version (0: its HELLO failed)
+        self._forget()
+        if not lazy and self._start_check is not None:
+            self._start_check(self._path, self.socket_path, timeout)
+            self._answered()
+        _cores.add(self)
+
+    def _forget(self) -> None:
+        """The driver's: start without a connection (when the client is made, and in the child
+        after fork, where the connection is the parent's)."""
 
     def healthy(self) -> bool:
         """Whether the client asks the sidecar: False while its circuit breaker is open."""

@@ -26,18 +26,14 @@ from __future__ import annotations
 import asyncio
 import collections
 import os
-import weakref
-from typing import Any, AsyncIterator, Deque, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, AsyncIterator, Deque, Iterable, List, NamedTuple, Optional, Sequence, Union
 
 from ._answers import FrameReader, frame_error, value
 from ._calls import (
     At, Call, Key, LimitLike, PipelineBase, item_call, lease_call, lease_id, multi_call, named, release_call,
     request_flags, scan_call, simple_call,
 )
-from ._policy import (
-    BREAKER_MAX_OPEN, BREAKER_MIN_OPEN, BREAKER_THRESHOLD, DEFAULT_POLICY, DEFAULT_TIMEOUT, breaker_open,
-    no_answer,
-)
+from ._policy import breaker_open, no_answer
 from ._protocol_core import ProtocolCore, decide_call
 from .client import check_sidecar
 from .errors import ProtocolError, SluiceError, Unavailable
@@ -46,17 +42,6 @@ from .proto import Opcode
 from .results import Decision, Hello, Lease, MultiDecision, MultiItem, ScanEntry, ScanPage, Stats
 
 __all__ = ["AsyncClient", "AsyncPipeline"]
-
-_clients: "weakref.WeakSet[AsyncClient]" = weakref.WeakSet()
-
-def _after_fork_in_child() -> None:
-    for cl in list(_clients):
-        cl._forget()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
 
 class _Stale(Unavailable):
     """A reused connection was lost before any byte answered this request: safe to resend."""
@@ -251,18 +236,10 @@ class AsyncClient(ProtocolCore):
     Use ``async with AsyncClient(...) as client`` or ``await client.close()``.
     """
 
-    def __init__(self, socket_path: Optional[Union[str, "os.PathLike[str]"]] = None,
-                 timeout: Optional[float] = DEFAULT_TIMEOUT, on_unavailable: str = DEFAULT_POLICY, *,
-                 breaker: Tuple[int, float, float] = (BREAKER_THRESHOLD, BREAKER_MIN_OPEN, BREAKER_MAX_OPEN),
-                 lazy: bool = False) -> None:
-        super().__init__(socket_path, timeout, on_unavailable, breaker)
-        self._conn: Optional[_Conn] = None
-        self._lock: Optional[asyncio.Lock] = None
-        self._lock_loop: Optional[asyncio.AbstractEventLoop] = None
-        if not lazy:
-            check_sidecar(self._path, self.socket_path, timeout)
-            self._answered()
-        _clients.add(self)
+    _start_check = staticmethod(check_sidecar)  # blocking: there may be no event loop yet
+    _conn: Optional[_Conn]  # the connection, of the event loop it was made in
+    _lock: Optional[asyncio.Lock]  # held while connecting, of _lock_loop
+    _lock_loop: Optional[asyncio.AbstractEventLoop]
 
     def __repr__(self) -> str:
         return f"AsyncClient({self.socket_path!r}, timeout={self.timeout!r}, on_unavailable={self.on_unavailable!r})"
@@ -499,7 +476,7 @@ class AsyncClient(ProtocolCore):
             return proto
 
     def _forget(self) -> None:
-        """After fork, in the child: the connection is the parent's."""
+        """No connection: when made, and after fork in the child (the connection is the parent's)."""
         self._conn, self._lock, self._lock_loop = None, None, None
 
 

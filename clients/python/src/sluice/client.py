@@ -49,13 +49,11 @@ request was written after the close.
 
 from __future__ import annotations
 
-import os
 import select
 import socket
 import struct
 import threading
-import weakref
-from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Union
 
 from . import proto
 from ._answers import FrameReader, results, value
@@ -63,10 +61,7 @@ from ._calls import (
     At, Call, Frames, Key, LimitLike, PipelineBase, item_call, lease_call, lease_id, multi_call, named, release_call,
     request_flags, scan_call, simple_call,
 )
-from ._policy import (
-    BREAKER_MAX_OPEN, BREAKER_MIN_OPEN, BREAKER_THRESHOLD, DEFAULT_POLICY, DEFAULT_TIMEOUT, breaker_open,
-    cannot_connect, no_answer,
-)
+from ._policy import breaker_open, cannot_connect, no_answer
 from ._protocol_core import ProtocolCore, decide_call
 from .errors import ProtocolError, SluiceError, Unavailable
 from .guard import ConcurrencyGuard, Guard, KeyOrFunc
@@ -79,20 +74,8 @@ _U32 = struct.Struct("<I")
 _SENDALL_MAX = 64 << 10  # above this, interleave sending with reading (a blocking sendall could deadlock)
 _RECV = 64 << 10
 
-_clients: "weakref.WeakSet[Client]" = weakref.WeakSet()
-
-
 class _Stale(Exception):
     """The connection failed before any byte of the answer arrived."""
-
-
-def _after_fork_in_child() -> None:
-    for cl in list(_clients):
-        cl._forget()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 #: Seconds the start check (a PING when a client is made) waits for the sidecar, unless the
@@ -124,9 +107,7 @@ def check_sidecar(path: str, where: str, timeout: Optional[float]) -> None:
                 data += more
                 frames = reader.feed(more)
         except socket.timeout as e:
-            err = Unavailable(f"the sidecar is unavailable: no answer from {where} within {wait}s")
-            err.timed_out = True
-            raise err from e
+            raise no_answer(where, wait) from e
         except OSError as e:
             try:  # a refusal written before the close is the error, not the broken pipe
                 data += s.recv(1 << 16, socket.MSG_DONTWAIT)
@@ -178,17 +159,9 @@ class Client(ProtocolCore):
     :meth:`close`.
     """
 
-    def __init__(self, socket_path: Optional[Union[str, "os.PathLike[str]"]] = None,
-                 timeout: Optional[float] = DEFAULT_TIMEOUT, on_unavailable: str = DEFAULT_POLICY, *,
-                 breaker: Tuple[int, float, float] = (BREAKER_THRESHOLD, BREAKER_MIN_OPEN, BREAKER_MAX_OPEN),
-                 lazy: bool = False) -> None:
-        super().__init__(socket_path, timeout, on_unavailable, breaker)
-        self._lock = threading.Lock()
-        self._sock: Optional[socket.socket] = None
-        if not lazy:
-            check_sidecar(self._path, self.socket_path, timeout)
-            self._answered()
-        _clients.add(self)
+    _start_check = staticmethod(check_sidecar)
+    _sock: Optional[socket.socket] = None  # the connection, once connected
+    _lock: threading.Lock  # held around each exchange
 
     def __repr__(self) -> str:
         return f"Client({self.socket_path!r}, timeout={self.timeout!r}, on_unavailable={self.on_unavailable!r})"
@@ -513,7 +486,8 @@ class Client(ProtocolCore):
             s.close()
 
     def _forget(self) -> None:
-        """After fork, in the child: the connection and the lock are the parent's."""
+        """No connection and a new lock: when made, and after fork in the child (the connection
+        and the lock are the parent's)."""
         self._lock = threading.Lock()
         self._drop()
 
