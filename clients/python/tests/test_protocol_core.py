@@ -179,16 +179,18 @@ def drive(mw: MiddlewareCore, request: Any) -> List[Tuple[int, Any]]:
     """Run the middleware core's steps for a request as an adapter would; the steps taken."""
     steps, taken, answer = mw._steps(request), [], None
     while True:
-        verb, arg = steps.send(answer)
-        taken.append((verb, arg))
-        answer = None
-        if verb == CALL:
-            try:
-                answer = arg()
-            except SluiceError as e:
-                answer = e
-        elif verb != SLEEP:
+        taken.append(steps.send(answer))
+        verb, arg = taken[-1]
+        if verb not in (CALL, SLEEP):
             return taken
+        answer = value_or_error(arg) if verb == CALL else None
+
+
+def value_or_error(f: Any) -> Any:
+    try:
+        return f()
+    except SluiceError as e:
+        return e
 
 
 def test_the_middleware_core_allows_denies_and_fails() -> None:

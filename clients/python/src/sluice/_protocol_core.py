@@ -270,6 +270,12 @@ class ProtocolCore:
                         self.socket_path, e, self.on_unavailable)
         return self._by_policy(e, call)
 
+    def _outage(self, probe: bool, e: Unavailable, call: Any) -> Any:
+        """The answer to a call the breaker let through (``probe``: as its probe) and the sidecar
+        could not answer: the failure recorded with the breaker, then the policy's answer."""
+        self._breaker.done(probe, e)
+        return self._unavailable(e, call)
+
     def _by_policy(self, e: SluiceError, call: Any) -> Any:
         """The on_unavailable policy's answer to a call the sidecar could not decide (e raised
         for "raise", and for a call that decides nothing), counted and logged: a denial marked

@@ -355,14 +355,10 @@ class AsyncClient(ProtocolCore):
                     d = value(self._results(conn, f, fid, (decide_call(code, limit),))[0])
                 brk.done(probe, None)
                 return d  # type: ignore[no-any-return]
-            except _Stale as e:
-                if attempt == 0:
-                    continue
-                brk.done(probe, e)
-                return self._unavailable(e, decide_call(code, limit))  # type: ignore[no-any-return]
             except Unavailable as e:
-                brk.done(probe, e)
-                return self._unavailable(e, decide_call(code, limit))  # type: ignore[no-any-return]
+                if isinstance(e, _Stale) and attempt == 0:
+                    continue  # resent once, on a new connection
+                return self._outage(probe, e, decide_call(code, limit))  # type: ignore[no-any-return]
             except BaseException as e:
                 brk.done(probe, e)
                 raise

@@ -361,8 +361,7 @@ class Client(ProtocolCore):
                     f = self._exchange(payload, 1)[0]
                 d = value(self._results(f, fid, (decide_call(code, limit),))[0])
         except Unavailable as e:
-            brk.done(False, e)
-            return self._unavailable(e, decide_call(code, limit))  # type: ignore[no-any-return]
+            return self._outage(False, e, decide_call(code, limit))  # type: ignore[no-any-return]
         except SluiceError as e:
             brk.done(False, e)
             raise
@@ -399,8 +398,7 @@ class Client(ProtocolCore):
         try:
             v = f()
         except Unavailable as e:
-            self._breaker.done(probe, e)
-            return self._unavailable(e, call)
+            return self._outage(probe, e, call)
         except BaseException as e:
             self._breaker.done(probe, e)
             raise
