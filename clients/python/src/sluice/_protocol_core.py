@@ -39,7 +39,7 @@ from ._policy import (
 )
 from .errors import SluiceError, Unavailable
 from .proto import Opcode
-from .results import DEGRADED_FAILS_CLOSED, Decision, make_decision
+from .results import DEGRADED_FAILS_CLOSED, Decision
 
 log = logging.getLogger("sluice")
 
@@ -50,6 +50,8 @@ DEFAULT_SOCKET = "var/sluice.sock"
 _MAX_SOCKET_PATH = 108
 
 _DECISION_FRAME_UNPACK = DECISION_FRAME.unpack_from
+_new = object.__new__
+_setattr = object.__setattr__
 _ACQUIRE, _REFUND = int(Opcode.ACQUIRE), int(Opcode.REFUND)
 _DECIDES = (int(Opcode.ACQUIRE), int(Opcode.PEEK))
 
@@ -227,8 +229,11 @@ class ProtocolCore:
             self._answered()
         if v4 and self._fails_closed:  # a decision without the mark
             self._fails_closed_is(name_of(limit), False)  # type: ignore[arg-type]
-        return make_decision(allowed == 1, rem, lim, ra, rs, dl)
-
+        d = _new(Decision)  # make_decision, inlined: the hot path
+        _setattr(d, "__dict__", {"allowed": allowed == 1, "remaining": rem, "limit": lim, "retry_after_ns": ra,
+                                 "reset_after_ns": rs, "delay_ns": dl, "degraded": False, "shadow_denied": False,
+                                 "outage": None, "fails_closed": False})
+        return d
     def _answers(self, f: proto.Buffer, fid: int, calls: Sequence[Call]) -> List[Any]:
         """The answers of response frame ``f`` to ``calls`` (sent as frame ``fid``): values, or
         exceptions of error results. Raises the frame-level error or ProtocolError: the

@@ -65,6 +65,7 @@ from ._policy import breaker_open, cannot_connect, no_answer
 from ._protocol_core import ProtocolCore, decide_call
 from .errors import ProtocolError, SluiceError, Unavailable
 from .guard import ConcurrencyGuard, Guard, KeyOrFunc
+from .limits import Limit, Named
 from .proto import Opcode
 from .results import Decision, Hello, Lease, MultiDecision, MultiItem, ScanEntry, ScanPage, Stats
 
@@ -332,7 +333,9 @@ class Client(ProtocolCore):
             return self._guarded(decide_call(code, limit), lambda: self._decide_slow(code, key, limit, n, at, flags))
         try:
             with self._lock:
-                v4 = named(limit) and self._sidecar_version() >= 4
+                # named(limit), inlined for a Limit: the hot path
+                v4 = (type(limit) is Named or not isinstance(limit, Limit) and named(limit)) \
+                    and self._sidecar_version() >= 4
                 fid, payload = self._decide_request(code, key, limit, n, at, flags, v4)
                 sock = self._sock
                 f: Any = None
