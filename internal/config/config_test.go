@@ -67,7 +67,7 @@ func TestParse_errors(t *testing.T) {
 		{"", "f.yaml: empty file: want a \"limits:\" mapping"},
 		{"# nothing\n", "f.yaml: empty file"},
 		{"limits: [1, 2]\n", "f.yaml:1: limits: want a mapping of names to values, limits is a list"},
-		{"limit:\n  a: b\n", "f.yaml:1: limit: unknown field (want version or limits)"},
+		{"limit:\n  a: b\n", "f.yaml:1: limit: unknown field (want version, limits or resp)"},
 		{"version: 2\nlimits: {}\n", "f.yaml:1: version: version \"2\": this build reads version 1"},
 		{"limits:\n  login: {limit: \"token_bucket:max=10,refill_time=1h\", shdow: true}\n",
 			"f.yaml:2: limits.login.shdow: unknown field (want limit, description, shadow, scope"},

@@ -28,6 +28,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/sidecartest"
+
 	"github.com/redis/go-redis/v9"
 )
 
@@ -58,17 +60,8 @@ func lookPath(t testing.TB, name string) string {
 }
 
 // tempDir returns a new temporary directory with a short path (a Unix
-// socket path must stay under 108 bytes, which t.TempDir does not promise),
-// removed at cleanup.
-func tempDir(t testing.TB) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "redis")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
+// socket path must stay under 108 bytes), removed at cleanup.
+var tempDir = sidecartest.ShortDir
 
 // baseArgs are the options every test server runs with: no persistence,
 // in the foreground, logging to a file in its directory.

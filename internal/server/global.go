@@ -155,11 +155,20 @@ func outageOf(l *config.Limit) proto.Outage {
 // it, if one did. Requests with STRICT or SMYTE go to Redis even for a
 // leased limit (a lease spends tokens, it has no refill clock to restart).
 func (g *globalLimits) acquire(l *config.Limit, key string, cost int64, f bucket.Flags, by func() time.Time) (bucket.Decision, proto.Outage, error) {
+	return g.acquireBlocking(l, key, cost, f, by, nil)
+}
+
+// acquireBlocking is acquire that calls blocking, if not nil, before it
+// waits for Redis (an event loop hands itself over then).
+func (g *globalLimits) acquireBlocking(l *config.Limit, key string, cost int64, f bucket.Flags, by func() time.Time, blocking func()) (bucket.Decision, proto.Outage, error) {
 	r := global.Request{Limit: l.Bucket, Key: key, Cost: cost, Flags: f, Op: global.Acquire}
 	if l.Leased() && f == 0 {
 		ls := g.leasesFor(l)
 		if d, ok := ls.Local(l.Bucket, key, cost); ok {
 			return d, proto.OutageNone, nil // no Redis, no context, no allocation
+		}
+		if blocking != nil {
+			blocking()
 		}
 		ctx, cancel := context.WithDeadline(context.Background(), by())
 		defer cancel()
@@ -171,6 +180,9 @@ func (g *globalLimits) acquire(l *config.Limit, key string, cost int64, f bucket
 		// lease was not even asked for): the outage policy decides.
 		d, err = g.fallback.Failed(ctx, r, l.Policy(), err)
 		return d, outageOf(l), err
+	}
+	if blocking != nil {
+		blocking()
 	}
 	return g.decideBy(r, l, by)
 }
@@ -189,6 +201,15 @@ func (g *globalLimits) decideBy(r global.Request, l *config.Limit, by func() tim
 
 // refund gives amount tokens back to key's global bucket, in Redis.
 func (g *globalLimits) refund(l *config.Limit, key string, amount int64, by func() time.Time) (bucket.Decision, proto.Outage, error) {
+	return g.refundBlocking(l, key, amount, by, nil)
+}
+
+// refundBlocking is refund that calls blocking, if not nil, before it
+// waits for Redis.
+func (g *globalLimits) refundBlocking(l *config.Limit, key string, amount int64, by func() time.Time, blocking func()) (bucket.Decision, proto.Outage, error) {
+	if blocking != nil {
+		blocking()
+	}
 	return g.decideBy(global.Request{Limit: l.Bucket, Key: key, Cost: amount, Op: global.Refund}, l, by)
 }
 
