@@ -45,7 +45,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "src"))
 REPO = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 
 from sluice import AsyncClient, Client, Decision, TokenBucket, proto  # noqa: E402
-from sluice import _common  # noqa: E402
+from sluice import _answers, _calls  # noqa: E402
 
 # The echo server: on every connection, for every request of REQ bytes, answer RESP bytes.
 ECHO = r"""
@@ -198,9 +198,9 @@ def main() -> None:
         if path is None:
             p, path = start_sluiced(tmp)
             procs.append(p)
-        one_frame = _common.decide_frame(1, 3, KEY, LIMIT, 1, None, False)
-        many_frame = _common.pack([_common.item_call(3, KEY, LIMIT, 1, None, False)] * b, 1).payload
-        one_resp, many_resp = _common.DECISION_FRAME_SIZE, 12 + b * (2 + 41)
+        one_frame = _calls.decide_frame(1, 3, KEY, LIMIT, 1, None, False)
+        many_frame = _calls.pack([_calls.item_call(3, KEY, LIMIT, 1, None, False)] * b, 1).payload
+        one_resp, many_resp = _answers.DECISION_FRAME_SIZE, 12 + b * (2 + 41)
         e1, echo1 = start_echo(tmp, len(one_frame), one_resp)
         eb, echob = start_echo(tmp, len(many_frame), many_resp)
         procs += [e1, eb]

@@ -59,7 +59,7 @@ def _generous_timeout(request: pytest.FixtureRequest) -> Iterator[None]:
     try:
         yield
     finally:
-        for init, d in saved:
+        for init, d in reversed(saved):  # the clients may share one __init__: undo in reverse
             init.__defaults__ = d
 
 

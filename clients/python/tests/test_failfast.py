@@ -15,7 +15,7 @@ import pytest
 
 from conftest import Sidecar
 from sluice import AsyncClient, Busy, Client, Denied, Status, TokenBucket, Unavailable, proto
-from sluice import _common
+from sluice import _policy
 
 # These tests are about the default timeout and what a breaker does with
 # timeouts: the clients keep the library's (conftest gives the others more).
@@ -287,4 +287,4 @@ def test_error_texts_for_people(fake_server: Any) -> None:
     for t in texts:
         assert not t.startswith(("sluice:", "proto:")) and "\n" not in t, t
     assert texts[0] == "the sidecar is unavailable: nothing listens at /nonexistent/sluice.sock: No such file or directory"
-    assert isinstance(_common.breaker_open("x"), Unavailable)
+    assert isinstance(_policy.breaker_open("x"), Unavailable)

@@ -12,10 +12,8 @@ import pytest
 from sluice import (
     GCRA, Concurrency, Decision, Named, ProtocolError, SlidingLog, SlidingWindow, TokenBucket, WindowCounters, proto,
 )
-from sluice._common import (
-    FrameReader, decide_frame, fast_decision, item_call, lease_call, multi_call, pack, release_call, results,
-    scan_call, simple_call,
-)
+from sluice._answers import FrameReader, fast_decision, results
+from sluice._calls import decide_frame, item_call, lease_call, multi_call, pack, release_call, scan_call, simple_call
 
 LIMIT = TokenBucket(10, 3600)
 
@@ -61,7 +59,7 @@ def test_reader_refuses_a_bad_header_at_once() -> None:
 
 
 def test_only_an_acquire_of_a_shadow_limit_is_a_shadow_request() -> None:
-    from sluice._common import decide_frame
+    from sluice._calls import decide_frame
 
     shadowed = TokenBucket(10, 3600, shadow=True)
     frames = [decide_frame(1, proto.Opcode.ACQUIRE, "k", shadowed, 1, None, 1),

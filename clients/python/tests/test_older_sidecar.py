@@ -17,7 +17,7 @@ from typing import Any, List, Tuple
 import pytest
 from conftest import read_frame
 
-import sluice._common
+import sluice._protocol_core
 from sluice import (
     AsyncClient, BadVersion, Client, Concurrency, Decision, Hello, MultiDecision, Named, SlidingLog, Status,
     TokenBucket, proto,
@@ -177,7 +177,7 @@ def test_the_fast_path_takes_an_answer_in_the_requests_version(monkeypatch: Any,
                                                                older: Tuple[OlderSidecar, str]) -> None:
     def general_path(*args: Any) -> Any:
         raise AssertionError("the answer went the general path")
-    monkeypatch.setattr(sluice._common, "results", general_path)
+    monkeypatch.setattr(sluice._protocol_core, "results", general_path)
     c = Client("/nonexistent", on_unavailable="raise", lazy=True)
     sock = EchoVersion()
     c._sock = sock  # type: ignore[assignment]

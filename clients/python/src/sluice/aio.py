@@ -26,29 +26,22 @@ from __future__ import annotations
 import asyncio
 import collections
 import os
-import weakref
-from typing import Any, AsyncIterator, Deque, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, AsyncIterator, Deque, Iterable, List, NamedTuple, Optional, Sequence, Union
 
-from . import _common as c
-from ._common import At, Call, Key, LimitLike
-from .client import PipelineBase
+from ._answers import FrameReader, frame_error, value
+from ._calls import (
+    At, Call, Key, LimitLike, PipelineBase, item_call, lease_call, lease_id, multi_call, named, release_call,
+    request_flags, scan_call, simple_call,
+)
+from ._policy import breaker_open, no_answer
+from ._protocol_core import ProtocolCore, decide_call
+from .client import check_sidecar
 from .errors import ProtocolError, SluiceError, Unavailable
 from .guard import AsyncConcurrencyGuard, AsyncGuard, KeyOrFunc
 from .proto import Opcode
 from .results import Decision, Hello, Lease, MultiDecision, MultiItem, ScanEntry, ScanPage, Stats
 
 __all__ = ["AsyncClient", "AsyncPipeline"]
-
-_clients: "weakref.WeakSet[AsyncClient]" = weakref.WeakSet()
-
-def _after_fork_in_child() -> None:
-    for cl in list(_clients):
-        cl._forget()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
 
 class _Stale(Unavailable):
     """A reused connection was lost before any byte answered this request: safe to resend."""
@@ -71,12 +64,11 @@ class _Conn(asyncio.Protocol):
         self.transport: Optional[asyncio.Transport] = None
         self.fd = -1
         self.error: Optional[BaseException] = None  # what closed the connection, if it was a failure
-        self.reader = c.FrameReader()
+        self.reader = FrameReader()
         self.pending: Deque[_Pending] = collections.deque()
         self.closed = False
         self.rx = 0
-        self.version: Optional[int] = None  # the sidecar's protocol version, once a HELLO said it (0: it failed)
-        self.asking: "Optional[asyncio.Future[int]]" = None  # that HELLO, while in flight
+        self.asking: "Optional[asyncio.Future[int]]" = None  # the HELLO asking the sidecar's version
         self._timer: Optional[asyncio.TimerHandle] = None
         self._wbuf: List[bytes] = []
 
@@ -148,7 +140,7 @@ class _Conn(asyncio.Protocol):
             return
         pending = self.pending
         for f in frames:
-            err: Optional[Exception] = c.frame_error(f)
+            err: Optional[Exception] = frame_error(f)
             if err is None and not pending:
                 err = ProtocolError("the sidecar sent an answer to no request")
             if err is not None:
@@ -224,14 +216,12 @@ class _Conn(asyncio.Protocol):
             return
         deadline = self.pending[0].deadline
         if deadline <= self.loop.time():
-            err = Unavailable(f"the sidecar is unavailable: no answer from {self.path} within {self.timeout}s")
-            err.timed_out = True
-            self.fail(err)
+            self.fail(no_answer(self.path, self.timeout))
         else:
             self._timer = self.loop.call_at(deadline, self._expire)
 
 
-class AsyncClient(c.Availability):
+class AsyncClient(ProtocolCore):
     """An asyncio client of the sidecar's native protocol; the API of :class:`~sluice.Client`, awaited.
 
     Args:
@@ -246,24 +236,10 @@ class AsyncClient(c.Availability):
     Use ``async with AsyncClient(...) as client`` or ``await client.close()``.
     """
 
-    def __init__(self, socket_path: Optional[Union[str, "os.PathLike[str]"]] = None,
-                 timeout: Optional[float] = c.DEFAULT_TIMEOUT, on_unavailable: str = c.DEFAULT_POLICY, *,
-                 breaker: Tuple[int, float, float] = (c.BREAKER_THRESHOLD, c.BREAKER_MIN_OPEN, c.BREAKER_MAX_OPEN),
-                 lazy: bool = False) -> None:
-        if timeout is not None and not timeout > 0:
-            raise ValueError(f"timeout must be > 0 seconds or None, got {timeout!r}")
-        self.socket_path, self._path = c.socket_path(socket_path)
-        self.timeout = timeout
-        self.on_unavailable = c.check_policy(on_unavailable)
-        self._breaker = c.Breaker(self.socket_path, *breaker)
-        self._conn: Optional[_Conn] = None
-        self._id = 0
-        self._lock: Optional[asyncio.Lock] = None
-        self._lock_loop: Optional[asyncio.AbstractEventLoop] = None
-        if not lazy:
-            c.check_sidecar(self._path, self.socket_path, timeout)
-            self._answered()
-        _clients.add(self)
+    _start_check = staticmethod(check_sidecar)  # blocking: there may be no event loop yet
+    _conn: Optional[_Conn]  # the connection, of the event loop it was made in
+    _lock: Optional[asyncio.Lock]  # held while connecting, of _lock_loop
+    _lock_loop: Optional[asyncio.AbstractEventLoop]
 
     def __repr__(self) -> str:
         return f"AsyncClient({self.socket_path!r}, timeout={self.timeout!r}, on_unavailable={self.on_unavailable!r})"
@@ -271,7 +247,7 @@ class AsyncClient(c.Availability):
     async def acquire(self, key: Key, limit: LimitLike, cost: int = 1, *, at: At = None,
                       strict: bool = False, shadow: bool = False) -> Decision:
         """Decide a request of ``cost`` tokens and, if allowed, consume them. See :meth:`Client.acquire`."""
-        return await self._decide(Opcode.ACQUIRE, key, limit, cost, at, c.request_flags(strict, shadow))
+        return await self._decide(Opcode.ACQUIRE, key, limit, cost, at, request_flags(strict, shadow))
 
     async def peek(self, key: Key, limit: LimitLike, *, at: At = None) -> Decision:
         """The bucket as it stands, changing and creating nothing. See :meth:`Client.peek`."""
@@ -279,26 +255,26 @@ class AsyncClient(c.Availability):
 
     async def refund(self, key: Key, limit: LimitLike, amount: int = 1, *, at: At = None) -> Decision:
         """Give ``amount`` tokens back (capped at the limit's maximum); the decision after it."""
-        return await self._one(c.item_call(Opcode.REFUND, key, limit, amount, at, False))  # type: ignore[no-any-return]
+        return await self._one(item_call(Opcode.REFUND, key, limit, amount, at, False))  # type: ignore[no-any-return]
 
     async def reset(self, key: Key, limit: LimitLike) -> bool:
         """Forget the bucket; return whether it existed."""
-        return await self._one(c.item_call(Opcode.RESET, key, limit, 0, None, False))  # type: ignore[no-any-return]
+        return await self._one(item_call(Opcode.RESET, key, limit, 0, None, False))  # type: ignore[no-any-return]
 
     async def multi(self, items: Iterable[Union[MultiItem, Sequence[Any]]], *, at: At = None) -> MultiDecision:
         """Acquire up to 16 items all or nothing. See :meth:`Client.multi`."""
-        return await self._one(c.multi_call(items, at))  # type: ignore[no-any-return]
+        return await self._one(multi_call(items, at))  # type: ignore[no-any-return]
 
     async def lease(self, key: Key, limit: LimitLike) -> Lease:
         """Take one slot of a concurrency limit; falsy when every slot is held. See :meth:`Client.lease`."""
-        return await self._one(c.lease_call(key, limit))  # type: ignore[no-any-return]
+        return await self._one(lease_call(key, limit))  # type: ignore[no-any-return]
 
     async def release(self, key: Key, limit: LimitLike, lease: Union[int, Lease]) -> bool:
         """Give a lease's slot back: True if it was held and is free now. See :meth:`Client.release`."""
-        lease_id = c.lease_id(lease)
-        if lease_id == 0:
+        lid = lease_id(lease)
+        if lid == 0:
             return False
-        return (await self._one(c.release_call(key, limit, lease_id))).released  # type: ignore[no-any-return]
+        return (await self._one(release_call(key, limit, lid))).released  # type: ignore[no-any-return]
 
     def concurrency(self, key: KeyOrFunc, limit: LimitLike) -> AsyncConcurrencyGuard:
         """``async with client.concurrency(key, lim) as lease:``, or ``@client.concurrency(...)`` on a
@@ -319,19 +295,19 @@ class AsyncClient(c.Availability):
 
     async def scan_page(self, prefix: Key = "", cursor: int = 0, count: int = 100) -> ScanPage:
         """One page of a scan: at most ``count`` entries and the next cursor (0: done)."""
-        return await self._one(c.scan_call(prefix, cursor, count))  # type: ignore[no-any-return]
+        return await self._one(scan_call(prefix, cursor, count))  # type: ignore[no-any-return]
 
     async def stats(self) -> Stats:
         """The sidecar's counters, by name."""
-        return await self._one(c.simple_call(Opcode.STATS))  # type: ignore[no-any-return]
+        return await self._one(simple_call(Opcode.STATS))  # type: ignore[no-any-return]
 
     async def ping(self) -> None:
         """Check that the sidecar answers; raise :class:`Unavailable` if not."""
-        await self._one(c.simple_call(Opcode.PING))
+        await self._one(simple_call(Opcode.PING))
 
     async def hello(self) -> Hello:
         """The sidecar's protocol version, limits and table geometry."""
-        return await self._one(c.simple_call(Opcode.HELLO))  # type: ignore[no-any-return]
+        return await self._one(simple_call(Opcode.HELLO))  # type: ignore[no-any-return]
 
     def pipeline(self) -> AsyncPipeline:
         """A batch of operations sent in one write; ``await p.execute()``."""
@@ -360,72 +336,53 @@ class AsyncClient(c.Availability):
     # ---- internals -----------------------------------------------------------
 
     async def _decide(self, code: int, key: Key, limit: LimitLike, n: Any, at: At, flags: int) -> Decision:
-        self._id = fid = (self._id + 1) & 0xFFFFFFFF
-        payload = c.decide_frame(fid, code, key, limit, n, at, flags)  # bad arguments raise before any I/O
+        fid, payload = self._decide_request(code, key, limit, n, at, flags, False)  # bad arguments raise before any I/O
         brk = self._breaker
         ok, probe = brk.allow()
         if not ok:
-            return self._unavailable(c.breaker_open(self.socket_path), self._decide_call(code, limit))  # type: ignore[no-any-return]
+            return self._unavailable(breaker_open(self.socket_path), decide_call(code, limit))  # type: ignore[no-any-return]
         for attempt in (0, 1):
             try:
                 conn = self._conn
                 if conn is None or conn.closed or conn.loop is not asyncio.get_running_loop():
                     conn = await self._connect()
-                v4 = c.named(limit) and await self._sidecar_version(conn) >= 4
+                v4 = named(limit) and await self._sidecar_version(conn) >= 4
                 if v4:
-                    # Tell the sidecar the deadline, so that a global limit's answer comes first,
-                    # in version 4, so that it says whether the limit fails closed.
-                    dl = c.deadline_ns(self.timeout) if self.timeout is not None else 0
-                    payload = c.decide_frame(fid, code, key, limit, n, at, flags, dl, True)
+                    fid, payload = self._decide_request(code, key, limit, n, at, flags, True, fid)
                 f = await conn.send_one(payload, fid)
-                d = c.fast_decision(f, fid, code, payload[4])  # answered in the request's version
+                d = self._decided(f, fid, code, payload[4], limit, v4)  # answered in the request's version
                 if d is None:
-                    d = c.value(self._results(conn, f, fid, (self._decide_call(code, limit),))[0])
-                else:
-                    if not self._up:
-                        self._answered()
-                    if v4 and self._fails_closed:  # a decision without the mark
-                        self._fails_closed_is(c.name_of(limit), False)  # type: ignore[arg-type]
+                    d = value(self._results(conn, f, fid, (decide_call(code, limit),))[0])
                 brk.done(probe, None)
                 return d  # type: ignore[no-any-return]
-            except _Stale as e:
-                if attempt == 0:
-                    continue
-                brk.done(probe, e)
-                return self._unavailable(e, self._decide_call(code, limit))  # type: ignore[no-any-return]
             except Unavailable as e:
-                brk.done(probe, e)
-                return self._unavailable(e, self._decide_call(code, limit))  # type: ignore[no-any-return]
+                if isinstance(e, _Stale) and attempt == 0:
+                    continue  # resent once, on a new connection
+                return self._outage(probe, e, decide_call(code, limit))  # type: ignore[no-any-return]
             except BaseException as e:
                 brk.done(probe, e)
                 raise
         raise AssertionError("unreachable")
 
-    @staticmethod
-    def _decide_call(code: int, limit: LimitLike) -> Call:
-        """The call of an acquire or peek, for the policy and the decoder: its opcode and limit name."""
-        return Call(b"", code, True, 0, 1, c.name_of(limit))
-
     async def _sidecar_version(self, conn: _Conn) -> int:
         """The protocol version of conn's sidecar, asked with a HELLO the first time (the tasks
         that come meanwhile wait for its answer); 0 if it failed."""
-        if conn.version is not None:
-            return conn.version
+        v = self._known_version(conn)
+        if v is not None:
+            return v
         if conn.asking is None:
             conn.asking = asyncio.ensure_future(self._ask_version(conn))
         return await asyncio.shield(conn.asking)
 
     async def _ask_version(self, conn: _Conn) -> int:
-        self._id = fid = (self._id + 1) & 0xFFFFFFFF
+        fid, hello = self._hello_request()
         try:
-            f = await conn.send_one(c.hello_frame(fid), fid)
-            conn.version = c.hello_version(f, fid)
+            return self._hello_answered(conn, await conn.send_one(hello, fid), fid)
         except ProtocolError as e:
             conn.fail(e)  # the stream is out of step
-            conn.version = 0
         except SluiceError:
-            conn.version = 0  # the request goes without its deadline, and meets the same trouble
-        return conn.version
+            pass  # the request goes without its deadline, and meets the same trouble
+        return self._hello_answered(conn, None, fid)
 
     async def _one(self, call: Call) -> Any:
         out = await self._run((call,), raise_on_error=True)
@@ -438,7 +395,7 @@ class AsyncClient(c.Availability):
         failure: Optional[Unavailable] = None
         ok, probe = self._breaker.allow()
         if not ok:
-            return c.finish(out, calls, c.breaker_open(self.socket_path), self._unavailable, raise_on_error)
+            return self._refused(calls, raise_on_error)
         try:
             await self._send(calls, out)
         except Unavailable as e:
@@ -447,7 +404,7 @@ class AsyncClient(c.Availability):
             self._breaker.done(probe, e)
             raise
         self._breaker.done(probe, failure)
-        return c.finish(out, calls, failure, self._unavailable, raise_on_error)
+        return self._finish(out, calls, failure, raise_on_error)
 
     async def _send(self, calls: Sequence[Call], out: List[Any]) -> List[Any]:
         """_run past the breaker: appends the answers to out, then raises Unavailable if some are missing."""
@@ -461,10 +418,7 @@ class AsyncClient(c.Availability):
             except Unavailable as e:
                 failure = e
                 break
-            if c.any_named(calls) and await self._sidecar_version(conn) >= 4:
-                calls = c.named_v4(calls)  # their answers say whether the limits fail closed
-            packed = c.pack(calls, (self._id + 1) & 0xFFFFFFFF)
-            self._id = packed.frames[-1][0]
+            packed = self._batch(calls, await self._sidecar_version(conn) if self._needs_version(calls) else 0)
             futs = conn.send(packed.payload, [fid for fid, _ in packed.frames])
             try:
                 for (fid, group), fut in zip(packed.frames, futs):
@@ -488,15 +442,12 @@ class AsyncClient(c.Availability):
         return out
 
     def _results(self, conn: _Conn, f: Any, fid: int, calls: Sequence[Call]) -> List[Any]:
+        """The answers of a response frame; on a protocol or frame-level error, the connection failed."""
         try:
-            out = c.results(f, fid, calls)
+            return self._answers(f, fid, calls)
         except SluiceError as e:
             conn.fail(e)  # the stream is out of step: nothing after this can be trusted
             raise
-        if not self._up:
-            self._answered()
-        self._learn(f, calls, out)
-        return out
 
     async def _connect(self) -> _Conn:
         loop = asyncio.get_running_loop()
@@ -521,7 +472,7 @@ class AsyncClient(c.Availability):
             return proto
 
     def _forget(self) -> None:
-        """After fork, in the child: the connection is the parent's."""
+        """No connection: when made, and after fork in the child (the connection is the parent's)."""
         self._conn, self._lock, self._lock_loop = None, None, None
 
 

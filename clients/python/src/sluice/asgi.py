@@ -35,12 +35,9 @@ import asyncio
 import inspect
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple, Union
 
-from ._common import Key, LimitLike
-from ._middleware import Failed, Failures, limits_of, release_failed, shadow_denied
+from ._calls import Key
+from ._middleware_core import APP, CALL, RESPOND, SHADOW_BAN, SLEEP, MiddlewareCore
 from .errors import SluiceError
-from .headers import check_name, ratelimit_headers, response_headers
-from .limits import Limit
-from .proto import Opcode
 
 __all__ = ["RateLimitMiddleware"]
 
@@ -51,109 +48,50 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 KeyFunc = Callable[[Scope], Union[Optional[Key], Awaitable[Optional[Key]]]]
 
-_BODY = b"Too Many Requests\n"
 
-
-class RateLimitMiddleware:
+class RateLimitMiddleware(MiddlewareCore):
     """Wrap an ASGI app so that every HTTP request acquires ``cost`` of ``limit`` for ``key(scope)``.
 
     Args as :class:`sluice.wsgi.RateLimitMiddleware`, with ``key`` and
     ``concurrency_key`` taking the scope.
     """
 
-    def __init__(self, app: ASGIApp, client: Any, limit: Optional[LimitLike], key: KeyFunc, *,
-                 cost: int = 1, name: str = "default", headers: bool = True, shadow: bool = False,
-                 shadow_ban: Optional[ASGIApp] = None, concurrency: Optional[LimitLike] = None,
-                 concurrency_key: Optional[KeyFunc] = None) -> None:
-        self.app = app
-        self.shadow = shadow
-        self.shadow_ban = shadow_ban
-        self.client = client
-        self.limit, self.concurrency = limits_of(limit, concurrency)
-        self.key = key
-        self.concurrency_key = concurrency_key
-        self.cost = cost
-        self.name = name
-        self.headers = headers
-        check_name(name)
-        self.failures = Failures(name)
-
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope.get("type") != "http":
             await self.app(scope, receive, send)
             return
-        k = self.key(scope) if self.limit is not None or self.concurrency_key is None else None
-        if inspect.isawaitable(k):
-            k = await k
-        out = send
-        extra: List[Tuple[bytes, bytes]] = []
-        if k is not None and self.limit is not None:
-            d = await self._ask(lambda: self.client.acquire(k, self.limit, self.cost, shadow=self.shadow)
-                                if self.shadow else self.client.acquire(k, self.limit, self.cost), Opcode.ACQUIRE, send,
-                                self.limit)
-            if d is None:
+        steps, answer = self._steps(scope), None
+        while True:
+            verb, arg = steps.send(answer)
+            if verb == CALL:
+                try:
+                    answer = arg()
+                    if inspect.isawaitable(answer):
+                        answer = await answer
+                except SluiceError as e:
+                    answer = e
+            elif verb == SLEEP:
+                answer = None
+                await asyncio.sleep(arg)
+            elif verb == RESPOND:
+                await send({"type": "http.response.start", "status": arg.status, "headers": _encoded(arg.headers)})
+                await send({"type": "http.response.body", "body": arg.body})
                 return
-            if d.shadow_denied:
-                shadow_denied("rate limit", self.name, k, self.shadow_ban is not None)
-                if self.shadow_ban is not None:
-                    await self.shadow_ban(scope, receive, send)
-                    return
-            if not d.allowed:
-                await _deny(send, _encoded(response_headers(d, self.limit, self.name)))
-                return
-            if d.delay_ns > 0:
-                await asyncio.sleep(d.delay_ns / 1e9)
-            if self.headers:
-                extra = _encoded(ratelimit_headers(d, self.limit, self.name))
-            if extra:
-                out = _adding(send, extra)
-        if self.concurrency is None:
-            await self.app(scope, receive, out)
-            return
-        ck = k
-        if self.concurrency_key is not None:
-            ck = self.concurrency_key(scope)
-            if inspect.isawaitable(ck):
-                ck = await ck
-        if ck is None:
-            await self.app(scope, receive, out)
-            return
-        lease = await self._ask(lambda: self.client.lease(ck, self.concurrency), Opcode.LEASE, send)
-        if lease is None:
-            return
-        own = self.limit is None  # the concurrency limit's fields, when it is the only limit
-        if not lease.allowed:
-            if not self.shadow or lease.degraded:
-                await _deny(send, _encoded(response_headers(lease, self.concurrency, self.name)) if own else extra)
-                return
-            shadow_denied("concurrency limit", self.concurrency, ck, self.shadow_ban is not None)
-            if self.shadow_ban is not None:
+            elif verb == SHADOW_BAN:
                 await self.shadow_ban(scope, receive, send)
                 return
-        if own and self.headers:
-            out = _adding(send, _encoded(ratelimit_headers(lease, self.concurrency, self.name)))
-        if not lease.allowed or not lease.id:  # shadow-denied, or granted by the policy: holds nothing
-            await self.app(scope, receive, out)
-            return
-        try:
-            await self.app(scope, receive, out)
-        finally:
-            await self._release(ck, lease.id)
-
-    async def _ask(self, ask: Callable[[], Any], code: int, send: Send, limit: Optional[Limit] = None) -> Any:
-        """The decision ``ask()`` returns (awaited if need be), or the ``on_unavailable`` policy's
-        if it failed and the policy decides (``limit``'s); None once a failure was answered (see
-        _middleware)."""
-        try:
-            d = ask()
-            if inspect.isawaitable(d):
-                d = await d
-        except SluiceError as e:
-            d = self.failures.answer(self.client, e, code, limit)
-            if isinstance(d, Failed):
-                await _fail(send, d)
-                return None
-        return d
+            else:
+                assert verb == APP
+                add, lease = arg
+                out = send if add is None else _adding(send, _encoded(add))
+                if lease is None:
+                    await self.app(scope, receive, out)
+                    return
+                try:
+                    await self.app(scope, receive, out)
+                finally:
+                    await self._release(*lease)
+                return
 
     async def _release(self, key: Key, lease_id: int) -> None:
         try:
@@ -162,27 +100,11 @@ class RateLimitMiddleware:
                 # Shielded: a cancellation of the request (the client went away) must not stop it halfway.
                 await asyncio.shield(r)
         except SluiceError as e:
-            release_failed(self.concurrency, key, lease_id, e)  # type: ignore[arg-type]
+            self._release_failed(key, lease_id, e)
 
 
 def _encoded(headers: List[Tuple[str, str]]) -> List[Tuple[bytes, bytes]]:
     return [(h.lower().encode(), v.encode()) for h, v in headers]
-
-
-async def _fail(send: Send, failed: Failed) -> None:
-    await send({"type": "http.response.start", "status": failed.status, "headers": [
-        (b"content-type", b"text/plain; charset=utf-8"),
-        (b"content-length", str(len(failed.body)).encode()),
-    ]})
-    await send({"type": "http.response.body", "body": failed.body})
-
-
-async def _deny(send: Send, extra: List[Tuple[bytes, bytes]]) -> None:
-    await send({"type": "http.response.start", "status": 429, "headers": [
-        (b"content-type", b"text/plain; charset=utf-8"),
-        (b"content-length", str(len(_BODY)).encode()),
-    ] + extra})
-    await send({"type": "http.response.body", "body": _BODY})
 
 
 def _adding(send: Send, extra: List[Tuple[bytes, bytes]]) -> Send:

@@ -49,49 +49,83 @@ request was written after the close.
 
 from __future__ import annotations
 
-import os
 import select
 import socket
 import struct
 import threading
-import weakref
-from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union
+from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Union
 
-from . import _common as c
-from ._common import At, Call, Key, LimitLike
+from . import proto
+from ._answers import FrameReader, results, value
+from ._calls import (
+    At, Call, Frames, Key, LimitLike, PipelineBase, item_call, lease_call, lease_id, multi_call, named, release_call,
+    request_flags, scan_call, simple_call,
+)
+from ._policy import breaker_open, cannot_connect, no_answer
+from ._protocol_core import ProtocolCore, decide_call
 from .errors import ProtocolError, SluiceError, Unavailable
 from .guard import ConcurrencyGuard, Guard, KeyOrFunc
+from .limits import Limit, Named
 from .proto import Opcode
-from .results import Decision, Hello, Lease, MultiDecision, MultiItem, ScanEntry, ScanPage, Stats, make_decision
+from .results import Decision, Hello, Lease, MultiDecision, MultiItem, ScanEntry, ScanPage, Stats
 
 __all__ = ["Client", "Pipeline", "PipelineBase"]
 
-P = TypeVar("P", bound="PipelineBase")
-
 _U32 = struct.Struct("<I")
-_DECISION_FRAME_UNPACK = c.DECISION_FRAME.unpack_from
-_DECISION_FRAME_SIZE = c.DECISION_FRAME_SIZE
-_DECISION_FRAME_LEN = c.DECISION_FRAME_LEN
 _SENDALL_MAX = 64 << 10  # above this, interleave sending with reading (a blocking sendall could deadlock)
 _RECV = 64 << 10
-
-_clients: "weakref.WeakSet[Client]" = weakref.WeakSet()
-
 
 class _Stale(Exception):
     """The connection failed before any byte of the answer arrived."""
 
 
-def _after_fork_in_child() -> None:
-    for cl in list(_clients):
-        cl._forget()
+#: Seconds the start check (a PING when a client is made) waits for the sidecar, unless the
+#: client's timeout is longer: generous, since an application that fails to start because its
+#: host was busy for a moment is worse than one that starts a second late.
+START_TIMEOUT = 1.0
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+def check_sidecar(path: str, where: str, timeout: Optional[float]) -> None:
+    """The start check: connect to ``path`` and PING; raise what the client would (an
+    Unavailable that names ``where``, the sidecar's refusal, a ProtocolError) if that fails."""
+    wait = None if timeout is None else max(timeout, START_TIMEOUT)
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(wait)
+    try:
+        try:
+            s.connect(path)
+        except OSError as e:
+            raise cannot_connect(where, e, isinstance(e, socket.timeout)) from e
+        data = b""
+        try:
+            s.sendall(proto.frame(proto.Kind.REQUEST, 1, 1, bytes((Opcode.PING,)), proto.MIN_VERSION))
+            reader = FrameReader()
+            frames: List[Any] = []
+            while not frames:
+                more = s.recv(1 << 16)
+                if not more:
+                    break
+                data += more
+                frames = reader.feed(more)
+        except socket.timeout as e:
+            raise no_answer(where, wait) from e
+        except OSError as e:
+            try:  # a refusal written before the close is the error, not the broken pipe
+                data += s.recv(1 << 16, socket.MSG_DONTWAIT)
+                frames = FrameReader().feed(data)
+            except (OSError, SluiceError):
+                frames = []
+            if not frames:
+                raise Unavailable(f"the sidecar is unavailable: lost the connection to {where}: "
+                                  f"{e.strerror or e}") from e
+        if not frames:
+            raise Unavailable(f"the sidecar is unavailable: {where} closed the connection")
+        value(results(frames[0], 1, (simple_call(Opcode.PING),))[0])
+    finally:
+        s.close()
 
 
-class Client(c.Availability):
+class Client(ProtocolCore):
     """A thread-safe client of the sidecar's native protocol.
 
     Args:
@@ -126,25 +160,9 @@ class Client(c.Availability):
     :meth:`close`.
     """
 
-    def __init__(self, socket_path: Optional[Union[str, "os.PathLike[str]"]] = None,
-                 timeout: Optional[float] = c.DEFAULT_TIMEOUT, on_unavailable: str = c.DEFAULT_POLICY, *,
-                 breaker: Tuple[int, float, float] = (c.BREAKER_THRESHOLD, c.BREAKER_MIN_OPEN, c.BREAKER_MAX_OPEN),
-                 lazy: bool = False) -> None:
-        if timeout is not None and not timeout > 0:
-            raise ValueError(f"timeout must be > 0 seconds or None, got {timeout!r}")
-        self.socket_path, self._path = c.socket_path(socket_path)
-        self.timeout = timeout
-        self.on_unavailable = c.check_policy(on_unavailable)
-        self._breaker = c.Breaker(self.socket_path, *breaker)
-        self._lock = threading.Lock()
-        self._sock: Optional[socket.socket] = None
-        self._id = 0
-        self._version_of: Optional[socket.socket] = None  # the connection whose sidecar's version is known
-        self._version = 0  # its protocol version (0: unknown, or its HELLO failed)
-        if not lazy:
-            c.check_sidecar(self._path, self.socket_path, timeout)
-            self._answered()
-        _clients.add(self)
+    _start_check = staticmethod(check_sidecar)
+    _sock: Optional[socket.socket] = None  # the connection, once connected
+    _lock: threading.Lock  # held around each exchange
 
     def __repr__(self) -> str:
         return f"Client({self.socket_path!r}, timeout={self.timeout!r}, on_unavailable={self.on_unavailable!r})"
@@ -166,7 +184,7 @@ class Client(c.Availability):
         exception. Raises :class:`InvalidLimit`, :class:`InvalidCost`,
         :class:`TableFull`, ... for what the sidecar refuses.
         """
-        return self._decide(Opcode.ACQUIRE, key, limit, cost, at, c.request_flags(strict, shadow))
+        return self._decide(Opcode.ACQUIRE, key, limit, cost, at, request_flags(strict, shadow))
 
     def peek(self, key: Key, limit: LimitLike, *, at: At = None) -> Decision:
         """The bucket as it stands, changing and creating nothing.
@@ -183,11 +201,11 @@ class Client(c.Availability):
         The on_unavailable policy does not apply: an unreachable sidecar raises
         :class:`Unavailable`.
         """
-        return self._one(c.item_call(Opcode.REFUND, key, limit, amount, at, False))  # type: ignore[no-any-return]
+        return self._one(item_call(Opcode.REFUND, key, limit, amount, at, False))  # type: ignore[no-any-return]
 
     def reset(self, key: Key, limit: LimitLike) -> bool:
         """Forget the bucket; return whether it existed."""
-        return self._one(c.item_call(Opcode.RESET, key, limit, 0, None, False))  # type: ignore[no-any-return]
+        return self._one(item_call(Opcode.RESET, key, limit, 0, None, False))  # type: ignore[no-any-return]
 
     def multi(self, items: Iterable[Union[MultiItem, Sequence[Any]]], *, at: At = None) -> MultiDecision:
         """Acquire up to 16 (key, limit, cost, strict) items all or nothing.
@@ -196,7 +214,7 @@ class Client(c.Availability):
         if any is denied nothing changes. Items are :class:`MultiItem` or
         tuples ``(key, limit[, cost[, strict]])``.
         """
-        return self._one(c.multi_call(items, at))  # type: ignore[no-any-return]
+        return self._one(multi_call(items, at))  # type: ignore[no-any-return]
 
     # ---- concurrency limits (protocol version 3) -----------------------------
 
@@ -212,7 +230,7 @@ class Client(c.Availability):
         as for :meth:`acquire`, with a ``degraded`` lease that holds nothing.
         :meth:`concurrency` does both for a block.
         """
-        return self._one(c.lease_call(key, limit))  # type: ignore[no-any-return]
+        return self._one(lease_call(key, limit))  # type: ignore[no-any-return]
 
     def release(self, key: Key, limit: LimitLike, lease: Union[int, Lease]) -> bool:
         """Give a lease's slot back: True if it was held and is free now.
@@ -227,10 +245,10 @@ class Client(c.Availability):
         another user's release raises :class:`Denied` and the slot stays
         held (lease ids are random, so none is released by guessing).
         """
-        lease_id = c.lease_id(lease)
-        if lease_id == 0:
+        lid = lease_id(lease)
+        if lid == 0:
             return False
-        return self._one(c.release_call(key, limit, lease_id)).released  # type: ignore[no-any-return]
+        return self._one(release_call(key, limit, lid)).released  # type: ignore[no-any-return]
 
     def concurrency(self, key: KeyOrFunc, limit: LimitLike) -> ConcurrencyGuard:
         """A context manager (and decorator) holding a lease of a concurrency limit for a block.
@@ -261,19 +279,19 @@ class Client(c.Availability):
 
     def scan_page(self, prefix: Key = "", cursor: int = 0, count: int = 100) -> ScanPage:
         """One page of a scan: at most ``count`` entries (maybe none) and the next cursor (0: done)."""
-        return self._one(c.scan_call(prefix, cursor, count))  # type: ignore[no-any-return]
+        return self._one(scan_call(prefix, cursor, count))  # type: ignore[no-any-return]
 
     def stats(self) -> Stats:
         """The sidecar's counters, by name. The names are the server's and may change."""
-        return self._one(c.simple_call(Opcode.STATS))  # type: ignore[no-any-return]
+        return self._one(simple_call(Opcode.STATS))  # type: ignore[no-any-return]
 
     def ping(self) -> None:
         """Check that the sidecar answers; raise :class:`Unavailable` if not."""
-        self._one(c.simple_call(Opcode.PING))
+        self._one(simple_call(Opcode.PING))
 
     def hello(self) -> Hello:
         """The sidecar's protocol version, limits and table geometry."""
-        return self._one(c.simple_call(Opcode.HELLO))  # type: ignore[no-any-return]
+        return self._one(simple_call(Opcode.HELLO))  # type: ignore[no-any-return]
 
     def pipeline(self) -> Pipeline:
         """A batch of operations sent in one write; see :class:`Pipeline`."""
@@ -308,18 +326,17 @@ class Client(c.Availability):
 
         Anything but the usual (no connection yet, a failure, an error result,
         a frame split across reads, an open breaker) goes the general way of
-        _exchange and results.
+        _exchange and _results.
         """
         brk = self._breaker
         if brk.state:  # not closed
-            return self._guarded(Call(b"", code, True, 0, 1, c.name_of(limit)),
-                                 lambda: self._decide_slow(code, key, limit, n, at, flags))
+            return self._guarded(decide_call(code, limit), lambda: self._decide_slow(code, key, limit, n, at, flags))
         try:
             with self._lock:
-                v4 = c.named(limit) and self._sidecar_version() >= 4
-                dl = c.deadline_ns(self.timeout) if v4 and self.timeout is not None else 0
-                self._id = fid = (self._id + 1) & 0xFFFFFFFF
-                payload = c.decide_frame(fid, code, key, limit, n, at, flags, dl, v4)
+                # named(limit), inlined for a Limit: the hot path
+                v4 = (type(limit) is Named or not isinstance(limit, Limit) and named(limit)) \
+                    and self._sidecar_version() >= 4
+                fid, payload = self._decide_request(code, key, limit, n, at, flags, v4)
                 sock = self._sock
                 f: Any = None
                 if sock is not None:
@@ -333,18 +350,11 @@ class Client(c.Availability):
                     except BaseException:
                         self._drop()
                         raise
-                    if len(f) == _DECISION_FRAME_SIZE:
-                        length, ver, kind, count, rid, rcode, status, allowed, rem, lim, ra, rs, dl = \
-                            _DECISION_FRAME_UNPACK(f)
-                        if rid == fid and rcode == code and not status and allowed <= 1 and count == 1 \
-                                and length == _DECISION_FRAME_LEN and ver == payload[4] and kind == 2:
-                            if brk.fails:
-                                brk.fails = 0
-                            if not self._up:
-                                self._answered()
-                            if v4 and self._fails_closed:  # a decision without the mark
-                                self._fails_closed_is(c.name_of(limit), False)  # type: ignore[arg-type]
-                            return make_decision(allowed == 1, rem, lim, ra, rs, dl)
+                    d = self._decided(f, fid, code, payload[4], limit, v4)
+                    if d is not None:
+                        if brk.fails:
+                            brk.fails = 0
+                        return d  # type: ignore[no-any-return]
                     if f:
                         f = self._complete(sock, f, 1, [])[0]
                     else:  # a stale connection: _exchange sends again on a new one
@@ -352,10 +362,9 @@ class Client(c.Availability):
                         f = None
                 if f is None:
                     f = self._exchange(payload, 1)[0]
-                d = c.value(self._results(f, fid, (Call(b"", code, True, 0, 1, c.name_of(limit)),))[0])
+                d = value(self._results(f, fid, (decide_call(code, limit),))[0])
         except Unavailable as e:
-            brk.done(False, e)
-            return self._unavailable(e, Call(b"", code, True, 0, 1, c.name_of(limit)))  # type: ignore[no-any-return]
+            return self._outage(False, e, decide_call(code, limit))  # type: ignore[no-any-return]
         except SluiceError as e:
             brk.done(False, e)
             raise
@@ -364,41 +373,35 @@ class Client(c.Availability):
 
     def _decide_slow(self, code: int, key: Key, limit: LimitLike, n: Any, at: At, flags: int) -> Decision:
         with self._lock:
-            v4 = c.named(limit) and self._sidecar_version() >= 4
-            dl = c.deadline_ns(self.timeout) if v4 and self.timeout is not None else 0
-            self._id = fid = (self._id + 1) & 0xFFFFFFFF
-            payload = c.decide_frame(fid, code, key, limit, n, at, flags, dl, v4)
+            v4 = named(limit) and self._sidecar_version() >= 4
+            fid, payload = self._decide_request(code, key, limit, n, at, flags, v4)
             f = self._exchange(payload, 1)[0]
-            return c.value(self._results(f, fid, (Call(b"", code, True, 0, 1, c.name_of(limit)),))[0])  # type: ignore[no-any-return]
+            return value(self._results(f, fid, (decide_call(code, limit),))[0])  # type: ignore[no-any-return]
 
     def _sidecar_version(self) -> int:
-        """The protocol version of the sidecar, for a named limit's request. A sidecar of
-        version 4 reads the deadline a named limit's acquire or peek tells it, so that a global
-        limit's answer comes before this client gives up (the sidecar answers by its outage
-        policy if Redis is late), and its answers to requests in version 4 say whether the limit
-        fails closed. The first such request on each connection asks the version (HELLO); 0 if
-        the sidecar is older. The lock is held."""
-        if self._sock is None or self._version_of is not self._sock:
-            self._id = fid = (self._id + 1) & 0xFFFFFFFF
-            f = self._exchange(c.hello_frame(fid), 1)[0]  # connects, if need be
+        """The protocol version of the sidecar, for a named limit's request: the first such
+        request on each connection asks it (HELLO, connecting if need be); 0 if the sidecar is
+        older. The lock is held."""
+        v = self._known_version(self._sock)
+        if v is None:
+            fid, hello = self._hello_request()
+            f = self._exchange(hello, 1)[0]  # connects, if need be
             try:
-                v = c.hello_version(f, fid)
+                v = self._hello_answered(self._sock, f, fid)
             except SluiceError:
                 self._drop()
                 raise
-            self._version_of, self._version = self._sock, v
-        return self._version
+        return v
 
     def _guarded(self, call: Call, f: Callable[[], Any]) -> Any:
         """f() if the breaker lets a call through, its outcome recorded; else the policy's answer."""
         ok, probe = self._breaker.allow()
         if not ok:
-            return self._unavailable(c.breaker_open(self.socket_path), call)
+            return self._unavailable(breaker_open(self.socket_path), call)
         try:
             v = f()
         except Unavailable as e:
-            self._breaker.done(probe, e)
-            return self._unavailable(e, call)
+            return self._outage(probe, e, call)
         except BaseException as e:
             self._breaker.done(probe, e)
             raise
@@ -408,10 +411,9 @@ class Client(c.Availability):
     def _one(self, call: Call) -> Any:
         def one() -> Any:
             with self._lock:
-                self._id = fid = (self._id + 1) & 0xFFFFFFFF
-                payload = c.pack((call,), fid).payload
-                f = self._exchange(payload, 1)[0]
-                return c.value(self._results(f, fid, (call,))[0])
+                packed = self._batch((call,), 0)
+                f = self._exchange(packed.payload, 1)[0]
+                return value(self._results(f, packed.frames[0][0], (call,))[0])
         return self._guarded(call, one)
 
     def _run(self, calls: Sequence[Call], raise_on_error: bool) -> List[Any]:
@@ -421,16 +423,13 @@ class Client(c.Availability):
             return out
         ok, probe = self._breaker.allow()
         if not ok:
-            return c.finish(out, calls, c.breaker_open(self.socket_path), self._unavailable, raise_on_error)
+            return self._refused(calls, raise_on_error)
         with self._lock:
             frames: List[Any] = []
             failure: Optional[Unavailable] = None
-            packed = c.Frames(b"", [])
+            packed = Frames(b"", [])
             try:
-                if c.any_named(calls) and self._sidecar_version() >= 4:
-                    calls = c.named_v4(calls)
-                packed = c.pack(calls, (self._id + 1) & 0xFFFFFFFF)
-                self._id = packed.frames[-1][0]
+                packed = self._batch(calls, self._sidecar_version() if self._needs_version(calls) else 0)
                 self._exchange(packed.payload, len(packed.frames), frames)
             except Unavailable as e:
                 failure = e
@@ -442,19 +441,15 @@ class Client(c.Availability):
                     break
                 out.extend(rs)
         self._breaker.done(probe, failure)
-        return c.finish(out, calls, failure, self._unavailable, raise_on_error)
+        return self._finish(out, calls, failure, raise_on_error)
 
     def _results(self, f: Any, fid: int, calls: Sequence[Call]) -> List[Any]:
-        """Check and decode a response frame; on a protocol or frame-level error, close the connection."""
+        """The answers of a response frame; on a protocol or frame-level error, the connection closed."""
         try:
-            out = c.results(f, fid, calls)
+            return self._answers(f, fid, calls)
         except SluiceError:
             self._drop()
             raise
-        if not self._up:
-            self._answered()
-        self._learn(f, calls, out)
-        return out
 
     def _connect(self) -> socket.socket:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -492,16 +487,14 @@ class Client(c.Availability):
             s.close()
 
     def _forget(self) -> None:
-        """After fork, in the child: the connection and the lock are the parent's."""
+        """No connection and a new lock: when made, and after fork in the child (the connection
+        and the lock are the parent's)."""
         self._lock = threading.Lock()
         self._drop()
 
     def _timed_out(self, e: BaseException) -> Unavailable:
         self._drop()
-        err = Unavailable(f"the sidecar is unavailable: no answer from {self.socket_path} within {self.timeout}s")
-        err.timed_out = True
-        err.__cause__ = e
-        return err
+        return no_answer(self.socket_path, self.timeout, e)
 
     def _exchange(self, payload: bytes, nframes: int, out: Optional[List[Any]] = None) -> List[Any]:
         """Send payload, read nframes response frames (appended to out as they complete).
@@ -571,15 +564,9 @@ class Client(c.Availability):
             self._drop()
             raise
 
-    def _lost(self, e: BaseException) -> Unavailable:
-        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-        err = Unavailable(f"the sidecar is unavailable: lost the connection to {self.socket_path}: {why}")
-        err.__cause__ = e
-        return err
-
     def _read(self, sock: socket.socket, data: bytes, nframes: int, out: List[Any]) -> None:
         """Read frames until nframes are in out, starting with data already received."""
-        reader = c.FrameReader()
+        reader = FrameReader()
         while True:
             out.extend(reader.feed(data))
             if len(out) >= nframes:
@@ -590,7 +577,7 @@ class Client(c.Availability):
             if not data:
                 self._eof(reader, len(out), nframes)
 
-    def _eof(self, reader: c.FrameReader, got: int, nframes: int) -> None:
+    def _eof(self, reader: FrameReader, got: int, nframes: int) -> None:
         if reader.buffered:
             raise ProtocolError(f"the sidecar closed the connection in the middle of a frame "
                                 f"({reader.buffered} bytes of it received)")
@@ -599,7 +586,7 @@ class Client(c.Availability):
     def _pump(self, sock: socket.socket, payload: bytes, nframes: int, out: List[Any]) -> None:
         """Send a large payload while reading answers, so neither side blocks on a full buffer."""
         view, sent, received = memoryview(payload), 0, 0
-        reader = c.FrameReader()
+        reader = FrameReader()
         poller = select.poll()
         poller.register(sock, select.POLLIN | select.POLLOUT)
         wait_ms = None if self.timeout is None else int(self.timeout * 1000) + 1
@@ -631,64 +618,6 @@ class Client(c.Availability):
             out.extend(reader.feed(data))
         if len(out) > nframes or reader.buffered:
             raise ProtocolError("the sidecar sent more than was asked")
-
-
-class PipelineBase:
-    """The queueing half of :class:`Pipeline` and :class:`~sluice.aio.AsyncPipeline`."""
-
-    def __init__(self, client: Any) -> None:
-        self._client = client
-        self._calls: List[Call] = []
-
-    def __len__(self) -> int:
-        return len(self._calls)
-
-    def clear(self) -> None:
-        """Forget the queued operations."""
-        self._calls.clear()
-
-    def _add(self: P, call: Call) -> P:
-        self._calls.append(call)
-        return self
-
-    def acquire(self: P, key: Key, limit: LimitLike, cost: int = 1, *, at: At = None,
-                strict: bool = False) -> P:
-        """Queue an acquire; its answer is a Decision."""
-        self._calls.append(c.item_call(Opcode.ACQUIRE, key, limit, cost, at, strict))
-        return self
-
-    def peek(self: P, key: Key, limit: LimitLike, *, at: At = None) -> P:
-        """Queue a peek; its answer is a Decision."""
-        return self._add(c.item_call(Opcode.PEEK, key, limit, 0, at, False))
-
-    def refund(self: P, key: Key, limit: LimitLike, amount: int = 1, *, at: At = None) -> P:
-        """Queue a refund; its answer is a Decision."""
-        return self._add(c.item_call(Opcode.REFUND, key, limit, amount, at, False))
-
-    def reset(self: P, key: Key, limit: LimitLike) -> P:
-        """Queue a reset; its answer is whether the bucket existed."""
-        return self._add(c.item_call(Opcode.RESET, key, limit, 0, None, False))
-
-    def multi(self: P, items: Iterable[Union[MultiItem, Sequence[Any]]], *, at: At = None) -> P:
-        """Queue a multi; its answer is a MultiDecision."""
-        return self._add(c.multi_call(items, at))
-
-    def scan_page(self: P, prefix: Key = "", cursor: int = 0, count: int = 100) -> P:
-        """Queue one page of a scan; its answer is a ScanPage."""
-        return self._add(c.scan_call(prefix, cursor, count))
-
-    def stats(self: P) -> P:
-        """Queue a stats; its answer is a dict of counters."""
-        return self._add(c.simple_call(Opcode.STATS))
-
-    def ping(self: P) -> P:
-        """Queue a ping; its answer is None."""
-        return self._add(c.simple_call(Opcode.PING))
-
-    def hello(self: P) -> P:
-        """Queue a hello; its answer is a Hello."""
-        return self._add(c.simple_call(Opcode.HELLO))
-
 
 
 class Pipeline(PipelineBase):

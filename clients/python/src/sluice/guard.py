@@ -46,17 +46,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-import logging
 import time
 from typing import Any, Callable, Optional, TypeVar, Union
 
-from ._common import Key, LimitLike, limit_of
-from ._gotime import format_duration
+from ._calls import Key, LimitLike, limit_of
+from ._policy import release_failed
 from .errors import RateLimited, SluiceError, Unavailable
-from .limits import Concurrency
 from .results import Decision, Lease
-
-log = logging.getLogger("sluice")
 
 F = TypeVar("F", bound=Callable[..., Any])
 KeyOrFunc = Union[Key, Callable[..., Key]]
@@ -190,9 +186,7 @@ class _ConcurrencyBase:
         raising already (its exception goes on), else raised."""
         if not isinstance(e, Unavailable) and not raising:
             raise e
-        within = format_duration(self.limit.lease_ns) if isinstance(self.limit, Concurrency) else "its lease time"
-        log.warning("could not release lease %d of %s for %r (%s); it expires on its own within %s",
-                    lease.id, self.limit, key, e, within)
+        release_failed(self.limit, key, lease.id, e)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.key!r}, {self.limit!r})"

@@ -58,11 +58,9 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
-from ._common import Key, LimitLike
-from ._middleware import Failed, Failures, limits_of, release_failed, shadow_denied
+from ._calls import Key
+from ._middleware_core import APP, CALL, RESPOND, SHADOW_BAN, SLEEP, MiddlewareCore
 from .errors import SluiceError
-from .headers import check_name, ratelimit_headers, response_headers
-from .proto import Opcode
 
 __all__ = ["RateLimitMiddleware"]
 
@@ -71,10 +69,8 @@ Environ = Dict[str, Any]
 WSGIApp = Callable[[Environ, StartResponse], Iterable[bytes]]
 KeyFunc = Callable[[Environ], Optional[Key]]
 
-_BODY = b"Too Many Requests\n"
 
-
-class RateLimitMiddleware:
+class RateLimitMiddleware(MiddlewareCore):
     """Wrap a WSGI app so that every request acquires ``cost`` of ``limit`` for ``key(environ)``.
 
     Args:
@@ -102,97 +98,48 @@ class RateLimitMiddleware:
             no slot; by default the key ``key`` gave.
     """
 
-    def __init__(self, app: WSGIApp, client: Any, limit: Optional[LimitLike],
-                 key: KeyFunc, *, cost: int = 1, name: str = "default",
-                 headers: bool = True, shadow: bool = False, shadow_ban: Optional[WSGIApp] = None,
-                 concurrency: Optional[LimitLike] = None, concurrency_key: Optional[KeyFunc] = None) -> None:
-        self.app = app
-        self.shadow = shadow
-        self.shadow_ban = shadow_ban
-        self.client = client
-        self.limit, self.concurrency = limits_of(limit, concurrency)
-        self.key = key
-        self.concurrency_key = concurrency_key
-        self.cost = cost
-        self.name = name
-        self.headers = headers
-        check_name(name)  # fail at start-up, not per request
-        self.failures = Failures(name)
-
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
-        k = self.key(environ) if self.limit is not None or self.concurrency_key is None else None
-        start = start_response
-        extra: List[Tuple[str, str]] = []
-        if k is not None and self.limit is not None:
-            try:
-                d = self.client.acquire(k, self.limit, self.cost, shadow=self.shadow) if self.shadow \
-                    else self.client.acquire(k, self.limit, self.cost)
-            except SluiceError as e:
-                d = self.failures.answer(self.client, e, Opcode.ACQUIRE, self.limit)
-                if isinstance(d, Failed):
-                    return _fail(start_response, d)
-            if d.shadow_denied:
-                shadow_denied("rate limit", self.name, k, self.shadow_ban is not None)
-                if self.shadow_ban is not None:
-                    return self.shadow_ban(environ, start_response)
-            if not d.allowed:
-                return _deny(start_response, response_headers(d, self.limit, self.name))
-            if d.delay_ns > 0:
-                time.sleep(d.delay_ns / 1e9)
-            if self.headers:
-                extra = ratelimit_headers(d, self.limit, self.name)
-            if extra:
-                start = _adding(start_response, extra)
-        if self.concurrency is None:
-            return self.app(environ, start)
-        ck = k if self.concurrency_key is None else self.concurrency_key(environ)
-        if ck is None:
-            return self.app(environ, start)
-        try:
-            lease = self.client.lease(ck, self.concurrency)
-        except SluiceError as e:
-            lease = self.failures.answer(self.client, e, Opcode.LEASE)
-            if isinstance(lease, Failed):
-                return _fail(start_response, lease)
-        own = self.limit is None  # the concurrency limit's fields, when it is the only limit
-        if not lease.allowed:
-            if not self.shadow or lease.degraded:
-                return _deny(start_response, response_headers(lease, self.concurrency, self.name) if own else extra)
-            shadow_denied("concurrency limit", self.concurrency, ck, self.shadow_ban is not None)
-            if self.shadow_ban is not None:
-                return self.shadow_ban(environ, start_response)
-        if own and self.headers:
-            start = _adding(start_response, ratelimit_headers(lease, self.concurrency, self.name))
-        if not lease.allowed or not lease.id:  # shadow-denied, or granted by the policy: holds nothing
-            return self.app(environ, start)
+        steps = self._steps(environ)
+        answer: Any = None
+        while True:
+            verb, arg = steps.send(answer)
+            answer = None
+            if verb == CALL:
+                try:
+                    answer = arg()
+                except SluiceError as e:
+                    answer = e
+            elif verb == SLEEP:
+                time.sleep(arg)
+            elif verb == RESPOND:
+                start_response(f"{arg.status} {arg.reason}", arg.headers)
+                return [arg.body]
+            elif verb == SHADOW_BAN:
+                return self.shadow_ban(environ, start_response)  # type: ignore[no-any-return]
+            else:
+                assert verb == APP
+                return self._app(environ, start_response, *arg)
+
+    def _app(self, environ: Environ, start_response: StartResponse, add: Optional[List[Tuple[str, str]]],
+             lease: Optional[Tuple[Key, int]]) -> Iterable[bytes]:
+        """The app's response, with the headers of ``add`` it did not set, holding ``lease``
+        (key, id) until it is closed or exhausted, or the app raises."""
+        start = start_response if add is None else _adding(start_response, add)
+        if lease is None:
+            return self.app(environ, start)  # type: ignore[no-any-return]
+        key, lease_id = lease
 
         def release() -> None:
             try:
-                self.client.release(ck, self.concurrency, lease.id)
+                self.client.release(key, self.concurrency, lease_id)
             except SluiceError as e:
-                release_failed(self.concurrency, ck, lease.id, e)  # type: ignore[arg-type]
+                self._release_failed(key, lease_id, e)
 
         try:
             return _Held(self.app(environ, start), release)
         except BaseException:
             release()
             raise
-
-
-def _fail(start_response: StartResponse, failed: Failed) -> List[bytes]:
-    start_response(f"{failed.status} {failed.reason}", [
-        ("Content-Type", "text/plain; charset=utf-8"),
-        ("Content-Length", str(len(failed.body))),
-    ])
-    return [failed.body]
-
-
-def _deny(start_response: StartResponse, extra: List[Tuple[str, str]]) -> List[bytes]:
-    start_response("429 Too Many Requests", [
-        ("Content-Type", "text/plain; charset=utf-8"),
-        ("Content-Length", str(len(_BODY))),
-    ] + extra)
-    return [_BODY]
 
 
 def _adding(start_response: StartResponse, extra: List[Tuple[str, str]]) -> StartResponse:
