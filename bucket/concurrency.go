@@ -52,7 +52,7 @@ func concurrencyFreshAt(ext []int64) int64 {
 // there is one; otherwise RetryAfter is when the first held one expires.
 func (l *Limit) peekConcurrency(now int64, ext []int64, d *Decision) {
 	free, _, earliest, latest := scanLeases(now, ext)
-	d.reset(l.Max)
+	resetDecision(d, l.Max)
 	d.Remaining = int64(free)
 	if free > 0 {
 		d.Allowed = true
@@ -80,7 +80,7 @@ func (l *Limit) AcquireLease(now int64, s *State, ext []int64, id int64, d *Deci
 		badAlgorithm(l.Algorithm)
 	}
 	free, first, earliest, latest := scanLeases(now, ext)
-	d.reset(l.Max)
+	resetDecision(d, l.Max)
 	if free == 0 {
 		d.RetryAfter = retryAfter(earliest, now)
 		d.ResetAfter = resetAfter(leasesFreshAt(latest), now)

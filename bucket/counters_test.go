@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/sluicehq/sluice/vocab"
 )
 
 func TestWindowCounters(t *testing.T) {
@@ -29,7 +31,7 @@ func TestWindowCounters(t *testing.T) {
 		{opPeek, t0 + 1300*ms, 0, allow(2, 450*ms), false},
 		{opRefund, t0 + 3*sec, 2, allow(3, 0), false}, // nothing counts any more
 	})
-	if want := (State{t0/(250*ms) + 5, ExtSum(b.ext), 0}); b.s != want {
+	if want := (State{t0/(250*ms) + 5, vocab.BlockSum(b.ext), 0}); b.s != want {
 		t.Errorf("state = %v, want %v", b.s, want)
 	}
 }

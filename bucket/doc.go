@@ -126,7 +126,7 @@
 // (InitExt and DrainedExt set it to now: earlier versions kept their latest
 // id there). Max is capped at MaxConcurrency.
 //
-// For all three, Decision.Limit is Max, State word [1] is ExtSum(ext),
+// For all three, Decision.Limit is Max, State word [1] is vocab.BlockSum(ext),
 // updated word by word with every change to the extension, so the table can
 // tell a torn block on recovery (and then use DrainedExt), and word [2]
 // belongs to the table, which keeps the block's reference there: it is

@@ -1,6 +1,10 @@
 package bucket
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/sluicehq/sluice/vocab"
+)
 
 // The extended algorithms (sliding_log, window_counters, concurrency) keep
 // state that does not fit in a State: their extension, ext, a block of
@@ -10,9 +14,9 @@ import "fmt"
 // never read the clock, and allocate nothing.
 //
 // State words of the extended algorithms. Word 0 is the algorithm's (see
-// each one); word 1 is ExtSum(ext) after every method that writes, kept up
+// each one); word 1 is vocab.BlockSum(ext) after every method that writes, kept up
 // to date word by word as the extension changes, so that the table can tell
-// a torn block on recovery (s[extSum] != ExtSum(ext): use DrainedExt); word
+// a torn block on recovery (s[extSum] != vocab.BlockSum(ext): use DrainedExt); word
 // 2 belongs to the table (it keeps the block's reference there) and is never
 // read or written here.
 const extSum = 1
@@ -32,40 +36,6 @@ func (l *Limit) ExtWords() int {
 	return 0
 }
 
-// Extended reports whether a keeps an extension (Limit.ExtWords() > 0):
-// sliding_log, window_counters and concurrency. An extended algorithm is
-// used through InitExt, DrainedExt, DecideExt, PeekExt, DecideRefundExt,
-// FreshAtExt and, for concurrency, AcquireLease and ReleaseLease; Init,
-// Drained, Apply, Decide, Refund, DecideRefund and FreshAt panic on it, and
-// the Ext methods panic on the other algorithms.
-func (a Algorithm) Extended() bool {
-	return a >= SlidingLog && a < numAlgorithms
-}
-
-// ExtSum returns the checksum of an extension that State word 1 holds:
-// the wrapping sum over i of mix(uint64(ext[i]) ^ (i+1)*0x9E3779B97F4A7C15),
-// where mix is the splitmix64 finalizer. Each word is mixed with its index,
-// so the sum changes when any word does, moved words included, and one word
-// can be updated in O(1).
-func ExtSum(ext []int64) int64 {
-	var sum uint64
-	for i, v := range ext {
-		sum += extTerm(i, v)
-	}
-	return int64(sum)
-}
-
-// extTerm is word i's term of ExtSum when it holds v.
-func extTerm(i int, v int64) uint64 {
-	x := uint64(v) ^ (uint64(i)+1)*0x9E3779B97F4A7C15
-	x ^= x >> 30
-	x *= 0xBF58476D1CE4E5B9
-	x ^= x >> 27
-	x *= 0x94D049BB133111EB
-	x ^= x >> 31
-	return x
-}
-
 // setExt stores v in ext[i], keeping s[extSum] the checksum of ext, and
 // reports whether the word changed.
 func setExt(s *State, ext []int64, i int, v int64) bool {
@@ -74,7 +44,7 @@ func setExt(s *State, ext []int64, i int, v int64) bool {
 		return false
 	}
 	ext[i] = v
-	s[extSum] = int64(uint64(s[extSum]) + extTerm(i, v) - extTerm(i, old))
+	s[extSum] = int64(uint64(s[extSum]) + vocab.BlockTerm(i, v) - vocab.BlockTerm(i, old))
 	return true
 }
 
@@ -103,11 +73,11 @@ func (l *Limit) InitExt(now int64, s *State, ext []int64) {
 	default:
 		badAlgorithm(l.Algorithm)
 	}
-	s[extSum] = ExtSum(ext)
+	s[extSum] = vocab.BlockSum(ext)
 }
 
 // DrainedExt sets s and ext to a conservative state at now, for a block
-// found torn or corrupt (s[1] != ExtSum(ext)): sliding_log a full log of Max
+// found torn or corrupt (s[1] != vocab.BlockSum(ext)): sliding_log a full log of Max
 // admissions at now, so nothing passes before now+Window; window_counters
 // now's sub-window holding Max and the others 0; concurrency every lease
 // held until now+Lease under id 0, which no release matches. Word 2 of s is
@@ -124,7 +94,7 @@ func (l *Limit) DrainedExt(now int64, s *State, ext []int64) {
 	default:
 		badAlgorithm(l.Algorithm)
 	}
-	s[extSum] = ExtSum(ext)
+	s[extSum] = vocab.BlockSum(ext)
 }
 
 // DecideExt decides a request of cost tokens at now against s and ext, and

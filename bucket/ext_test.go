@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/vocab"
 )
 
 // TestExtSum: known answers. The terms of a block of zeros are the outputs
@@ -22,23 +24,23 @@ func TestExtSum(t *testing.T) {
 		{[]int64{0, 0}, first + second},
 		{[]int64{0, 0, 0}, first + second + third},
 	} {
-		if got := uint64(ExtSum(tt.ext)); got != tt.want {
-			t.Errorf("ExtSum(%v) = %#x, want %#x", tt.ext, got, tt.want)
+		if got := uint64(vocab.BlockSum(tt.ext)); got != tt.want {
+			t.Errorf("vocab.BlockSum(%v) = %#x, want %#x", tt.ext, got, tt.want)
 		}
 	}
 	// Each word is mixed with its index: swapping two words changes the sum.
-	if ExtSum([]int64{1, 2}) == ExtSum([]int64{2, 1}) {
+	if vocab.BlockSum([]int64{1, 2}) == vocab.BlockSum([]int64{2, 1}) {
 		t.Errorf("ExtSum does not see two words swapped")
 	}
 	// setExt keeps the sum up to date word by word.
 	r := newRand(1)
 	ext := make([]int64, 17)
 	var s State
-	s[1] = ExtSum(ext)
+	s[1] = vocab.BlockSum(ext)
 	for range 1000 {
 		setExt(&s, ext, r.IntN(len(ext)), int64(r.Uint64()))
-		if s[1] != ExtSum(ext) {
-			t.Fatalf("after setExt, word 1 = %d, ExtSum = %d", s[1], ExtSum(ext))
+		if s[1] != vocab.BlockSum(ext) {
+			t.Fatalf("after setExt, word 1 = %d, ExtSum = %d", s[1], vocab.BlockSum(ext))
 		}
 	}
 	t.Log("seed 1")
@@ -246,7 +248,7 @@ func TestExtCorruptState(t *testing.T) {
 				ext: corruptExt(r, l, words, now),
 			}
 			if r.IntN(2) == 0 {
-				orig.s[1] = ExtSum(orig.ext)
+				orig.s[1] = vocab.BlockSum(orig.ext)
 			}
 			cost := []int64{-1, 0, 1, 2, l.Max, l.Max + 1, maxI64}[r.IntN(7)]
 			for op := opDecide; op <= opRelease; op++ {
@@ -273,17 +275,17 @@ func TestExtCorruptState(t *testing.T) {
 				if changed && (op == opPeek || (op == opDecide && (cost <= 0 || a == Concurrency))) {
 					t.Fatalf("%s with cost %d changed the state %v %v -> %v %v", what(), cost, orig.s, orig.ext, b.s, b.ext)
 				}
-				if b.s[2] != orig.s[2] || b.s[1]-ExtSum(b.ext) != orig.s[1]-ExtSum(orig.ext) {
-					t.Fatalf("%s: words 1 and 2 went %v -> %v, ExtSum %d -> %d", what(), orig.s, b.s, ExtSum(orig.ext), ExtSum(b.ext))
+				if b.s[2] != orig.s[2] || b.s[1]-vocab.BlockSum(b.ext) != orig.s[1]-vocab.BlockSum(orig.ext) {
+					t.Fatalf("%s: words 1 and 2 went %v -> %v, ExtSum %d -> %d", what(), orig.s, b.s, vocab.BlockSum(orig.ext), vocab.BlockSum(b.ext))
 				}
 			}
 			b := orig.clone()
 			l.DrainedExt(now, &b.s, b.ext)
-			if b.s[1] != ExtSum(b.ext) || b.s[2] != orig.s[2] {
+			if b.s[1] != vocab.BlockSum(b.ext) || b.s[2] != orig.s[2] {
 				t.Fatalf("DrainedExt of %v: state %v", a, b.s)
 			}
 			l.InitExt(now, &b.s, b.ext)
-			if b.s[1] != ExtSum(b.ext) || b.s[2] != orig.s[2] || l.FreshAtExt(&b.s, b.ext) > now {
+			if b.s[1] != vocab.BlockSum(b.ext) || b.s[2] != orig.s[2] || l.FreshAtExt(&b.s, b.ext) > now {
 				t.Fatalf("InitExt of %v at %d: state %v %v, fresh at %d", a, now, b.s, b.ext, l.FreshAtExt(&b.s, b.ext))
 			}
 		}

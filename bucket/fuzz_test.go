@@ -4,6 +4,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/sluicehq/sluice/vocab"
 )
 
 // fuzzLimit maps fuzz inputs to a Limit: alg picks the algorithm (Invalid
@@ -154,7 +156,7 @@ func fuzzExtWords(l Limit, s State, now int64, pick uint8) []int64 {
 // methods: word 1 is the extension's ExtSum and a sliding_log's entries are
 // in order.
 func soundExt(l Limit, s *State, ext []int64) bool {
-	if s[1] != ExtSum(ext) {
+	if s[1] != vocab.BlockSum(ext) {
 		return false
 	}
 	if l.Algorithm == SlidingLog {
@@ -172,7 +174,7 @@ func soundExt(l Limit, s *State, ext []int64) bool {
 // with an extension drawn from the inputs: the invariants of FuzzApply
 // (except that a concurrency DecideExt is a peek and never changes
 // anything), and besides: word 2 is never touched, every method keeps the
-// difference between word 1 and ExtSum(ext) (a sound block stays sound, a
+// difference between word 1 and vocab.BlockSum(ext) (a sound block stays sound, a
 // torn one stays detectably torn), a peek changes nothing, a lease taken is
 // released by its id, and InitExt and DrainedExt leave a sound block. With
 // bit 1 of flags set, word 1 is the input's (most likely a torn block);
@@ -180,7 +182,7 @@ func soundExt(l Limit, s *State, ext []int64) bool {
 func fuzzExt(t *testing.T, l Limit, orig State, now, cost int64, flags uint8) {
 	origExt := fuzzExtWords(l, orig, now, flags)
 	if flags&2 == 0 {
-		orig[1] = ExtSum(origExt)
+		orig[1] = vocab.BlockSum(origExt)
 	}
 	b := &extBucket{s: orig, ext: origExt}
 	start := b.clone()
@@ -247,12 +249,12 @@ func fuzzExt(t *testing.T, l Limit, orig State, now, cost int64, flags uint8) {
 
 	fresh := b.clone()
 	l.InitExt(now, &fresh.s, fresh.ext)
-	if at := l.FreshAtExt(&fresh.s, fresh.ext); at > now || fresh.s[1] != ExtSum(fresh.ext) || fresh.s[2] != b.s[2] {
+	if at := l.FreshAtExt(&fresh.s, fresh.ext); at > now || fresh.s[1] != vocab.BlockSum(fresh.ext) || fresh.s[2] != b.s[2] {
 		t.Fatalf("a new bucket %v %v is fresh only at %d > now %d", fresh.s, fresh.ext, at, now)
 	}
 	drained := b.clone()
 	l.DrainedExt(now, &drained.s, drained.ext)
-	if drained.s[1] != ExtSum(drained.ext) || drained.s[2] != b.s[2] {
+	if drained.s[1] != vocab.BlockSum(drained.ext) || drained.s[2] != b.s[2] {
 		t.Fatalf("a drained bucket %v %v", drained.s, drained.ext)
 	}
 }
@@ -272,11 +274,11 @@ func checkExtDecision(t *testing.T, l Limit, b *extBucket, now int64, d Decision
 }
 
 // checkExtWords checks that an Ext method kept word 2 and the difference
-// between word 1 and ExtSum(ext).
+// between word 1 and vocab.BlockSum(ext).
 func checkExtWords(t *testing.T, before, after *extBucket) {
 	t.Helper()
-	if after.s[2] != before.s[2] || after.s[1]-ExtSum(after.ext) != before.s[1]-ExtSum(before.ext) {
-		t.Fatalf("words 1 and 2 went %v -> %v, ExtSum %d -> %d", before.s, after.s, ExtSum(before.ext), ExtSum(after.ext))
+	if after.s[2] != before.s[2] || after.s[1]-vocab.BlockSum(after.ext) != before.s[1]-vocab.BlockSum(before.ext) {
+		t.Fatalf("words 1 and 2 went %v -> %v, ExtSum %d -> %d", before.s, after.s, vocab.BlockSum(before.ext), vocab.BlockSum(after.ext))
 	}
 }
 

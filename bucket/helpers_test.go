@@ -5,6 +5,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/sluicehq/sluice/vocab"
 )
 
 // Units and time anchors of the test scripts. All times are Unix ns.
@@ -246,8 +248,8 @@ func runExt(t *testing.T, l Limit, b *extBucket, steps []extStep) {
 // checkExtSum reports a bucket whose word 1 is not its extension's ExtSum.
 func checkExtSum(t *testing.T, b *extBucket) {
 	t.Helper()
-	if sum := ExtSum(b.ext); b.s[1] != sum {
-		t.Fatalf("state %v: word 1 is not ExtSum(ext) = %d; ext %v", b.s, sum, b.ext)
+	if sum := vocab.BlockSum(b.ext); b.s[1] != sum {
+		t.Fatalf("state %v: word 1 is not vocab.BlockSum(ext) = %d; ext %v", b.s, sum, b.ext)
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/sluicehq/sluice/vocab"
 )
 
 func TestSlidingLog(t *testing.T) {
@@ -30,7 +32,7 @@ func TestSlidingLog(t *testing.T) {
 		{opDecide, t0 + 900*ms, 1, allow(1, 1100*ms), true},
 		{opRefund, t0 + 5*sec, 1, allow(3, 0), false}, // nothing in the window
 	})
-	if want := (State{2<<32 | 2, ExtSum(b.ext), 0}); b.s != want {
+	if want := (State{2<<32 | 2, vocab.BlockSum(b.ext), 0}); b.s != want {
 		t.Errorf("state = %v, want %v", b.s, want)
 	}
 	if want := []int64{t0 + sec, t0 + sec, t0 + 1100*ms}; !(&extBucket{b.s, b.ext}).equal(&extBucket{b.s, want}) {

@@ -1,5 +1,7 @@
 package shm
 
+import "github.com/sluicehq/sluice/vocab"
+
 // This file is the specification of the state file. Every offset below is a
 // byte offset; every multi-byte field is little-endian. Other tools may read
 // the file from this description alone.
@@ -243,12 +245,12 @@ const (
 	slotState   = 0x28
 	slotKey     = 0x40 // inline key bytes, slot sizes above 64 only
 
-	StateWords  = 3           // int64 words of algorithm state per slot
-	MinSlotSize = slotKey     // the smallest slot: no room for an inline key
-	summedFrom  = slotFP0     // the slot checksum covers [summedFrom, summedTo)
-	summedTo    = MinSlotSize //
-	slotAlign   = MinSlotSize // slots start on cache-line boundaries
-	MaxKeyLen   = 1024        // the longest key a caller may use, in bytes
+	StateWords  = vocab.StateWords // int64 words of algorithm state per slot
+	MinSlotSize = slotKey          // the smallest slot: no room for an inline key
+	summedFrom  = slotFP0          // the slot checksum covers [summedFrom, summedTo)
+	summedTo    = MinSlotSize      //
+	slotAlign   = MinSlotSize      // slots start on cache-line boundaries
+	MaxKeyLen   = vocab.MaxKeyLen  // the longest key a caller may use, in bytes
 )
 
 // Slot flags.

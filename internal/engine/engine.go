@@ -111,7 +111,7 @@ func load(t Time, l *Limit, sl shm.Slot, s *bucket.State) (replaced bool) {
 // inPlace reports whether a locked slot's state words can be handed to l's
 // algorithm as they are: the slot is live, sound, and of l's algorithm.
 func inPlace(l *Limit, sl shm.Slot) bool {
-	return sl.Live() && !sl.Conservative() && sl.Kind() == uint8(l.b.Algorithm)
+	return sl.Live() && !sl.Conservative() && sl.Kind() == l.b.Algorithm
 }
 
 // store writes s into the locked slot and commits it.
@@ -228,7 +228,7 @@ func (e *Engine) Acquire(d *bucket.Decision, key []byte, l *Limit, cost int64, t
 // returns the bucket's slot, locked, and whether it created it (not:
 // another request created it since the Find).
 func (e *Engine) claim(pr *shm.Probe, l *Limit, key []byte, t Time, w *shm.Wait) (shm.Slot, bool, error) {
-	sl, created, err := e.t.Claim(pr, uint8(l.b.Algorithm), key, t.Now, w)
+	sl, created, err := e.t.Claim(pr, l.b.Algorithm, key, t.Now, w)
 	if err != nil {
 		return sl, false, tableErr(err)
 	}
@@ -387,7 +387,7 @@ func (e *Engine) Hold(key []byte, l *Limit, now int64) (release func(), err erro
 	if err := e.enter(); err != nil {
 		return nil, err
 	}
-	sl, _, err := e.t.LookupOrInsert(e.fingerprint(key, l), uint8(l.b.Algorithm), key, now, nil)
+	sl, _, err := e.t.LookupOrInsert(e.fingerprint(key, l), l.b.Algorithm, key, now, nil)
 	if err != nil {
 		e.t.Exit()
 		return nil, tableErr(err)

@@ -236,7 +236,7 @@ func (e *Engine) Lease(d *bucket.Decision, key []byte, l *Limit, t Time, id int6
 	}
 	defer e.t.Exit()
 	w := t.wait()
-	sl, _, err := e.t.LookupOrInsert(e.fingerprint(key, l), uint8(l.b.Algorithm), key, t.Now, &w)
+	sl, _, err := e.t.LookupOrInsert(e.fingerprint(key, l), l.b.Algorithm, key, t.Now, &w)
 	if err != nil {
 		return 0, tableErr(err)
 	}

@@ -7,10 +7,12 @@ import (
 
 	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/shm"
+
+	"github.com/sluicehq/sluice/vocab"
 )
 
 // MaxMultiItems is the most items one Multi may hold.
-const MaxMultiItems = 16
+const MaxMultiItems = vocab.MaxMulti
 
 // multiAttempts bounds how often Multi retries when a slot it found was
 // reclaimed by another bucket before it could lock it.
@@ -100,7 +102,7 @@ func (e *Engine) multi(dst []bucket.Decision, items []Item, t Time, each bool) (
 		// reserved, so that no other insert (another item's included) reclaims
 		// it before it is locked again below.
 		for i := range items {
-			sl, _, err := e.t.LookupOrInsert(fps[i], uint8(items[i].Limit.b.Algorithm), items[i].Key, t.Now, &w)
+			sl, _, err := e.t.LookupOrInsert(fps[i], items[i].Limit.b.Algorithm, items[i].Key, t.Now, &w)
 			if err != nil {
 				e.unreserve(fps[:i], idx[:i], reserved[:i], &w)
 				return dst, false, tableErr(err)

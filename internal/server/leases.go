@@ -162,7 +162,7 @@ func (s *server) leaseOp(b []byte, op *proto.Op, c *conn, l *engine.Limit, nl *n
 		c.n.denied++
 	}
 	s.record(nl, l.Bucket().Algorithm, d.Allowed, false, start)
-	w := proto.Decision(d)
+	w := d
 	return proto.AppendLeaseResult(b, &w, uint64(id))
 }
 
@@ -186,7 +186,7 @@ func (s *server) releaseOp(b []byte, op *proto.Op, c *conn, l *engine.Limit) []b
 	if released {
 		s.holders.remove(id, op.Key, nil)
 	}
-	w := proto.Decision(d)
+	w := d
 	return proto.AppendReleaseResult(b, released, &w)
 }
 

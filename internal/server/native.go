@@ -233,7 +233,7 @@ func (c *conn) answer(b []byte, op *proto.Op, nl *namedLimit, alg bucket.Algorit
 		c.n.denied++
 	}
 	c.s.record(nl, alg, d.Allowed, shadowed, start)
-	w := proto.Decision(*d)
+	w := *d
 	if shadowed {
 		return proto.AppendShadowDecision(b, op.Code, &w)
 	}
@@ -269,7 +269,7 @@ func (s *server) multi(b []byte, op *proto.Op, c *conn) []byte {
 		return c.fail(b, op.Code, err)
 	}
 	for i, d := range ds {
-		m.wire[i] = proto.Decision(d)
+		m.wire[i] = d
 	}
 	if allowed {
 		c.n.allowed++
@@ -288,14 +288,14 @@ func (s *server) scan(b []byte, op *proto.Op, room int, v uint8, t engine.Time) 
 	limit := len(b) + room
 	n, full, resume := 0, false, uint64(0)
 	next, err := s.engine.Scan(op.Cursor, scanSpan, t, func(e *engine.Entry) bool {
-		if !bytes.HasPrefix(e.Key, op.Prefix) || !proto.Algorithm(e.Algorithm).ValidIn(v) {
+		if !bytes.HasPrefix(e.Key, op.Prefix) || !e.Algorithm.ValidIn(v) {
 			return true
 		}
 		if len(b)+scanEntryLen(e.Key) > limit {
 			full, resume = true, e.Index // the next SCAN starts with this bucket
 			return false
 		}
-		b = proto.AppendScanEntry(b, proto.Algorithm(e.Algorithm), e.FreshAt, e.Key)
+		b = proto.AppendScanEntry(b, e.Algorithm, e.FreshAt, e.Key)
 		n++
 		return n < int(op.Count)
 	})
