@@ -56,7 +56,7 @@ func TestWindowCountersCountDenied(t *testing.T) {
 func TestWindowCountersDrained(t *testing.T) {
 	l := Limit{Algorithm: WindowCounters, Max: 4, Window: sec, Counters: 4}
 	b := newExtBucket(l, t0)
-	l.DrainedExt(t0+100*ms, &b.s, b.ext)
+	l.Drained(t0+100*ms, &b.s, b.ext)
 	checkExtSum(t, b)
 	runExt(t, l, b, []extStep{
 		{opPeek, t0 + 100*ms, 0, deny(0, 1150*ms, 1150*ms), false},
@@ -270,7 +270,7 @@ func TestWindowCountersNeverLenient(t *testing.T) {
 			now += r.Int64N(2 * l.Window / l.Max)
 			cost := r.Int64N(l.Max + 1)
 			var d Decision
-			l.DecideExt(now, &b.s, b.ext, cost, 0, &d)
+			l.Decide(now, &b.s, b.ext, cost, 0, &d)
 			if !d.Allowed || cost == 0 {
 				continue
 			}

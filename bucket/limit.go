@@ -49,7 +49,7 @@ const StateWords = vocab.StateWords
 // word 0 for the algorithm, word 1 the extension's checksum ExtSum, and
 // word 2 the table's, never read or written here.
 //
-// The zero State is not a new bucket: use Limit.Init (Limit.InitExt). Every
+// The zero State is not a new bucket: use Limit.Init. Every
 // method accepts any State, and any extension, including words torn or
 // corrupted on disk, without panicking; out-of-range counts are clamped
 // when read.

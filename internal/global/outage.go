@@ -187,7 +187,7 @@ func (f *Fallback) byPolicy(ctx context.Context, r Request, p Policy) (bucket.De
 			}
 		}
 		b.share = share
-		b.share.Init(now, &b.state)
+		b.share.Init(now, &b.state, nil)
 	}
 	var d bucket.Decision
 	if r.Op == Refund {
