@@ -70,16 +70,13 @@ func (t *Time) wait() shm.Wait {
 
 // check validates a request's key, limit, cost and time.
 func check(key []byte, l *Limit, cost int64, t Time) error {
-	switch {
-	case l == nil || !l.valid:
+	if l == nil || !l.valid {
 		return ErrInvalidLimit
-	case len(key) == 0:
-		return ErrEmptyKey
-	case len(key) > MaxKeyLen:
-		return ErrKeyTooLong
-	case cost < 0:
-		return fmt.Errorf("%w: %d", ErrNegativeCost, cost)
-	case !bucket.ValidTime(t.At):
+	}
+	if err := CheckKeyCost(key, cost); err != nil {
+		return err
+	}
+	if !bucket.ValidTime(t.At) {
 		return fmt.Errorf("%w: %d", ErrTime, t.At)
 	}
 	return nil

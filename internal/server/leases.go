@@ -136,20 +136,20 @@ func (st *stream) leaseID() int64 {
 }
 
 // leaseOp answers LEASE.
-func (s *server) leaseOp(b []byte, op *proto.Op, c *conn, l *engine.Limit, nl *namedLimit, start time.Time) []byte {
+func (s *server) leaseOp(b []byte, op *proto.Op, c *conn, req *engine.Request, nl *namedLimit, start time.Time) []byte {
 	if len(c.leases) >= maxLeasesPerConn {
 		c.forgetExpired(c.now)
 		if len(c.leases) >= maxLeasesPerConn {
 			return c.fail(b, op.Code, errTooManyLeases)
 		}
 	}
-	var d bucket.Decision
-	id, err := s.engine.Lease(&d, op.Key, l, c.at(c.now), c.leaseID())
-	if err != nil {
+	l, res := req.Limit, &c.res
+	req.Time, req.Lease = c.at(c.now), c.leaseID() // a lease is about the server's clock, waited for as any request
+	if err := s.engine.Do(req, res); err != nil {
 		s.recordError(nl, l, err)
 		return c.fail(b, op.Code, err)
 	}
-	if id != 0 {
+	if id := res.Lease; id != 0 {
 		expires := c.now + min(l.Bucket().Lease, math.MaxInt64-c.now)
 		key := string(op.Key)
 		c.leases = append(c.leases, heldLease{*l, key, id, expires})
@@ -161,33 +161,31 @@ func (s *server) leaseOp(b []byte, op *proto.Op, c *conn, l *engine.Limit, nl *n
 	} else {
 		c.n.denied++
 	}
-	s.record(nl, l.Bucket().Algorithm, d.Allowed, false, start)
-	w := d
-	return proto.AppendLeaseResult(b, &w, uint64(id))
+	s.record(nl, l.Bucket().Algorithm, res.Decision.Allowed, false, start)
+	return proto.AppendLeaseResult(b, &res.Decision, uint64(res.Lease))
 }
 
 // releaseOp answers RELEASE: from the connection that holds the lease, or
 // from a peer of the holder's uid; a lease no connection of this server
 // holds (taken through an earlier sidecar process, expired, or unknown) is
 // released by whoever brings its id, which only its holder was given.
-func (s *server) releaseOp(b []byte, op *proto.Op, c *conn, l *engine.Limit) []byte {
-	var d bucket.Decision
+func (s *server) releaseOp(b []byte, op *proto.Op, c *conn, req *engine.Request) []byte {
 	id := int64(op.Lease)
 	if !c.holds(op.Key, id) {
 		if p, held := s.holders.of(id, op.Key, c.now); held && !p.sameUser(c.peer) {
 			return c.fail(b, op.Code, errNotHolder)
 		}
 	}
-	released, err := s.engine.Release(&d, op.Key, l, id, c.at(c.now))
-	if err != nil {
+	req.Time, req.Lease = c.at(c.now), id
+	res := &c.res
+	if err := s.engine.Do(req, res); err != nil {
 		return c.fail(b, op.Code, err)
 	}
 	c.forget(op.Key, id)
-	if released {
+	if res.Released {
 		s.holders.remove(id, op.Key, nil)
 	}
-	w := d
-	return proto.AppendReleaseResult(b, released, &w)
+	return proto.AppendReleaseResult(b, res.Released, &res.Decision)
 }
 
 // idleDeadline is when the connection, idle from now, is closed:
