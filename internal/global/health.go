@@ -130,6 +130,13 @@ func peek(c *call) *call {
 	return &call{alg: c.alg, key: c.key, args: args, base: c.base}
 }
 
+// probeCall returns a call of the probe template c to send: its base is
+// kept, since a probe that fails may become the template of the next
+// outage's probes (peek).
+func (c *call) probeCall() *call {
+	return &call{ctx: context.Background(), alg: c.alg, key: c.key, args: c.args, base: c.base, done: make(chan struct{}), probe: true}
+}
+
 // probeLoop probes sh until it answers or the Store closes: after 5 ms,
 // then twice as long each time, up to ProbeMax. In a Cluster it first
 // rereads the slot map: a shard whose slots moved to another master (a
@@ -160,7 +167,7 @@ func (s *Store) probeLoop(sh *shard) {
 		}
 		if probe != nil {
 			s.stats.probes.Add(1)
-			c := &call{ctx: context.Background(), alg: probe.alg, key: probe.key, args: probe.args, done: make(chan struct{}), probe: true}
+			c := probe.probeCall()
 			s.enqueue(sh, c)
 			<-c.done // within the timeout of its pipeline
 			if !sh.down.Load() {

@@ -3,6 +3,7 @@ package global
 import (
 	"context"
 	"log/slog"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -227,5 +228,28 @@ func TestFallback_flaps(t *testing.T) {
 	}
 	if total != 5 {
 		t.Errorf("four outages admitted %d, want the share, 5, in all", total)
+	}
+}
+
+// Ensure a probe keeps what makes it a probe template again: a probe whose
+// pipeline fails just as its shard came back sends the shard down with that
+// probe as the next outage's template, which peek must accept (it indexed
+// an empty argument list and crashed the sidecar).
+func TestProbe_templateOfProbe(t *testing.T) {
+	l := bucket.Limit{Algorithm: bucket.TokenBucket, Max: 10, RefillTime: int64(time.Second), RefillAmount: 1}
+	p := prepare(&l, 0)
+	if p.err != nil {
+		t.Fatal(p.err)
+	}
+	r := Request{Limit: l, Key: "k", Cost: 3}
+	key, args := r.args("sluice:", p, 0)
+	c := &call{alg: p.g, key: [1]string{key}, args: args, base: len(args)}
+	first := peek(c)
+	again := peek(first.probeCall())
+	if !reflect.DeepEqual(again.args, first.args) || again.base != first.base {
+		t.Fatalf("the probe of a probe is %v (base %d), want %v (base %d)", again.args, again.base, first.args, first.base)
+	}
+	if again.args[1] != int64(0) {
+		t.Fatalf("a probe's cost is %v, want 0", again.args[1])
 	}
 }

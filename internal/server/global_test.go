@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -246,5 +247,60 @@ func TestGlobal_framesTogether(t *testing.T) {
 	}
 	if n := stat(t, c, "global_round_trips") - before; n > 2 {
 		t.Errorf("8 frames written together took %d round trips to Redis, want 1 or 2", n)
+	}
+}
+
+// Ensure an event loop does not wait for Redis: with Redis holding a
+// global request's call (CLIENT PAUSE WRITE parks it), another connection
+// that an epoll sidecar with one loop serves is still answered at once
+// (the native protocol's connections are served on goroutines of their
+// own when global limits are configured: see loopFor).
+func TestGlobal_epollLoopNotHeldByRedis(t *testing.T) {
+	redis := redistest.Start(t)
+	set, err := config.Parse("sluice.yaml", []byte("limits:\n  g: {limit: \"token_bucket:max=10,refill_time=1h\", scope: global}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	redistest.QuietClientLogs()
+	sc := start(t, Config{Limits: config.NewHolder(set), Transport: TransportEpoll, Loops: 1,
+		Global: &global.Options{Addrs: []string{redis.Addr}, Timeout: time.Minute}})
+	a, b := dial(t, sc), dial(t, sc)
+	if r := a.do(func(p []byte) []byte {
+		return proto.AppendItem(p, proto.OpAcquire, 0, proto.Named("g"), 1, 0, []byte("k"))
+	}); r.Status != proto.StatusOK || !r.Decision.Allowed {
+		t.Fatalf("before the pause: %+v", r)
+	}
+	rc := redis.Client(t)
+	ctx := context.Background()
+	if err := rc.Do(ctx, "CLIENT", "PAUSE", 60000, "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Do(ctx, "CLIENT", "UNPAUSE")
+	a.send(1, func(p []byte) []byte {
+		return proto.AppendItem(p, proto.OpAcquire, 0, proto.Named("g"), 1, 0, []byte("k"))
+	})
+	// Wait until Redis holds the sidecar's call: the loop has sent it.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		info, err := rc.Info(ctx, "clients").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(info, "blocked_clients:1") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Redis never held the sidecar's call:\n%s", info)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	r := b.acquire("local", tb10, 1, 0)
+	if r.Status != proto.StatusOK || !r.Decision.Allowed {
+		t.Fatalf("a local request beside a held global one: %+v", r)
+	}
+	if err := rc.Do(ctx, "CLIENT", "UNPAUSE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, rs := a.recv(); len(rs) != 1 || rs[0].Status != proto.StatusOK || !rs[0].Decision.Allowed {
+		t.Fatalf("the held global request: %+v", rs)
 	}
 }
