@@ -109,7 +109,7 @@ import "github.com/sluicehq/sluice/vocab"
 //	0x04  sum      uint32  checksum of bytes [0x08, 0x40) (checksumOf)
 //	0x08  fp0      uint64  fingerprint, first half  } both zero: the slot was never used
 //	0x10  fp1      uint64  fingerprint, second half }
-//	0x18  kind     uint8   the bucket's algorithm id (opaque to this package)
+//	0x18  kind     uint8   the bucket's algorithm (vocab.Algorithm; opaque to this package)
 //	0x19  flags    uint8   flagLive, flagConservative, flagBlock
 //	0x1a  keyLen   uint16  length of the inline key, 0 if not stored
 //	0x1c  keySum   uint32  low 32 bits of xxhash64(key) (seed 0) when keyLen > 0
