@@ -127,6 +127,12 @@ func (l *Limit) Decide(now int64, s *State, ext []int64, cost int64, f Flags, d 
 	case Pacer:
 		return l.applyPacer(now, s, cost, d)
 	}
+	return l.decideExt(now, s, ext, cost, d)
+}
+
+// decideExt is Decide for the extended algorithms, apart so that the
+// algorithms of fixed size decide in a function of their size.
+func (l *Limit) decideExt(now int64, s *State, ext []int64, cost int64, d *Decision) (changed bool) {
 	l.checkExt(ext)
 	switch l.Algorithm {
 	case SlidingLog:
@@ -134,7 +140,7 @@ func (l *Limit) Decide(now int64, s *State, ext []int64, cost int64, f Flags, d 
 	case WindowCounters:
 		return l.applyCounters(now, s, ext, cost, d)
 	case Concurrency:
-		l.peekConcurrency(now, ext, d)
+		l.peekConcurrency(now, ext, d) // leases are taken through AcquireLease only
 		return false
 	}
 	badAlgorithm(l.Algorithm)

@@ -120,10 +120,15 @@ func inPlace(l *Limit, sl shm.Slot) bool {
 // replaced reports that the slot must be written whatever the algorithm
 // then does (a repair). On an error the slot is released, or cleared.
 func open(t Time, l *Limit, sl shm.Slot, tmp *bucket.State, w *shm.Wait) (s *bucket.State, ext []int64, replaced bool, err error) {
+	if l.ext == 0 && inPlace(l, sl) { // the common case, inlined: the slot's own words
+		return (*bucket.State)(sl.State()), nil, false, nil
+	}
+	return openSlow(t, l, sl, tmp, w)
+}
+
+// openSlow is open for a slot whose words are not handed over as they are.
+func openSlow(t Time, l *Limit, sl shm.Slot, tmp *bucket.State, w *shm.Wait) (s *bucket.State, ext []int64, replaced bool, err error) {
 	if l.ext == 0 {
-		if inPlace(l, sl) {
-			return (*bucket.State)(sl.State()), nil, false, nil
-		}
 		return tmp, nil, load(t, l, sl, tmp), nil
 	}
 	ext, replaced, err = loadExt(t, l, sl, w)
@@ -136,17 +141,18 @@ func open(t Time, l *Limit, sl shm.Slot, tmp *bucket.State, w *shm.Wait) (s *buc
 // bucket but was given a block (a new bucket that nothing was consumed
 // from stays absent).
 func finish(sl shm.Slot, l *Limit, s *bucket.State, ext []int64, d *bucket.Decision, t Time, write bool, w *shm.Wait) {
-	switch {
-	case write:
+	if write {
 		if st := (*bucket.State)(sl.State()); s != st {
 			*st = *s
 		}
 		commit(sl, l, ext, d, t)
-	case l.ext > 0 && !sl.Live():
-		sl.Clear(w)
-	default:
-		sl.Release()
+		return
 	}
+	if l.ext > 0 && !sl.Live() {
+		sl.Clear(w)
+		return
+	}
+	sl.Release()
 }
 
 // put writes the state s and the block words (nil for an algorithm of
@@ -199,6 +205,10 @@ func commit(sl shm.Slot, l *Limit, ext []int64, d *bucket.Decision, t Time) {
 // and, if the request is allowed (or the semantics of f say so), consumes
 // it. It writes the decision to *d. A cost of 0 is a peek at cost 0: it
 // neither creates nor changes the bucket.
+//
+// It finds the bucket's slot and locks it in one probe of the table; a
+// bucket that does not exist is decided on a new state first and its slot
+// claimed only if the request changes it, from where the probe ended.
 func (e *Engine) Acquire(d *bucket.Decision, key []byte, l *Limit, cost int64, t Time, f bucket.Flags) error {
 	if err := check(key, l, cost, t); err != nil {
 		return err
@@ -207,42 +217,41 @@ func (e *Engine) Acquire(d *bucket.Decision, key []byte, l *Limit, cost int64, t
 		return err
 	}
 	defer e.t.Exit()
-	w := t.wait()
-	return e.acquire(d, key, l, cost, t, f, &w)
-}
-
-// acquire is Acquire once the request is checked and counted in. It finds
-// the bucket's slot and locks it in one probe of the table; a bucket that
-// does not exist is decided on a new state first and its slot claimed only
-// if the request changes it, from where the probe ended.
-func (e *Engine) acquire(d *bucket.Decision, key []byte, l *Limit, cost int64, t Time, f bucket.Flags, w *shm.Wait) error {
 	if l.b.Algorithm == bucket.Concurrency {
 		return ErrLeaseOnly
 	}
+	w := t.wait()
 	if cost == 0 {
-		return e.peek(d, key, l, t, true, w)
+		return e.peek(d, key, l, t, true, &w)
 	}
-	sl, ok, pr, err := e.t.Find(e.fingerprint(key, l), w)
+	sl, ok, pr, err := e.t.Find(e.fingerprint(key, l), &w)
 	if err != nil {
 		return tableErr(err)
 	}
 	if ok && e.probe != nil {
 		e.probe(sl.Displacement())
 	}
+	if ok && l.ext == 0 && inPlace(l, sl) {
+		// The common case, open's first, without its call: decide on the
+		// slot's own words.
+		s := (*bucket.State)(sl.State())
+		finish(sl, l, s, nil, d, t, l.b.Decide(t.At, s, nil, cost, f, d), &w)
+		return nil
+	}
 	if !ok {
 		var done bool
-		if sl, done, err = e.create(d, key, l, cost, t, f, &pr, w); done || err != nil {
+		if sl, done, err = e.create(d, key, l, cost, t, f, &pr, &w); done || err != nil {
 			return err
 		}
 		// Another request created the bucket since the Find: decide on it.
 	}
 	var tmp bucket.State
-	s, ext, replaced, err := open(t, l, sl, &tmp, w)
+	s, ext, replaced, err := open(t, l, sl, &tmp, &w)
 	if err != nil {
 		return err
 	}
 	changed := l.b.Decide(t.At, s, ext, cost, f, d)
-	finish(sl, l, s, ext, d, t, changed || replaced, w)
+	finish(sl, l, s, ext, d, t, changed || replaced, &w)
 	return nil
 }
 

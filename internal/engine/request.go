@@ -99,15 +99,22 @@ func (e *Engine) Do(r *Request, res *Result) (err error) {
 // (ErrEmptyKey, ErrKeyTooLong, ErrNegativeCost), for a front end that
 // decides elsewhere than in the table (global limits, in Redis).
 func CheckKeyCost[K string | []byte](key K, cost int64) error {
-	switch {
-	case len(key) == 0:
-		return ErrEmptyKey
-	case len(key) > MaxKeyLen:
-		return ErrKeyTooLong
-	case cost < 0:
-		return fmt.Errorf("%w: %d", ErrNegativeCost, cost)
+	if len(key) == 0 || len(key) > MaxKeyLen || cost < 0 {
+		return keyCostError(len(key), cost)
 	}
 	return nil
+}
+
+// keyCostError is CheckKeyCost's error for a key of n bytes and cost, one
+// of which is refused.
+func keyCostError(n int, cost int64) error {
+	switch {
+	case n == 0:
+		return ErrEmptyKey
+	case n > MaxKeyLen:
+		return ErrKeyTooLong
+	}
+	return fmt.Errorf("%w: %d", ErrNegativeCost, cost)
 }
 
 // Shadow turns a denial into the answer a shadow limit gives: allowed, no
