@@ -74,10 +74,13 @@ bench:
 ## bench-global: four sidecars (32 client processes) on one Redis and on a Redis Cluster, exact
 ## and leased global limits, beside the same processes calling Redis with a token-bucket script,
 ## taking turns (GLOBAL_ROUNDS, default 5), idle and with a busy loop per core; prints each side's
-## decisions/s, latency and Redis CPU per decision (about 5 minutes)
+## decisions/s, latency and Redis CPU per decision (about 5 minutes); then sliding_log,
+## window_counters and concurrency: Redis's CPU per decision and memory per bucket, beside
+## CALLR's sorted-set script and a Figma-style hash script (GLOBAL_ROUNDS runs; about 1 minute each)
 GLOBAL_ROUNDS ?= 5
 bench-global:
 	SLUICE_FLEET_SECONDS=3 SLUICE_FLEET_ROUNDS=$(GLOBAL_ROUNDS) $(GO) test -run '^$$' -bench 'BenchmarkFleet' -benchtime 1x -timeout 30m ./internal/server
+	$(GO) test -run '^$$' -bench 'BenchmarkGlobalAlgorithms' -benchtime 1x -count $(GLOBAL_ROUNDS) -timeout 30m ./internal/global
 
 ## bench-python: the Python client's decisions/s and latency, against a bare socket echo
 bench-python: build

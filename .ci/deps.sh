@@ -30,12 +30,14 @@ forbid internal/server "^$mod/clients" '^flag$'
 forbid clients/go/sluice "^$mod/(shm|bucket|internal)"
 # Global limits: bucket, go-redis and the standard library; the engine calls them, not the reverse.
 forbid internal/global "^$mod/(shm|clients|cmd|internal/(engine|server))"
-forbid internal/redistest "^$mod/"
+forbid internal/redistest "^$mod/(shm|bucket|proto|clients|cmd)" "^$mod/internal/([^s]|s[^i]|si[^d])" # sidecartest only
+forbid internal/sidecartest "^$mod/" # the tests of internal/server use it
 # The Go middleware stores, each a module of its own: the client and the library it adapts.
 for m in clients/go/*/go.mod; do forbid "${m%/go.mod}" "^$mod/(shm|bucket|internal|cmd|bench)"; done
 # Their helpers are in the main module, which must not require the stores' libraries.
+# internal/sidecartest, of the standard library only, is the one internal package they may use.
 for pkg in clients/go/internal/storekey clients/go/internal/sluicedtest; do
-  forbid $pkg "^$mod/(shm|bucket|internal|cmd)" '^github.com/(ulule|sethvargo|go-chi|throttled)/'
+  forbid $pkg "^$mod/(shm|bucket|cmd)" "^$mod/internal/([^s]|s[^i]|si[^d])" '^github.com/(ulule|sethvargo|go-chi|throttled)/'
 done
 
 # Direct imports only: the server reaches the table through the engine.

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/sidecartest"
 )
 
 // sluicedBin is the sidecar built once for the package's tests.
@@ -35,14 +37,7 @@ func TestMain(m *testing.M) {
 }
 
 // shortDir is a scratch directory whose socket paths fit sun_path.
-func shortDir(t testing.TB) string {
-	d, err := os.MkdirTemp("", "sb")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	return d
-}
+var shortDir = sidecartest.ShortDir
 
 // inProcessEcho serves the echo from a goroutine.
 func inProcessEcho(dir string) func(ctx context.Context) (string, func() error, error) {

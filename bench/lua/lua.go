@@ -15,4 +15,12 @@ var (
 	// GCRA is gcra.lua: redis-cell's parameters.
 	//go:embed gcra.lua
 	GCRA string
+	// CallrSlidingLog is callr_sliding_log.lua: a rolling window on a
+	// sorted set, CALLR's design (beside sliding_log).
+	//go:embed callr_sliding_log.lua
+	CallrSlidingLog string
+	// FigmaCounters is figma_counters.lua: sub-window counters in a hash,
+	// Figma's design (beside window_counters).
+	//go:embed figma_counters.lua
+	FigmaCounters string
 )

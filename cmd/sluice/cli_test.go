@@ -19,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/clients/go/sluice"
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/server"
+	"github.com/sluicehq/sluice/internal/sidecartest"
 )
 
 // t0 is the sidecar's clock in these tests, Unix ns: 2023-11-14T22:13:20Z.
@@ -37,11 +38,7 @@ func startSidecar(t *testing.T, slotSize int) string {
 // (nil for none), and its configuration changed by edit.
 func startSidecarWith(t *testing.T, slotSize int, limits *config.Holder, edit ...func(*server.Config)) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "sl") // short: socket paths are limited to 108 bytes
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	dir := sidecartest.ShortDir(t)
 	cfg := server.Config{
 		StatePath: filepath.Join(dir, "state"), SocketPath: filepath.Join(dir, "sock"), RESPSocket: "-",
 		Slots: 1024, SlotSize: slotSize,
@@ -52,19 +49,15 @@ func startSidecarWith(t *testing.T, slotSize int, limits *config.Holder, edit ..
 	for _, e := range edit {
 		e(&cfg)
 	}
-	ready := make(chan struct{})
-	cfg.Ready = func() { close(ready) }
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- server.Run(ctx, cfg) }()
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("sidecar did not start: %v", err)
+	srv, err := sidecartest.Start(func(ctx context.Context, ready func()) error {
+		cfg.Ready = ready
+		return server.Run(ctx, cfg)
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
+		if err := srv.Stop(); err != nil {
 			t.Errorf("sidecar: %v", err)
 		}
 	})
@@ -285,11 +278,7 @@ func TestDirect(t *testing.T) {
 // still takes connections) is reported in words after --timeout, 1 s by
 // default, instead of "context deadline exceeded" after 5 s.
 func TestTimeout(t *testing.T) {
-	dir, err := os.MkdirTemp("", "sl") // short: socket paths are limited to 108 bytes
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	dir := sidecartest.ShortDir(t)
 	silent := filepath.Join(dir, "silent")
 	ln, err := net.Listen("unix", silent) // never accepts: connections wait in its backlog
 	if err != nil {

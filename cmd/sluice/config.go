@@ -45,5 +45,8 @@ func runConfig(x *cli, args []string) int {
 		}
 		fmt.Fprintf(x.stdout, "  %s %s%s\n", name, l.Wire, opts)
 	}
+	for _, r := range s.Routes() {
+		fmt.Fprintf(x.stdout, "  resp %q %s\n", r.Match, r.Limit.Scope)
+	}
 	return exitOK
 }

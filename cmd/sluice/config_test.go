@@ -15,12 +15,12 @@ func TestConfigCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	global := filepath.Join(dir, "global.yaml")
-	if err := os.WriteFile(global, []byte("limits:\n  exports:\n    limit: \"fixed_window:limit=1000,window=1d\"\n    scope: global\n"), 0o644); err != nil {
+	if err := os.WriteFile(global, []byte("limits:\n  exports:\n    limit: \"fixed_window:limit=1000,window=1d\"\n    scope: global\nresp:\n  - {match: \"test:*\", scope: local}\n  - {match: \"*\", scope: global}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	example := filepath.Join("..", "..", "deploy", "sluice.example.yaml")
 	runSteps(t, "", []step{
-		{"config check " + global, 0, global + ": 1 limit, valid\n  exports fixed_window:limit=1000,window=24h0m0s global\n", ""},
+		{"config check " + global, 0, global + ": 1 limit, valid\n  exports fixed_window:limit=1000,window=24h0m0s global\n  resp \"test:*\" local\n  resp \"*\" global\n", ""},
 		{"config check " + example, 0, example + ": 4 limits, valid\n" +
 			"  api gcra:burst=20,count=100,period=1m0s\n" +
 			"  login token_bucket:max=10,refill_time=1h0m0s,refill_amount=1\n" +

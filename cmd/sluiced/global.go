@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -91,7 +92,8 @@ func (g *globalFlags) options() (*global.Options, error) {
 }
 
 // checkGlobal refuses a config with global limits on a sidecar without
-// Redis (haveRedis false): every request on them would fail.
+// Redis (haveRedis false): every request on them would fail. The same
+// goes for global routes of the Redis-protocol commands.
 func checkGlobal(s *config.Set, haveRedis bool) error {
 	if haveRedis {
 		return nil
@@ -101,6 +103,15 @@ func checkGlobal(s *config.Set, haveRedis bool) error {
 		if l, _ := s.Lookup(n); l.Scope == config.Global {
 			names = append(names, n)
 		}
+	}
+	var routes []string
+	for _, r := range s.Routes() {
+		if r.Limit.Scope == config.Global {
+			routes = append(routes, strconv.Quote(r.Match))
+		}
+	}
+	if len(names) == 0 && len(routes) > 0 {
+		return fmt.Errorf("%s: the Redis-protocol keys matching %s are global (resp: scope: global), decided in Redis: give sluiced --global-redis HOST:PORT ($SLUICE_GLOBAL_REDIS), or make the route local", s.Path(), strings.Join(routes, ", "))
 	}
 	switch len(names) {
 	case 0:

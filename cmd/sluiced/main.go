@@ -112,25 +112,17 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 		return exitOK
 	}
 	m, err := strconv.ParseUint(*mode, 8, 32)
-	if err != nil || m > 0o777 {
+	if err != nil {
 		return usage("--socket-mode %q: want octal permissions such as 0660", *mode)
 	}
 	c.SocketMode = iofs.FileMode(m)
-	switch {
-	case c.MaxConns < 1:
-		return usage("--max-conns %d: want a number of connections from 1 to 1000000", c.MaxConns)
-	case c.SyncInterval <= 0:
-		return usage("--sync-interval %v: want a duration from 1ms to 24h0m0s", c.SyncInterval)
-	case c.IdleTimeout <= 0:
-		return usage("--idle-timeout %v: want a duration from 1ms to 24h0m0s", c.IdleTimeout)
-	case c.LockWait <= 0:
-		return usage("--lock-wait %v: want a duration from 1ms to 24h0m0s", c.LockWait)
-	}
 	if c.LoopSpin == 0 {
 		c.LoopSpin = -1 // the flag's 0 is no polling; the Config's, the default
 	}
-	if err := c.Validate(); err != nil {
-		return usage("%v", err)
+	// Every flag holds a value, its default or the one given: a zero is
+	// refused where the Config would take it for the default.
+	if err := c.ValidateGiven(hasFlag); err != nil {
+		return usage("%s", inFlagTerms(err))
 	}
 	log, err := newLogger(*logFormat, stderr, level)
 	if err != nil {

@@ -6,11 +6,14 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/server"
+	"github.com/sluicehq/sluice/internal/sidecartest"
 	"github.com/sluicehq/sluice/shm"
 	"golang.org/x/sys/unix"
 )
@@ -26,18 +29,9 @@ func runFor(t *testing.T, d time.Duration, args []string, env map[string]string)
 	return code, stderr.String()
 }
 
-// shortDir returns a new directory under the system's temporary one,
-// removed at the end of the test: a short path, as socket paths are limited
-// to 108 bytes (t.TempDir's are long).
-func shortDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "sl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
+// shortDir returns a temporary directory with a path short enough for
+// socket names.
+var shortDir = sidecartest.ShortDir
 
 // paths returns the flags that put every file sluiced makes under dir.
 func paths(dir string) []string {
@@ -172,5 +166,23 @@ func TestRun_errorTexts(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(other, "var", "state")); err == nil {
 		t.Error("the failed start left the state file it created")
+	}
+}
+
+// Ensure configFlags maps real Config fields to real flags, so that every
+// ConfigError of a field sluiced sets is said in the flag's terms.
+func TestConfigFlags_exist(t *testing.T) {
+	code, usage := runFor(t, 5*time.Second, []string{"-h"}, nil)
+	if code != exitOK {
+		t.Fatalf("-h: exit %d", code)
+	}
+	cfg := reflect.TypeFor[server.Config]()
+	for field, flag := range configFlags {
+		if _, ok := cfg.FieldByName(field); !ok {
+			t.Errorf("configFlags: Config has no field %s", field)
+		}
+		if !strings.Contains(usage, "  -"+flag+" ") && !strings.Contains(usage, "  -"+flag+"\n") {
+			t.Errorf("configFlags: sluiced has no flag --%s (for %s)", flag, field)
+		}
 	}
 }

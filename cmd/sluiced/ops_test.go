@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/config"
 	"time"
 
 	"github.com/sluicehq/sluice/clients/go/sluice"
@@ -273,5 +275,21 @@ func listenNotify(t *testing.T, dir string) (string, func() string) {
 			t.Fatalf("waiting for a notification: %v", err)
 		}
 		return string(buf[:n])
+	}
+}
+
+// Ensure a global route of the Redis-protocol commands is refused without
+// --global-redis, as a global limit is, and accepted with it.
+func TestCheckGlobal_routes(t *testing.T) {
+	s, err := config.Parse("f.yaml", []byte("resp:\n  - {match: \"test:*\", scope: local}\n  - {match: \"login:*\", scope: global}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `f.yaml: the Redis-protocol keys matching "login:*" are global (resp: scope: global), decided in Redis: give sluiced --global-redis HOST:PORT ($SLUICE_GLOBAL_REDIS), or make the route local`
+	if err := checkGlobal(s, false); err == nil || err.Error() != want {
+		t.Errorf("without Redis: %v, want %q", err, want)
+	}
+	if err := checkGlobal(s, true); err != nil {
+		t.Errorf("with Redis: %v", err)
 	}
 }

@@ -145,8 +145,12 @@ func Parse(file string, data []byte) (*Set, error) {
 				s.names = append(s.names, l.Name)
 				return nil
 			})
+		case "resp":
+			rs, err := p.routes(val, field)
+			s.routes = rs
+			return err
 		}
-		return p.errorf(key, field, "unknown field (want version or limits)")
+		return p.errorf(key, field, "unknown field (want version, limits or resp)")
 	})
 	if err != nil {
 		return nil, err
@@ -295,19 +299,7 @@ func (p *parser) limit(k, v *yaml.Node, field string) (*Limit, error) {
 			case "shadow":
 				return p.boolean(val, f, &l.Shadow)
 			case "scope":
-				var s string
-				if err := p.str(val, f, &s); err != nil {
-					return err
-				}
-				switch s {
-				case "local":
-					l.Scope = Local
-				case "global":
-					l.Scope = Global
-				default:
-					return p.errorf(val, f, "scope %q: want local or global", s)
-				}
-				return nil
+				return p.scope(val, f, &l.Scope)
 			case "lease", "lease_ttl", "on_unavailable", "fallback_share":
 				globalKeys[key.Value] = key
 				return p.globalField(l, key.Value, val, f)
@@ -352,15 +344,45 @@ func (p *parser) limit(k, v *yaml.Node, field string) (*Limit, error) {
 		if l.Leased() && l.Bucket.Algorithm == bucket.Pacer {
 			return nil, p.errorf(globalKeys["lease"], field+".lease", "a pacer cannot be leased (its replies carry a delay): remove lease for exact mode")
 		}
-	}
-	if l.Scope == Local {
-		for _, name := range []string{"lease", "lease_ttl", "on_unavailable", "fallback_share"} {
-			if key := globalKeys[name]; key != nil {
-				return nil, p.errorf(key, field+"."+name, "applies to global limits only (add scope: global)")
-			}
+		if l.Leased() && l.Bucket.Algorithm == bucket.Concurrency {
+			return nil, p.errorf(globalKeys["lease"], field+".lease", "a concurrency limit cannot be leased (a lease of it is a slot held in Redis): remove lease for exact mode")
 		}
 	}
+	if err := p.localOnly(l, globalKeys, field, "limits"); err != nil {
+		return nil, err
+	}
 	return l, nil
+}
+
+// scope parses a scope field.
+func (p *parser) scope(val *yaml.Node, f string, dst *Scope) error {
+	var s string
+	if err := p.str(val, f, &s); err != nil {
+		return err
+	}
+	switch s {
+	case "local":
+		*dst = Local
+	case "global":
+		*dst = Global
+	default:
+		return p.errorf(val, f, "scope %q: want local or global", s)
+	}
+	return nil
+}
+
+// localOnly refuses the global fields (keys, by name) on a local limit or
+// route (what names which).
+func (p *parser) localOnly(l *Limit, keys map[string]*yaml.Node, field, what string) error {
+	if l.Scope != Local {
+		return nil
+	}
+	for _, name := range []string{"lease", "lease_ttl", "on_unavailable", "fallback_share"} {
+		if key := keys[name]; key != nil {
+			return p.errorf(key, field+"."+name, "applies to global %s only (add scope: global)", what)
+		}
+	}
+	return nil
 }
 
 // globalField parses one of the fields of a global limit.

@@ -15,6 +15,7 @@ type Set struct {
 	limits map[string]*Limit
 	names  []string // sorted
 	kept   []string // sorted: the names in force that the file no longer defines
+	routes []*Route // the resp section, in the file's order
 }
 
 // Empty returns a Set without limits, for a sidecar run without a config
@@ -50,7 +51,7 @@ func (s *Set) keep(old *Set) (*Set, []string) {
 	if len(gone) == 0 {
 		return s, nil
 	}
-	k := &Set{path: s.path, sum: s.sum, limits: make(map[string]*Limit, len(s.limits)+len(gone)), kept: gone}
+	k := &Set{path: s.path, sum: s.sum, limits: make(map[string]*Limit, len(s.limits)+len(gone)), kept: gone, routes: s.routes}
 	maps.Copy(k.limits, s.limits)
 	var newly []string
 	for _, n := range gone {

@@ -125,6 +125,45 @@ var algorithms = map[bucket.Algorithm]*algorithm{
 		share:  func(l *bucket.Limit, s scaling) { l.Period = s.stretch(l.Period, 1/s.share) },
 		leased: false, // its replies carry a delay
 	},
+	bucket.SlidingLog: {
+		params:   windowParams,
+		identity: 2, // max sizes its ring
+		check: func(l bucket.Limit) error {
+			return duration("the window", l.Window)
+		},
+		limit:  func(l *bucket.Limit) int64 { return l.Max },
+		share:  func(l *bucket.Limit, s scaling) { l.Max = s.count(l.Max) },
+		leased: true,
+	},
+	bucket.WindowCounters: {
+		params: func(a []any, l *bucket.Limit, _ bucket.Flags) []any {
+			countDenied := 0
+			if l.CountDenied {
+				countDenied = 1
+			}
+			return append(a, l.Max, l.Window, l.Counters, countDenied)
+		},
+		identity: 2, // window, counters
+		check: func(l bucket.Limit) error {
+			w := (l.Window + l.Counters - 1) / l.Counters
+			return firstErr(count("limit", l.Max), duration("the window plus one sub-window", l.Window+w))
+		},
+		limit:  func(l *bucket.Limit) int64 { return l.Max },
+		share:  func(l *bucket.Limit, s scaling) { l.Max = s.count(l.Max) },
+		leased: true,
+	},
+	bucket.Concurrency: {
+		params: func(a []any, l *bucket.Limit, _ bucket.Flags) []any {
+			return append(a, l.Max, l.Lease)
+		},
+		identity: 1, // max sizes its entries
+		check: func(l bucket.Limit) error {
+			return duration("the lease", l.Lease)
+		},
+		limit:  func(l *bucket.Limit) int64 { return l.Max },
+		share:  func(l *bucket.Limit, s scaling) { l.Max = s.count(l.Max) },
+		leased: false, // its leases are its own
+	},
 }
 
 // windowParams are the window algorithms' parameters: max, window.

@@ -196,13 +196,36 @@ func TestConformance(t *testing.T) {
 	t.Run("function/1970", func(t *testing.T) { conformance(t, rdb, "function", seed, 1e8, 8e8, 4) })
 }
 
+// bucketModel is package bucket's side of a conformance test: a bucket as
+// the script keeps it.
+type bucketModel interface {
+	do(l *bucket.Limit, r Request) bucket.Decision
+	// stored compares the bucket in Redis at rkey with the model's; it
+	// returns a description of both if they differ.
+	stored(t *testing.T, rdb *redis.Client, l *bucket.Limit, rkey string) (differ string)
+}
+
+func (m *model) stored(t *testing.T, rdb *redis.Client, _ *bucket.Limit, rkey string) string {
+	s, ok := stored(t, rdb, rkey)
+	if ok != m.written || (ok && s != m.s) {
+		return fmt.Sprintf("stored %v (%v), bucket %v (%v)", s, ok, m.s, m.written)
+	}
+	return ""
+}
+
 // conformance runs limits random limits of each generator, each from a
-// random time in [start, start+spread).
+// random time in [start, start+spread), against the model newModel
+// returns.
 func conformance(t *testing.T, rdb *redis.Client, form string, seed, start, spread int64, limits int) {
+	conformanceOf(t, rdb, form, seed, start, spread, limits, limitGens, func() bucketModel { return new(model) })
+}
+
+func conformanceOf(t *testing.T, rdb *redis.Client, form string, seed, start, spread int64, limits int,
+	gens []limitGen, newModel func() bucketModel) {
 	ctx := context.Background()
 	prefix := fmt.Sprintf("t:%s:%d:", form, start)
 	const ops = 150
-	for _, g := range limitGens {
+	for _, g := range gens {
 		t.Run(g.name, func(t *testing.T) {
 			r := rand.New(rand.NewPCG(uint64(seed), uint64(len(g.name))))
 			for li := range limits {
@@ -214,24 +237,22 @@ func conformance(t *testing.T, rdb *redis.Client, form string, seed, start, spre
 					t.Fatal(err)
 				}
 				key := fmt.Sprintf("%s-%d", g.name, li)
-				var m model
+				m := newModel()
 				now := start + r.Int64N(spread)
 				step, maxCost := max(g.step(l), 1), max(g.cost(l), 1)
 				for i := range ops {
-					switch x := r.IntN(20); {
-					case x == 0: // backwards
-						now = max(now-r.Int64N(step+1), 1)
-					case x == 1: // a long idle time
-						now += r.Int64N(20*step + 1)
-					default:
-						now += r.Int64N(step + 1)
-					}
+					now = advance(r, now, step)
 					req := Request{Limit: l, Key: key, At: now, Cost: r.Int64N(maxCost + 1)}
 					if r.IntN(10) == 0 {
 						req.Cost = 0
 					}
-					if r.IntN(8) == 0 {
+					switch r.IntN(8) {
+					case 0:
 						req.Op = Refund
+					case 1:
+						if Peeks(l.Algorithm) {
+							req.Op = Peek
+						}
 					}
 					if l.Algorithm == bucket.TokenBucket {
 						req.Flags = bucket.Flags(r.IntN(4)) // none, strict, smyte, both
@@ -240,17 +261,28 @@ func conformance(t *testing.T, rdb *redis.Client, form string, seed, start, spre
 					if err != nil {
 						t.Fatalf("limit %+v op %d %+v: %v", l, i, req, err)
 					}
+					before := fmt.Sprint(m)
 					want := m.do(&l, req)
 					if got != want {
-						t.Fatalf("limit %+v op %d: %+v\nscript %+v\nbucket %+v\nstate before %v", l, i, req, got, want, m.s)
+						t.Fatalf("limit %+v op %d: %+v\nscript %+v\nbucket %+v\nstate before %s", l, i, req, got, want, before)
 					}
-					rkey := string(AppendKey(nil, prefix, &l, key))
-					s, ok := stored(t, rdb, rkey)
-					if ok != m.written || (ok && s != m.s) {
-						t.Fatalf("limit %+v op %d %+v: stored %v (%v), bucket %v (%v)", l, i, req, s, ok, m.s, m.written)
+					if differ := m.stored(t, rdb, &l, string(AppendKey(nil, prefix, &l, key))); differ != "" {
+						t.Fatalf("limit %+v op %d %+v: %s", l, i, req, differ)
 					}
 				}
 			}
 		})
 	}
+}
+
+// advance returns the time of the next request after now: usually up to
+// step later, now and then a long idle time later or up to step earlier.
+func advance(r *rand.Rand, now, step int64) int64 {
+	switch x := r.IntN(20); {
+	case x == 0: // backwards
+		return max(now-r.Int64N(step+1), 1)
+	case x == 1: // a long idle time
+		return now + r.Int64N(20*step+1)
+	}
+	return now + r.Int64N(step+1)
 }

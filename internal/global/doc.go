@@ -4,7 +4,8 @@
 // Every decision is made in Redis by its algorithm's script, which applies
 // package bucket's algorithm with the same semantics: token_bucket (with
 // Strict and Smyte), gcra, fixed_window, sliding_window and pacer, acquire
-// and refund. A Store sends them as functions of one library (FCALL),
+// and refund; sliding_log and window_counters likewise, and concurrency's
+// leases (Store.Hold, Store.Release). A Store sends them as functions of one library (FCALL),
 // loaded where Redis lacks it, and as scripts (EVALSHA) where Redis refuses
 // functions (before Redis 7.0, or an ACL without them). A Store batches
 // the concurrent requests for each shard into one pipeline (exact mode);
@@ -25,14 +26,15 @@
 // as bucket.Algorithm.String), and an entry in the table algorithms
 // (algorithms.go): its parameters, the words of bucket.Limit.Identity in
 // its keys, its bounds (Check), its Decision.Limit, its share (Share) and
-// whether it can be leased. Adding one (sliding_log, window_counters,
-// concurrency, a calendar quota) is adding both: the script and the entry.
+// whether it can be leased. Adding one (a calendar quota, say) is adding
+// both: the script and the entry.
 // A script includes the parts it shares with a line "-- #include FILE":
 // clock.lua (the op, Redis's TIME, times as offsets from now), int.lua and
 // wide.lua (exact integer arithmetic), window.lua, and state.lua, the
-// request on a bucket kept as package bucket's three State words (what the
-// five algorithms here keep; a script whose state is another Redis type
-// writes its own). Each script defines run(keys, argv): its EVAL form ends
+// request on a bucket kept as package bucket's three State words (what
+// five algorithms keep; sliding_log, window_counters and concurrency keep
+// their block of state in a binary string and write their own request,
+// times packed by times.lua). Each script defines run(keys, argv): its EVAL form ends
 // with "return run(KEYS, ARGV)", and the library holds every script in a
 // block of its own that registers run as <library>_<name>. Redis runs only
 // the code of the request's algorithm, and the library's functions are
@@ -52,10 +54,12 @@
 //	<prefix>{<key>}:<algorithm>[:<identity>...]
 //
 // (see AppendKey; the identity is SPEC's: token_bucket max, refill_time,
-// refill_amount; the windows their window; gcra and pacer nothing). Its
-// value is three decimal integers separated by single spaces, package
-// bucket's State words, times in Unix ns; anything else is refused as
-// malformed. It expires (PX) when the bucket is full again. docs/global.md
+// refill_amount; the windows their window; sliding_log max and window;
+// window_counters window and counters; concurrency max; gcra and pacer
+// nothing). Its value is three decimal integers separated by single
+// spaces, package bucket's State words, times in Unix ns, or for the
+// three extended algorithms a binary string of their block (the scripts'
+// headers, docs/global.md); anything else is refused as malformed. It expires (PX) when the bucket is full again. docs/global.md
 // describes the layout and the scripts' arguments. The function library
 // is named sluice_ and 12 hex digits of its code's SHA-1: every version
 // has its own, so processes of different versions can share a Redis.

@@ -90,18 +90,36 @@ func TestLeaseConformance(t *testing.T) {
 }
 
 func leaseConformance(t *testing.T, rdb *redis.Client, form string, seed int64) {
-	ctx := context.Background()
+	var gens []limitGen
 	for _, g := range limitGens {
-		if g.name == "pacer" || g.name == "pacer/large" {
-			continue
+		if g.name != "pacer" && g.name != "pacer/large" {
+			gens = append(gens, g)
 		}
+	}
+	leaseConformanceOf(t, rdb, form, seed, gens, func() leaseModel { return new(model) }, false)
+}
+
+// leaseModel is package bucket's side of a lease conformance test.
+type leaseModel interface {
+	bucketModel
+	lease(l *bucket.Limit, now, want, need, ret, until, life int64) [6]int64
+}
+
+// leaseConformanceOf runs random sequences of lease takes and returns on 8
+// limits of each generator, comparing each reply and the stored state
+// with newModel's; with others, another host's acquire comes first now and
+// then.
+func leaseConformanceOf(t *testing.T, rdb *redis.Client, form string, seed int64, gens []limitGen, newModel func() leaseModel, others bool) {
+	ctx := context.Background()
+	prefix := "t:" + form + ":"
+	for _, g := range gens {
 		t.Run(g.name, func(t *testing.T) {
 			r := rand.New(rand.NewPCG(uint64(seed), 7))
 			for li := range 8 {
 				l := g.gen(r)
 				l.Validate()
 				key := fmt.Sprintf("lease-%s-%d", g.name, li)
-				var m model
+				m := newModel()
 				now := t0 + r.Int64N(1e12)
 				step, maxCost := max(g.step(l), 1), max(g.cost(l), 1)
 				var held, until int64 // the current lease's tokens and end
@@ -117,6 +135,13 @@ func leaseConformance(t *testing.T, rdb *redis.Client, form string, seed int64) 
 						ret = r.Int64N(held + 1) // some were used
 					}
 					life := 1 + r.Int64N(3*step)
+					if others && r.IntN(3) == 0 { // another host's request first
+						req := Request{Limit: l, Key: key, At: now, Cost: r.Int64N(maxCost + 1)}
+						got, err := decideForm(ctx, rdb, form, prefix, req)
+						if want := m.do(&l, req); err != nil || got != want {
+							t.Fatalf("limit %+v op %d: acquire %+v: %v\nscript %+v\nbucket %+v", l, i, req, err, got, want)
+						}
+					}
 					got, err := evalLease(ctx, rdb, form, l, key, now, want, need, ret, until, life)
 					if err != nil {
 						t.Fatal(err)
@@ -125,6 +150,9 @@ func leaseConformance(t *testing.T, rdb *redis.Client, form string, seed int64) 
 					if got != want6 {
 						t.Fatalf("limit %+v op %d: now %d want %d need %d return %d until %d life %d\nscript %v\nbucket %v",
 							l, i, now, want, need, ret, until, life, got, want6)
+					}
+					if differ := m.stored(t, rdb, &l, string(AppendKey(nil, prefix, &l, key))); differ != "" {
+						t.Fatalf("limit %+v op %d: %s", l, i, differ)
 					}
 					held, until = got[0], got[5]
 				}

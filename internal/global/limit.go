@@ -35,8 +35,6 @@ func Check(l bucket.Limit) error {
 	}
 	g := lookup(l.Algorithm)
 	if g == nil {
-		// sliding_log, window_counters and concurrency keep a block of state
-		// per bucket that has no global form (yet): they are local only.
 		return fmt.Errorf("%w: %v has no global form; use it with scope: local", ErrUnsupported, l.Algorithm)
 	}
 	return g.check(l)

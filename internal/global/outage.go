@@ -95,7 +95,8 @@ type Fallback struct {
 type localBucket struct {
 	share   bucket.Limit // the share it was created with
 	state   bucket.State
-	freshAt int64 // Unix ns from which it is fresh again: forgotten
+	ext     []int64 // the extension of sliding_log, window_counters, concurrency
+	freshAt int64   // Unix ns from which it is fresh again: forgotten
 }
 
 // FallbackStats are a Fallback's counters since NewFallback, and its
@@ -150,14 +151,22 @@ func (f *Fallback) Failed(ctx context.Context, r Request, p Policy, err error) (
 	if !errors.Is(err, errShed) {
 		f.unanswered.Add(1)
 	}
-	return f.byPolicy(ctx, r, p)
+	return f.byPolicy(ctx, &r, p)
 }
 
 // byPolicy decides r by p at once, without Redis.
-func (f *Fallback) byPolicy(ctx context.Context, r Request, p Policy) (bucket.Decision, error) {
+// A lease (hold) taken by a policy has r.Lease as its id (open: held
+// nowhere; local: in this host's bucket); a release by a policy sets
+// r.Lease to 0 unless it released a lease of this host's bucket.
+func (f *Fallback) byPolicy(ctx context.Context, r *Request, p Policy) (bucket.Decision, error) {
 	l := r.Limit
 	if err := l.Validate(); err != nil {
 		return bucket.Decision{}, err
+	}
+	if r.Op == release && p.OnUnavailable != Local || r.Op == hold && p.OnUnavailable == Closed {
+		r.Lease = 0 // nothing released; no lease
+	} else if r.Op == hold && p.OnUnavailable == Open && r.Lease == 0 {
+		r.Lease = 1
 	}
 	switch p.OnUnavailable {
 	case Open:
@@ -165,13 +174,13 @@ func (f *Fallback) byPolicy(ctx context.Context, r Request, p Policy) (bucket.De
 		return bucket.Decision{Allowed: true, Remaining: decisionLimit(&l), Limit: decisionLimit(&l), RetryAfter: -1}, nil
 	case Closed:
 		f.closed.Add(1)
-		return bucket.Decision{Limit: decisionLimit(&l), RetryAfter: int64(f.store.retryAfter(ctx, &r))}, nil
+		return bucket.Decision{Limit: decisionLimit(&l), RetryAfter: int64(f.store.retryAfter(ctx, r))}, nil
 	}
 	f.locally.Add(1)
 	share := Share(l, f.share(p))
 	if err := share.Validate(); err != nil {
 		// No local form: deny.
-		return bucket.Decision{Limit: decisionLimit(&l), RetryAfter: int64(f.store.retryAfter(ctx, &r))}, nil
+		return bucket.Decision{Limit: decisionLimit(&l), RetryAfter: int64(f.store.retryAfter(ctx, r))}, nil
 	}
 	now := time.Now().UnixNano()
 	k := string(AppendKey(nil, "", &l, r.Key))
@@ -187,13 +196,28 @@ func (f *Fallback) byPolicy(ctx context.Context, r Request, p Policy) (bucket.De
 			}
 		}
 		b.share = share
-		b.share.Init(now, &b.state, nil)
+		b.ext = nil
+		if share.Algorithm.Extended() {
+			b.ext = make([]int64, share.ExtWords())
+		}
+		b.share.Init(now, &b.state, b.ext)
 	}
 	var d bucket.Decision
-	if r.Op == Refund {
-		d, _ = b.share.Refund(now, &b.state, r.Cost, r.Flags&(bucket.Strict|bucket.Smyte))
-	} else {
-		d, _ = b.share.Apply(now, &b.state, clampCost(r.Cost), r.Flags&(bucket.Strict|bucket.Smyte))
+	f2 := r.Flags & (bucket.Strict | bucket.Smyte)
+	switch {
+	case r.Op == hold:
+		lease, _ := b.share.AcquireLease(now, &b.state, b.ext, r.Lease, &d)
+		r.Lease = lease
+	case r.Op == release:
+		if released, _ := b.share.ReleaseLease(now, &b.state, b.ext, r.Lease, &d); !released {
+			r.Lease = 0
+		}
+	case r.Op == Peek:
+		b.share.Peek(now, &b.state, b.ext, &d)
+	case r.Op == Refund:
+		b.share.DecideRefund(now, &b.state, b.ext, r.Cost, f2, &d)
+	default:
+		b.share.Decide(now, &b.state, b.ext, clampCost(r.Cost), f2, &d)
 	}
 	b.freshAt = now + max(d.ResetAfter, 0)
 	d.Limit = decisionLimit(&b.share)

@@ -21,6 +21,11 @@ const (
 	// Refund gives Cost tokens back and replies with the bucket as a
 	// cost-0 Acquire would (package bucket's Refund).
 	Refund
+	// Peek reports the bucket as package bucket's PeekExt does, changing
+	// nothing: Allowed and RetryAfter for a cost of 1, Remaining and
+	// ResetAfter for a cost of 0. For sliding_log, window_counters and
+	// concurrency only (Peeks); the others peek with an Acquire of 0.
+	Peek
 	// lease_ takes tokens for a lease (Leases; not for Requests).
 	lease_
 )
@@ -38,6 +43,9 @@ type Request struct {
 	Flags bucket.Flags
 	// Op is Acquire or Refund.
 	Op Op
+	// Lease is a concurrency lease's id (Hold, Release): the caller's
+	// random draw for Hold.
+	Lease int64
 	// At is an explicit time, Unix ns in [1, bucket.MaxTime], for tests
 	// and replays; 0 decides at Redis's clock (TIME), which is the only
 	// clock of a global limit. A bucket written at an explicit time gets
@@ -64,7 +72,12 @@ func prepare(l *bucket.Limit, f bucket.Flags) *prepared {
 }
 
 // The ops, boxed once.
-var opAcquire, opRefund, opLease any = "a", "r", "l"
+var opAcquire, opRefund, opLease, opPeek any = "a", "r", "l", "p"
+
+// Peeks reports whether a limit of algorithm a takes Peek.
+func Peeks(a bucket.Algorithm) bool {
+	return a == bucket.SlidingLog || a == bucket.WindowCounters || a == bucket.Concurrency
+}
 
 // args returns r's key and its script's ARGV with p's parameters: the op
 // (with r.At, if any), the cost and the parameters (lua/state.lua). extra
@@ -77,6 +90,8 @@ func (r *Request) args(prefix string, p *prepared, extra int) (string, []any) {
 		op = opRefund
 	case lease_:
 		op = opLease
+	case Peek:
+		op = opPeek
 	}
 	if r.At != 0 {
 		op = op.(string) + strconv.FormatInt(r.At, 10)
@@ -89,6 +104,9 @@ func (r *Request) args(prefix string, p *prepared, extra int) (string, []any) {
 func (r *Request) check() error {
 	if r.At != 0 && !bucket.ValidTime(r.At) {
 		return fmt.Errorf("%w: the explicit time %d ns is outside 1970 to 2190", ErrUnsupported, r.At)
+	}
+	if r.Op == Peek && !Peeks(r.Limit.Algorithm) {
+		return fmt.Errorf("%w: a %v peeks with an acquire of 0", ErrUnsupported, r.Limit.Algorithm)
 	}
 	if r.Flags&bucket.Cell != 0 {
 		return fmt.Errorf("%w: redis-cell refunds have no global form", ErrUnsupported)

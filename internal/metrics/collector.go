@@ -36,44 +36,11 @@ var (
 	descSyncErrors = prometheus.NewDesc("sluice_sync_errors_total",
 		"Syncs of the state file that failed.",
 		nil, nil)
-	descConns = prometheus.NewDesc("sluice_connections",
-		"Connections being served.",
-		nil, nil)
-	descPeersDenied = prometheus.NewDesc("sluice_peers_denied_total",
-		"Connections refused because of the peer's uid or gid.",
-		nil, nil)
 	descReloads = prometheus.NewDesc("sluice_config_reloads_total",
 		"Config file reloads, by result: ok (the new file is in force) or error (the previous config stays).",
 		[]string{"result"}, nil)
 	descKept = prometheus.NewDesc("sluice_config_kept_limits",
 		"Limits kept in force after the config file stopped defining them, until it is reloaded on demand (SIGHUP).",
-		nil, nil)
-	descSlots = prometheus.NewDesc("sluice_table_slots",
-		"Slots in the state file's table.",
-		nil, nil)
-	descUsed = prometheus.NewDesc("sluice_table_used_slots",
-		"Slots that ever held a bucket.",
-		nil, nil)
-	descLive = prometheus.NewDesc("sluice_table_live_buckets",
-		"Buckets not yet back to their new state (the rest may be reclaimed).",
-		nil, nil)
-	descTableFull = prometheus.NewDesc("sluice_table_full_total",
-		"Bucket creations refused because no slot was free or reclaimable within the probe cap.",
-		nil, nil)
-	descReclaimed = prometheus.NewDesc("sluice_reclaimed_slots_total",
-		"Slots taken over from another key's bucket that was back to its new state.",
-		nil, nil)
-	descTorn = prometheus.NewDesc("sluice_torn_slots_total",
-		"Slots found torn (after a crash or by a checksum on use) and reset to a conservative state.",
-		nil, nil)
-	descArenaCells = prometheus.NewDesc("sluice_arena_cells",
-		"64-byte cells of the state file's arena, where sliding_log, window_counters and concurrency buckets keep their blocks.",
-		nil, nil)
-	descArenaUsed = prometheus.NewDesc("sluice_arena_used_cells",
-		"Arena cells held by buckets' blocks.",
-		nil, nil)
-	descArenaFull = prometheus.NewDesc("sluice_arena_full_total",
-		"Bucket creations refused because the arena had no room for their block.",
 		nil, nil)
 )
 
@@ -82,12 +49,10 @@ type collector struct{ r *Recorder }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descDecisions, descShadowDenied, descDecisionDur, descRequestDur,
-		descProtoErrors, descProbe, descSyncDur, descSyncErrors, descConns, descPeersDenied, descReloads,
-		descKept, descSlots, descUsed, descLive, descTableFull, descReclaimed, descTorn,
-		descArenaCells, descArenaUsed, descArenaFull} {
+		descProtoErrors, descProbe, descSyncDur, descSyncErrors, descReloads, descKept, descGlobalBatch} {
 		ch <- d
 	}
-	for _, d := range globalDescs {
+	for _, d := range promDescs {
 		ch <- d
 	}
 }
@@ -141,24 +106,22 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	hist(descProbe, &r.probe)
 	hist(descSyncDur, &r.syncDur)
 	counter(descSyncErrors, r.syncErrors.Load())
-	gauge(descConns, float64(r.conns.Load()))
-	counter(descPeersDenied, r.peersDenied.Load())
 	counter(descReloads, r.reloads[0].Load(), "ok")
 	counter(descReloads, r.reloads[1].Load(), "error")
 	gauge(descKept, float64(r.kept.Load()))
-	if f := r.table.Load(); f != nil {
-		st := (*f)()
-		gauge(descSlots, float64(st.Slots))
-		gauge(descUsed, float64(st.UsedSlots))
-		gauge(descLive, float64(st.LiveBuckets))
-		counter(descTableFull, st.TableFull)
-		counter(descReclaimed, st.Reclaimed)
-		counter(descTorn, st.Torn)
-		gauge(descArenaCells, float64(st.ArenaCells))
-		gauge(descArenaUsed, float64(st.ArenaUsed))
-		counter(descArenaFull, st.ArenaFull)
+	// The counter table, with the connections and peers denied the
+	// Recorder counted.
+	snap := Snapshot{Server: ServerStats{Conns: r.conns.Load(), PeersDenied: int64(r.peersDenied.Load())}}
+	table := r.table.Load()
+	if table != nil {
+		snap.Table = (*table)()
 	}
-	r.collectGlobal(ch)
+	if g := r.global.Load(); g != nil {
+		st := (*g)()
+		snap.Global = &st
+		collectBatches(ch, &st)
+	}
+	collectCounters(ch, &snap, table != nil)
 }
 
 // algorithmName is the algorithm label of bucket.Algorithm a, "" for

@@ -14,6 +14,19 @@
 // a request that brought an inline spec (SpecLimit), so a caller cannot
 // create series; algorithm, outcome and protocol are small enums.
 //
+// # Adding a metric
+//
+// A counter or gauge that STATS, INFO or Prometheus reports is one row of
+// Counters (counters.go): its name, the reports it appears in, and which
+// value of a Snapshot it reads. If the value is new, add it to the part of
+// Snapshot it belongs to (TableStats, ServerStats or GlobalStats) and to
+// the server's function that fills that part; then describe it in
+// docs/metrics.md. Give a new counter one name everywhere: STATS and INFO
+// show Name, Prometheus sluice_Name_total (sluice_Name for a gauge). The
+// older rows keep the names they were published under. A series with
+// labels the decision path feeds (decisions, latencies) is a field of
+// Recorder with a method to feed it, exported by collector.go.
+//
 // # Concurrency
 //
 // Every Recorder method is safe for concurrent use. A scrape reads each

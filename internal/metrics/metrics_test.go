@@ -350,3 +350,27 @@ func TestRecorder_allocs(t *testing.T) {
 		t.Fatalf("%v allocations per decision", n)
 	}
 }
+
+// Ensure the counter table names each counter once per report, and that
+// every INFO row has a section.
+func TestCounters_table(t *testing.T) {
+	seen := map[string]bool{}
+	for _, c := range Counters {
+		names := []string{"name " + c.Name}
+		if c.In&InInfo != 0 {
+			names = append(names, "info "+c.Section+"."+c.InfoName())
+		}
+		for _, name := range names {
+			if seen[name] {
+				t.Errorf("%s twice", name)
+			}
+			seen[name] = true
+		}
+		if c.In&InInfo != 0 && c.Section == "" {
+			t.Errorf("%s: in INFO without a section", c.Name)
+		}
+		if c.In == 0 || c.value == nil {
+			t.Errorf("%s: in no report, or reads nothing", c.Name)
+		}
+	}
+}

@@ -69,17 +69,24 @@ func (l *Limit) Decision(alg bucket.Algorithm, o Outcome) {
 // turned into an allow. Count the decision itself as Denied too.
 func (l *Limit) ShadowDenied() { l.shadow.Add(1) }
 
-// TableStats is a snapshot of the table, read at each scrape.
+// TableStats is a snapshot of the table, read at each scrape (the fields
+// marked STATS are read by STATS and INFO only).
 type TableStats struct {
-	Slots       uint64 // slots in the table
-	UsedSlots   uint64 // slots that ever held a bucket
-	LiveBuckets uint64 // buckets not yet back to their new state
-	TableFull   uint64 // bucket creations refused for want of a slot (counter)
-	Reclaimed   uint64 // slots taken over from another key's fresh bucket (counter)
-	Torn        uint64 // slots found torn and repaired (counter)
-	ArenaCells  uint64 // cells of the arena
-	ArenaUsed   uint64 // cells held by blocks
-	ArenaFull   uint64 // blocks refused for want of cells (counter)
+	Slots        uint64 // slots in the table
+	SlotSize     uint64 // bytes of a slot (STATS)
+	FileSize     uint64 // bytes of the state file (STATS)
+	UsedSlots    uint64 // slots that ever held a bucket
+	LiveBuckets  uint64 // buckets not yet back to their new state
+	TableFull    uint64 // bucket creations refused for want of a slot (counter)
+	Reclaimed    uint64 // slots taken over from another key's fresh bucket (counter)
+	Torn         uint64 // slots found torn and repaired (counter)
+	Inserts      uint64 // buckets created (counter; STATS)
+	LockedOnOpen uint64 // slots whose lock's holder was gone (counter; STATS)
+	Syncs        uint64 // syncs of the state file since it was made (counter; STATS)
+	SyncErrors   uint64 // of those, failed (counter; STATS)
+	ArenaCells   uint64 // cells of the arena
+	ArenaUsed    uint64 // cells held by blocks
+	ArenaFull    uint64 // blocks refused for want of cells (counter)
 }
 
 // Recorder holds the sidecar's counters. Make it with New; the zero value

@@ -28,6 +28,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/sidecartest"
+
 	"github.com/redis/go-redis/v9"
 )
 
@@ -58,17 +60,8 @@ func lookPath(t testing.TB, name string) string {
 }
 
 // tempDir returns a new temporary directory with a short path (a Unix
-// socket path must stay under 108 bytes, which t.TempDir does not promise),
-// removed at cleanup.
-func tempDir(t testing.TB) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "redis")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
+// socket path must stay under 108 bytes), removed at cleanup.
+var tempDir = sidecartest.ShortDir
 
 // baseArgs are the options every test server runs with: no persistence,
 // in the foreground, logging to a file in its directory.
@@ -185,7 +178,7 @@ func (s *Server) Resume() { s.cmd.Process.Signal(syscall.SIGCONT) }
 // meanwhile, from any connection, waits and runs when the pause ends. It
 // returns once the stall has begun (Redis has answered the pause), which
 // is certain however loaded the machine, and a channel closed when the
-// stall is over.
+// stall is over: Redis answers again.
 func (s *Server) Stall(t testing.TB, d time.Duration) <-chan struct{} {
 	t.Helper()
 	c := s.client()
@@ -196,7 +189,18 @@ func (s *Server) Stall(t testing.TB, d time.Duration) <-chan struct{} {
 		t.Fatalf("CLIENT PAUSE: %v", err)
 	}
 	over := make(chan struct{})
-	time.AfterFunc(d, func() { close(over) }) // the pause began before the reply: it ends by then
+	go func() {
+		// The pause began before the reply: it ends by d from now. Redis
+		// lets the waiting commands run at its next tick after that (up
+		// to 100 ms later), so the stall is over when a PING is answered.
+		time.Sleep(d)
+		c := s.client()
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		c.Ping(ctx)
+		close(over)
+	}()
 	return over
 }
 

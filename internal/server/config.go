@@ -167,17 +167,17 @@ func (c *Config) withDefaults() Config {
 }
 
 // ConfigError is an invalid Config field: its value and what is accepted.
-// Flag names the sluiced flag that sets the field, so that the daemon can
-// say which of its flags is wrong.
+// Its message names the field and the fields Want mentions as Go names; a
+// command that sets them from flags (cmd/sluiced) says it in its flags'
+// names instead, from Field and Want.
 type ConfigError struct {
 	Field string // the Config field
-	Flag  string // the sluiced flag that sets it, without dashes
 	Value any
-	Want  string // what is accepted, for people
+	Want  string // what is accepted, for people; other fields are named as in Config
 	Err   error  // the cause, when there is one more precise than ErrConfig
 }
 
-func (e *ConfigError) Error() string { return fmt.Sprintf("--%s %v: %s", e.Flag, e.Value, e.Want) }
+func (e *ConfigError) Error() string { return fmt.Sprintf("%s %v: %s", e.Field, e.Value, e.Want) }
 func (e *ConfigError) Unwrap() error { return e.Err }
 
 // ErrConfig is what every ConfigError matches with errors.Is.
@@ -191,67 +191,76 @@ const maxTimeout = 24 * time.Hour
 // Validate checks every field of c without creating or opening anything,
 // and returns the first problem as a *ConfigError. Zero fields are valid:
 // they take the defaults.
-func (c *Config) Validate() error {
-	bad := func(field, flag string, v any, want string) *ConfigError {
-		return &ConfigError{Field: field, Flag: flag, Value: v, Want: want}
+func (c *Config) Validate() error { return c.ValidateGiven(nil) }
+
+// ValidateGiven is Validate for a Config some of whose fields were set on
+// purpose, those for which given (if not nil) is true, as sluiced's flags
+// set them (each flag holds its default): such a duration or MaxConns of
+// zero is refused rather than taken for the default. The fields whose zero
+// is a documented choice (Slots, SlotSize, ArenaCells, Loops,
+// MaxConnsPerUID: the default or no cap) stay valid at zero.
+func (c *Config) ValidateGiven(given func(field string) bool) error {
+	explicit := func(field string) bool { return given != nil && given(field) }
+	bad := func(field string, v any, want string) *ConfigError {
+		return &ConfigError{Field: field, Value: v, Want: want}
 	}
 	durations := []struct {
-		field, flag string
-		v           time.Duration
-		min         time.Duration
+		field string
+		v     time.Duration
+		min   time.Duration
 	}{
-		{"SyncInterval", "sync-interval", c.SyncInterval, time.Millisecond},
-		{"IdleTimeout", "idle-timeout", c.IdleTimeout, time.Millisecond},
-		{"FrameTimeout", "frame-timeout", c.FrameTimeout, time.Millisecond},
-		{"WriteTimeout", "write-timeout", c.WriteTimeout, time.Millisecond},
-		{"DrainTimeout", "drain-timeout", c.DrainTimeout, time.Millisecond},
-		{"LockWait", "lock-wait", c.LockWait, time.Millisecond},
+		{"SyncInterval", c.SyncInterval, time.Millisecond},
+		{"IdleTimeout", c.IdleTimeout, time.Millisecond},
+		{"FrameTimeout", c.FrameTimeout, time.Millisecond},
+		{"WriteTimeout", c.WriteTimeout, time.Millisecond},
+		{"DrainTimeout", c.DrainTimeout, time.Millisecond},
+		{"LockWait", c.LockWait, time.Millisecond},
 	}
 	for _, d := range durations {
-		if d.v != 0 && (d.v < d.min || d.v > maxTimeout) {
-			return bad(d.field, d.flag, d.v, fmt.Sprintf("want a duration from %v to %v", d.min, maxTimeout))
+		if (d.v != 0 || explicit(d.field)) && (d.v < d.min || d.v > maxTimeout) {
+			return bad(d.field, d.v, fmt.Sprintf("want a duration from %v to %v", d.min, maxTimeout))
 		}
 	}
 	switch {
 	case c.Slots > engine.MaxSlots:
-		return bad("Slots", "slots", c.Slots, fmt.Sprintf("want a slot count from 1 to %d", uint64(engine.MaxSlots)))
+		return bad("Slots", c.Slots, fmt.Sprintf("want a slot count from 1 to %d", uint64(engine.MaxSlots)))
 	case c.SlotSize != 0 && !engine.ValidSlotSize(c.SlotSize):
-		return bad("SlotSize", "slot-size", c.SlotSize, "want 64, 128 or 256")
+		return bad("SlotSize", c.SlotSize, "want 64, 128 or 256")
 	case c.ArenaCells > engine.MaxArenaCells:
-		return bad("ArenaCells", "arena-cells", c.ArenaCells, fmt.Sprintf("want a cell count from 1 to %d", uint64(engine.MaxArenaCells)))
+		return bad("ArenaCells", c.ArenaCells, fmt.Sprintf("want a cell count from 1 to %d", uint64(engine.MaxArenaCells)))
 	case c.SocketMode&^fs.ModePerm != 0:
-		return bad("SocketMode", "socket-mode", fmt.Sprintf("%#o", c.SocketMode), "want octal permissions such as 0660")
-	case c.MaxConns < 0 || c.MaxConns > 1_000_000:
-		return bad("MaxConns", "max-conns", c.MaxConns, "want a number of connections from 1 to 1000000")
+		return bad("SocketMode", fmt.Sprintf("%#o", c.SocketMode), "want octal permissions such as 0660")
+	case c.MaxConns < 0 || c.MaxConns > 1_000_000 || (explicit("MaxConns") && c.MaxConns == 0):
+		return bad("MaxConns", c.MaxConns, "want a number of connections from 1 to 1000000")
 	case c.Transport != "" && c.Transport != TransportGoroutines && (c.Transport != TransportEpoll || !haveEpoll):
 		want := "want goroutines or epoll"
 		if !haveEpoll {
 			want = "want goroutines (epoll needs Linux)"
 		}
-		return bad("Transport", "transport", c.Transport, want)
+		return bad("Transport", c.Transport, want)
 	case c.LoopSpin > time.Millisecond:
-		return bad("LoopSpin", "loop-spin", c.LoopSpin, "want a duration up to 1ms (0 to sleep at once)")
+		return bad("LoopSpin", c.LoopSpin, "want a duration up to 1ms (0 to sleep at once)")
 	case c.Loops < 0 || c.Loops > 1024:
-		return bad("Loops", "loops", c.Loops, "want 0 (half the CPUs) or a number of event loops up to 1024")
+		return bad("Loops", c.Loops, "want 0 (half the CPUs) or a number of event loops up to 1024")
 	case c.MaxConnsPerUID < 0 || c.MaxConnsPerUID > 1_000_000:
-		return bad("MaxConnsPerUID", "max-conns-per-uid", c.MaxConnsPerUID, "want 0 (no cap) or a number of connections up to 1000000")
+		return bad("MaxConnsPerUID", c.MaxConnsPerUID, "want 0 (no cap) or a number of connections up to 1000000")
 	}
-	for _, p := range []struct{ field, flag, path string }{
-		{"SocketPath", "socket", c.SocketPath}, {"RESPSocket", "resp-socket", c.RESPSocket},
+	for _, p := range []struct{ field, path string }{
+		{"SocketPath", c.SocketPath}, {"RESPSocket", c.RESPSocket},
 	} {
 		if len(p.path) > sockfile.MaxPath {
-			return &ConfigError{Field: p.field, Flag: p.flag, Value: p.path, Err: ErrSocketPath,
+			return &ConfigError{Field: p.field, Value: p.path, Err: ErrSocketPath,
 				Want: fmt.Sprintf("a Unix socket path is at most %d bytes; this one is %d", sockfile.MaxPath, len(p.path))}
 		}
 	}
 	if c.RESPAddr != "" {
 		if err := checkLoopback(c.RESPAddr, c.RESPAllowRemote); err != nil {
-			e := bad("RESPAddr", "resp-addr", c.RESPAddr, "want a loopback host:port such as 127.0.0.1:9049 (or --resp-allow-remote)")
+			e := bad("RESPAddr", c.RESPAddr, "want a loopback host:port such as 127.0.0.1:9049 (or RESPAllowRemote)")
 			e.Err = err
 			return e
 		}
 		if len(c.AllowUIDs) > 0 || len(c.AllowGIDs) > 0 {
-			return bad("RESPAddr", "resp-addr", c.RESPAddr, "cannot be combined with --allow-uid or --allow-gid: a TCP peer has no credentials to check")
+			return bad("RESPAddr", c.RESPAddr, "cannot be combined with AllowUIDs or AllowGIDs: a TCP peer has no credentials to check")
 		}
 	}
 	return nil

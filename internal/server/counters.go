@@ -1,8 +1,13 @@
 package server
 
-import "sync/atomic"
+import (
+	"sync/atomic"
 
-// counters are the server's statistics, reported by STATS.
+	"github.com/sluicehq/sluice/internal/metrics"
+)
+
+// counters are the server's statistics. STATS, INFO and the metrics
+// report them through metrics.Counters, the one list of what each reports.
 type counters struct {
 	conns, connsTotal, connsRejected atomic.Int64
 	peersDenied                      atomic.Int64
@@ -36,4 +41,35 @@ func addNonZero(dst *atomic.Int64, v int64) {
 	if v != 0 {
 		dst.Add(v)
 	}
+}
+
+// read returns the counters' values.
+func (c *counters) read() metrics.ServerStats {
+	return metrics.ServerStats{
+		Conns: c.conns.Load(), ConnsTotal: c.connsTotal.Load(), ConnsRejected: c.connsRejected.Load(),
+		PeersDenied: c.peersDenied.Load(), Frames: c.frames.Load(), Ops: c.ops.Load(),
+		Malformed: c.malformed.Load(), Timeouts: c.timeouts.Load(), Allowed: c.allowed.Load(),
+		Denied: c.denied.Load(), Errors: c.errors.Load(), ShadowDenied: c.shadowDenied.Load(),
+		LockWaits: c.lockWaits.Load(), Handoffs: c.handoffs.Load(), Buffered: c.buffered.Load(),
+	}
+}
+
+// snapshot reads the table's and the server's counters, and the global
+// limits' if withGlobal and there are some: what STATS and INFO report.
+func (s *server) snapshot(withGlobal bool) metrics.Snapshot {
+	snap := metrics.Snapshot{Table: s.tableCounters(), Server: s.stats.read()}
+	if g := s.global; g != nil && withGlobal {
+		gs := g.stats()
+		snap.Global = &gs
+	}
+	return snap
+}
+
+// tableCounters reads the table's counters (all but its live buckets).
+func (s *server) tableCounters() metrics.TableStats {
+	st, g := s.engine.Stats(), s.engine.Geometry()
+	return metrics.TableStats{Slots: st.SlotCount, SlotSize: uint64(g.SlotSize), FileSize: uint64(g.FileSize),
+		UsedSlots: st.Used, TableFull: st.TableFull, Reclaimed: st.Reclaims, Torn: st.Torn,
+		ArenaCells: st.ArenaCells, ArenaUsed: st.ArenaUsed, ArenaFull: st.ArenaFull,
+		Inserts: st.Inserts, LockedOnOpen: st.LockedOnOpen, Syncs: st.Syncs, SyncErrors: st.SyncErrors}
 }

@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"sync"
 	"syscall"
@@ -16,14 +15,14 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/locktest"
+	"github.com/sluicehq/sluice/internal/sidecartest"
 	"github.com/sluicehq/sluice/proto"
 	"github.com/sluicehq/sluice/shm"
 )
 
 var crashIterations = flag.Int("crash.iterations", 30, "kill -9 rounds in TestCrash_kill9")
 
-// TestMain lets the test binary double as a sidecar: with SLUICE_TEST_SERVE
-// set it runs one, for tests that kill it with SIGKILL (and as a fleet
+// TestMain lets the test binary double as a sidecar (sidecartest.Child), for tests that kill it with SIGKILL (and as a fleet
 // member, a direct client holding a lock, a peer of another uid:
 // fleetChild, locktest.Child, peerChild).
 func TestMain(m *testing.M) {
@@ -36,16 +35,11 @@ func TestMain(m *testing.M) {
 	if code, ok := peerChild(); ok {
 		os.Exit(code)
 	}
-	if dir := os.Getenv("SLUICE_TEST_SERVE"); dir != "" {
-		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-		defer stop()
-		err := Run(ctx, Config{StatePath: filepath.Join(dir, "state"), SocketPath: filepath.Join(dir, "sock"),
+	if code, ok := sidecartest.Child(func(ctx context.Context, dir string) error {
+		return Run(ctx, Config{StatePath: filepath.Join(dir, "state"), SocketPath: filepath.Join(dir, "sock"),
 			RESPSocket: "-", Slots: 2048, SlotSize: 64, ArenaCells: 1 << 16, Logger: quiet()})
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		os.Exit(0)
+	}); ok {
+		os.Exit(code)
 	}
 	os.Exit(m.Run())
 }
@@ -58,24 +52,7 @@ type child struct {
 
 func startChild(t *testing.T, dir string) *child {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "SLUICE_TEST_SERVE="+dir)
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	ch := &child{cmd: cmd, sock: filepath.Join(dir, "sock")}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(2 * time.Millisecond) {
-		if c, err := net.Dial("unix", ch.sock); err == nil {
-			c.Close()
-			return ch
-		}
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			t.Fatal("child sidecar did not start")
-		}
-	}
+	return &child{cmd: sidecartest.StartChild(t, dir), sock: filepath.Join(dir, "sock")}
 }
 
 // Ensure kill -9 loses nothing: several clients pipeline acquires with

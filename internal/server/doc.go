@@ -39,6 +39,35 @@
 // time the state file recorded, and advances with the monotonic clock; a
 // request may carry its own time instead (AT).
 //
+// # The Redis protocol
+//
+// resp.go reads commands and dispatches them; resp_table.go is the one
+// list of commands (respCommands): each entry's name, arity, flags and key
+// (what COMMAND reports), how it runs (parse, for a rate-limit command, or
+// do) and what a transaction does with it (txRole). The rate-limit
+// commands are in resp_ratelimit.go, the transaction in resp_tx.go, INFO
+// and DBSIZE in resp_info.go, the connection and server commands (HELLO,
+// AUTH, CLIENT, CONFIG, COMMAND, PING ...) in resp_admin.go.
+//
+// # Adding a RESP command
+//
+// One entry in respCommands, with its function beside those of its kind:
+// a rate-limit command's parse (queued unchecked in a transaction and
+// decided with the others at EXEC, txTogether), or a do that runs once the
+// arity and subcommand are checked (queued, txQueue; or run at once even
+// inside MULTI, txNow). COMMAND, the arity checks, MULTI and CLIENT INFO's
+// cmd= follow from the entry.
+//
+// # Adding a config field
+//
+// A field of Config, with its doc comment; its default, if zero does not
+// mean it, as a Default constant applied in withDefaults; its range in
+// Validate, which is the only check and names fields (a ConfigError), not
+// flags. If sluiced sets it, its flag goes in cmd/sluiced's run beside the
+// others and the field's flag name in configFlags (cmd/sluiced/flags.go),
+// which turns Validate's errors into the flag's terms; then the README's
+// table of flags.
+//
 // # Durability
 //
 // Every decision is written to the shared mapping before it is answered, so

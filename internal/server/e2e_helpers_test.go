@@ -10,28 +10,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/sidecartest"
 	"github.com/sluicehq/sluice/proto"
 )
 
 // sidecar is a server started for a test.
 type sidecar struct {
-	cfg    Config
-	cancel context.CancelFunc
-	done   chan error
-	clock  *atomic.Int64 // the server clock, Unix ns
+	cfg   Config
+	srv   *sidecartest.Server
+	clock *atomic.Int64 // the server clock, Unix ns
 }
 
 // shortDir returns a temporary directory with a path short enough for
-// socket names (sun_path is 108 bytes; t.TempDir paths can be longer).
-func shortDir(t testing.TB) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "sl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
+// socket names.
+var shortDir = sidecartest.ShortDir
 
 // testTransport is the transport the tests' servers use unless a test
 // names one: SLUICE_TEST_TRANSPORT (goroutines or epoll), which CI sets to
@@ -66,23 +58,21 @@ func start(t testing.TB, cfg Config) *sidecar {
 	if cfg.Transport == "" {
 		cfg.Transport = testTransport()
 	}
-	sc := &sidecar{done: make(chan error, 1), clock: new(atomic.Int64)}
+	sc := &sidecar{clock: new(atomic.Int64)}
 	sc.clock.Store(1_700_000_000 * 1e9)
 	if cfg.Now == nil {
 		cfg.Now = sc.clock.Load
 	}
 	cfg.Logger = quiet()
-	ready := make(chan struct{})
-	cfg.Ready = func() { close(ready) }
 	sc.cfg = cfg
-	ctx, cancel := context.WithCancel(context.Background())
-	sc.cancel = cancel
-	go func() { sc.done <- Run(ctx, cfg) }()
-	select {
-	case <-ready:
-	case err := <-sc.done:
-		t.Fatalf("server did not start: %v", err)
+	srv, err := sidecartest.Start(func(ctx context.Context, ready func()) error {
+		cfg.Ready = ready
+		return Run(ctx, cfg)
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
+	sc.srv = srv
 	t.Cleanup(func() { sc.stop(t) })
 	return sc
 }
@@ -90,18 +80,8 @@ func start(t testing.TB, cfg Config) *sidecar {
 // stop shuts the server down and checks it returned cleanly.
 func (sc *sidecar) stop(t testing.TB) {
 	t.Helper()
-	if sc.cancel == nil {
-		return
-	}
-	sc.cancel()
-	sc.cancel = nil
-	select {
-	case err := <-sc.done:
-		if err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("server did not stop")
+	if err := sc.srv.Stop(); err != nil {
+		t.Errorf("Run: %v", err)
 	}
 }
 

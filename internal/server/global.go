@@ -155,11 +155,20 @@ func outageOf(l *config.Limit) proto.Outage {
 // it, if one did. Requests with STRICT or SMYTE go to Redis even for a
 // leased limit (a lease spends tokens, it has no refill clock to restart).
 func (g *globalLimits) acquire(l *config.Limit, key string, cost int64, f bucket.Flags, by func() time.Time) (bucket.Decision, proto.Outage, error) {
+	return g.acquireBlocking(l, key, cost, f, by, nil)
+}
+
+// acquireBlocking is acquire that calls blocking, if not nil, before it
+// waits for Redis (an event loop hands itself over then).
+func (g *globalLimits) acquireBlocking(l *config.Limit, key string, cost int64, f bucket.Flags, by func() time.Time, blocking func()) (bucket.Decision, proto.Outage, error) {
 	r := global.Request{Limit: l.Bucket, Key: key, Cost: cost, Flags: f, Op: global.Acquire}
 	if l.Leased() && f == 0 {
 		ls := g.leasesFor(l)
 		if d, ok := ls.Local(l.Bucket, key, cost); ok {
 			return d, proto.OutageNone, nil // no Redis, no context, no allocation
+		}
+		if blocking != nil {
+			blocking()
 		}
 		ctx, cancel := context.WithDeadline(context.Background(), by())
 		defer cancel()
@@ -171,6 +180,9 @@ func (g *globalLimits) acquire(l *config.Limit, key string, cost int64, f bucket
 		// lease was not even asked for): the outage policy decides.
 		d, err = g.fallback.Failed(ctx, r, l.Policy(), err)
 		return d, outageOf(l), err
+	}
+	if blocking != nil {
+		blocking()
 	}
 	return g.decideBy(r, l, by)
 }
@@ -189,14 +201,27 @@ func (g *globalLimits) decideBy(r global.Request, l *config.Limit, by func() tim
 
 // refund gives amount tokens back to key's global bucket, in Redis.
 func (g *globalLimits) refund(l *config.Limit, key string, amount int64, by func() time.Time) (bucket.Decision, proto.Outage, error) {
+	return g.refundBlocking(l, key, amount, by, nil)
+}
+
+// refundBlocking is refund that calls blocking, if not nil, before it
+// waits for Redis.
+func (g *globalLimits) refundBlocking(l *config.Limit, key string, amount int64, by func() time.Time, blocking func()) (bucket.Decision, proto.Outage, error) {
+	if blocking != nil {
+		blocking()
+	}
 	return g.decideBy(global.Request{Limit: l.Bucket, Key: key, Cost: amount, Op: global.Refund}, l, by)
 }
 
 // peek reports key's global bucket as it stands: a request of cost 0,
 // which changes nothing. Allowed says whether a cost of 1 would be; a
 // peek does not compute how long a denied request of 1 must wait
-// (RetryAfter is -1).
+// (RetryAfter is -1), but for sliding_log, window_counters and
+// concurrency, whose scripts peek as package bucket does.
 func (g *globalLimits) peek(l *config.Limit, key string, by func() time.Time) (bucket.Decision, proto.Outage, error) {
+	if global.Peeks(l.Bucket.Algorithm) { // a peek of their own: the local algorithm's replies
+		return g.decideBy(global.Request{Limit: l.Bucket, Key: key, Op: global.Peek}, l, by)
+	}
 	d, o, err := g.decideBy(global.Request{Limit: l.Bucket, Key: key, Op: global.Acquire}, l, by)
 	d.Allowed, d.RetryAfter = d.Remaining >= 1, -1
 	return d, o, err
@@ -368,6 +393,9 @@ func (g *globalLimits) decide(a *globalArgs) globalResult {
 	if err := engine.CheckKeyCost(a.key, a.n); err != nil {
 		return globalResult{err: err}
 	}
+	if l.Bucket.Algorithm == bucket.Concurrency && (a.code == proto.OpAcquire || a.code == proto.OpRefund) {
+		return globalResult{err: engine.ErrLeaseOnly}
+	}
 	by := func() time.Time {
 		if a.arrived.IsZero() {
 			a.arrived = time.Now()
@@ -393,6 +421,14 @@ func (g *globalLimits) decide(a *globalArgs) globalResult {
 func (s *server) globalOp(b []byte, op *proto.Op, nl *namedLimit, c *conn) []byte {
 	if s.global == nil {
 		return c.fail(b, op.Code, errNoGlobal)
+	}
+	switch conc := nl.cfg.Bucket.Algorithm == bucket.Concurrency; {
+	case op.Code == proto.OpLease && conc:
+		return s.globalLeaseOp(b, op, nl, c)
+	case op.Code == proto.OpRelease && conc:
+		return s.globalReleaseOp(b, op, nl, c)
+	case op.Code == proto.OpLease || op.Code == proto.OpRelease:
+		return c.fail(b, op.Code, engine.ErrNotConcurrency)
 	}
 	var r globalResult
 	fg := c.globals

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/proto"
 )
@@ -53,7 +54,8 @@ type heldLease struct {
 	limit   engine.Limit
 	key     string
 	id      int64
-	expires int64 // Unix ns, the server's clock: from then on it holds nothing
+	expires int64         // Unix ns, the server's clock: from then on it holds nothing
+	global  *config.Limit // a global concurrency limit's (limit unused), else nil
 }
 
 // peer is who is at the other end of a connection: its uid, if known (a
@@ -152,7 +154,7 @@ func (s *server) leaseOp(b []byte, op *proto.Op, c *conn, req *engine.Request, n
 	if id := res.Lease; id != 0 {
 		expires := c.now + min(l.Bucket().Lease, math.MaxInt64-c.now)
 		key := string(op.Key)
-		c.leases = append(c.leases, heldLease{*l, key, id, expires})
+		c.leases = append(c.leases, heldLease{limit: *l, key: key, id: id, expires: expires})
 		s.holders.add(id, &c.stream, key, expires)
 		if until := time.Now().Add(time.Duration(l.Bucket().Lease)); until.After(c.leasedUntil) {
 			c.leasedUntil = until
@@ -178,14 +180,22 @@ func (s *server) releaseOp(b []byte, op *proto.Op, c *conn, req *engine.Request)
 	}
 	req.Time, req.Lease = c.at(c.now), id
 	res := &c.res
-	if err := s.engine.Do(req, res); err != nil {
+	err := s.engine.Do(req, res)
+	return s.released(b, op, c, &res.Decision, res.Released, err)
+}
+
+// released answers a RELEASE of lease op.Lease: the connection and the
+// server forget it.
+func (s *server) released(b []byte, op *proto.Op, c *conn, d *bucket.Decision, released bool, err error) []byte {
+	if err != nil {
 		return c.fail(b, op.Code, err)
 	}
+	id := int64(op.Lease)
 	c.forget(op.Key, id)
-	if res.Released {
+	if released {
 		s.holders.remove(id, op.Key, nil)
 	}
-	return proto.AppendReleaseResult(b, res.Released, &res.Decision)
+	return proto.AppendReleaseResult(b, released, d)
 }
 
 // idleDeadline is when the connection, idle from now, is closed:
@@ -256,6 +266,13 @@ func (st *stream) releaseLeases() {
 		h := &st.leases[i]
 		key := []byte(h.key)
 		st.s.holders.remove(h.id, key, st)
+		if h.global != nil {
+			if err := st.s.releaseGlobal(h); err != nil {
+				st.s.log.Warn("could not give back a global lease of a closed connection; it expires in Redis at its lease time",
+					"key", h.key, "err", err.Error())
+			}
+			continue
+		}
 		if _, err := st.s.engine.Release(&d, key, &h.limit, h.id, t); err != nil {
 			st.s.log.Warn("could not give back a lease of a closed connection; it expires at its lease time",
 				"key", h.key, "err", err.Error())

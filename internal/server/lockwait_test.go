@@ -188,19 +188,13 @@ func TestLockWait_stopWhileWaiting(t *testing.T) {
 					t.Fatal("the request did not begin to wait")
 				}
 			}
-			sc.cancel() // stop, with the request waiting
+			sc.srv.Cancel() // stop, with the request waiting
 			if _, rs := c.recv(); len(rs) != 1 || rs[0].Status != proto.StatusContended {
 				t.Errorf("the waiting request: %+v, want Contended", rs)
 			}
 			goOn()
-			select {
-			case err := <-sc.done:
-				if err != nil {
-					t.Errorf("Run: %v", err)
-				}
-				sc.cancel = nil // stopped
-			case <-time.After(10 * time.Second):
-				t.Fatal("the server did not stop")
+			if err := sc.srv.Wait(); err != nil {
+				t.Errorf("Run: %v", err)
 			}
 		})
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/bucket"
@@ -337,58 +336,11 @@ func statusFor(err error) proto.Status {
 	return engine.Status(err)
 }
 
-// appendStats answers STATS: the table's counters and the server's.
+// appendStats answers STATS: the rows of metrics.Counters it lists.
 func (s *server) appendStats(b []byte) []byte {
-	st, g := s.engine.Stats(), s.engine.Geometry()
 	b, start := proto.BeginStatsResult(b)
 	n := 0
-	add := func(name string, v uint64) { b = proto.AppendStat(b, name, v); n++ }
-	add("slot_count", st.SlotCount)
-	add("slot_size", uint64(g.SlotSize))
-	add("used_slots", st.Used)
-	add("inserts", st.Inserts)
-	add("reclaims", st.Reclaims)
-	add("table_full", st.TableFull)
-	add("torn_slots", st.Torn)
-	add("locked_on_open", st.LockedOnOpen)
-	add("syncs", st.Syncs)
-	add("sync_errors", st.SyncErrors)
-	add("arena_cells", st.ArenaCells)
-	add("arena_used_cells", st.ArenaUsed)
-	add("arena_full", st.ArenaFull)
-	c := &s.stats
-	for _, kv := range []struct {
-		name string
-		v    *atomic.Int64
-	}{
-		{"connections", &c.conns}, {"connections_total", &c.connsTotal}, {"connections_rejected", &c.connsRejected},
-		{"peers_denied", &c.peersDenied},
-		{"frames", &c.frames}, {"ops", &c.ops}, {"allowed", &c.allowed}, {"denied", &c.denied},
-		{"errors", &c.errors}, {"malformed", &c.malformed}, {"timeouts", &c.timeouts},
-		{"shadow_denied", &c.shadowDenied}, {"lock_waits", &c.lockWaits}, {"loop_handoffs", &c.handoffs},
-		{"buffered_bytes", &c.buffered},
-	} {
-		add(kv.name, uint64(kv.v.Load()))
-	}
-	if g := s.global; g != nil {
-		gs := g.stats()
-		for _, kv := range []struct {
-			name string
-			v    uint64
-		}{
-			{"global_requests", gs.Requests}, {"global_round_trips", gs.RoundTrips}, {"global_commands", gs.Commands},
-			{"global_errors", gs.Errors}, {"global_timeouts", gs.Timeouts},
-			{"lease_grants", gs.LeaseGrants}, {"lease_tokens_granted", gs.LeaseGranted},
-			{"lease_returns", gs.LeaseReturns}, {"lease_tokens_returned", gs.LeaseReturned},
-			{"lease_decisions", gs.LeaseLocal},
-			{"fallbacks", gs.ToFallback}, {"fallback_recoveries", gs.ToGlobal},
-			{"policy_open", gs.Open}, {"policy_closed", gs.Closed}, {"policy_local", gs.Local},
-			{"shards_down", uint64(gs.ShardsDown)}, {"global_unanswered", gs.Unanswered},
-			{"global_pipeline_misses", gs.Misses}, {"global_probes", gs.Probes}, {"global_hosts", uint64(gs.Hosts)},
-			{"lease_tokens_recovered", gs.LeaseRecovered},
-		} {
-			add(kv.name, kv.v)
-		}
-	}
+	snap := s.snapshot(true)
+	snap.Stats(func(name string, v uint64) { b = proto.AppendStat(b, name, v); n++ })
 	return proto.EndStatsResult(b, start, n)
 }

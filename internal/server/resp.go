@@ -4,13 +4,11 @@ import (
 	"bytes"
 	"fmt"
 	"net"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/bucket"
-	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/proto"
 	"github.com/sluicehq/sluice/proto/resp"
@@ -33,6 +31,7 @@ type respConn struct {
 	lib    [2]string // CLIENT SETINFO LIB-NAME and LIB-VER
 	last   string    // the last command's name, lower case, for CLIENT INFO
 	tx     *respTx   // the transaction being queued, nil outside MULTI
+	req    rlRequest // the rate-limit command being run
 	txs    respTx    // tx's storage, kept between transactions
 }
 
@@ -80,11 +79,12 @@ func (rc *respConn) handle() {
 		rest = rest[n:]
 		if len(args) > 0 {
 			rc.n.ops++
-			if rc.tx != nil && !txImmediate(args[0]) {
-				rc.queue(args)
+			c := lookupCommand(args[0])
+			if rc.tx != nil && (c == nil || c.tx != txNow) {
+				rc.queue(c, args)
 				continue
 			}
-			rc.command(args)
+			rc.command(c, args)
 		}
 	}
 	if !rc.more && len(rest) == cap(rc.in) && cap(rc.in) >= maxRESPBuffer {
@@ -97,42 +97,28 @@ func (rc *respConn) handle() {
 	rc.keep(rest, 0)
 }
 
-// command runs one command.
-func (rc *respConn) command(args [][]byte) {
+// command runs one command, c (nil if Sluice has no such command): a
+// rate-limit command parses its arguments and is decided; any other is
+// checked against its arity and subcommands, then done.
+func (rc *respConn) command(c *respCommand, args [][]byte) {
 	if rc.s.rec != nil && rc.n.ops&sampleMask == 0 {
 		defer rc.s.requestDone(time.Now())
 	}
-	name := args[0]
-	switch {
-	case is(name, "rl.reduce"):
-		rc.last = "rl.reduce"
-		rc.rateLimit(args, "rl.reduce", false, false)
-	case is(name, "rl.preduce"):
-		rc.last = "rl.preduce"
-		rc.rateLimit(args, "rl.preduce", true, false)
-	case is(name, "rl.get"):
-		rc.last = "rl.get"
-		rc.rateLimit(args, "rl.get", false, true)
-	case is(name, "rl.pget"):
-		rc.last = "rl.pget"
-		rc.rateLimit(args, "rl.pget", true, true)
-	case is(name, "cl.throttle"):
-		rc.last = "cl.throttle"
-		rc.throttle(args)
-	default:
-		rc.other(args)
-	}
-}
-
-// other runs the commands that are not rate limits.
-func (rc *respConn) other(args [][]byte) {
-	name := args[0]
-	c := lookupCommand(name)
 	if c == nil {
 		rc.unknown(args)
 		return
 	}
 	rc.last = c.name
+	if c.parse != nil {
+		req := &rc.req
+		*req = rlRequest{}
+		if msg := c.parse(rc, req, args); msg != "" {
+			rc.out = resp.AppendError(rc.out, msg)
+			return
+		}
+		rc.run(req)
+		return
+	}
 	if msg := c.refusal(args); msg != "" {
 		switch {
 		case c.name == "exec":
@@ -147,59 +133,7 @@ func (rc *respConn) other(args [][]byte) {
 		}
 		return
 	}
-	switch c.name {
-	case "ping":
-		switch len(args) {
-		case 1:
-			rc.out = resp.AppendSimple(rc.out, "PONG")
-		case 2:
-			rc.out = resp.AppendBulk(rc.out, args[1])
-		default: // checked when it runs, as Redis does: PING a b is queued
-			rc.arity(name)
-		}
-	case "echo":
-		rc.out = resp.AppendBulk(rc.out, args[1])
-	case "quit":
-		rc.out = resp.AppendSimple(rc.out, "OK")
-		rc.closed = true
-	case "select":
-		// One database, as a Redis configured with "databases 1".
-		if v, ok := parseInt(args[1], 64); !ok {
-			rc.out = resp.AppendError(rc.out, "ERR value is not an integer or out of range")
-		} else if v != 0 {
-			rc.out = resp.AppendError(rc.out, "ERR DB index is out of range")
-		} else {
-			rc.out = resp.AppendSimple(rc.out, "OK")
-		}
-	case "hello":
-		rc.hello(args)
-	case "auth":
-		rc.auth(args)
-	case "client":
-		rc.client(args)
-	case "config":
-		rc.config(args)
-	case "command":
-		rc.commandInfo(args)
-	case "info":
-		rc.text(rc.s.info(args[1:], rc.at(rc.now)))
-	case "dbsize":
-		if n, err := rc.s.liveBuckets(rc.at(rc.now)); err != nil {
-			rc.fail(err)
-		} else {
-			rc.out = resp.AppendInt(rc.out, n)
-		}
-	case "multi":
-		rc.multi()
-	case "exec":
-		rc.exec()
-	case "discard":
-		rc.discard()
-	case "watch":
-		rc.watch()
-	case "unwatch":
-		rc.out = resp.AppendSimple(rc.out, "OK") // nothing is ever watched
-	}
+	c.do(rc, args)
 }
 
 // null appends the protocol's null.
@@ -260,78 +194,4 @@ func printable(b []byte) string {
 		}
 		return r
 	}, string(b))
-}
-
-// info is INFO's report, in Redis's "# Section" / "field:value" form: the
-// sections named in args (any case), or every one if none is named (or
-// "default", "all", "everything"). An unknown section adds nothing.
-func (s *server) info(args [][]byte, now engine.Time) string {
-	want := func(section string) bool {
-		if len(args) == 0 {
-			return true
-		}
-		for _, a := range args {
-			if is(a, section) || is(a, "default") || is(a, "all") || is(a, "everything") {
-				return true
-			}
-		}
-		return false
-	}
-	st, g := s.engine.Stats(), s.engine.Geometry()
-	c := &s.stats
-	var b strings.Builder
-	w := func(k string, v any) { fmt.Fprintf(&b, "%s:%v\r\n", k, v) }
-	section := func(name string) bool {
-		if !want(name) {
-			return false
-		}
-		if b.Len() > 0 {
-			b.WriteString("\r\n")
-		}
-		b.WriteString("# " + strings.ToUpper(name[:1]) + name[1:] + "\r\n")
-		return true
-	}
-	if section("server") {
-		w("redis_version", redisVersion)
-		w("sluice_protocol_version", proto.Version)
-		w("redis_mode", "standalone")
-		w("process_id", pid)
-	}
-	if section("clients") {
-		w("connected_clients", c.conns.Load())
-		w("rejected_connections", c.connsRejected.Load())
-	}
-	if section("memory") {
-		w("used_memory", g.FileSize)
-		w("slot_size", g.SlotSize)
-		w("slot_count", g.SlotCount)
-		w("arena_cells", g.ArenaCells)
-		w("arena_used_cells", st.ArenaUsed)
-	}
-	if section("stats") {
-		w("total_connections_received", c.connsTotal.Load())
-		w("total_commands_processed", c.ops.Load())
-		w("allowed", c.allowed.Load())
-		w("denied", c.denied.Load())
-		w("errors", c.errors.Load())
-		w("table_full", st.TableFull)
-		w("torn_slots", st.Torn)
-		w("syncs", st.Syncs)
-		w("sync_errors", st.SyncErrors)
-	}
-	if section("keyspace") {
-		// As DBSIZE; Redis lists no empty database (nor a count that gave
-		// up waiting for a lock).
-		if n, err := s.liveBuckets(now); err == nil && n > 0 {
-			w("db0", "keys="+strconv.FormatInt(n, 10)+",expires=0,avg_ttl=0")
-		}
-	}
-	return b.String()
-}
-
-// liveBuckets counts the buckets that hold information at t.Now: live and
-// not yet back to their fresh state (what DBSIZE reports).
-func (s *server) liveBuckets(t engine.Time) (int64, error) {
-	n, err := s.engine.Live(t)
-	return int64(n), err
 }

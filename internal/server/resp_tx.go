@@ -35,26 +35,25 @@ type respTx struct {
 // len is the number of queued commands.
 func (tx *respTx) len() int { return len(tx.nargs) }
 
-// txImmediate reports whether a command runs at once inside MULTI instead
-// of being queued, as in Redis.
-func txImmediate(name []byte) bool {
-	return is(name, "exec") || is(name, "discard") || is(name, "multi") || is(name, "watch") || is(name, "quit")
-}
-
-// queue adds a command to the transaction, or refuses it (and marks the
-// transaction aborted) if Redis would: an unknown command or subcommand, or
-// a wrong number of arguments. The rate-limit commands check their
-// arguments when EXEC runs them, as modules' commands do in Redis.
-func (rc *respConn) queue(args [][]byte) {
+// queue adds command c (nil if unknown) to the transaction, or refuses it
+// (and marks the transaction aborted) if Redis would: an unknown command or
+// subcommand, or a wrong number of arguments. The rate-limit commands
+// (txTogether) check their arguments when EXEC runs them, as modules'
+// commands do in Redis.
+func (rc *respConn) queue(c *respCommand, args [][]byte) {
 	tx := rc.tx
-	c := lookupCommand(args[0])
 	if c == nil {
 		rc.unknown(args)
 		tx.abort = true
 		return
 	}
-	if msg := c.refusal(args); msg != "" && !c.module {
+	if msg := c.refusal(args); msg != "" && c.tx != txTogether {
 		rc.out = resp.AppendError(rc.out, msg)
+		tx.abort = true
+		return
+	}
+	if r := rc.s.route(c.routedKey(args)); r != nil {
+		rc.out = resp.AppendError(rc.out, globalInTx(r))
 		tx.abort = true
 		return
 	}
@@ -76,7 +75,7 @@ func (rc *respConn) queue(args [][]byte) {
 }
 
 // multi starts a transaction.
-func (rc *respConn) multi() {
+func (rc *respConn) multi([][]byte) {
 	if rc.tx != nil {
 		rc.out = resp.AppendError(rc.out, "ERR MULTI calls can not be nested")
 		return
@@ -91,7 +90,7 @@ func (rc *respConn) multi() {
 }
 
 // discard drops the transaction.
-func (rc *respConn) discard() {
+func (rc *respConn) discard([][]byte) {
 	if rc.tx == nil {
 		rc.out = resp.AppendError(rc.out, "ERR DISCARD without MULTI")
 		return
@@ -103,7 +102,7 @@ func (rc *respConn) discard() {
 // watch refuses WATCH: a check-and-set over rate-limit buckets has nothing
 // to check that the commands do not already decide atomically, and
 // accepting it without watching would promise an abort that never comes.
-func (rc *respConn) watch() {
+func (rc *respConn) watch([][]byte) {
 	if rc.tx != nil {
 		rc.out = resp.AppendError(rc.out, "ERR WATCH inside MULTI is not allowed")
 		return
@@ -124,7 +123,7 @@ func (rc *respConn) watch() {
 // commands one by one, each atomic on its own bucket. One that gave up
 // waiting for a bucket's lock (another process keeps it) changed nothing:
 // each of its rate-limit commands is answered with that error.
-func (rc *respConn) exec() {
+func (rc *respConn) exec([][]byte) {
 	tx := rc.tx
 	if tx == nil {
 		rc.out = resp.AppendError(rc.out, "ERR EXEC without MULTI")
@@ -157,7 +156,7 @@ func (rc *respConn) exec() {
 			}
 			k++
 		} else {
-			rc.command(args)
+			rc.command(lookupCommand(args[0]), args)
 		}
 		a += n
 	}
@@ -174,27 +173,18 @@ func (rc *respConn) decideTogether(tx *respTx) (bool, error) {
 	a := 0
 	for _, n := range tx.nargs {
 		args := tx.args[a : a+n]
-		var req rlRequest
-		msg := "not a rate limit"
-		switch name := args[0]; {
-		case is(name, "rl.reduce"):
-			msg = rc.parseRateLimit(&req, args, "rl.reduce", false, false)
-		case is(name, "rl.preduce"):
-			msg = rc.parseRateLimit(&req, args, "rl.preduce", true, false)
-		case is(name, "rl.get"):
-			msg = rc.parseRateLimit(&req, args, "rl.get", false, true)
-		case is(name, "rl.pget"):
-			msg = rc.parseRateLimit(&req, args, "rl.pget", true, true)
-		case is(name, "cl.throttle"):
-			msg = rc.parseThrottle(&req, args)
-		}
-		if msg == "" {
-			if req.refund || req.at {
-				return false, nil
+		if c := lookupCommand(args[0]); c != nil && c.tx == txTogether {
+			tx.reqs = append(tx.reqs, rlRequest{})
+			req := &tx.reqs[len(tx.reqs)-1]
+			if msg := c.parse(rc, req, args); msg != "" {
+				tx.reqs = tx.reqs[:len(tx.reqs)-1]
+			} else {
+				if req.refund || req.at {
+					return false, nil
+				}
+				smyte = smyte || !req.cell
+				tx.at = append(tx.at, a)
 			}
-			smyte = smyte || !req.cell
-			tx.reqs = append(tx.reqs, req)
-			tx.at = append(tx.at, a)
 		}
 		a += n
 	}

@@ -375,9 +375,8 @@ func (s *server) tableStats() func() metrics.TableStats {
 			}
 			counted = time.Now()
 		}
-		st := s.engine.Stats()
-		return metrics.TableStats{Slots: st.SlotCount, UsedSlots: st.Used, LiveBuckets: live,
-			TableFull: st.TableFull, Reclaimed: st.Reclaims, Torn: st.Torn,
-			ArenaCells: st.ArenaCells, ArenaUsed: st.ArenaUsed, ArenaFull: st.ArenaFull}
+		st := s.tableCounters()
+		st.LiveBuckets = live
+		return st
 	}
 }

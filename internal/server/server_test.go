@@ -144,3 +144,25 @@ func TestRun_flippedHighTimeMintsNothing(t *testing.T) {
 		t.Errorf("admitted %d over two runs for a limit of 10 per day", admitted)
 	}
 }
+
+// Ensure Validate speaks of Config fields (sluiced has no --frame-timeout
+// flag to name), and that ValidateGiven refuses a zero only where it was
+// given.
+func TestConfig_validateNamesFields(t *testing.T) {
+	err := (&Config{FrameTimeout: -time.Second}).Validate()
+	var ce *ConfigError
+	if !errors.As(err, &ce) || ce.Field != "FrameTimeout" || !errors.Is(err, ErrConfig) ||
+		err.Error() != "FrameTimeout -1s: want a duration from 1ms to 24h0m0s" {
+		t.Errorf("Validate: %v", err)
+	}
+	if err := (&Config{}).Validate(); err != nil {
+		t.Errorf("zero Config: %v", err)
+	}
+	given := func(f string) bool { return f == "LockWait" }
+	if err := (&Config{}).ValidateGiven(given); !errors.As(err, &ce) || ce.Field != "LockWait" {
+		t.Errorf("ValidateGiven with LockWait 0: %v", err)
+	}
+	if err := (&Config{LockWait: time.Second}).ValidateGiven(given); err != nil {
+		t.Errorf("ValidateGiven: %v", err)
+	}
+}

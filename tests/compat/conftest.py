@@ -8,6 +8,7 @@ sidecar stopped with SIGTERM afterwards, which must exit 0.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -41,21 +42,24 @@ def sluiced_bin() -> Iterator[str]:
     shutil.rmtree(tmp, ignore_errors=True)
 
 
-@pytest.fixture
-def resp_socket(sluiced_bin: str) -> Iterator[str]:
-    """The Redis-protocol socket of a sluiced started for the test."""
+@contextlib.contextmanager
+def _sluiced(sluiced_bin: str, *extra: str) -> Iterator[str]:
+    """Runs a sluiced (with extra flags) in a directory of its own, yields
+    its Redis-protocol socket, and stops it with SIGTERM, which must end it
+    with status 0."""
     d = tempfile.mkdtemp(prefix="sl", dir="/tmp")
     sock = os.path.join(d, "r.sock")
     log = open(os.path.join(d, "sluiced.log"), "ab")
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")}
     proc = subprocess.Popen([sluiced_bin, "--state", os.path.join(d, "state"), "--socket", os.path.join(d, "s.sock"),
-                             "--resp-socket", sock, "--slots", "4096"],
+                             "--resp-socket", sock, "--slots", "4096", *extra],
                             cwd=d, env=env, stdout=subprocess.DEVNULL, stderr=log)
     try:
         deadline = time.monotonic() + 10
         while True:
             if proc.poll() is not None:
-                pytest.fail(f"sluiced exited with {proc.returncode}")
+                with open(os.path.join(d, "sluiced.log"), "rb") as f:
+                    pytest.fail(f"sluiced exited with {proc.returncode}: {f.read().decode(errors='replace')}")
             try:
                 with socket.socket(socket.AF_UNIX) as s:
                     s.connect(sock)
@@ -73,3 +77,53 @@ def resp_socket(sluiced_bin: str) -> Iterator[str]:
             proc.wait()
         log.close()
         shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def resp_socket(sluiced_bin: str) -> Iterator[str]:
+    """The Redis-protocol socket of a sluiced started for the test."""
+    with _sluiced(sluiced_bin) as sock:
+        yield sock
+
+
+@pytest.fixture
+def redis_socket() -> Iterator[str]:
+    """The Unix socket of a redis-server started for the test."""
+    server = shutil.which("redis-server")
+    if server is None:
+        pytest.fail("redis-server is not installed (apt-get install redis-server)")
+    d = tempfile.mkdtemp(prefix="rd", dir="/tmp")
+    sock = os.path.join(d, "redis.sock")
+    proc = subprocess.Popen([server, "--port", "0", "--unixsocket", sock, "--save", "", "--appendonly", "no",
+                             "--dir", d], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while not os.path.exists(sock):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail("redis-server did not start within 10 s")
+            time.sleep(0.005)
+        yield sock
+    finally:
+        proc.kill()
+        proc.wait()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+ROUTES = """resp:
+  - match: "test:*"
+    scope: local
+  - match: "*"
+    scope: global
+    on_unavailable: closed
+"""
+
+
+@pytest.fixture
+def routed_pair(sluiced_bin: str, redis_socket: str, tmp_path) -> Iterator[tuple[str, str]]:
+    """The Redis-protocol sockets of two sidecars sharing one Redis, every
+    key but test:* routed to it (ROUTES)."""
+    cfg = tmp_path / "sluice.yaml"
+    cfg.write_text(ROUTES)
+    flags = ("--config", str(cfg), "--global-redis", redis_socket)
+    with _sluiced(sluiced_bin, *flags) as a, _sluiced(sluiced_bin, *flags) as b:
+        yield a, b

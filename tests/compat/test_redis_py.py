@@ -132,3 +132,23 @@ def test_asyncio(resp_socket: str, parser: str) -> None:
             await r.aclose()
 
     asyncio.run(run())
+
+
+def test_global_routes(routed_pair: tuple[str, str]) -> None:
+    """CL.THROTTLE and RL.REDUCE on keys a global route matches share one
+    budget across two sidecars, through redis-py's default client; keys of
+    a local route keep a budget per sidecar."""
+    a, b = (redis.Redis(unix_socket_path=s) for s in routed_pair)
+    try:
+        for i in range(12):
+            assert (a, b)[i % 2].execute_command("RL.REDUCE", "login:alice", 10, 3600) == max(10 - i, 0)
+        for i in range(7):
+            limited, limit, remaining, _, _ = (a, b)[i % 2].execute_command("CL.THROTTLE", "api:x", 4, 1, 3600)
+            assert (limited, limit, remaining) == (int(i >= 5), 5, max(4 - i, 0))
+        for c in (a, b):
+            assert [c.execute_command("RL.REDUCE", "test:1", 2, 3600) for _ in range(3)] == [2, 1, 0]
+        with pytest.raises(redis.ResponseError, match="AT is not accepted"):
+            a.execute_command("RL.REDUCE", "login:bob", 10, 60, "AT", 1700000000)
+    finally:
+        a.close()
+        b.close()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/clients/go/sluice"
 	"github.com/sluicehq/sluice/internal/server"
+	"github.com/sluicehq/sluice/internal/sidecartest"
 )
 
 // t0 is the sidecar clock of the tests, Unix ns: 2023-11-14T22:13:20Z.
@@ -50,10 +51,9 @@ func TestMain(m *testing.M) {
 
 // sidecar is an in-process sluiced.
 type sidecar struct {
-	cfg    server.Config
-	clock  *atomic.Int64 // the server clock, Unix ns
-	cancel context.CancelFunc
-	done   chan error
+	cfg   server.Config
+	clock *atomic.Int64 // the server clock, Unix ns
+	srv   *sidecartest.Server
 }
 
 func config(dir string) server.Config {
@@ -68,16 +68,8 @@ func config(dir string) server.Config {
 }
 
 // shortDir returns a temporary directory with a path short enough for a
-// socket name (t.TempDir's can pass the 108 bytes of sun_path).
-func shortDir(t testing.TB) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "sl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
+// socket name.
+var shortDir = sidecartest.ShortDir
 
 // startSidecar runs a sidecar on a fresh state file, its clock at t0 and
 // under the test's control, until the test ends. edit, if given, changes
@@ -96,32 +88,22 @@ func startSidecar(t testing.TB, edit ...func(*server.Config)) *sidecar {
 
 func (sc *sidecar) run() error {
 	sc.cfg.Now = sc.clock.Load
-	ready := make(chan struct{})
-	sc.cfg.Ready = func() { close(ready) }
-	ctx, cancel := context.WithCancel(context.Background())
-	sc.cancel, sc.done = cancel, make(chan error, 1)
-	go func() { sc.done <- server.Run(ctx, sc.cfg) }()
-	select {
-	case <-ready:
-		return nil
-	case err := <-sc.done:
-		sc.cancel = nil
-		return fmt.Errorf("sidecar did not start: %w", err)
-	}
+	cfg := sc.cfg
+	srv, err := sidecartest.Start(func(ctx context.Context, ready func()) error {
+		cfg.Ready = ready
+		return server.Run(ctx, cfg)
+	})
+	sc.srv = srv
+	return err
 }
 
 func (sc *sidecar) halt() error {
-	if sc.cancel == nil {
+	if sc.srv == nil {
 		return nil
 	}
-	sc.cancel()
-	sc.cancel = nil
-	select {
-	case err := <-sc.done:
-		return err
-	case <-time.After(10 * time.Second):
-		return fmt.Errorf("sidecar did not stop")
-	}
+	err := sc.srv.Stop()
+	sc.srv = nil
+	return err
 }
 
 // start (re)starts the sidecar on its state file and socket.

@@ -42,18 +42,19 @@ local function clock(arg)
   end
 end
 
--- offset converts a stored absolute time (decimal Unix ns) to an offset.
-local function offset(str)
-  local s, ns = 0, 0
-  if #str <= 9 then
-    ns = tonumber(str)
-  else
-    s, ns = tonumber(string.sub(str, 1, -10)), tonumber(string.sub(str, -9))
-  end
+-- offset_sn converts an absolute time, s whole seconds and ns more, to an
+-- offset.
+local function offset_sn(s, ns)
   local ds = s - now_s
   if ds > 9000000 then return LIM end
   if ds < -9000000 then return -LIM end
   return clamp(ds * E9 + (ns - now_ns), -LIM, LIM)
+end
+
+-- offset converts a stored absolute time (decimal Unix ns) to an offset.
+local function offset(str)
+  if #str <= 9 then return offset_sn(0, tonumber(str)) end
+  return offset_sn(tonumber(string.sub(str, 1, -10)), tonumber(string.sub(str, -9)))
 end
 
 -- split returns the absolute time of an offset as whole seconds and ns
@@ -71,4 +72,17 @@ local function absolute(off)
   if s < 0 then return "0" end
   if s == 0 then return string.format("%d", r) end
   return string.format("%d%09d", s, r)
+end
+
+-- expire sets the expiry of a key written at now to when its bucket is
+-- fresh again, fresh (an offset; at least 1 ms), or none at an explicit
+-- time.
+local function expire(key, fresh)
+  if explicit then
+    redis.call("PERSIST", key)
+    return
+  end
+  local ms = 1
+  if fresh > 1000000 then ms = ceildiv(fresh, 1000000) end
+  redis.call("PEXPIRE", key, ms)
 end

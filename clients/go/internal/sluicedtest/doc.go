@@ -5,6 +5,6 @@
 // binary again as worker processes that decide through an adapter at the
 // same moment, and builds and runs the README's examples.
 //
-// It imports the Go client and the standard library only, so a store's
-// module needs nothing more than it already requires.
+// It imports the Go client, internal/sidecartest and the standard library
+// only, so a store's module needs nothing more than it already requires.
 package sluicedtest

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/clients/go/sluice"
+	"github.com/sluicehq/sluice/internal/sidecartest"
 )
 
 // Patience is how long a test waits for what a loaded host makes slow: the
@@ -69,12 +70,7 @@ func cleanup() {
 // of sun_path).
 func ShortDir(t testing.TB) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "sl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
+	return sidecartest.ShortDir(t)
 }
 
 // Sidecar is a sluiced process run for a test.

@@ -9,10 +9,8 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -25,29 +23,25 @@ import (
 	"github.com/sluicehq/sluice/clients/go/sluice/direct"
 	"github.com/sluicehq/sluice/internal/locktest"
 	"github.com/sluicehq/sluice/internal/server"
+	"github.com/sluicehq/sluice/internal/sidecartest"
 	"github.com/sluicehq/sluice/shm"
 )
 
 var killRounds = flag.Int("direct.kills", 20, "kill -9 rounds of direct clients in TestDirect_kill9")
 
-// TestMain lets the test binary double as a sidecar (SLUICE_DIRECT_SERVE),
+// TestMain lets the test binary double as a sidecar (sidecartest.Child),
 // as a client process (SLUICE_DIRECT_WORKER), and as a process holding a
 // bucket's lock (locktest), for the tests that run several processes.
 func TestMain(m *testing.M) {
 	if code, ok := locktest.Child(); ok {
 		os.Exit(code)
 	}
-	if dir := os.Getenv("SLUICE_DIRECT_SERVE"); dir != "" {
-		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-		defer stop()
+	if code, ok := sidecartest.Child(func(ctx context.Context, dir string) error {
 		slots, _ := strconv.ParseUint(os.Getenv("SLUICE_DIRECT_SLOTS"), 10, 64)
-		err := server.Run(ctx, server.Config{StatePath: filepath.Join(dir, "state"), SocketPath: filepath.Join(dir, "sock"),
+		return server.Run(ctx, server.Config{StatePath: filepath.Join(dir, "state"), SocketPath: filepath.Join(dir, "sock"),
 			RESPSocket: "-", Slots: max(slots, 1<<16), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		os.Exit(0)
+	}); ok {
+		os.Exit(code)
 	}
 	if w := os.Getenv("SLUICE_DIRECT_WORKER"); w != "" {
 		os.Exit(worker(w))
@@ -63,22 +57,8 @@ type sidecar struct {
 
 func startSidecar(t testing.TB, dir string, slots uint64) *sidecar {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "SLUICE_DIRECT_SERVE="+dir, "SLUICE_DIRECT_SLOTS="+strconv.FormatUint(slots, 10))
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if c, err := net.Dial("unix", filepath.Join(dir, "sock")); err == nil {
-			c.Close()
-			return &sidecar{dir: dir, cmd: cmd}
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("sidecar did not start")
-		}
-	}
+	cmd := sidecartest.StartChild(t, dir, "SLUICE_DIRECT_SLOTS="+strconv.FormatUint(slots, 10))
+	return &sidecar{dir: dir, cmd: cmd}
 }
 
 func (s *sidecar) state() string { return filepath.Join(s.dir, "state") }

@@ -41,29 +41,12 @@ type rlRequest struct {
 	flags  bucket.Flags
 }
 
-// rateLimit runs RL.REDUCE, RL.PREDUCE, RL.GET or RL.PGET (see
-// parseRateLimit).
-func (rc *respConn) rateLimit(args [][]byte, name string, millis, get bool) {
-	var req rlRequest
-	if msg := rc.parseRateLimit(&req, args, name, millis, get); msg != "" {
-		rc.out = resp.AppendError(rc.out, msg)
-		return
-	}
-	rc.run(&req)
-}
-
-// throttle runs CL.THROTTLE (see parseThrottle).
-func (rc *respConn) throttle(args [][]byte) {
-	var req rlRequest
-	if msg := rc.parseThrottle(&req, args); msg != "" {
-		rc.out = resp.AppendError(rc.out, msg)
-		return
-	}
-	rc.run(&req)
-}
-
 // run decides a parsed request on its own and appends its reply.
 func (rc *respConn) run(req *rlRequest) {
+	if r := rc.s.route(req.key); r != nil {
+		rc.runGlobal(req, r)
+		return
+	}
 	r := engine.Request{Op: proto.OpAcquire, Key: req.key, Limit: &req.limit, N: req.cost, Flags: req.flags, Time: req.when}
 	if req.refund {
 		r.Op, r.Flags = proto.OpRefund, bucket.Cell

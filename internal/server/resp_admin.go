@@ -15,89 +15,35 @@ import (
 // it: the Redis whose replies the commands below reproduce.
 const redisVersion = "7.0.0"
 
-// respCommand describes a command for COMMAND and for the arity check
-// Redis makes before running or queueing a command.
-type respCommand struct {
-	name  string
-	arity int // as COMMAND reports it: n exactly, -n at least n (the name included)
-	flags []string
-	key   int // position of the key, 0 for none
-	// module: a rate-limit command of smyte/ratelimit or redis-cell. Like a
-	// module's command in Redis, it checks its own arguments when it runs,
-	// with its own error texts, even in a transaction.
-	module bool
-	subs   []respSub // subcommands, which Redis 7 checks like commands
+// ping answers PING [message]. PING a b is refused when it runs, as Redis
+// does (it is queued in a transaction).
+func (rc *respConn) ping(args [][]byte) {
+	switch len(args) {
+	case 1:
+		rc.out = resp.AppendSimple(rc.out, "PONG")
+	case 2:
+		rc.out = resp.AppendBulk(rc.out, args[1])
+	default:
+		rc.arity(args[0])
+	}
 }
 
-// respSub is a subcommand and its arity (the command's name included).
-type respSub struct {
-	name  string
-	arity int
+// quit answers OK and closes the connection.
+func (rc *respConn) quit([][]byte) {
+	rc.out = resp.AppendSimple(rc.out, "OK")
+	rc.closed = true
 }
 
-var respCommands = []respCommand{
-	{name: "rl.reduce", arity: -4, flags: []string{"write", "fast"}, key: 1, module: true},
-	{name: "rl.preduce", arity: -4, flags: []string{"write", "fast"}, key: 1, module: true},
-	{name: "rl.get", arity: -4, flags: []string{"readonly", "fast"}, key: 1, module: true},
-	{name: "rl.pget", arity: -4, flags: []string{"readonly", "fast"}, key: 1, module: true},
-	{name: "cl.throttle", arity: -5, flags: []string{"write", "fast"}, key: 1, module: true},
-	{name: "ping", arity: -1, flags: []string{"fast"}},
-	{name: "echo", arity: 2, flags: []string{"fast"}},
-	{name: "quit", arity: -1, flags: []string{"fast"}},
-	{name: "select", arity: 2, flags: []string{"fast"}},
-	{name: "hello", arity: -1, flags: []string{"fast"}},
-	{name: "auth", arity: -2, flags: []string{"fast"}},
-	{name: "client", arity: -2, flags: []string{}, subs: []respSub{{"id", 2}, {"info", 2}, {"list", -2},
-		{"setname", 3}, {"getname", 2}, {"setinfo", 4}}},
-	{name: "config", arity: -2, flags: []string{}, subs: []respSub{{"get", -3}, {"set", -4}}},
-	{name: "command", arity: -1, flags: []string{}, subs: []respSub{{"count", 2}, {"info", -2}, {"docs", -2}}},
-	{name: "info", arity: -1, flags: []string{}},
-	{name: "dbsize", arity: 1, flags: []string{"readonly", "fast"}},
-	{name: "multi", arity: 1, flags: []string{"fast"}},
-	{name: "exec", arity: 1, flags: []string{}},
-	{name: "discard", arity: 1, flags: []string{"fast"}},
-	{name: "watch", arity: -2, flags: []string{"fast"}},
-	{name: "unwatch", arity: 1, flags: []string{"fast"}},
-}
-
-// lookupCommand returns the command named name (any case), or nil.
-func lookupCommand(name []byte) *respCommand {
-	for i := range respCommands {
-		if is(name, respCommands[i].name) {
-			return &respCommands[i]
-		}
+// selectDB answers SELECT index: one database, as a Redis configured with
+// "databases 1".
+func (rc *respConn) selectDB(args [][]byte) {
+	if v, ok := parseInt(args[1], 64); !ok {
+		rc.out = resp.AppendError(rc.out, "ERR value is not an integer or out of range")
+	} else if v != 0 {
+		rc.out = resp.AppendError(rc.out, "ERR DB index is out of range")
+	} else {
+		rc.out = resp.AppendSimple(rc.out, "OK")
 	}
-	return nil
-}
-
-// arityOK reports whether n arguments (the name included) fit an arity:
-// n exactly, or at least -n if negative.
-func arityOK(arity, n int) bool {
-	if arity < 0 {
-		return n >= -arity
-	}
-	return n == arity
-}
-
-// refusal is the error Redis answers, before running or queueing it, to a
-// command with the wrong number of arguments or an unknown subcommand, or
-// "" if the command may run.
-func (c *respCommand) refusal(args [][]byte) string {
-	if !arityOK(c.arity, len(args)) {
-		return fmt.Sprintf("ERR wrong number of arguments for '%s' command", c.name)
-	}
-	if c.subs == nil || len(args) < 2 {
-		return ""
-	}
-	for _, sub := range c.subs {
-		if is(args[1], sub.name) {
-			if !arityOK(sub.arity, len(args)) {
-				return fmt.Sprintf("ERR wrong number of arguments for '%s|%s' command", c.name, sub.name)
-			}
-			return ""
-		}
-	}
-	return fmt.Sprintf("ERR unknown subcommand '%s'. Try %s HELP.", printable(args[1]), strings.ToUpper(c.name))
 }
 
 // hello answers HELLO [protover [AUTH username password] [SETNAME name]]

@@ -1,0 +1,140 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/clients/go/sluice"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// Ensure that a global concurrency limit holds its leases in Redis: two
+// sidecars share a limit of 2 (leased for an hour); a third lease is
+// denied on either; a RELEASE frees a slot for the other sidecar; a
+// connection that closes gives its leases back through its sidecar, at
+// once; and the leases of a sidecar that stops (of a limit leased for 2 s)
+// free at their lease time, not before.
+func TestGlobal_concurrency(t *testing.T) {
+	redis := redistest.Start(t)
+	const text = `limits:
+  jobs: {limit: "concurrency:limit=2,lease=1h", scope: global, on_unavailable: closed}
+  short: {limit: "concurrency:limit=2,lease=2s", scope: global, on_unavailable: closed}
+`
+	a, b := startGlobal(t, redis.Addr, text), startGlobal(t, redis.Addr, text)
+	ctx := context.Background()
+	limit, key := sluice.Limit{Name: "jobs"}, "k"
+	lease := func(c *sluice.Client) sluice.Lease {
+		t.Helper()
+		ls, err := c.Lease(ctx, limit, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ls
+	}
+	ca, cb := dialStrict(t, a), dialStrict(t, b)
+	l1, l2 := lease(ca), lease(cb)
+	if !l1.Allowed || !l2.Allowed || l1.ID == 0 || l2.ID == 0 {
+		t.Fatalf("the first two leases: %+v %+v, want both granted", l1, l2)
+	}
+	if l3 := lease(cb); l3.Allowed || l3.ID != 0 {
+		t.Fatalf("a third lease across the sidecars: %+v, want denied", l3)
+	}
+	if ok, err := l2.Release(); !ok || err != nil {
+		t.Fatalf("release: %v %v, want released", ok, err)
+	}
+	l4 := lease(ca) // through the other sidecar
+	if !l4.Allowed {
+		t.Fatalf("a lease after a release: %+v, want granted", l4)
+	}
+	// ca holds l1 and l4; closing it gives both back through sidecar a.
+	ca.Close()
+	var got []sluice.Lease
+	for deadline := time.Now().Add(time.Minute); len(got) < 2; {
+		if ls := lease(cb); ls.Allowed {
+			got = append(got, ls)
+			continue
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a closed connection's leases were not given back: %d free", len(got))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// Sidecar b's leases of the short limit outlive b only until their
+	// lease time: Redis frees them then.
+	limit, key = sluice.Limit{Name: "short"}, "s" // a bucket of its own: the same spec but the lease
+	if l1, l2 := lease(cb), lease(cb); !l1.Allowed || !l2.Allowed {
+		t.Fatalf("short leases: %+v %+v, want both granted", l1, l2)
+	}
+	start := time.Now()
+	b.stop(t)
+	cc := dialStrict(t, a)
+	for !lease(cc).Allowed {
+		if time.Since(start) > time.Minute {
+			t.Fatal("a stopped sidecar's leases were not freed at their lease time")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if el := time.Since(start); el < 1900*time.Millisecond {
+		t.Errorf("a stopped sidecar's lease freed after %v, before its lease time (2s)", el)
+	}
+}
+
+// Ensure that a global concurrency limit refuses ACQUIRE and REFUND as a
+// local one does, and that LEASE on another global limit is refused.
+func TestGlobal_concurrencyOps(t *testing.T) {
+	redis := redistest.Start(t)
+	sc := startGlobal(t, redis.Addr, `limits:
+  jobs: {limit: "concurrency:limit=2,lease=1h", scope: global}
+  tb: {limit: "token_bucket:max=2,refill_time=1h", scope: global}
+`)
+	c := dialStrict(t, sc)
+	ctx := context.Background()
+	if _, err := c.Acquire(ctx, sluice.Limit{Name: "jobs"}, "k", 1); !errors.Is(err, sluice.ErrInvalidLimit) {
+		t.Errorf("ACQUIRE of a global concurrency limit: %v, want an invalid limit", err)
+	}
+	if _, err := c.Lease(ctx, sluice.Limit{Name: "tb"}, "k"); !errors.Is(err, sluice.ErrInvalidLimit) {
+		t.Errorf("LEASE of a global token bucket: %v, want an invalid limit", err)
+	}
+	if d, err := c.Peek(ctx, sluice.Limit{Name: "jobs"}, "k"); err != nil || d.Remaining != 2 {
+		t.Errorf("PEEK of a global concurrency limit: %+v %v, want 2 free", d, err)
+	}
+}
+
+// Ensure that PEEK of a global sliding_log and window_counters replies as
+// the local algorithm does: a full log or window says when a request of 1
+// passes.
+func TestGlobal_peekExt(t *testing.T) {
+	redis := redistest.Start(t)
+	sc := startGlobal(t, redis.Addr, `limits:
+  log: {limit: "sliding_log:limit=2,window=1h", scope: global}
+  wc: {limit: "window_counters:limit=2,window=1h,counters=6", scope: global}
+`)
+	c := dialStrict(t, sc)
+	ctx := context.Background()
+	for _, name := range []string{"log", "wc"} {
+		l := sluice.Limit{Name: name}
+		for range 2 {
+			if d, err := c.Acquire(ctx, l, "k", 1); err != nil || !d.Allowed {
+				t.Fatalf("%s: %+v %v", name, d, err)
+			}
+		}
+		d, err := c.Peek(ctx, l, "k")
+		if err != nil || d.Allowed || d.Remaining != 0 || d.RetryAfter < 50*time.Minute || d.RetryAfter > time.Hour+10*time.Minute {
+			t.Errorf("%s: peek of a full bucket %+v %v, want denied, retry after about an hour", name, d, err)
+		}
+	}
+}
+
+// dialStrict returns a client of sc that waits 10 s and fails with an
+// error, closed at cleanup.
+func dialStrict(t *testing.T, sc *sidecar) *sluice.Client {
+	t.Helper()
+	c, err := sluice.Dial(sc.cfg.SocketPath, sluice.WithTimeout(10*time.Second), sluice.WithFailurePolicy(sluice.FailError))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
