@@ -78,7 +78,7 @@ func BenchmarkDecideExt(b *testing.B) {
 		now := t0
 		for b.Loop() {
 			now += 50_000
-			tb.Decide(now, s, 1, 0, &d)
+			tb.Decide(now, s, nil, 1, 0, &d)
 		}
 	})
 	for _, c := range []struct {
@@ -100,7 +100,7 @@ func BenchmarkDecideExt(b *testing.B) {
 			now := t0
 			for b.Loop() {
 				now += 50_000
-				l.DecideExt(now, &e.s, e.ext, 1, 0, &d)
+				l.Decide(now, &e.s, e.ext, 1, 0, &d)
 			}
 		})
 	}

@@ -1,6 +1,10 @@
 package bucket
 
-import "math"
+import (
+	"math"
+
+	"fmt"
+)
 
 // concurrency: nginx limit_conn's slots in flight. At most Max leases are
 // held at once; a lease is held until it is released or its expiry passes.
@@ -10,7 +14,7 @@ import "math"
 
 // concurrency State word 0 is not read. Versions before lease ids were
 // given by the caller kept the latest id there, and drew the next one from
-// it: InitExt and DrainedExt still seed it with now, as those versions
+// it: Init and Drained still seed it with now, as those versions
 // expect of a bucket they open.
 
 // scanLeases returns, at now, the number of free entries and the index of
@@ -52,7 +56,7 @@ func concurrencyFreshAt(ext []int64) int64 {
 // there is one; otherwise RetryAfter is when the first held one expires.
 func (l *Limit) peekConcurrency(now int64, ext []int64, d *Decision) {
 	free, _, earliest, latest := scanLeases(now, ext)
-	d.reset(l.Max)
+	resetDecision(d, l.Max)
 	d.Remaining = int64(free)
 	if free > 0 {
 		d.Allowed = true
@@ -75,12 +79,9 @@ func (l *Limit) peekConcurrency(now int64, ext []int64, d *Decision) {
 // finds only more entries held. l must be a concurrency limit that passed
 // Validate; any other algorithm panics.
 func (l *Limit) AcquireLease(now int64, s *State, ext []int64, id int64, d *Decision) (lease int64, changed bool) {
-	l.checkExt(ext)
-	if l.Algorithm != Concurrency {
-		badAlgorithm(l.Algorithm)
-	}
+	l.checkLeases(ext)
 	free, first, earliest, latest := scanLeases(now, ext)
-	d.reset(l.Max)
+	resetDecision(d, l.Max)
 	if free == 0 {
 		d.RetryAfter = retryAfter(earliest, now)
 		d.ResetAfter = resetAfter(leasesFreshAt(latest), now)
@@ -114,13 +115,10 @@ func hasLease(ext []int64, id int64) bool {
 // now: the entry is freed (expiry 0) and released and changed are true. A
 // lease that is unknown, released already or expired changes nothing, and
 // so does id 0, which no lease has (a drained bucket's entries have it). d
-// describes the bucket afterwards, as PeekExt. l must be a concurrency limit
+// describes the bucket afterwards, as Peek. l must be a concurrency limit
 // that passed Validate; any other algorithm panics.
 func (l *Limit) ReleaseLease(now int64, s *State, ext []int64, lease int64, d *Decision) (released, changed bool) {
-	l.checkExt(ext)
-	if l.Algorithm != Concurrency {
-		badAlgorithm(l.Algorithm)
-	}
+	l.checkLeases(ext)
 	if lease != 0 {
 		for i := 0; i+1 < len(ext); i += 2 {
 			if ext[i+1] == lease && ext[i] > now && setExt(s, ext, i, 0) {
@@ -141,4 +139,16 @@ func (l *Limit) drainedConcurrency(now int64, s *State, ext []int64) {
 		ext[i], ext[i+1] = expiry, 0
 	}
 	s[0] = now
+}
+
+// checkLeases panics unless l is a concurrency limit and ext its block:
+// only concurrency takes leases.
+func (l *Limit) checkLeases(ext []int64) {
+	if l.Algorithm.Valid() && l.Algorithm != Concurrency {
+		panic(fmt.Sprintf("bucket: %v takes no leases: only concurrency does", l.Algorithm))
+	}
+	l.checkExt(ext)
+	if l.Algorithm != Concurrency {
+		badAlgorithm(l.Algorithm)
+	}
 }

@@ -33,7 +33,7 @@ func TestConcurrency(t *testing.T) {
 	// A drained bucket holds every entry for a lease under id 0, which
 	// nothing releases.
 	b = newExtBucket(l, t0)
-	l.DrainedExt(t0+5, &b.s, b.ext)
+	l.Drained(t0+5, &b.s, b.ext)
 	checkExtSum(t, b)
 	runExt(t, l, b, []extStep{
 		{opPeek, t0 + 5, 0, deny(0, sec, sec), false},
@@ -210,11 +210,11 @@ func TestConcurrencyModel(t *testing.T) {
 				}
 			case 4:
 				op = "PeekExt"
-				l.PeekExt(now, &b.s, b.ext, &got)
+				l.Peek(now, &b.s, b.ext, &got)
 				want = m.peek(now)
 			case 5:
 				op, arg = "DecideExt", r.Int64N(3)
-				if l.DecideExt(now, &b.s, b.ext, arg, 0, &got) {
+				if l.Decide(now, &b.s, b.ext, arg, 0, &got) {
 					t.Fatalf("seed %d step %d: DecideExt changed the state", seed, i)
 				}
 				want = m.peek(now)

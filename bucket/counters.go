@@ -148,7 +148,7 @@ func (l *Limit) applyCounters(now int64, s *State, ext []int64, cost int64, d *D
 	span := l.countersSpan(now, top, w)
 	i := ringIndex(top, m)
 	count := l.countersSum(ext, i, span)
-	d.reset(l.Max)
+	resetDecision(d, l.Max)
 	allowed := count+uint64(cost) <= uint64(l.Max) // both below 2^63: no overflow
 	changed := false
 	if cost > 0 && (allowed || l.CountDenied) {
@@ -181,7 +181,7 @@ func (l *Limit) peekCounters(now int64, s *State, ext []int64, d *Decision) {
 	top := s[wcTop]
 	i := ringIndex(top, len(ext))
 	count := l.countersSum(ext, i, l.countersSpan(now, top, l.subWindow()))
-	d.reset(l.Max)
+	resetDecision(d, l.Max)
 	d.Allowed = count+1 <= uint64(l.Max)
 	l.countersReport(now, ext, top, i, count, 1, d)
 }

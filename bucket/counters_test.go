@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/sluicehq/sluice/vocab"
 )
 
 func TestWindowCounters(t *testing.T) {
@@ -29,7 +31,7 @@ func TestWindowCounters(t *testing.T) {
 		{opPeek, t0 + 1300*ms, 0, allow(2, 450*ms), false},
 		{opRefund, t0 + 3*sec, 2, allow(3, 0), false}, // nothing counts any more
 	})
-	if want := (State{t0/(250*ms) + 5, ExtSum(b.ext), 0}); b.s != want {
+	if want := (State{t0/(250*ms) + 5, vocab.BlockSum(b.ext), 0}); b.s != want {
 		t.Errorf("state = %v, want %v", b.s, want)
 	}
 }
@@ -54,7 +56,7 @@ func TestWindowCountersCountDenied(t *testing.T) {
 func TestWindowCountersDrained(t *testing.T) {
 	l := Limit{Algorithm: WindowCounters, Max: 4, Window: sec, Counters: 4}
 	b := newExtBucket(l, t0)
-	l.DrainedExt(t0+100*ms, &b.s, b.ext)
+	l.Drained(t0+100*ms, &b.s, b.ext)
 	checkExtSum(t, b)
 	runExt(t, l, b, []extStep{
 		{opPeek, t0 + 100*ms, 0, deny(0, 1150*ms, 1150*ms), false},
@@ -268,7 +270,7 @@ func TestWindowCountersNeverLenient(t *testing.T) {
 			now += r.Int64N(2 * l.Window / l.Max)
 			cost := r.Int64N(l.Max + 1)
 			var d Decision
-			l.DecideExt(now, &b.s, b.ext, cost, 0, &d)
+			l.Decide(now, &b.s, b.ext, cost, 0, &d)
 			if !d.Allowed || cost == 0 {
 				continue
 			}

@@ -1,26 +1,47 @@
 // Package bucket holds Sluice's limiter algorithms as pure functions over a
-// fixed-size State, given the time.
+// fixed-size State (and, for some, a block of words beside it), given the
+// time.
 //
 // A Limit is an algorithm and its parameters; a State is the algorithm's
-// three int64 words inside a slot of the table. Limit.Apply decides a
-// request of some cost (tokens) at a time now and updates the State if the
-// algorithm's semantics say so; Limit.Refund gives tokens back;
-// Limit.FreshAt tells the table when a slot holds no information any more
-// and may be reclaimed. Most callers want, per request:
+// three int64 words inside a slot of the table. Every algorithm has the one
+// method set: Limit.Init makes a new bucket, Limit.Decide decides a request
+// of some cost (tokens) at a time now and updates the State if the
+// algorithm's semantics say so, Limit.Peek reports the bucket without
+// changing it, Limit.DecideRefund gives tokens back, Limit.Drained replaces
+// a state found torn, and Limit.FreshAt tells the table when a slot holds
+// no information any more and may be reclaimed. Most callers want, per
+// request:
 //
 //	if err := l.Validate(); err != nil { ... }      // once per limit
-//	// under the slot lock: s is the slot's State, or l.Init(now, &s) for a new bucket
-//	d, changed := l.Apply(now, &s, cost, flags)
+//	// under the slot lock: s is the slot's State, or l.Init(now, &s, ext) for a new bucket
+//	changed := l.Decide(now, &s, ext, cost, flags, &d)
 //
 // Three algorithms keep more state than a State holds: sliding_log,
 // window_counters and concurrency (Algorithm.Extended). Theirs lives in an
-// extension, a block of Limit.ExtWords int64 words that the table allocates
-// beside the slot, and they are used through the methods named Ext
-// (InitExt, DecideExt, PeekExt, DecideRefundExt, FreshAtExt, DrainedExt) and,
-// for concurrency, AcquireLease and ReleaseLease:
+// extension, ext, a block of Limit.ExtWords int64 words that the table
+// allocates beside the slot; the others take ext nil (Apply and Refund are
+// Decide and DecideRefund for them, returning the Decision). Concurrency
+// alone also takes AcquireLease and ReleaseLease.
 //
-//	// under the slot lock: ext is the bucket's block, len(ext) == l.ExtWords()
-//	changed := l.DecideExt(now, &s, ext, cost, flags, &d)
+// # Adding an algorithm
+//
+// Pick the family by the state: if three int64 words hold it, it is of
+// fixed size (ExtWords 0); if it needs more, it is extended, and ExtWords
+// says how many words its block has. Then:
+//
+//   - vocab: its value (the next one: values are stored and sent) and name.
+//   - bucket: a file with its apply, refund, freshAt and drained functions,
+//     one case in each method of apply.go, its parameters in limit.go
+//     (usedParams, Validate, Identity) and, if extended, ext.go's ExtWords;
+//     its section below; its tests beside the others' (helpers_test.go's
+//     testLimits or extLimits run the shared properties on it).
+//   - proto: its spec parameters (specParams in limit.go) and wire order,
+//     in doc.go; engine.bucketLimit maps them onto the Limit's fields.
+//   - The Python client's and the global limits' copies (Lua), which check
+//     themselves against proto/testdata and internal/global/testdata.
+//
+// The engine, the server and the clients need nothing more: they decide
+// every algorithm through this method set.
 //
 // The package imports only the standard library, reads no clock, does no
 // I/O and allocates nothing on the decision path. Arithmetic is integer
@@ -118,17 +139,17 @@
 // by id (an unknown, released or expired id does nothing); an entry whose
 // expiry has passed is free again. A lease's expiry is absolute, so an
 // earlier now only finds more entries held. Leases are taken only through
-// AcquireLease: DecideExt, whatever the cost, is a peek (Remaining the
+// AcquireLease: Decide, whatever the cost, is a peek (Remaining the
 // entries free, Allowed whether one is), and a refund changes nothing. The
 // bucket is fresh when its latest expiry passes. The
 // extension is Max entries of two words, [expiry, id]; an entry is held iff
 // expiry > now, and a released entry's expiry is 0. State: [0] is not read
-// (InitExt and DrainedExt set it to now: earlier versions kept their latest
+// (Init and Drained set it to now: earlier versions kept their latest
 // id there). Max is capped at MaxConcurrency.
 //
-// For all three, Decision.Limit is Max, State word [1] is ExtSum(ext),
+// For all three, Decision.Limit is Max, State word [1] is vocab.BlockSum(ext),
 // updated word by word with every change to the extension, so the table can
-// tell a torn block on recovery (and then use DrainedExt), and word [2]
+// tell a torn block on recovery (and then use Drained), and word [2]
 // belongs to the table, which keeps the block's reference there: it is
 // never read or written by this package.
 //
@@ -169,16 +190,16 @@
 //
 // # Caveats
 //
-// The zero State is not a new bucket; use Limit.Init (Limit.InitExt). A
+// The zero State is not a new bucket; use Limit.Init. A
 // State written by one algorithm means nothing to another, and a
 // token_bucket, window, sliding_log, window_counters or concurrency State
 // means nothing under other values of the parameters in Limit.Identity: the
 // table must key buckets by those.
 //
-// The methods without Ext panic on an extended algorithm, and the Ext
-// methods (AcquireLease and ReleaseLease too) on the others, as on a Limit
-// that did not pass Validate; so do the Ext methods given an extension whose
-// length is not ExtWords.
+// The methods panic when given an extension whose length is not ExtWords
+// (nil for an algorithm of fixed size), AcquireLease and ReleaseLease on
+// another algorithm than concurrency, as on a Limit that did not pass
+// Validate.
 //
 // gcra replies are exact in nanoseconds; redis-cell's CL.THROTTLE rounds
 // durations up to whole seconds (at millisecond granularity) and truncates
@@ -187,8 +208,8 @@
 //
 // Cost 0 is a peek: Apply then never writes (unlike redis-cell's quantity
 // 0). SPEC's peek operation, the decision for cost 1 without consuming, is
-// Apply with cost 1 on a copy of the State; for the extended algorithms it
-// is PeekExt, which copies nothing.
+// Peek (for an algorithm of fixed size, Decide with cost 1 on a copy of
+// the State; an extended one copies nothing).
 //
 // Outside the exact ranges, values near the ends of the int64 range never
 // wrap around. Durations, refill times and window ends saturate at

@@ -5,6 +5,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/vocab"
+
+	"fmt"
 )
 
 // TestExtSum: known answers. The terms of a block of zeros are the outputs
@@ -22,23 +26,23 @@ func TestExtSum(t *testing.T) {
 		{[]int64{0, 0}, first + second},
 		{[]int64{0, 0, 0}, first + second + third},
 	} {
-		if got := uint64(ExtSum(tt.ext)); got != tt.want {
-			t.Errorf("ExtSum(%v) = %#x, want %#x", tt.ext, got, tt.want)
+		if got := uint64(vocab.BlockSum(tt.ext)); got != tt.want {
+			t.Errorf("vocab.BlockSum(%v) = %#x, want %#x", tt.ext, got, tt.want)
 		}
 	}
 	// Each word is mixed with its index: swapping two words changes the sum.
-	if ExtSum([]int64{1, 2}) == ExtSum([]int64{2, 1}) {
+	if vocab.BlockSum([]int64{1, 2}) == vocab.BlockSum([]int64{2, 1}) {
 		t.Errorf("ExtSum does not see two words swapped")
 	}
 	// setExt keeps the sum up to date word by word.
 	r := newRand(1)
 	ext := make([]int64, 17)
 	var s State
-	s[1] = ExtSum(ext)
+	s[1] = vocab.BlockSum(ext)
 	for range 1000 {
 		setExt(&s, ext, r.IntN(len(ext)), int64(r.Uint64()))
-		if s[1] != ExtSum(ext) {
-			t.Fatalf("after setExt, word 1 = %d, ExtSum = %d", s[1], ExtSum(ext))
+		if s[1] != vocab.BlockSum(ext) {
+			t.Fatalf("after setExt, word 1 = %d, ExtSum = %d", s[1], vocab.BlockSum(ext))
 		}
 	}
 	t.Log("seed 1")
@@ -93,10 +97,10 @@ func extTraffic(r *rand.Rand, l *Limit, b *extBucket, now int64, refunds bool) (
 		return false
 	}
 	if refunds && r.IntN(8) == 0 {
-		l.DecideRefundExt(now, &b.s, b.ext, r.Int64N(l.Max+1), 0, &d)
+		l.DecideRefund(now, &b.s, b.ext, r.Int64N(l.Max+1), 0, &d)
 		return true
 	}
-	l.DecideExt(now, &b.s, b.ext, r.Int64N(l.Max+2), 0, &d)
+	l.Decide(now, &b.s, b.ext, r.Int64N(l.Max+2), 0, &d)
 	return false
 }
 
@@ -121,9 +125,9 @@ func TestExtBackwardsNeverMints(t *testing.T) {
 					now = latest - r.Int64N(2*sp)
 				}
 				var before, after Decision
-				l.PeekExt(latest, &b.s, b.ext, &before)
+				l.Peek(latest, &b.s, b.ext, &before)
 				gave := extTraffic(r, &l, b, now, true)
-				l.PeekExt(latest, &b.s, b.ext, &after)
+				l.Peek(latest, &b.s, b.ext, &after)
 				if now < latest && !gave && (after.Remaining > before.Remaining || (after.Allowed && !before.Allowed)) {
 					t.Fatalf("seed %d step %d %+v: a request at t0%+d changed the peek at the latest time t0%+d from %+v to %+v",
 						seed, i, l, now-t0, latest-t0, before, after)
@@ -133,8 +137,8 @@ func TestExtBackwardsNeverMints(t *testing.T) {
 
 				at := latest - r.Int64N(2*sp)
 				var back, late Decision
-				l.PeekExt(at, &b.s, b.ext, &back)
-				l.PeekExt(latest, &b.s, b.ext, &late)
+				l.Peek(at, &b.s, b.ext, &back)
+				l.Peek(latest, &b.s, b.ext, &late)
 				if (back.Allowed && !late.Allowed) || back.Remaining > late.Remaining {
 					t.Fatalf("seed %d step %d %+v: peek at t0%+d %+v, at the latest time t0%+d %+v",
 						seed, i, l, at-t0, back, latest-t0, late)
@@ -149,8 +153,8 @@ func TestExtBackwardsNeverMints(t *testing.T) {
 					l.AcquireLease(at, &bb.s, bb.ext, 1, &back)
 					l.AcquireLease(latest, &lb.s, lb.ext, 1, &late)
 				} else {
-					l.DecideExt(at, &bb.s, bb.ext, cost, 0, &back)
-					l.DecideExt(latest, &lb.s, lb.ext, cost, 0, &late)
+					l.Decide(at, &bb.s, bb.ext, cost, 0, &back)
+					l.Decide(latest, &lb.s, lb.ext, cost, 0, &late)
 				}
 				if back.Allowed && !late.Allowed {
 					t.Fatalf("seed %d step %d %+v: cost %d allowed at t0%+d, denied at the latest time t0%+d",
@@ -179,7 +183,7 @@ func TestExtFreshAtNeverEarly(t *testing.T) {
 				extTraffic(r, &l, b, now, false)
 				latest = max(latest, now)
 			}
-			fresh := l.FreshAtExt(&b.s, b.ext)
+			fresh := l.FreshAt(&b.s, b.ext)
 			at := fresh
 			if fresh == minI64 {
 				at = latest
@@ -192,8 +196,8 @@ func TestExtFreshAtNeverEarly(t *testing.T) {
 						l.AcquireLease(when, &old.s, old.ext, 1, &got)
 						l.AcquireLease(when, &nw.s, nw.ext, 1, &want)
 					} else {
-						l.DecideExt(when, &old.s, old.ext, cost, 0, &got)
-						l.DecideExt(when, &nw.s, nw.ext, cost, 0, &want)
+						l.Decide(when, &old.s, old.ext, cost, 0, &got)
+						l.Decide(when, &nw.s, nw.ext, cost, 0, &want)
 					}
 					if got != want {
 						t.Fatalf("seed %d %+v: state %v %v FreshAt t0%+d: at t0%+d cost %d got %+v, a new bucket %+v",
@@ -246,7 +250,7 @@ func TestExtCorruptState(t *testing.T) {
 				ext: corruptExt(r, l, words, now),
 			}
 			if r.IntN(2) == 0 {
-				orig.s[1] = ExtSum(orig.ext)
+				orig.s[1] = vocab.BlockSum(orig.ext)
 			}
 			cost := []int64{-1, 0, 1, 2, l.Max, l.Max + 1, maxI64}[r.IntN(7)]
 			for op := opDecide; op <= opRelease; op++ {
@@ -264,7 +268,7 @@ func TestExtCorruptState(t *testing.T) {
 				if (d.Allowed && d.RetryAfter != -1) || (!d.Allowed && d.RetryAfter != -1 && d.RetryAfter < 1) {
 					t.Fatalf("%s: Allowed %v with RetryAfter %d", what(), d.Allowed, d.RetryAfter)
 				}
-				if fresh := resetAfter(l.FreshAtExt(&b.s, b.ext), now); d.ResetAfter < 0 || d.ResetAfter > fresh {
+				if fresh := resetAfter(l.FreshAt(&b.s, b.ext), now); d.ResetAfter < 0 || d.ResetAfter > fresh {
 					t.Fatalf("%s %+v at %d, state %v %v: ResetAfter %d, FreshAt-now %d", what(), l, now, orig.s, orig.ext, d.ResetAfter, fresh)
 				}
 				if changed != !b.equal(orig) {
@@ -273,18 +277,18 @@ func TestExtCorruptState(t *testing.T) {
 				if changed && (op == opPeek || (op == opDecide && (cost <= 0 || a == Concurrency))) {
 					t.Fatalf("%s with cost %d changed the state %v %v -> %v %v", what(), cost, orig.s, orig.ext, b.s, b.ext)
 				}
-				if b.s[2] != orig.s[2] || b.s[1]-ExtSum(b.ext) != orig.s[1]-ExtSum(orig.ext) {
-					t.Fatalf("%s: words 1 and 2 went %v -> %v, ExtSum %d -> %d", what(), orig.s, b.s, ExtSum(orig.ext), ExtSum(b.ext))
+				if b.s[2] != orig.s[2] || b.s[1]-vocab.BlockSum(b.ext) != orig.s[1]-vocab.BlockSum(orig.ext) {
+					t.Fatalf("%s: words 1 and 2 went %v -> %v, ExtSum %d -> %d", what(), orig.s, b.s, vocab.BlockSum(orig.ext), vocab.BlockSum(b.ext))
 				}
 			}
 			b := orig.clone()
-			l.DrainedExt(now, &b.s, b.ext)
-			if b.s[1] != ExtSum(b.ext) || b.s[2] != orig.s[2] {
+			l.Drained(now, &b.s, b.ext)
+			if b.s[1] != vocab.BlockSum(b.ext) || b.s[2] != orig.s[2] {
 				t.Fatalf("DrainedExt of %v: state %v", a, b.s)
 			}
-			l.InitExt(now, &b.s, b.ext)
-			if b.s[1] != ExtSum(b.ext) || b.s[2] != orig.s[2] || l.FreshAtExt(&b.s, b.ext) > now {
-				t.Fatalf("InitExt of %v at %d: state %v %v, fresh at %d", a, now, b.s, b.ext, l.FreshAtExt(&b.s, b.ext))
+			l.Init(now, &b.s, b.ext)
+			if b.s[1] != vocab.BlockSum(b.ext) || b.s[2] != orig.s[2] || l.FreshAt(&b.s, b.ext) > now {
+				t.Fatalf("InitExt of %v at %d: state %v %v, fresh at %d", a, now, b.s, b.ext, l.FreshAt(&b.s, b.ext))
 			}
 		}
 	}
@@ -303,19 +307,19 @@ func TestExtAllocs(t *testing.T) {
 		now := t0
 		allocs := testing.AllocsPerRun(1000, func() {
 			now += 7 * ms
-			l.InitExt(now, &s, ext)
-			l.DecideExt(now, &s, ext, 3, 0, &d)
-			l.DecideExt(now, &s, ext, 100, 0, &d) // denied
-			l.DecideExt(now, &s, ext, 0, 0, &d)
-			l.PeekExt(now, &s, ext, &d)
-			l.DecideRefundExt(now, &s, ext, 1, 0, &d)
-			l.FreshAtExt(&s, ext)
+			l.Init(now, &s, ext)
+			l.Decide(now, &s, ext, 3, 0, &d)
+			l.Decide(now, &s, ext, 100, 0, &d) // denied
+			l.Decide(now, &s, ext, 0, 0, &d)
+			l.Peek(now, &s, ext, &d)
+			l.DecideRefund(now, &s, ext, 1, 0, &d)
+			l.FreshAt(&s, ext)
 			if l.Algorithm == Concurrency {
 				lease, _ := l.AcquireLease(now, &s, ext, now, &d)
 				l.ReleaseLease(now, &s, ext, lease, &d)
 			}
-			l.DrainedExt(now, &s, ext)
-			l.DecideExt(now, &s, ext, 1, 0, &d)
+			l.Drained(now, &s, ext)
+			l.Decide(now, &s, ext, 1, 0, &d)
 		})
 		if allocs != 0 {
 			t.Errorf("%v: %v allocs per run, want 0", l.Algorithm, allocs)
@@ -323,26 +327,22 @@ func TestExtAllocs(t *testing.T) {
 	}
 }
 
-// TestExtendedPanics: an extended algorithm used without its extension, a
-// fixed one used with one, or an extension of the wrong length, is a broken
-// invariant of the caller.
+// TestExtendedPanics: an extended algorithm used without its extension or
+// with one of the wrong length, leases of another algorithm than
+// concurrency, and a Limit that did not pass Validate are broken
+// invariants of the caller.
 func TestExtendedPanics(t *testing.T) {
-	fixed := map[string]func(l *Limit, s *State){
-		"Init":    func(l *Limit, s *State) { l.Init(0, s) },
-		"Drained": func(l *Limit, s *State) { l.Drained(0, s) },
-		"Apply":   func(l *Limit, s *State) { l.Apply(0, s, 1, 0) },
-		"Refund":  func(l *Limit, s *State) { l.Refund(0, s, 1, 0) },
-		"FreshAt": func(l *Limit, s *State) { l.FreshAt(s) },
+	methods := map[string]func(l *Limit, s *State, ext []int64){
+		"Init":         func(l *Limit, s *State, ext []int64) { l.Init(0, s, ext) },
+		"Drained":      func(l *Limit, s *State, ext []int64) { l.Drained(0, s, ext) },
+		"Decide":       func(l *Limit, s *State, ext []int64) { l.Decide(0, s, ext, 1, 0, &Decision{}) },
+		"Peek":         func(l *Limit, s *State, ext []int64) { l.Peek(0, s, ext, &Decision{}) },
+		"DecideRefund": func(l *Limit, s *State, ext []int64) { l.DecideRefund(0, s, ext, 1, 0, &Decision{}) },
+		"FreshAt":      func(l *Limit, s *State, ext []int64) { l.FreshAt(s, ext) },
 	}
-	ext := map[string]func(l *Limit, s *State, ext []int64){
-		"InitExt":         func(l *Limit, s *State, ext []int64) { l.InitExt(0, s, ext) },
-		"DrainedExt":      func(l *Limit, s *State, ext []int64) { l.DrainedExt(0, s, ext) },
-		"DecideExt":       func(l *Limit, s *State, ext []int64) { l.DecideExt(0, s, ext, 1, 0, &Decision{}) },
-		"PeekExt":         func(l *Limit, s *State, ext []int64) { l.PeekExt(0, s, ext, &Decision{}) },
-		"DecideRefundExt": func(l *Limit, s *State, ext []int64) { l.DecideRefundExt(0, s, ext, 1, 0, &Decision{}) },
-		"FreshAtExt":      func(l *Limit, s *State, ext []int64) { l.FreshAtExt(s, ext) },
-		"AcquireLease":    func(l *Limit, s *State, ext []int64) { l.AcquireLease(0, s, ext, 1, &Decision{}) },
-		"ReleaseLease":    func(l *Limit, s *State, ext []int64) { l.ReleaseLease(0, s, ext, 1, &Decision{}) },
+	leases := map[string]func(l *Limit, s *State, ext []int64){
+		"AcquireLease": func(l *Limit, s *State, ext []int64) { l.AcquireLease(0, s, ext, 1, &Decision{}) },
+		"ReleaseLease": func(l *Limit, s *State, ext []int64) { l.ReleaseLease(0, s, ext, 1, &Decision{}) },
 	}
 	panics := func(what string, want string, f func()) {
 		t.Helper()
@@ -355,26 +355,21 @@ func TestExtendedPanics(t *testing.T) {
 		f()
 	}
 	for _, l := range extLimits {
-		for name, f := range fixed {
-			panics(name+" of "+l.Algorithm.String(), "use the Ext methods", func() { f(&l, &State{}) })
-		}
-		for _, n := range []int{0, l.ExtWords() - 1, l.ExtWords() + 1} {
-			panics("InitExt with a short or long extension", "extension of", func() { l.InitExt(0, &State{}, make([]int64, n)) })
+		for name, f := range methods {
+			for _, n := range []int{0, l.ExtWords() - 1, l.ExtWords() + 1} {
+				panics(fmt.Sprintf("%s of %v with %d words", name, l.Algorithm, n), "extension of", func() { f(&l, &State{}, make([]int64, n)) })
+			}
 		}
 	}
 	for _, l := range append(slices.Clone(testLimits), extLimits[0], extLimits[1]) {
-		for name, f := range ext {
-			if l.Algorithm.Extended() && name != "AcquireLease" && name != "ReleaseLease" {
-				continue
-			}
-			want := "has no extension"
-			if l.Algorithm.Extended() {
-				want = "keeps an extension" // leases are concurrency's only
-			}
-			panics(name+" of "+l.Algorithm.String(), want, func() { f(&l, &State{}, make([]int64, l.ExtWords())) })
+		for name, f := range leases {
+			panics(name+" of "+l.Algorithm.String(), "takes no leases", func() { f(&l, &State{}, make([]int64, l.ExtWords())) })
 		}
 	}
-	for name, f := range ext {
+	for name, f := range methods {
+		panics(name+" of Invalid", "without Validate", func() { f(&Limit{}, &State{}, nil) })
+	}
+	for name, f := range leases {
 		panics(name+" of Invalid", "without Validate", func() { f(&Limit{}, &State{}, nil) })
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/sluicehq/sluice/vocab"
 )
 
 // fuzzLimit maps fuzz inputs to a Limit: alg picks the algorithm (Invalid
@@ -97,7 +99,7 @@ func FuzzApply(f *testing.F) {
 		if (d.Allowed && d.RetryAfter != -1) || (!d.Allowed && d.RetryAfter != -1 && d.RetryAfter < 1) {
 			t.Fatalf("Allowed %v with RetryAfter %d", d.Allowed, d.RetryAfter)
 		}
-		if fresh := resetAfter(l.FreshAt(&s), now); d.ResetAfter < 0 || d.ResetAfter > fresh {
+		if fresh := resetAfter(l.FreshAt(&s, nil), now); d.ResetAfter < 0 || d.ResetAfter > fresh {
 			t.Fatalf("ResetAfter %d, FreshAt-now %d", d.ResetAfter, fresh)
 		}
 		if l.Algorithm == Pacer {
@@ -117,11 +119,11 @@ func FuzzApply(f *testing.F) {
 		}
 
 		var fresh, drained State
-		l.Init(now, &fresh)
-		if at := l.FreshAt(&fresh); at > now {
+		l.Init(now, &fresh, nil)
+		if at := l.FreshAt(&fresh, nil); at > now {
 			t.Fatalf("a new bucket %v is fresh only at %d > now %d", fresh, at, now)
 		}
-		l.Drained(now, &drained)
+		l.Drained(now, &drained, nil)
 	})
 }
 
@@ -154,7 +156,7 @@ func fuzzExtWords(l Limit, s State, now int64, pick uint8) []int64 {
 // methods: word 1 is the extension's ExtSum and a sliding_log's entries are
 // in order.
 func soundExt(l Limit, s *State, ext []int64) bool {
-	if s[1] != ExtSum(ext) {
+	if s[1] != vocab.BlockSum(ext) {
 		return false
 	}
 	if l.Algorithm == SlidingLog {
@@ -168,28 +170,28 @@ func soundExt(l Limit, s *State, ext []int64) bool {
 	return true
 }
 
-// fuzzExt checks the Ext methods of an extended algorithm on any State,
+// fuzzExt checks the methods of an extended algorithm on any State,
 // with an extension drawn from the inputs: the invariants of FuzzApply
-// (except that a concurrency DecideExt is a peek and never changes
+// (except that a concurrency Decide is a peek and never changes
 // anything), and besides: word 2 is never touched, every method keeps the
-// difference between word 1 and ExtSum(ext) (a sound block stays sound, a
+// difference between word 1 and vocab.BlockSum(ext) (a sound block stays sound, a
 // torn one stays detectably torn), a peek changes nothing, a lease taken is
-// released by its id, and InitExt and DrainedExt leave a sound block. With
+// released by its id, and Init and Drained leave a sound block. With
 // bit 1 of flags set, word 1 is the input's (most likely a torn block);
 // otherwise it is the extension's ExtSum (a sound one).
 func fuzzExt(t *testing.T, l Limit, orig State, now, cost int64, flags uint8) {
 	origExt := fuzzExtWords(l, orig, now, flags)
 	if flags&2 == 0 {
-		orig[1] = ExtSum(origExt)
+		orig[1] = vocab.BlockSum(origExt)
 	}
 	b := &extBucket{s: orig, ext: origExt}
 	start := b.clone()
 	var d Decision
-	changed := l.DecideExt(now, &b.s, b.ext, cost, Flags(flags), &d)
+	changed := l.Decide(now, &b.s, b.ext, cost, Flags(flags), &d)
 
 	again := start.clone()
 	var d2 Decision
-	if c2 := l.DecideExt(now, &again.s, again.ext, cost, Flags(flags), &d2); d2 != d || c2 != changed || !again.equal(b) {
+	if c2 := l.Decide(now, &again.s, again.ext, cost, Flags(flags), &d2); d2 != d || c2 != changed || !again.equal(b) {
 		t.Fatalf("not deterministic: %+v %v %v, then %+v %v %v", d, changed, b.s, d2, c2, again.s)
 	}
 	if changed == b.equal(start) {
@@ -206,23 +208,23 @@ func fuzzExt(t *testing.T, l Limit, orig State, now, cost int64, flags uint8) {
 
 	peek := b.clone()
 	var p Decision
-	l.PeekExt(now, &peek.s, peek.ext, &p)
+	l.Peek(now, &peek.s, peek.ext, &p)
 	if !peek.equal(b) {
-		t.Fatalf("PeekExt changed the state %v %v -> %v %v", b.s, b.ext, peek.s, peek.ext)
+		t.Fatalf("Peek changed the state %v %v -> %v %v", b.s, b.ext, peek.s, peek.ext)
 	}
 	checkExtDecision(t, l, peek, now, p)
 
 	var cur, rd Decision
-	l.DecideExt(now, &b.s, b.ext, 0, 0, &cur)
+	l.Decide(now, &b.s, b.ext, 0, 0, &cur)
 	refunded := b.clone()
-	rchanged := l.DecideRefundExt(now, &refunded.s, refunded.ext, cost, Flags(flags), &rd)
+	rchanged := l.DecideRefund(now, &refunded.s, refunded.ext, cost, Flags(flags), &rd)
 	if rchanged == refunded.equal(b) || (cost <= 0 && rchanged) {
-		t.Fatalf("DecideRefundExt(%d) of %v %v: changed %v, state %v %v", cost, b.s, b.ext, rchanged, refunded.s, refunded.ext)
+		t.Fatalf("DecideRefund(%d) of %v %v: changed %v, state %v %v", cost, b.s, b.ext, rchanged, refunded.s, refunded.ext)
 	}
 	if soundExt(l, &start.s, start.ext) && rd.Remaining < cur.Remaining {
 		// Only for a sound block: a refund of a log found out of order
 		// may count differently.
-		t.Fatalf("DecideRefundExt(%d) of %v %v: %+v; the peek before: %+v", cost, b.s, b.ext, rd, cur)
+		t.Fatalf("DecideRefund(%d) of %v %v: %+v; the peek before: %+v", cost, b.s, b.ext, rd, cur)
 	}
 	checkExtDecision(t, l, refunded, now, rd)
 	checkExtWords(t, b, refunded)
@@ -246,13 +248,13 @@ func fuzzExt(t *testing.T, l Limit, orig State, now, cost int64, flags uint8) {
 	}
 
 	fresh := b.clone()
-	l.InitExt(now, &fresh.s, fresh.ext)
-	if at := l.FreshAtExt(&fresh.s, fresh.ext); at > now || fresh.s[1] != ExtSum(fresh.ext) || fresh.s[2] != b.s[2] {
+	l.Init(now, &fresh.s, fresh.ext)
+	if at := l.FreshAt(&fresh.s, fresh.ext); at > now || fresh.s[1] != vocab.BlockSum(fresh.ext) || fresh.s[2] != b.s[2] {
 		t.Fatalf("a new bucket %v %v is fresh only at %d > now %d", fresh.s, fresh.ext, at, now)
 	}
 	drained := b.clone()
-	l.DrainedExt(now, &drained.s, drained.ext)
-	if drained.s[1] != ExtSum(drained.ext) || drained.s[2] != b.s[2] {
+	l.Drained(now, &drained.s, drained.ext)
+	if drained.s[1] != vocab.BlockSum(drained.ext) || drained.s[2] != b.s[2] {
 		t.Fatalf("a drained bucket %v %v", drained.s, drained.ext)
 	}
 }
@@ -266,17 +268,17 @@ func checkExtDecision(t *testing.T, l Limit, b *extBucket, now int64, d Decision
 	if (d.Allowed && d.RetryAfter != -1) || (!d.Allowed && d.RetryAfter != -1 && d.RetryAfter < 1) {
 		t.Fatalf("Allowed %v with RetryAfter %d", d.Allowed, d.RetryAfter)
 	}
-	if fresh := resetAfter(l.FreshAtExt(&b.s, b.ext), now); d.ResetAfter < 0 || d.ResetAfter > fresh {
+	if fresh := resetAfter(l.FreshAt(&b.s, b.ext), now); d.ResetAfter < 0 || d.ResetAfter > fresh {
 		t.Fatalf("ResetAfter %d, FreshAt-now %d", d.ResetAfter, fresh)
 	}
 }
 
 // checkExtWords checks that an Ext method kept word 2 and the difference
-// between word 1 and ExtSum(ext).
+// between word 1 and vocab.BlockSum(ext).
 func checkExtWords(t *testing.T, before, after *extBucket) {
 	t.Helper()
-	if after.s[2] != before.s[2] || after.s[1]-ExtSum(after.ext) != before.s[1]-ExtSum(before.ext) {
-		t.Fatalf("words 1 and 2 went %v -> %v, ExtSum %d -> %d", before.s, after.s, ExtSum(before.ext), ExtSum(after.ext))
+	if after.s[2] != before.s[2] || after.s[1]-vocab.BlockSum(after.ext) != before.s[1]-vocab.BlockSum(before.ext) {
+		t.Fatalf("words 1 and 2 went %v -> %v, ExtSum %d -> %d", before.s, after.s, vocab.BlockSum(before.ext), vocab.BlockSum(after.ext))
 	}
 }
 

@@ -65,7 +65,7 @@ func (l *Limit) applyGCRA(now int64, s *State, cost int64, d *Decision) bool {
 	tau := limit * t
 	tat := s[gcraTAT]
 	ttl := max(satSub(tat, now), 0) // the bucket's debt at now, ns
-	d.reset(limit)
+	resetDecision(d, limit)
 	changed := false
 	if cost <= limit { // else cost*T > tau: never allowed, RetryAfter stays -1
 		inc := cost * t // <= tau: no overflow
@@ -105,7 +105,7 @@ func (l *Limit) refundGCRACell(now int64, s *State, amount int64, d *Decision) b
 	tau := l.tau()
 	tat := s[gcraTAT]
 	newTAT := satSub(max(tat, now), satMul(amount, t))
-	d.reset(l.Burst + 1)
+	resetDecision(d, l.Burst+1)
 	ttl := max(satSub(tat, now), 0)
 	changed := false
 	if ahead := satSub(newTAT, now); ahead > tau {

@@ -234,7 +234,7 @@ func TestGCRAExtremes(t *testing.T) {
 func TestGCRARefundAndDrained(t *testing.T) {
 	l := Limit{Algorithm: GCRA, Burst: 2, Count: 1, Period: sec}
 	var s State
-	l.Drained(t0, &s)
+	l.Drained(t0, &s, nil)
 	if s != (State{t0 + 3*sec, 0, 0}) {
 		t.Fatalf("Drained = %v", s)
 	}

@@ -5,6 +5,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/sluicehq/sluice/vocab"
 )
 
 // Units and time anchors of the test scripts. All times are Unix ns.
@@ -90,7 +92,7 @@ func run(t *testing.T, l Limit, s *State, steps []step) {
 // newBucket returns the state of a new bucket at now.
 func newBucket(l Limit, now int64) *State {
 	var s State
-	l.Init(now, &s)
+	l.Init(now, &s, nil)
 	return &s
 }
 
@@ -143,7 +145,7 @@ type extBucket struct {
 // newExtBucket returns a new bucket of l at now; l must be valid.
 func newExtBucket(l Limit, now int64) *extBucket {
 	b := &extBucket{ext: make([]int64, l.ExtWords())}
-	l.InitExt(now, &b.s, b.ext)
+	l.Init(now, &b.s, b.ext)
 	return b
 }
 
@@ -169,14 +171,14 @@ func (b *extBucket) equal(c *extBucket) bool {
 type extOp uint8
 
 const (
-	opDecide  extOp = iota // DecideExt with cost n
-	opPeek                 // PeekExt
-	opRefund               // DecideRefundExt with amount n
+	opDecide  extOp = iota // Decide with cost n
+	opPeek                 // Peek
+	opRefund               // DecideRefund with amount n
 	opAcquire              // AcquireLease under id n, wanting lease n if allowed, else 0
 	opRelease              // ReleaseLease of lease n, wanting it released iff changed
 )
 
-var extOpNames = [...]string{"DecideExt", "PeekExt", "DecideRefundExt", "AcquireLease", "ReleaseLease"}
+var extOpNames = [...]string{"Decide", "Peek", "DecideRefund", "AcquireLease", "ReleaseLease"}
 
 // extStep is one step of a script for an extended algorithm: op at time at
 // with argument n, the Decision wanted (its Limit is filled in by runExt)
@@ -194,11 +196,11 @@ type extStep struct {
 func (b *extBucket) do(l *Limit, op extOp, at, n int64) (d Decision, changed bool, lease int64) {
 	switch op {
 	case opDecide:
-		changed = l.DecideExt(at, &b.s, b.ext, n, 0, &d)
+		changed = l.Decide(at, &b.s, b.ext, n, 0, &d)
 	case opPeek:
-		l.PeekExt(at, &b.s, b.ext, &d)
+		l.Peek(at, &b.s, b.ext, &d)
 	case opRefund:
-		changed = l.DecideRefundExt(at, &b.s, b.ext, n, 0, &d)
+		changed = l.DecideRefund(at, &b.s, b.ext, n, 0, &d)
 	case opAcquire:
 		lease, changed = l.AcquireLease(at, &b.s, b.ext, n, &d)
 	case opRelease:
@@ -246,8 +248,8 @@ func runExt(t *testing.T, l Limit, b *extBucket, steps []extStep) {
 // checkExtSum reports a bucket whose word 1 is not its extension's ExtSum.
 func checkExtSum(t *testing.T, b *extBucket) {
 	t.Helper()
-	if sum := ExtSum(b.ext); b.s[1] != sum {
-		t.Fatalf("state %v: word 1 is not ExtSum(ext) = %d; ext %v", b.s, sum, b.ext)
+	if sum := vocab.BlockSum(b.ext); b.s[1] != sum {
+		t.Fatalf("state %v: word 1 is not vocab.BlockSum(ext) = %d; ext %v", b.s, sum, b.ext)
 	}
 }
 
@@ -260,24 +262,24 @@ type extModel interface {
 	String() string
 }
 
-// modelStep runs one operation, drawn from r (mostly DecideExt, else
-// PeekExt or DecideRefundExt), on b and on m at now with cost, and fails
+// modelStep runs one operation, drawn from r (mostly Decide, else
+// Peek or DecideRefund), on b and on m at now with cost, and fails
 // unless they agree exactly and b's word 1 is still its ExtSum.
 func modelStep(t *testing.T, r *rand.Rand, l *Limit, b *extBucket, m extModel, now, cost int64, where string) {
 	t.Helper()
 	var got, want Decision
-	op := "DecideExt"
+	op := "Decide"
 	switch r.IntN(8) {
 	case 0:
-		op = "PeekExt"
-		l.PeekExt(now, &b.s, b.ext, &got)
+		op = "Peek"
+		l.Peek(now, &b.s, b.ext, &got)
 		want = m.peek(now)
 	case 1:
-		op = "DecideRefundExt"
-		l.DecideRefundExt(now, &b.s, b.ext, cost, 0, &got)
+		op = "DecideRefund"
+		l.DecideRefund(now, &b.s, b.ext, cost, 0, &got)
 		want = m.refund(now, cost)
 	default:
-		l.DecideExt(now, &b.s, b.ext, cost, 0, &got)
+		l.Decide(now, &b.s, b.ext, cost, 0, &got)
 		want = m.decide(now, cost)
 	}
 	if got != want {

@@ -3,65 +3,43 @@ package bucket
 import (
 	"fmt"
 	"math/bits"
-	"strconv"
+
+	"github.com/sluicehq/sluice/vocab"
 )
 
-// Algorithm names a limiter algorithm. The zero value, Invalid, is never
-// valid. Algorithm values are stable: they may be stored and sent on the wire.
-type Algorithm uint8
+// Algorithm names a limiter algorithm (package vocab holds the enum and
+// its names). The zero value, Invalid, is never valid. Algorithm values are
+// stable: they may be stored and sent on the wire.
+type Algorithm = vocab.Algorithm
 
 // The algorithms. See the package documentation for their semantics and the
 // layout of their State.
 const (
-	Invalid        Algorithm = iota // never valid; the zero value
-	TokenBucket                     // "token_bucket": smyte/ratelimit's discrete-refill token bucket
-	GCRA                            // "gcra": redis-cell's generic cell rate algorithm
-	FixedWindow                     // "fixed_window": a counter per epoch-aligned window
-	SlidingWindow                   // "sliding_window": two-window weighted counter
-	Pacer                           // "pacer": leaky bucket as a queue; replies carry a delay
-	SlidingLog                      // "sliding_log": exact rolling window over a log of admissions
-	WindowCounters                  // "window_counters": sub-window counters summed over the last window
-	Concurrency                     // "concurrency": leases held at once, released or expiring
+	Invalid        = vocab.Invalid
+	TokenBucket    = vocab.TokenBucket
+	GCRA           = vocab.GCRA
+	FixedWindow    = vocab.FixedWindow
+	SlidingWindow  = vocab.SlidingWindow
+	Pacer          = vocab.Pacer
+	SlidingLog     = vocab.SlidingLog
+	WindowCounters = vocab.WindowCounters
+	Concurrency    = vocab.Concurrency
 
-	numAlgorithms // one past the last valid Algorithm
+	numAlgorithms = vocab.NumAlgorithms // one past the last valid Algorithm
 )
-
-var algorithmNames = [numAlgorithms]string{
-	Invalid:        "invalid",
-	TokenBucket:    "token_bucket",
-	GCRA:           "gcra",
-	FixedWindow:    "fixed_window",
-	SlidingWindow:  "sliding_window",
-	Pacer:          "pacer",
-	SlidingLog:     "sliding_log",
-	WindowCounters: "window_counters",
-	Concurrency:    "concurrency",
-}
-
-// String returns the algorithm's name as used in configuration and on the
-// wire ("token_bucket", ...), "invalid" for Invalid, and "algorithm(N)" for a
-// value outside the enum.
-func (a Algorithm) String() string {
-	if a < numAlgorithms {
-		return algorithmNames[a]
-	}
-	return "algorithm(" + strconv.Itoa(int(a)) + ")"
-}
 
 // ParseAlgorithm returns the Algorithm named s, which must be one of the
 // names String returns for a valid algorithm, in lower case. Otherwise it
 // returns Invalid and an error wrapping ErrUnknownAlgorithm.
 func ParseAlgorithm(s string) (Algorithm, error) {
-	for a := TokenBucket; a < numAlgorithms; a++ {
-		if algorithmNames[a] == s {
-			return a, nil
-		}
+	if a := vocab.Named(s); a != Invalid {
+		return a, nil
 	}
 	return Invalid, fmt.Errorf("%w: %q", ErrUnknownAlgorithm, s)
 }
 
 // StateWords is the number of int64 words of a State.
-const StateWords = 3
+const StateWords = vocab.StateWords
 
 // State is an algorithm's words inside a slot. Their meaning depends on the
 // Limit's algorithm; the package documentation gives each layout. Words an
@@ -71,7 +49,7 @@ const StateWords = 3
 // word 0 for the algorithm, word 1 the extension's checksum ExtSum, and
 // word 2 the table's, never read or written here.
 //
-// The zero State is not a new bucket: use Limit.Init (Limit.InitExt). Every
+// The zero State is not a new bucket: use Limit.Init. Every
 // method accepts any State, and any extension, including words torn or
 // corrupted on disk, without panicking; out-of-range counts are clamped
 // when read.
@@ -344,37 +322,13 @@ func (l *Limit) Identity() [3]int64 {
 	return [3]int64{}
 }
 
-// Decision is the outcome of a request. Durations are nanoseconds.
-type Decision struct {
-	// Allowed reports whether the request may proceed (for the pacer: after
-	// waiting Delay).
-	Allowed bool
-	// Remaining is, for most algorithms, how many more cost-1 requests
-	// would be allowed right now after this one. token_bucket: the tokens
-	// left after the request if allowed, the tokens available if denied;
-	// with Smyte, the tokens available before the deduction; concurrency:
-	// the entries free for a lease. Always in [0, Limit].
-	Remaining int64
-	// Limit is the largest Remaining can be: token_bucket, fixed_window,
-	// sliding_window, sliding_log, window_counters, concurrency: Max; gcra:
-	// Burst+1; pacer: MaxDelay/interval + 1.
-	Limit int64
-	// RetryAfter is the time until this same request would be allowed with
-	// no other traffic: -1 if it is allowed, -1 if it can never be (cost
-	// above the limit's capacity; gcra or pacer state that would pass
-	// math.MaxInt64); otherwise >= 1, saturating at math.MaxInt64.
-	RetryAfter int64
-	// ResetAfter is the time until the bucket is back to its fresh state
-	// with no other traffic: max(FreshAt-now, 0), so 0 for a fresh bucket.
-	ResetAfter int64
-	// Delay is, for the pacer, the time the caller must wait before acting
-	// (0 when denied); 0 for the other algorithms.
-	Delay int64
-}
+// Decision is the outcome of a request (package vocab's, which every
+// protocol carries). Durations are nanoseconds.
+type Decision = vocab.Decision
 
-// reset sets every field of d for a new decision: denied, nothing
+// resetDecision sets every field of d for a new decision: denied, nothing
 // remaining, the given limit, no retry. Field by field, so d stays in place.
-func (d *Decision) reset(limit int64) {
+func resetDecision(d *Decision, limit int64) {
 	d.Allowed = false
 	d.Remaining = 0
 	d.Limit = limit

@@ -176,11 +176,11 @@ func TestIdentity(t *testing.T) {
 // broken invariant of the caller.
 func TestInvalidAlgorithmPanics(t *testing.T) {
 	for name, f := range map[string]func(l *Limit, s *State){
-		"Init":    func(l *Limit, s *State) { l.Init(0, s) },
-		"Drained": func(l *Limit, s *State) { l.Drained(0, s) },
+		"Init":    func(l *Limit, s *State) { l.Init(0, s, nil) },
+		"Drained": func(l *Limit, s *State) { l.Drained(0, s, nil) },
 		"Apply":   func(l *Limit, s *State) { l.Apply(0, s, 1, 0) },
 		"Refund":  func(l *Limit, s *State) { l.Refund(0, s, 1, 0) },
-		"FreshAt": func(l *Limit, s *State) { l.FreshAt(s) },
+		"FreshAt": func(l *Limit, s *State) { l.FreshAt(s, nil) },
 	} {
 		func() {
 			defer func() {
@@ -200,13 +200,13 @@ func TestAllocs(t *testing.T) {
 		now := t0
 		allocs := testing.AllocsPerRun(1000, func() {
 			now += 7 * ms
-			l.Init(now, &s)
+			l.Init(now, &s, nil)
 			l.Apply(now, &s, 3, Strict)
 			l.Apply(now, &s, 100, Smyte) // denied
 			l.Apply(now, &s, 0, 0)
 			l.Refund(now, &s, 1, 0)
-			l.FreshAt(&s)
-			l.Drained(now, &s)
+			l.FreshAt(&s, nil)
+			l.Drained(now, &s, nil)
 			l.Apply(now, &s, 1, 0)
 		})
 		if allocs != 0 {

@@ -47,7 +47,7 @@ func (l *Limit) applyPacer(now int64, s *State, cost int64, d *Decision) bool {
 	i := l.pacerInterval()
 	next := s[pacerNext]
 	delay := max(satSub(next, now), 0)
-	d.reset(l.pacerRemaining(0, i))
+	resetDecision(d, l.pacerRemaining(0, i))
 	changed := false
 	newNext, fits := addMul(max(next, now), cost, i)
 	switch {

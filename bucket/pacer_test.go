@@ -105,7 +105,7 @@ func TestPacerExtremes(t *testing.T) {
 func TestPacerRefundAndDrained(t *testing.T) {
 	l := Limit{Algorithm: Pacer, Count: 4, Period: sec, MaxDelay: 500 * ms}
 	var s State
-	l.Drained(t0, &s)
+	l.Drained(t0, &s, nil)
 	run(t, l, &s, []step{
 		// As if a request had just taken the slot at the longest delay.
 		{t0, 1, 0, deny(0, 250*ms, 750*ms), false},

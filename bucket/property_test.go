@@ -57,7 +57,7 @@ type request struct{ at, cost, took, slot int64 }
 
 func traffic(r *rand.Rand, l Limit, f Flags, n int, backwards bool) (s State, reqs []request, start, latest int64) {
 	start = t0 + r.Int64N(span(l))
-	l.Init(start, &s)
+	l.Init(start, &s, nil)
 	now, latest := start, start
 	for range n {
 		now += r.Int64N(2 * span(l) / max(1, l.Count))
@@ -277,7 +277,7 @@ func TestFreshAtNeverEarly(t *testing.T) {
 			l := randomLimit(r, a)
 			f := Flags(r.IntN(4))
 			s, _, _, latest := traffic(r, l, f, 1+r.IntN(40), true)
-			fresh := l.FreshAt(&s)
+			fresh := l.FreshAt(&s, nil)
 			at, exact := fresh, true
 			if fresh == minI64 {
 				at, exact = latest, false

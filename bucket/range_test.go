@@ -94,7 +94,7 @@ func TestNeverWedges(t *testing.T) {
 			}
 			now := wide(r, 0, MaxTime)
 			var s State
-			l.Init(now, &s)
+			l.Init(now, &s, nil)
 			for i := range steps {
 				switch r.IntN(5) {
 				case 0: // same instant
@@ -173,7 +173,7 @@ func TestExtNeverWedges(t *testing.T) {
 				if a == Concurrency {
 					l.AcquireLease(at, &c.s, c.ext, at, &d)
 				} else {
-					l.DecideExt(at, &c.s, c.ext, cost, 0, &d)
+					l.Decide(at, &c.s, c.ext, cost, 0, &d)
 				}
 				return d
 			}
@@ -195,7 +195,7 @@ func TestExtNeverWedges(t *testing.T) {
 				}
 				if r.IntN(6) == 0 {
 					var d Decision
-					l.DecideRefundExt(now, &b.s, b.ext, cost, 0, &d)
+					l.DecideRefund(now, &b.s, b.ext, cost, 0, &d)
 					continue
 				}
 				before := b.clone()
@@ -213,7 +213,7 @@ func TestExtNeverWedges(t *testing.T) {
 					}
 				}
 				var p Decision
-				l.PeekExt(now, &b.s, b.ext, &p)
+				l.Peek(now, &b.s, b.ext, &p)
 				if one := request(b.clone(), now, 1); p.Remaining > 0 && !one.Allowed {
 					t.Fatalf("seed %d step %d %v %+v: Remaining %d at %d but a cost of 1 is denied: %+v (state %v %v)",
 						seed, i, a, l, p.Remaining, now, one, b.s, b.ext)

@@ -111,7 +111,7 @@ func (l *Limit) logReport(now int64, ext []int64, head, fill int, d *Decision) {
 func (l *Limit) applySlidingLog(now int64, s *State, ext []int64, cost int64, d *Decision) bool {
 	n := len(ext)
 	head, fill := logRing(s, n)
-	d.reset(l.Max)
+	resetDecision(d, l.Max)
 	l.logVerdict(now, ext, head, fill, cost, d)
 	changed := false
 	if d.Allowed && cost > 0 { // cost <= Max = n
@@ -139,7 +139,7 @@ func (l *Limit) applySlidingLog(now int64, s *State, ext []int64, cost int64, d 
 // peekSlidingLog: Allowed and RetryAfter for cost 1, the rest for cost 0.
 func (l *Limit) peekSlidingLog(now int64, s *State, ext []int64, d *Decision) {
 	head, fill := logRing(s, len(ext))
-	d.reset(l.Max)
+	resetDecision(d, l.Max)
 	l.logVerdict(now, ext, head, fill, 1, d)
 	l.logReport(now, ext, head, fill, d)
 }

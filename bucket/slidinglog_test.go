@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/sluicehq/sluice/vocab"
 )
 
 func TestSlidingLog(t *testing.T) {
@@ -30,7 +32,7 @@ func TestSlidingLog(t *testing.T) {
 		{opDecide, t0 + 900*ms, 1, allow(1, 1100*ms), true},
 		{opRefund, t0 + 5*sec, 1, allow(3, 0), false}, // nothing in the window
 	})
-	if want := (State{2<<32 | 2, ExtSum(b.ext), 0}); b.s != want {
+	if want := (State{2<<32 | 2, vocab.BlockSum(b.ext), 0}); b.s != want {
 		t.Errorf("state = %v, want %v", b.s, want)
 	}
 	if want := []int64{t0 + sec, t0 + sec, t0 + 1100*ms}; !(&extBucket{b.s, b.ext}).equal(&extBucket{b.s, want}) {
@@ -61,7 +63,7 @@ func TestSlidingLogExtremes(t *testing.T) {
 	// The drained log passes nothing before now+Window.
 	l = Limit{Algorithm: SlidingLog, Max: 5, Window: sec}
 	b := newExtBucket(l, t0)
-	l.DrainedExt(t0, &b.s, b.ext)
+	l.Drained(t0, &b.s, b.ext)
 	checkExtSum(t, b)
 	runExt(t, l, b, []extStep{
 		{opPeek, t0, 0, deny(0, sec, sec), false},
@@ -164,7 +166,7 @@ func logEdges(r *rand.Rand) Limit {
 	return l
 }
 
-// TestSlidingLogModel: DecideExt, PeekExt and DecideRefundExt agree exactly
+// TestSlidingLogModel: Decide, Peek and DecideRefund agree exactly
 // with the model (allowed, remaining, retry_after, reset_after) over random
 // costs, gaps, clock steps backwards and refunds, at times near 0 and near
 // MaxTime, and word 1 stays the extension's ExtSum.
@@ -217,7 +219,7 @@ func TestSlidingLogExact(t *testing.T) {
 			now += r.Int64N(l.Window/max(1, l.Max)+1) - r.Int64N(l.Window/(4*max(1, l.Max))+1)
 			cost := r.Int64N(l.Max + 1)
 			var d Decision
-			l.DecideExt(now, &b.s, b.ext, cost, 0, &d)
+			l.Decide(now, &b.s, b.ext, cost, 0, &d)
 			if !d.Allowed || cost == 0 {
 				continue
 			}

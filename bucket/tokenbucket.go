@@ -64,7 +64,7 @@ func (l *Limit) applyTokenBucket(now int64, s *State, cost int64, f Flags, d *De
 		s[tbAmount], s[tbRefilledAt] = amount, at
 	}
 
-	d.reset(l.Max)
+	resetDecision(d, l.Max)
 	d.Allowed, d.Remaining = allowed, amount
 	if f&Smyte != 0 {
 		d.Remaining = adjusted

@@ -256,7 +256,7 @@ func TestTokenBucketRefund(t *testing.T) {
 func TestTokenBucketDrained(t *testing.T) {
 	l := Limit{Algorithm: TokenBucket, Max: 3, RefillTime: sec, RefillAmount: 1}
 	var s State
-	l.Drained(t0, &s)
+	l.Drained(t0, &s, nil)
 	run(t, l, &s, []step{
 		{t0, 1, 0, deny(0, sec, 3*sec), false},
 		{t0 + sec, 1, 0, allow(0, 3*sec), true},

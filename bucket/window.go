@@ -27,7 +27,7 @@ func (l *Limit) fixedWindow(now int64, s *State) (start, count int64) {
 
 func (l *Limit) applyFixedWindow(now int64, s *State, cost int64, d *Decision) bool {
 	start, count := l.fixedWindow(now, s)
-	d.reset(l.Max)
+	resetDecision(d, l.Max)
 	changed := false
 	if cost <= l.Max-count { // count >= 0: no overflow
 		d.Allowed = true
@@ -110,7 +110,7 @@ func (l *Limit) slidingPassesFrom(prev, curr, cost int64) (int64, bool) {
 
 func (l *Limit) applySlidingWindow(now int64, s *State, cost int64, d *Decision) bool {
 	start, prev, curr, elapsed := l.slidingWindow(now, s)
-	d.reset(l.Max)
+	resetDecision(d, l.Max)
 	changed := false
 	if l.slidingPasses(prev, curr, elapsed, cost) {
 		d.Allowed = true

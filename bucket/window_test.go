@@ -88,7 +88,7 @@ func TestFixedWindowExtremes(t *testing.T) {
 func TestFixedWindowRefundAndDrained(t *testing.T) {
 	l := Limit{Algorithm: FixedWindow, Max: 3, Window: sec}
 	var s State
-	l.Drained(t0+100*ms, &s)
+	l.Drained(t0+100*ms, &s, nil)
 	run(t, l, &s, []step{{t0 + 100*ms, 1, 0, deny(0, 900*ms, 900*ms), false}})
 	for _, tt := range []struct {
 		at, amount int64
@@ -178,7 +178,7 @@ func TestSlidingWindowExtremes(t *testing.T) {
 func TestSlidingWindowRefundAndDrained(t *testing.T) {
 	l := Limit{Algorithm: SlidingWindow, Max: 4, Window: sec}
 	var s State
-	l.Drained(t0+500*ms, &s)
+	l.Drained(t0+500*ms, &s, nil)
 	if s != (State{t0, 0, 4}) {
 		t.Fatalf("Drained = %v", s)
 	}

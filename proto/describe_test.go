@@ -169,7 +169,7 @@ func flagNames(v uint64) string {
 
 // limit describes a limit's 25 bytes.
 func (d *describer) limit(p string) {
-	alg := Algorithm(d.uint(1, p+"algorithm", func(v uint64) string { return Algorithm(v).String() }))
+	alg := Algorithm(d.uint(1, p+"algorithm", algorithmName))
 	for i := range 3 {
 		name, meaning := wireParam(alg, i)
 		d.i64(p+name, meaning)
@@ -183,7 +183,7 @@ func wireParam(alg Algorithm, i int) (string, func(int64) string) {
 	var names []string
 	var kind paramKind
 	if alg.Valid() {
-		for _, sp := range algorithms[alg].params {
+		for _, sp := range specParams[alg] {
 			if sp.p == i {
 				names, kind = append(names, sp.name), sp.kind
 			}
@@ -294,7 +294,7 @@ func (d *describer) result(p string) {
 		n := int(d.uint(2, p+"n", nil))
 		for i := 0; i < n && d.ok; i++ {
 			q := fmt.Sprintf("%sentry[%d].", p, i)
-			d.uint(1, q+"algorithm", func(v uint64) string { return Algorithm(v).String() })
+			d.uint(1, q+"algorithm", algorithmName)
 			d.i64(q+"fresh_at", unixTime)
 			d.key(q, "keylen", "key")
 		}
@@ -310,4 +310,13 @@ func (d *describer) result(p string) {
 	default:
 		d.note("unknown opcode in an OK result: its body cannot be located")
 	}
+}
+
+// algorithmName is an algorithm byte as the vectors describe it: its name,
+// or "algorithm(N)" for a value that names none (0 included).
+func algorithmName(v uint64) string {
+	if a := Algorithm(v); a.Valid() {
+		return a.String()
+	}
+	return "algorithm(" + strconv.FormatUint(v, 10) + ")"
 }

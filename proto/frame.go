@@ -4,19 +4,21 @@ import (
 	"encoding/binary"
 	"math"
 	"strconv"
+
+	"github.com/sluicehq/sluice/vocab"
 )
 
 // Protocol constants. doc.go gives their meaning on the wire.
 const (
-	Version       = 4       // the version this package speaks: the version byte of the frames it begins
-	MinVersion    = 1       // the oldest version a peer of this package still reads and answers
-	HeaderLen     = 12      // bytes of the frame header, the length field included
-	MaxFrameLen   = 1 << 20 // the largest length field: bytes after it, header rest and body
-	MaxBatch      = 256     // the most operations (or results) in one frame
-	MaxKeyLen     = 1024    // the longest key or scan prefix, in bytes
-	MaxMulti      = 16      // the most items in one MULTI
-	MaxMessageLen = 1024    // the longest error message of a result, in bytes
-	MaxScanCount  = 1000    // the largest count of a SCAN
+	Version       = 4               // the version this package speaks: the version byte of the frames it begins
+	MinVersion    = 1               // the oldest version a peer of this package still reads and answers
+	HeaderLen     = 12              // bytes of the frame header, the length field included
+	MaxFrameLen   = 1 << 20         // the largest length field: bytes after it, header rest and body
+	MaxBatch      = vocab.MaxBatch  // the most operations (or results) in one frame
+	MaxKeyLen     = vocab.MaxKeyLen // the longest key or scan prefix, in bytes
+	MaxMulti      = vocab.MaxMulti  // the most items in one MULTI
+	MaxMessageLen = 1024            // the longest error message of a result, in bytes
+	MaxScanCount  = 1000            // the largest count of a SCAN
 )
 
 // Header field offsets, from the start of the frame.

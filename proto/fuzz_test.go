@@ -204,7 +204,7 @@ func FuzzLimitString(f *testing.F) {
 	f.Add(uint8(Pacer), int64(1<<63-1), int64(1), int64(1<<63-1))
 	f.Add(uint8(WindowCounters), int64(100), int64(3600e9), int64(60|CountDeniedBit))
 	f.Fuzz(func(t *testing.T, alg uint8, p0, p1, p2 int64) {
-		l := Limit{Algorithm: Algorithm(alg%(numAlgorithms-1) + 1), P: [3]int64{p0 & (1<<63 - 1), p1 & (1<<63 - 1), p2 & (1<<63 - 1)}}
+		l := Limit{Algorithm: Algorithm(alg)%(numAlgorithms-1) + 1, P: [3]int64{p0 & (1<<63 - 1), p1 & (1<<63 - 1), p2 & (1<<63 - 1)}}
 		switch l.Algorithm {
 		case FixedWindow, SlidingWindow, SlidingLog, Concurrency:
 			l.P[2] = 0

@@ -305,29 +305,29 @@ func sampleOps() []Op {
 func sampleResults() []Result {
 	ds := make([]Decision, MaxMulti)
 	for i := range ds {
-		ds[i] = Decision{i%2 == 0, int64(i), 16, -1, int64(i) * sec, 0}
+		ds[i] = Decision{Allowed: i%2 == 0, Remaining: int64(i), Limit: 16, RetryAfter: -1, ResetAfter: int64(i) * sec, Delay: 0}
 	}
 	long := strings.Repeat("k", MaxKeyLen)
 	rs := []Result{
 		{Code: OpHello, Hello: testHello},
 		{Code: OpPing},
-		decisionResult(OpAcquire, Decision{true, 9, 10, -1, 3600 * sec, 0}),
-		{Code: OpAcquire, ShadowDenied: true, Decision: Decision{true, 0, 10, -1, 3600 * sec, 0}},
-		{Code: OpAcquire, Outage: OutageClosed, Decision: Decision{false, 0, 10, 5e6, 0, 0}},
-		{Code: OpPeek, Outage: OutageLocal, Decision: Decision{true, 2, 3, -1, 3600 * sec, 0}},
-		{Code: OpAcquire, ShadowDenied: true, Outage: OutageLocal, Decision: Decision{true, 0, 3, -1, 3600 * sec, 0}},
-		{Code: OpAcquire, FailsClosed: true, Decision: Decision{true, 9, 10, -1, 3600 * sec, 0}},
-		{Code: OpRefund, Outage: OutageClosed, FailsClosed: true, Decision: Decision{false, 0, 10, 5e6, 0, 0}},
-		{Code: OpAcquire, ShadowDenied: true, Outage: OutageClosed, FailsClosed: true, Decision: Decision{true, 0, 3, -1, 0, 0}},
-		decisionResult(OpPeek, Decision{false, 0, 5, 1 << 62, -1 << 63, 1<<63 - 1}),
-		decisionResult(OpRefund, Decision{true, 50, 100, -1, 42 * sec, 0}),
+		decisionResult(OpAcquire, Decision{Allowed: true, Remaining: 9, Limit: 10, RetryAfter: -1, ResetAfter: 3600 * sec, Delay: 0}),
+		{Code: OpAcquire, ShadowDenied: true, Decision: Decision{Allowed: true, Remaining: 0, Limit: 10, RetryAfter: -1, ResetAfter: 3600 * sec, Delay: 0}},
+		{Code: OpAcquire, Outage: OutageClosed, Decision: Decision{Allowed: false, Remaining: 0, Limit: 10, RetryAfter: 5e6, ResetAfter: 0, Delay: 0}},
+		{Code: OpPeek, Outage: OutageLocal, Decision: Decision{Allowed: true, Remaining: 2, Limit: 3, RetryAfter: -1, ResetAfter: 3600 * sec, Delay: 0}},
+		{Code: OpAcquire, ShadowDenied: true, Outage: OutageLocal, Decision: Decision{Allowed: true, Remaining: 0, Limit: 3, RetryAfter: -1, ResetAfter: 3600 * sec, Delay: 0}},
+		{Code: OpAcquire, FailsClosed: true, Decision: Decision{Allowed: true, Remaining: 9, Limit: 10, RetryAfter: -1, ResetAfter: 3600 * sec, Delay: 0}},
+		{Code: OpRefund, Outage: OutageClosed, FailsClosed: true, Decision: Decision{Allowed: false, Remaining: 0, Limit: 10, RetryAfter: 5e6, ResetAfter: 0, Delay: 0}},
+		{Code: OpAcquire, ShadowDenied: true, Outage: OutageClosed, FailsClosed: true, Decision: Decision{Allowed: true, Remaining: 0, Limit: 3, RetryAfter: -1, ResetAfter: 0, Delay: 0}},
+		decisionResult(OpPeek, Decision{Allowed: false, Remaining: 0, Limit: 5, RetryAfter: 1 << 62, ResetAfter: -1 << 63, Delay: 1<<63 - 1}),
+		decisionResult(OpRefund, Decision{Allowed: true, Remaining: 50, Limit: 100, RetryAfter: -1, ResetAfter: 42 * sec, Delay: 0}),
 		{Code: OpReset, Existed: true}, {Code: OpReset},
-		leaseResult(Decision{true, 9, 10, -1, 30 * sec, 0}, 7),
-		leaseResult(Decision{false, 0, 10, 12 * sec, 30 * sec, 0}, 0),
-		leaseResult(Decision{true, 0, 1 << 62, -1, 0, 0}, 1<<64-1),
-		releaseResult(true, Decision{true, 10, 10, -1, 0, 0}),
-		releaseResult(false, Decision{false, 0, 3, 5 * sec, 9 * sec, 0}),
-		multiResult(true, Decision{true, 9, 10, -1, 3600 * sec, 0}, Decision{true, 2, 5, -1, 3 * sec, 0}),
+		leaseResult(Decision{Allowed: true, Remaining: 9, Limit: 10, RetryAfter: -1, ResetAfter: 30 * sec, Delay: 0}, 7),
+		leaseResult(Decision{Allowed: false, Remaining: 0, Limit: 10, RetryAfter: 12 * sec, ResetAfter: 30 * sec, Delay: 0}, 0),
+		leaseResult(Decision{Allowed: true, Remaining: 0, Limit: 1 << 62, RetryAfter: -1, ResetAfter: 0, Delay: 0}, 1<<64-1),
+		releaseResult(true, Decision{Allowed: true, Remaining: 10, Limit: 10, RetryAfter: -1, ResetAfter: 0, Delay: 0}),
+		releaseResult(false, Decision{Allowed: false, Remaining: 0, Limit: 3, RetryAfter: 5 * sec, ResetAfter: 9 * sec, Delay: 0}),
+		multiResult(true, Decision{Allowed: true, Remaining: 9, Limit: 10, RetryAfter: -1, ResetAfter: 3600 * sec, Delay: 0}, Decision{Allowed: true, Remaining: 2, Limit: 5, RetryAfter: -1, ResetAfter: 3 * sec, Delay: 0}),
 		multiResult(false, ds...),
 		scanResult(4096, entryView{TokenBucket, t0 + 3600*sec, "login:alice"}, entryView{Pacer, t0, long}),
 		scanResult(0),

@@ -7,27 +7,29 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/vocab"
 )
 
 // Algorithm names a limiter algorithm on the wire: the first byte of a
-// limit. The zero value is invalid. The values are those of package
-// bucket, which proto does not import.
-type Algorithm uint8
+// limit. The zero value is invalid. It is package vocab's enum, which
+// package bucket's algorithms share.
+type Algorithm = vocab.Algorithm
 
 // The algorithms, with their parameters P[0], P[1], P[2] (durations in
 // nanoseconds). Those from SlidingLog on are version 3's: a frame of an
-// earlier version may not carry them.
+// earlier version may not carry them (Algorithm.ValidIn).
 const (
-	TokenBucket    Algorithm = 1 // max, refill_time, refill_amount
-	GCRA           Algorithm = 2 // burst, count, period
-	FixedWindow    Algorithm = 3 // limit, window, 0
-	SlidingWindow  Algorithm = 4 // limit, window, 0
-	Pacer          Algorithm = 5 // rate, period, max_delay
-	SlidingLog     Algorithm = 6 // limit, window, 0 (version 3)
-	WindowCounters Algorithm = 7 // limit, window, counters | count_denied<<8 (version 3)
-	Concurrency    Algorithm = 8 // limit, lease, 0 (version 3)
+	TokenBucket    = vocab.TokenBucket    // max, refill_time, refill_amount
+	GCRA           = vocab.GCRA           // burst, count, period
+	FixedWindow    = vocab.FixedWindow    // limit, window, 0
+	SlidingWindow  = vocab.SlidingWindow  // limit, window, 0
+	Pacer          = vocab.Pacer          // rate, period, max_delay
+	SlidingLog     = vocab.SlidingLog     // limit, window, 0 (version 3)
+	WindowCounters = vocab.WindowCounters // limit, window, counters | count_denied<<8 (version 3)
+	Concurrency    = vocab.Concurrency    // limit, lease, 0 (version 3)
 
-	numAlgorithms = 9 // one past the last Algorithm
+	numAlgorithms = vocab.NumAlgorithms // one past the last Algorithm
 )
 
 // A window_counters limit's P[2] packs two parameters: the number of
@@ -64,55 +66,28 @@ type specParam struct {
 	optional bool
 }
 
-// algorithmInfo is an algorithm's name and its spec's parameters, in
-// canonical order (wire order).
-type algorithmInfo struct {
-	name   string
-	params []specParam
-}
-
-var algorithms = [numAlgorithms]algorithmInfo{
-	TokenBucket: {"token_bucket", []specParam{
-		{"max", 0, intParam, false}, {"refill_time", 1, durationParam, false}, {"refill_amount", 2, intParam, true}}},
-	GCRA: {"gcra", []specParam{
-		{"burst", 0, intParam, false}, {"count", 1, intParam, false}, {"period", 2, durationParam, false}}},
-	FixedWindow:   {"fixed_window", windowParams},
-	SlidingWindow: {"sliding_window", windowParams},
-	Pacer: {"pacer", []specParam{
-		{"rate", 0, intParam, false}, {"period", 1, durationParam, false}, {"max_delay", 2, durationParam, false}}},
-	SlidingLog: {"sliding_log", windowParams},
-	WindowCounters: {"window_counters", []specParam{
+// specParams are each algorithm's spec parameters, in canonical order
+// (wire order).
+var specParams = [numAlgorithms][]specParam{
+	TokenBucket: {
+		{"max", 0, intParam, false}, {"refill_time", 1, durationParam, false}, {"refill_amount", 2, intParam, true}},
+	GCRA: {
+		{"burst", 0, intParam, false}, {"count", 1, intParam, false}, {"period", 2, durationParam, false}},
+	FixedWindow:   windowParams,
+	SlidingWindow: windowParams,
+	Pacer: {
+		{"rate", 0, intParam, false}, {"period", 1, durationParam, false}, {"max_delay", 2, durationParam, false}},
+	SlidingLog: windowParams,
+	WindowCounters: {
 		{"limit", 0, intParam, false}, {"window", 1, durationParam, false},
-		{"counters", 2, countersParam, true}, {"count_denied", 2, boolParam, true}}},
-	Concurrency: {"concurrency", []specParam{
-		{"limit", 0, intParam, false}, {"lease", 1, durationParam, false}}},
+		{"counters", 2, countersParam, true}, {"count_denied", 2, boolParam, true}},
+	Concurrency: {
+		{"limit", 0, intParam, false}, {"lease", 1, durationParam, false}},
 }
 
 // windowParams are the parameters of fixed_window, sliding_window and
 // sliding_log.
 var windowParams = []specParam{{"limit", 0, intParam, false}, {"window", 1, durationParam, false}}
-
-// Valid reports whether a is one of the algorithms of this version
-// (Version).
-func (a Algorithm) Valid() bool { return a >= TokenBucket && a < numAlgorithms }
-
-// ValidIn reports whether a is one of the algorithms of protocol version v:
-// 1..5 (TokenBucket..Pacer) in versions 1 and 2, 1..8 from version 3.
-func (a Algorithm) ValidIn(v uint8) bool {
-	if v < 3 {
-		return a >= TokenBucket && a <= Pacer
-	}
-	return a.Valid()
-}
-
-// String returns the algorithm's name in limit specs ("token_bucket", ...),
-// or "algorithm(N)" for a value outside the enum.
-func (a Algorithm) String() string {
-	if a.Valid() {
-		return algorithms[a].name
-	}
-	return "algorithm(" + strconv.Itoa(int(a)) + ")"
-}
 
 // ParseAlgorithm returns the algorithm named s, one of the names String
 // returns for a valid algorithm, in lower case; otherwise an error wrapping
@@ -125,14 +100,7 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 }
 
 // algorithmNamed returns the algorithm named s, or 0.
-func algorithmNamed(s string) Algorithm {
-	for a := TokenBucket; a < numAlgorithms; a++ {
-		if algorithms[a].name == s {
-			return a
-		}
-	}
-	return 0
-}
+func algorithmNamed(s string) Algorithm { return vocab.Named(s) }
 
 // Limit is an algorithm and its three parameters, in the order of the
 // Algorithm constants; durations are nanoseconds and a parameter the
@@ -248,7 +216,11 @@ func (l Limit) String() string {
 		return l.Name
 	}
 	b := make([]byte, 0, 64)
-	b = append(b, l.Algorithm.String()...)
+	if l.Algorithm.Valid() {
+		b = append(b, l.Algorithm.String()...)
+	} else {
+		b = append(b, vocab.Unnamed(l.Algorithm)...)
+	}
 	sep := byte(':')
 	param := func(name string) {
 		b = append(b, sep)
@@ -264,7 +236,7 @@ func (l Limit) String() string {
 		return string(b)
 	}
 	var shown [3]bool // the wire parameters the named ones showed
-	for _, sp := range algorithms[l.Algorithm].params {
+	for _, sp := range specParams[l.Algorithm] {
 		v := l.P[sp.p]
 		switch sp.kind {
 		case intParam:
@@ -335,7 +307,7 @@ func ParseLimit(s string) (Limit, error) {
 	if l.Algorithm == 0 {
 		return fail("unknown algorithm %q", name)
 	}
-	info := &algorithms[l.Algorithm]
+	want := specParams[l.Algorithm]
 	var seen [maxSpecParams]bool
 	shadowSeen := false
 	for hasParams {
@@ -361,22 +333,22 @@ func ParseLimit(s string) (Limit, error) {
 			}
 			continue
 		}
-		i := paramIndex(info, key)
+		i := paramIndex(want, key)
 		if i < 0 {
-			return fail("unknown parameter %q for %s (want %s)", key, info.name, paramList(info))
+			return fail("unknown parameter %q for %s (want %s)", key, l.Algorithm, paramList(want))
 		}
 		if seen[i] {
 			return fail("duplicate parameter %q", key)
 		}
 		seen[i] = true
-		sp := &info.params[i]
+		sp := &want[i]
 		v, err := parseValue(value, sp.kind)
 		if err != "" {
 			return fail("%s: %s", key, err)
 		}
 		l.P[sp.p] |= v // only window_counters' P[2] holds two parameters, in distinct bits
 	}
-	for i, sp := range info.params {
+	for i, sp := range want {
 		switch {
 		case seen[i]:
 		case !sp.optional:
@@ -390,11 +362,11 @@ func ParseLimit(s string) (Limit, error) {
 	return l, nil
 }
 
-// paramIndex returns the index in info.params of the parameter named key,
+// paramIndex returns the index in params of the parameter named key,
 // or -1.
-func paramIndex(info *algorithmInfo, key string) int {
-	for i := range info.params {
-		if info.params[i].name == key {
+func paramIndex(params []specParam, key string) int {
+	for i := range params {
+		if params[i].name == key {
 			return i
 		}
 	}
@@ -402,10 +374,10 @@ func paramIndex(info *algorithmInfo, key string) int {
 }
 
 // paramList returns the algorithm's parameter names for a message.
-func paramList(info *algorithmInfo) string {
-	names := make([]string, len(info.params))
-	for i := range info.params {
-		names[i] = info.params[i].name
+func paramList(params []specParam) string {
+	names := make([]string, len(params))
+	for i := range params {
+		names[i] = params[i].name
 	}
 	return strings.Join(names, ", ")
 }

@@ -145,7 +145,7 @@ func TestParseAlgorithm(t *testing.T) {
 	}
 	names := map[Algorithm]string{TokenBucket: "token_bucket", GCRA: "gcra", FixedWindow: "fixed_window",
 		SlidingWindow: "sliding_window", Pacer: "pacer", SlidingLog: "sliding_log", WindowCounters: "window_counters",
-		Concurrency: "concurrency", 0: "algorithm(0)", 9: "algorithm(9)"}
+		Concurrency: "concurrency", 0: "invalid", 9: "algorithm(9)"}
 	for a, want := range names {
 		if a.String() != want {
 			t.Errorf("Algorithm(%d).String() = %q, want %q", a, a.String(), want)

@@ -5,6 +5,8 @@ import (
 	"math"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/sluicehq/sluice/vocab"
 )
 
 // Result body sizes, not counting the opcode and status bytes.
@@ -21,17 +23,9 @@ const (
 )
 
 // Decision is the outcome of an ACQUIRE, PEEK, REFUND, LEASE or RELEASE,
-// or of one MULTI item. Durations are nanoseconds, -1 where not
-// applicable. It has the fields of bucket.Decision, in the same order, so
-// a server converts one to the other with a type conversion.
-type Decision struct {
-	Allowed    bool  // the request may proceed (for the pacer: after Delay)
-	Remaining  int64 // cost-1 requests still allowed now, in [0, Limit]
-	Limit      int64 // the largest Remaining can be
-	RetryAfter int64 // until this request would be allowed; -1 if allowed or never
-	ResetAfter int64 // until the bucket is back to its fresh state; 0 if fresh
-	Delay      int64 // pacer: the wait before acting; 0 for the other algorithms
-}
+// or of one MULTI item: package vocab's, which the algorithms decide.
+// Durations are nanoseconds, -1 where not applicable.
+type Decision = vocab.Decision
 
 // Outage names the outage policy of a global limit that made a decision
 // because Redis could not answer in time (version 4): bits 2-3 of a

@@ -62,9 +62,9 @@ func TestDecodeResultErrors(t *testing.T) {
 		b := encodeResult(nil, &r)
 		return b[:len(b)-n]
 	}
-	acq := decisionResult(OpAcquire, Decision{true, 1, 2, -1, 0, 0})
-	lea := leaseResult(Decision{true, 1, 2, -1, 0, 0}, 5)
-	rel := releaseResult(true, Decision{true, 2, 2, -1, 0, 0})
+	acq := decisionResult(OpAcquire, Decision{Allowed: true, Remaining: 1, Limit: 2, RetryAfter: -1, ResetAfter: 0, Delay: 0})
+	lea := leaseResult(Decision{Allowed: true, Remaining: 1, Limit: 2, RetryAfter: -1, ResetAfter: 0, Delay: 0}, 5)
+	rel := releaseResult(true, Decision{Allowed: true, Remaining: 2, Limit: 2, RetryAfter: -1, ResetAfter: 0, Delay: 0})
 	mul := multiResult(true, Decision{}, Decision{})
 	sc := scanResult(5, entryView{GCRA, 1, "a"}, entryView{GCRA, 2, "b"})
 	st := statsResult(statView{"a", 1}, statView{"b", 2})

@@ -8,6 +8,8 @@ import (
 	"unsafe"
 
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/sluicehq/sluice/vocab"
 )
 
 // The arena: blocks of 64-byte cells that slots own for state beyond their
@@ -325,28 +327,6 @@ func (t *Table) sweep(now int64, w *Wait) (freed uint64) {
 	return freed
 }
 
-// ExtSum is the checksum of a block's words (format.go). The algorithms
-// (package bucket, which imports nothing of this one) keep it up to date
-// word by word with the same definition; a test of the engine checks that
-// the two agree.
-func ExtSum(w []int64) int64 {
-	var sum uint64
-	for i, v := range w {
-		sum += extMix(uint64(v) ^ uint64(i+1)*0x9E3779B97F4A7C15)
-	}
-	return int64(sum)
-}
-
-// extMix is splitmix64's finalizer.
-func extMix(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xBF58476D1CE4E5B9
-	x ^= x >> 27
-	x *= 0x94D049BB133111EB
-	x ^= x >> 31
-	return x
-}
-
 // recoverArena rebuilds the bitmap from the slots that own a sound block,
 // when the owner opens the file: after recovery has brought every slot to
 // its final form, or, for a file closed cleanly, trusting only slots whose
@@ -376,7 +356,7 @@ func (t *Table) recoverArena() {
 			n := cellsFor(words)
 			if _, ok := t.findRun(start, start+1, n); !ok || t.cellUsed(start) {
 				sound = false // overlaps a block already counted
-			} else if ExtSum(t.blockWords(start, words)) != stateAt(p)[stateSum] {
+			} else if vocab.BlockSum(t.blockWords(start, words)) != stateAt(p)[stateSum] {
 				sound = false
 			} else {
 				t.markCells(start, n, true)

@@ -6,6 +6,8 @@ import (
 	"os"
 	"testing"
 	"unsafe"
+
+	"github.com/sluicehq/sluice/vocab"
 )
 
 // putExt creates or overwrites bucket k with a block of words words, each
@@ -26,7 +28,7 @@ func putExt(t testing.TB, tb *Table, k string, words int, v, freshAt, now int64)
 		ext[i] = v
 	}
 	s.State()[0] = v
-	s.State()[stateSum] = ExtSum(ext)
+	s.State()[stateSum] = vocab.BlockSum(ext)
 	s.Commit(freshAt)
 	return &ext[0]
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/sluicehq/sluice/vocab"
 )
 
 // Errors returned when opening a state file, in the order Open checks for
@@ -38,7 +40,7 @@ var (
 	// the probe cap of a new bucket's home slot.
 	ErrTableFull = errors.New("shm: table full")
 	// ErrKeyTooLong is returned for a key longer than MaxKeyLen bytes.
-	ErrKeyTooLong = errors.New("shm: key longer than 1024 bytes")
+	ErrKeyTooLong = fmt.Errorf("shm: key longer than %d bytes", vocab.MaxKeyLen)
 	// ErrEmptyKey is returned for a key of zero bytes.
 	ErrEmptyKey = errors.New("shm: empty key")
 	// ErrClosed is returned by operations on a closed table.

@@ -1,5 +1,7 @@
 package shm
 
+import "github.com/sluicehq/sluice/vocab"
+
 // This file is the specification of the state file. Every offset below is a
 // byte offset; every multi-byte field is little-endian. Other tools may read
 // the file from this description alone.
@@ -107,7 +109,7 @@ package shm
 //	0x04  sum      uint32  checksum of bytes [0x08, 0x40) (checksumOf)
 //	0x08  fp0      uint64  fingerprint, first half  } both zero: the slot was never used
 //	0x10  fp1      uint64  fingerprint, second half }
-//	0x18  kind     uint8   the bucket's algorithm id (opaque to this package)
+//	0x18  kind     uint8   the bucket's algorithm (vocab.Algorithm; opaque to this package)
 //	0x19  flags    uint8   flagLive, flagConservative, flagBlock
 //	0x1a  keyLen   uint16  length of the inline key, 0 if not stored
 //	0x1c  keySum   uint32  low 32 bits of xxhash64(key) (seed 0) when keyLen > 0
@@ -243,12 +245,12 @@ const (
 	slotState   = 0x28
 	slotKey     = 0x40 // inline key bytes, slot sizes above 64 only
 
-	StateWords  = 3           // int64 words of algorithm state per slot
-	MinSlotSize = slotKey     // the smallest slot: no room for an inline key
-	summedFrom  = slotFP0     // the slot checksum covers [summedFrom, summedTo)
-	summedTo    = MinSlotSize //
-	slotAlign   = MinSlotSize // slots start on cache-line boundaries
-	MaxKeyLen   = 1024        // the longest key a caller may use, in bytes
+	StateWords  = vocab.StateWords // int64 words of algorithm state per slot
+	MinSlotSize = slotKey          // the smallest slot: no room for an inline key
+	summedFrom  = slotFP0          // the slot checksum covers [summedFrom, summedTo)
+	summedTo    = MinSlotSize      //
+	slotAlign   = MinSlotSize      // slots start on cache-line boundaries
+	MaxKeyLen   = vocab.MaxKeyLen  // the longest key a caller may use, in bytes
 )
 
 // Slot flags.

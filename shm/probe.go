@@ -7,6 +7,8 @@ import (
 	"unsafe"
 
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/sluicehq/sluice/vocab"
 )
 
 // Fingerprint identifies a bucket: two seeded xxhash64 values over its key,
@@ -109,7 +111,7 @@ func (t *Table) Find(fp Fingerprint, w *Wait) (s Slot, ok bool, pr Probe, err er
 // reclaimable. Its waits for locks are bounded by w: a wait that outlives
 // it returns a *LockedError, with no bucket created (a home slot's reach
 // may have grown).
-func (t *Table) Claim(pr *Probe, kind uint8, key []byte, now int64, w *Wait) (s Slot, created bool, err error) {
+func (t *Table) Claim(pr *Probe, kind vocab.Algorithm, key []byte, now int64, w *Wait) (s Slot, created bool, err error) {
 	l := t.stripe(pr.FP)
 	seq, err := t.lockStripe(l, w)
 	if err != nil {
@@ -148,7 +150,7 @@ func (t *Table) Claim(pr *Probe, kind uint8, key []byte, now int64, w *Wait) (s 
 
 // LookupOrInsert returns the slot holding fp, locked (found), or claims one
 // for it: Find, then Claim if it found nothing.
-func (t *Table) LookupOrInsert(fp Fingerprint, kind uint8, key []byte, now int64, w *Wait) (s Slot, found bool, err error) {
+func (t *Table) LookupOrInsert(fp Fingerprint, kind vocab.Algorithm, key []byte, now int64, w *Wait) (s Slot, found bool, err error) {
 	s, found, pr, err := t.Find(fp, w)
 	if found || err != nil {
 		return s, found, err
@@ -166,7 +168,7 @@ func (t *Table) Lookup(fp Fingerprint, w *Wait) (Slot, bool, error) {
 // claim takes the first free or reclaimable slot of fp's probe sequence for
 // fp and returns it locked. The caller holds fp's insert stripe and has
 // established that no slot holds fp.
-func (t *Table) claim(fp Fingerprint, kind uint8, key []byte, now int64, w *Wait) (Slot, bool, error) {
+func (t *Table) claim(fp Fingerprint, kind vocab.Algorithm, key []byte, now int64, w *Wait) (Slot, bool, error) {
 	h := t.home(fp)
 	i := h
 	for d := range t.probeCap {
@@ -200,10 +202,10 @@ func (t *Table) claim(fp Fingerprint, kind uint8, key []byte, now int64, w *Wait
 }
 
 // fill writes a new, not yet live bucket for fp into the locked slot at p.
-func (t *Table) fill(p unsafe.Pointer, i uint64, fp Fingerprint, kind uint8, key []byte, w *Wait) Slot {
+func (t *Table) fill(p unsafe.Pointer, i uint64, fp Fingerprint, kind vocab.Algorithm, key []byte, w *Wait) Slot {
 	atomic.AddUint64(t.counter(counterInserts), 1)
 	t.freeBlock(p, w) // a reclaimed bucket's
-	*u8at(p, slotKind) = kind
+	*u8at(p, slotKind) = uint8(kind)
 	*u8at(p, slotFlags) = 0
 	*stateAt(p) = [StateWords]int64{}
 	atomic.StoreInt64(i64at(p, slotFreshAt), math.MinInt64)
@@ -239,7 +241,7 @@ func (t *Table) LockIndex(i uint64, w *Wait) (Slot, error) {
 // is passed to.
 type Entry struct {
 	Index   uint64
-	Kind    uint8
+	Kind    vocab.Algorithm
 	FreshAt int64
 	Key     []byte
 }

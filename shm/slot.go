@@ -5,6 +5,8 @@ import (
 	"math/bits"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/sluicehq/sluice/vocab"
 )
 
 // Slot is a locked slot. Between Find (or Claim, or LockIndex) and one of
@@ -50,7 +52,7 @@ func (s Slot) Live() bool { return *u8at(s.p, slotFlags)&flagLive != 0 }
 func (s Slot) Conservative() bool { return *u8at(s.p, slotFlags)&flagConservative != 0 }
 
 // Kind is the algorithm id stored with the bucket (opaque to this package).
-func (s Slot) Kind() uint8 { return *u8at(s.p, slotKind) }
+func (s Slot) Kind() vocab.Algorithm { return vocab.Algorithm(*u8at(s.p, slotKind)) }
 
 // FreshAt is the time, Unix ns, from which the bucket is back to its new state.
 func (s Slot) FreshAt() int64 { return *i64at(s.p, slotFreshAt) }

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/sluicehq/sluice/vocab"
 )
 
 // maxProblems bounds the problems Verify reports.
@@ -176,7 +178,7 @@ func (t *Table) checkArena(report func(error)) {
 			report(fmt.Errorf("slot %d: block of %d words at cell %d is outside the arena of %d cells", i, words, start, t.cells))
 			continue
 		}
-		if ExtSum(t.blockWords(start, words)) != stateAt(p)[stateSum] {
+		if vocab.BlockSum(t.blockWords(start, words)) != stateAt(p)[stateSum] {
 			report(fmt.Errorf("slot %d: block at cell %d fails its checksum", i, start))
 		}
 		for c := start; c < start+cellsFor(words); c++ {

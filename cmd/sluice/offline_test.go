@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/shm"
+
+	"github.com/sluicehq/sluice/vocab"
 )
 
 // crashEnv names the state file a re-executed test binary fills and then
@@ -40,7 +42,7 @@ func TestMain(m *testing.M) {
 func fill(tb *shm.Table, n int) {
 	for i := range n {
 		key := []byte(fmt.Sprint("user:", i))
-		kind := uint8(1 + i%2)
+		kind := vocab.Algorithm(1 + i%2)
 		s, _, err := tb.LookupOrInsert(tb.Fingerprint(key, uint64(kind)), kind, key, 0, nil)
 		if err != nil {
 			panic(err)

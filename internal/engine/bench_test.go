@@ -138,10 +138,10 @@ func benchWarm(b *testing.B, e *Engine, l *Limit, keys int, step int64) int64 {
 	var allowed []int64
 	var want bucket.Decision
 	for i := range keys {
-		l.b.InitExt(t0, &s, ext)
+		l.b.Init(t0, &s, ext)
 		allowed = allowed[:0]
 		for at := t0 + rng.Int64N(window); at < start; at += step * (1 + int64(rng.ExpFloat64()*scale)) {
-			if l.b.DecideExt(at, &s, ext, 1, 0, &d); d.Allowed {
+			if l.b.Decide(at, &s, ext, 1, 0, &d); d.Allowed {
 				allowed = append(allowed, at)
 			}
 		}
@@ -166,7 +166,7 @@ func benchWarm(b *testing.B, e *Engine, l *Limit, keys int, step int64) int64 {
 				b.Fatalf("key %d: replayed request at %d denied", i, at)
 			}
 		}
-		l.b.PeekExt(start, &s, ext, &want)
+		l.b.Peek(start, &s, ext, &want)
 		if err := e.Peek(&d, key, l, At(start)); err != nil {
 			b.Fatal(err)
 		}

@@ -8,16 +8,29 @@
 // file another process owns, to decide beside it.
 //
 // The decisions (engine.go, multi.go) are those of the product: Acquire,
-// Peek, Refund, Reset and Multi. Every one takes the time, Unix
-// nanoseconds, as a parameter; the engine never reads a clock. Acquire
-// finds the bucket's slot and locks it in one probe of the table; a bucket
-// that does not exist is decided on a new state first and its slot claimed
-// only if the request changes it, from where the probe ended.
+// Peek, Refund, Reset, Lease, Release and Multi. Every one takes the time,
+// Unix nanoseconds, as a parameter; the engine never reads a clock (Clock
+// is the steady clock the processes that decide in a state file read).
+// Acquire finds the bucket's slot and locks it in one probe of the table; a
+// bucket that does not exist is decided on a new state first and its slot
+// claimed only if the request changes it, from where the probe ended.
+// Every algorithm, of fixed size or extended (with a block in the arena),
+// goes the same way: open readies a locked slot's bucket, the algorithm
+// decides (bucket.Limit's one method set), finish commits or releases it.
+//
+// The request path (request.go) is what the front ends call: a Request is
+// one decision as any protocol decodes it (Wire reads the native
+// protocol's), Do decides it (the operation switch, the checks, shadow
+// mode), and Status words its errors in the wire's statuses. A new front
+// end translates its requests into Requests and its answers from Results
+// and statuses, and nothing else; MULTI and Redis transactions hand their
+// items to Multi and Each.
 //
 // Limits (limit.go) come validated: NewLimit from bucket.Limit, FromProto
 // from the wire's proto.Limit, the one place where the wire's parameter
 // order meets the algorithms' fields. Errors are the engine's own (errors.go);
-// the protocols map them to their statuses.
+// Status maps them to statuses. Adding an algorithm touches the engine only
+// there (FromProto's mapping): see "Adding an algorithm" in package bucket.
 //
 // # Buckets
 //

@@ -70,26 +70,24 @@ func (t *Time) wait() shm.Wait {
 
 // check validates a request's key, limit, cost and time.
 func check(key []byte, l *Limit, cost int64, t Time) error {
-	switch {
-	case l == nil || !l.valid:
+	if l == nil || !l.valid {
 		return ErrInvalidLimit
-	case len(key) == 0:
-		return ErrEmptyKey
-	case len(key) > MaxKeyLen:
-		return ErrKeyTooLong
-	case cost < 0:
-		return fmt.Errorf("%w: %d", ErrNegativeCost, cost)
-	case !bucket.ValidTime(t.At):
+	}
+	if err := CheckKeyCost(key, cost); err != nil {
+		return err
+	}
+	if !bucket.ValidTime(t.At) {
 		return fmt.Errorf("%w: %d", ErrTime, t.At)
 	}
 	return nil
 }
 
-// load copies the state of a locked slot into s, as l's algorithm must see
-// it: a new bucket (at t.At) if the slot is not live, a drained one if it
-// was found torn or holds another algorithm. It reports whether s replaced
-// the slot's words, so the slot must be written even if the algorithm then
-// changes nothing: a repair is written by whatever request finds it.
+// load copies the state of a locked slot into s, as l's algorithm (one of
+// fixed size) must see it: a new bucket (at t.At) if the slot is not live,
+// a drained one if it was found torn or holds another algorithm. It
+// reports whether s replaced the slot's words, so the slot must be written
+// even if the algorithm then changes nothing: a repair is written by
+// whatever request finds it.
 //
 // The drained state is anchored when the damage was found: at the server's
 // clock, or at the request's time if that is later, so that neither clock
@@ -98,10 +96,10 @@ func check(key []byte, l *Limit, cost int64, t Time) error {
 func load(t Time, l *Limit, sl shm.Slot, s *bucket.State) (replaced bool) {
 	switch {
 	case !sl.Live():
-		l.b.Init(t.At, s)
+		l.b.Init(t.At, s, nil)
 		return false // a claimed slot stays reclaimable unless the algorithm writes
 	case !inPlace(l, sl):
-		l.b.Drained(max(t.Now, t.At), s)
+		l.b.Drained(max(t.Now, t.At), s, nil)
 		return true
 	}
 	*s = bucket.State(*sl.State())
@@ -111,39 +109,81 @@ func load(t Time, l *Limit, sl shm.Slot, s *bucket.State) (replaced bool) {
 // inPlace reports whether a locked slot's state words can be handed to l's
 // algorithm as they are: the slot is live, sound, and of l's algorithm.
 func inPlace(l *Limit, sl shm.Slot) bool {
-	return sl.Live() && !sl.Conservative() && sl.Kind() == uint8(l.b.Algorithm)
+	return sl.Live() && !sl.Conservative() && sl.Kind() == l.b.Algorithm
 }
 
-// store writes s into the locked slot and commits it.
-func store(sl shm.Slot, l *Limit, s *bucket.State, d *bucket.Decision, t Time) {
-	*sl.State() = [shm.StateWords]int64(*s)
-	commit(sl, l, d, t)
+// open readies the bucket in the locked slot sl for l's algorithm to decide
+// on, every algorithm alike: s is the words of its state (the slot's own,
+// or for an algorithm of fixed size whose slot holds no sound bucket of it,
+// *tmp, loaded as load says) and ext its block (nil for an algorithm of
+// fixed size; an extended one's is readied in place, as loadExt says).
+// replaced reports that the slot must be written whatever the algorithm
+// then does (a repair). On an error the slot is released, or cleared.
+func open(t Time, l *Limit, sl shm.Slot, tmp *bucket.State, w *shm.Wait) (s *bucket.State, ext []int64, replaced bool, err error) {
+	if l.ext == 0 && inPlace(l, sl) { // the common case, inlined: the slot's own words
+		return (*bucket.State)(sl.State()), nil, false, nil
+	}
+	return openSlow(t, l, sl, tmp, w)
+}
+
+// openSlow is open for a slot whose words are not handed over as they are.
+func openSlow(t Time, l *Limit, sl shm.Slot, tmp *bucket.State, w *shm.Wait) (s *bucket.State, ext []int64, replaced bool, err error) {
+	if l.ext == 0 {
+		return tmp, nil, load(t, l, sl, tmp), nil
+	}
+	ext, replaced, err = loadExt(t, l, sl, w)
+	return (*bucket.State)(sl.State()), ext, replaced, err
+}
+
+// finish ends a decision d on the bucket open gave as s and ext in the
+// locked slot sl: if write, it writes s to the slot (when s is a copy) and
+// commits it; otherwise it releases the slot, or clears it if it holds no
+// bucket but was given a block (a new bucket that nothing was consumed
+// from stays absent).
+func finish(sl shm.Slot, l *Limit, s *bucket.State, ext []int64, d *bucket.Decision, t Time, write bool, w *shm.Wait) {
+	if write {
+		if st := (*bucket.State)(sl.State()); s != st {
+			*st = *s
+		}
+		commit(sl, l, ext, d, t)
+		return
+	}
+	if l.ext > 0 && !sl.Live() {
+		sl.Clear(w)
+		return
+	}
+	sl.Release()
+}
+
+// put writes the state s and the block words (nil for an algorithm of
+// fixed size) of a bucket into the locked slot sl, whose block is ext, and
+// commits it. An extended algorithm's state word 2 is the table's (the
+// block's reference): it is not written.
+func put(sl shm.Slot, l *Limit, s *bucket.State, ext, words []int64, d *bucket.Decision, t Time) {
+	st := sl.State()
+	if l.ext > 0 {
+		copy(ext, words)
+		st[0], st[1] = s[0], s[1]
+	} else {
+		*st = [shm.StateWords]int64(*s)
+	}
+	commit(sl, l, ext, d, t)
 }
 
 // commit marks the locked slot live and unlocks it. d is a decision made at
-// t.At that left the bucket in the slot's state. When t.At is the server's
-// clock, d's ResetAfter says when the bucket is fresh again (it is
-// bucket.Limit.FreshAt - At, or 0 if fresh now) without recomputing it; a
-// request at its own time asks the algorithm, so that a client's clock
-// ahead of the server's cannot make the slot reclaimable early.
+// t.At that left the bucket, of block ext, in the slot's state. When t.At
+// is the server's clock, d's ResetAfter says when the bucket is fresh again
+// (it is bucket.Limit.FreshAt - At, or 0 if fresh now) without recomputing
+// it; a request at its own time asks the algorithm, so that a client's
+// clock ahead of the server's cannot make the slot reclaimable early.
 //
 // A bucket decided at a time behind the server's clock is kept, on the
 // server's clock, for as long as it needs to be fresh again from that time:
 // otherwise it would be reclaimable at once, and a client replaying past
 // times would find it gone and new, admitting its limit again.
-func commit(sl shm.Slot, l *Limit, d *bucket.Decision, t Time) {
+func commit(sl shm.Slot, l *Limit, ext []int64, d *bucket.Decision, t Time) {
 	if t.At != t.Now {
-		commitAt(sl, d, t, func() int64 { return l.b.FreshAt((*bucket.State)(sl.State())) })
-		return
-	}
-	commitAt(sl, d, t, nil)
-}
-
-// commitAt is commit with the algorithm's FreshAt of the slot's bucket
-// given as a function, called only for a request at its own time.
-func commitAt(sl shm.Slot, d *bucket.Decision, t Time, freshAtOf func() int64) {
-	if t.At != t.Now {
-		freshAt := freshAtOf()
+		freshAt := l.b.FreshAt((*bucket.State)(sl.State()), ext)
 		if t.At < t.Now && freshAt > t.At {
 			if wait := freshAt - t.At; wait <= math.MaxInt64-t.Now {
 				freshAt = max(freshAt, t.Now+wait)
@@ -165,6 +205,10 @@ func commitAt(sl shm.Slot, d *bucket.Decision, t Time, freshAtOf func() int64) {
 // and, if the request is allowed (or the semantics of f say so), consumes
 // it. It writes the decision to *d. A cost of 0 is a peek at cost 0: it
 // neither creates nor changes the bucket.
+//
+// It finds the bucket's slot and locks it in one probe of the table; a
+// bucket that does not exist is decided on a new state first and its slot
+// claimed only if the request changes it, from where the probe ended.
 func (e *Engine) Acquire(d *bucket.Decision, key []byte, l *Limit, cost int64, t Time, f bucket.Flags) error {
 	if err := check(key, l, cost, t); err != nil {
 		return err
@@ -173,12 +217,12 @@ func (e *Engine) Acquire(d *bucket.Decision, key []byte, l *Limit, cost int64, t
 		return err
 	}
 	defer e.t.Exit()
-	w := t.wait()
-	if l.ext > 0 {
-		return e.acquireExt(d, key, l, cost, t, f, &w)
+	if l.b.Algorithm == bucket.Concurrency {
+		return ErrLeaseOnly
 	}
+	w := t.wait()
 	if cost == 0 {
-		return e.decideCopy(d, key, l, 0, t, &w)
+		return e.peek(d, key, l, t, true, &w)
 	}
 	sl, ok, pr, err := e.t.Find(e.fingerprint(key, l), &w)
 	if err != nil {
@@ -187,40 +231,74 @@ func (e *Engine) Acquire(d *bucket.Decision, key []byte, l *Limit, cost int64, t
 	if ok && e.probe != nil {
 		e.probe(sl.Displacement())
 	}
-	if ok && inPlace(l, sl) {
-		// The common case: decide on the slot's own words.
-		if l.b.Decide(t.At, (*bucket.State)(sl.State()), cost, f, d) {
-			commit(sl, l, d, t)
-		} else {
-			sl.Release()
-		}
+	if ok && l.ext == 0 && inPlace(l, sl) {
+		// The common case, open's first, without its call: decide on the
+		// slot's own words.
+		s := (*bucket.State)(sl.State())
+		finish(sl, l, s, nil, d, t, l.b.Decide(t.At, s, nil, cost, f, d), &w)
 		return nil
 	}
-	var s bucket.State
 	if !ok {
-		// Create the bucket only if the request changes a new one; the
-		// slot claimed for it then takes the state already decided.
-		l.b.Init(t.At, &s)
-		if !l.b.Decide(t.At, &s, cost, f, d) {
-			return nil
-		}
-		var created bool
-		if sl, created, err = e.claim(&pr, l, key, t, &w); err != nil {
+		var done bool
+		if sl, done, err = e.create(d, key, l, cost, t, f, &pr, &w); done || err != nil {
 			return err
-		}
-		if created {
-			store(sl, l, &s, d, t)
-			return nil
 		}
 		// Another request created the bucket since the Find: decide on it.
 	}
-	replaced := load(t, l, sl, &s)
-	if l.b.Decide(t.At, &s, cost, f, d) || replaced {
-		store(sl, l, &s, d, t)
-	} else {
-		sl.Release()
+	var tmp bucket.State
+	s, ext, replaced, err := open(t, l, sl, &tmp, &w)
+	if err != nil {
+		return err
 	}
+	changed := l.b.Decide(t.At, s, ext, cost, f, d)
+	finish(sl, l, s, ext, d, t, changed || replaced, &w)
 	return nil
+}
+
+// create decides a request on a new bucket of key under l, and creates the
+// bucket only if the request changes it: the slot claimed for it where a
+// Find that did not find it left off (pr) then takes the state already
+// decided. It reports whether it is done; if not, another request created
+// the bucket since the Find, and sl is its slot, locked.
+func (e *Engine) create(d *bucket.Decision, key []byte, l *Limit, cost int64, t Time, f bucket.Flags, pr *shm.Probe, w *shm.Wait) (sl shm.Slot, done bool, err error) {
+	var s bucket.State
+	words, buf := fresh(t, l, &s)
+	defer putScratch(buf)
+	if !l.b.Decide(t.At, &s, words, cost, f, d) {
+		return sl, true, nil
+	}
+	sl, created, err := e.claim(pr, l, key, t, w)
+	if err != nil || !created {
+		return sl, err != nil, err
+	}
+	var ext []int64
+	if l.ext > 0 {
+		if ext, _, err = sl.Ext(l.ext, t.Now, w); err != nil {
+			sl.Clear(w)
+			return sl, true, extErr(err)
+		}
+	}
+	put(sl, l, &s, ext, words, d, t)
+	return sl, true, nil
+}
+
+// fresh sets s, and for an extended algorithm a block of scratch words, to
+// a new bucket of l at t.At: what a request decides on when the bucket does
+// not exist. The caller gives the block back with putScratch.
+func fresh(t Time, l *Limit, s *bucket.State) (words []int64, buf *[maxExtWords]int64) {
+	if l.ext > 0 {
+		buf = scratch.Get().(*[maxExtWords]int64)
+		words = buf[:l.ext]
+	}
+	l.b.Init(t.At, s, words)
+	return words, buf
+}
+
+// putScratch gives back the scratch words fresh took, if any.
+func putScratch(buf *[maxExtWords]int64) {
+	if buf != nil {
+		scratch.Put(buf)
+	}
 }
 
 // claim creates key's bucket under l where a Find that did not find it
@@ -228,7 +306,7 @@ func (e *Engine) Acquire(d *bucket.Decision, key []byte, l *Limit, cost int64, t
 // returns the bucket's slot, locked, and whether it created it (not:
 // another request created it since the Find).
 func (e *Engine) claim(pr *shm.Probe, l *Limit, key []byte, t Time, w *shm.Wait) (shm.Slot, bool, error) {
-	sl, created, err := e.t.Claim(pr, uint8(l.b.Algorithm), key, t.Now, w)
+	sl, created, err := e.t.Claim(pr, l.b.Algorithm, key, t.Now, w)
 	if err != nil {
 		return sl, false, tableErr(err)
 	}
@@ -251,56 +329,42 @@ func (e *Engine) Peek(d *bucket.Decision, key []byte, l *Limit, t Time) error {
 	}
 	defer e.t.Exit()
 	w := t.wait()
-	if l.ext > 0 {
-		return e.peekExt(d, key, l, t, false, &w)
-	}
-	s, err := e.stateCopy(key, l, t, &w)
-	if err != nil {
-		return err
-	}
-	peekState(d, l, &s, t.At)
-	return nil
+	return e.peek(d, key, l, t, false, &w)
 }
 
-// peekState writes to *d what Peek reports of the bucket in s at at.
-func peekState(d *bucket.Decision, l *Limit, s *bucket.State, at int64) {
-	var one bucket.Decision
-	c := *s
-	l.b.Decide(at, &c, 1, 0, &one)
-	l.b.Decide(at, s, 0, 0, d)
-	d.Allowed, d.RetryAfter, d.Delay = one.Allowed, one.RetryAfter, one.Delay
-}
-
-// decideCopy writes to *d the decision for cost on a copy of key's bucket.
-func (e *Engine) decideCopy(d *bucket.Decision, key []byte, l *Limit, cost int64, t Time, w *shm.Wait) error {
-	s, err := e.stateCopy(key, l, t, w)
-	if err != nil {
-		return err
-	}
-	l.b.Decide(t.At, &s, cost, 0, d)
-	return nil
-}
-
-// stateCopy returns key's bucket as the algorithm must see it at t: a new
-// one if there is none. A slot found torn is repaired on the way.
-func (e *Engine) stateCopy(key []byte, l *Limit, t Time, w *shm.Wait) (bucket.State, error) {
-	var s bucket.State
+// peek writes to *d what Peek reports of key's bucket (cost0: what an
+// acquire of cost 0 reports), repairing a slot found torn on the way.
+func (e *Engine) peek(d *bucket.Decision, key []byte, l *Limit, t Time, cost0 bool, w *shm.Wait) error {
 	sl, ok, err := e.t.Lookup(e.fingerprint(key, l), w)
 	if err != nil {
-		return s, tableErr(err)
+		return tableErr(err)
 	}
-	if !ok {
-		l.b.Init(t.At, &s)
-		return s, nil
+	var tmp bucket.State
+	if ok && sl.Live() {
+		s, ext, replaced, err := open(t, l, sl, &tmp, w)
+		if err != nil {
+			return err
+		}
+		look(d, l, t.At, s, ext, cost0)
+		finish(sl, l, s, ext, d, t, replaced, w)
+		return nil
 	}
-	if load(t, l, sl, &s) {
-		var d bucket.Decision
-		l.b.Decide(t.At, &s, 0, 0, &d)
-		store(sl, l, &s, &d, t)
-	} else {
+	if ok {
 		sl.Release()
 	}
-	return s, nil
+	words, buf := fresh(t, l, &tmp)
+	defer putScratch(buf)
+	look(d, l, t.At, &tmp, words, cost0)
+	return nil
+}
+
+// look writes to *d what peek reports of the bucket in s and ext at at.
+func look(d *bucket.Decision, l *Limit, at int64, s *bucket.State, ext []int64, cost0 bool) {
+	if cost0 {
+		l.b.Decide(at, s, ext, 0, 0, d)
+	} else {
+		l.b.Peek(at, s, ext, d)
+	}
 }
 
 // Refund gives amount tokens back to key's bucket at t.At, capped at the
@@ -317,37 +381,41 @@ func (e *Engine) Refund(d *bucket.Decision, key []byte, l *Limit, amount int64, 
 	}
 	defer e.t.Exit()
 	w := t.wait()
-	if l.ext > 0 {
-		return e.refundExt(d, key, l, amount, t, f, &w)
+	return e.refund(d, key, l, amount, t, f, &w)
+}
+
+// refund is Refund once the request is checked and counted in.
+func (e *Engine) refund(d *bucket.Decision, key []byte, l *Limit, amount int64, t Time, f bucket.Flags, w *shm.Wait) error {
+	if l.b.Algorithm == bucket.Concurrency {
+		return ErrLeaseOnly
 	}
 	cell := f&bucket.Cell != 0 && l.b.Algorithm == bucket.GCRA
-	sl, ok, err := e.t.Lookup(e.fingerprint(key, l), &w)
+	sl, ok, err := e.t.Lookup(e.fingerprint(key, l), w)
 	if err != nil {
 		return tableErr(err)
 	}
-	if !ok || amount == 0 && !cell {
+	if !ok || !sl.Live() || amount == 0 && !cell {
 		if ok {
 			sl.Release()
 		}
-		if cell {
+		if cell { // redis-cell's reply for a new bucket, which is not kept
 			var s bucket.State
-			l.b.Init(t.At, &s)
-			l.b.DecideRefund(t.At, &s, amount, f, d)
+			l.b.Init(t.At, &s, nil)
+			l.b.DecideRefund(t.At, &s, nil, amount, f, d)
 			return nil
 		}
-		return e.Peek(d, key, l, t)
+		return e.peek(d, key, l, t, false, w)
 	}
-	var s bucket.State
-	replaced := load(t, l, sl, &s)
-	changed := l.b.DecideRefund(t.At, &s, amount, f, d) && sl.Live()
-	if changed || replaced {
-		store(sl, l, &s, d, t)
-	} else {
-		sl.Release()
+	var tmp bucket.State
+	s, ext, replaced, err := open(t, l, sl, &tmp, w)
+	if err != nil {
+		return err
 	}
+	changed := l.b.DecideRefund(t.At, s, ext, amount, f, d)
 	if !cell {
-		peekState(d, l, &s, t.At)
+		l.b.Peek(t.At, s, ext, d)
 	}
+	finish(sl, l, s, ext, d, t, changed || replaced, w)
 	return nil
 }
 
@@ -387,7 +455,7 @@ func (e *Engine) Hold(key []byte, l *Limit, now int64) (release func(), err erro
 	if err := e.enter(); err != nil {
 		return nil, err
 	}
-	sl, _, err := e.t.LookupOrInsert(e.fingerprint(key, l), uint8(l.b.Algorithm), key, now, nil)
+	sl, _, err := e.t.LookupOrInsert(e.fingerprint(key, l), l.b.Algorithm, key, now, nil)
 	if err != nil {
 		e.t.Exit()
 		return nil, tableErr(err)

@@ -373,9 +373,9 @@ func TestStore_freshAt(t *testing.T) {
 		}
 		if sl.Live() {
 			s := bucket.State(*sl.State())
-			want := max(l.Bucket().FreshAt(&s), now)
-			if got := sl.FreshAt(); got < l.Bucket().FreshAt(&s) || got > want {
-				t.Fatalf("op %d %v: slot FreshAt %d, algorithm %d, now %d", i, l.Bucket().Algorithm, got, l.Bucket().FreshAt(&s), now)
+			want := max(l.Bucket().FreshAt(&s, nil), now)
+			if got := sl.FreshAt(); got < l.Bucket().FreshAt(&s, nil) || got > want {
+				t.Fatalf("op %d %v: slot FreshAt %d, algorithm %d, now %d", i, l.Bucket().Algorithm, got, l.Bucket().FreshAt(&s, nil), now)
 			}
 		}
 		sl.Release()

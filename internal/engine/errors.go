@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/shm"
+
+	"github.com/sluicehq/sluice/vocab"
 )
 
 // The errors of the engine's operations: the vocabulary the layers above map
@@ -18,7 +20,7 @@ var (
 	// ErrEmptyKey is returned for a key of no bytes.
 	ErrEmptyKey = errors.New("empty key")
 	// ErrKeyTooLong is returned for a key of more than MaxKeyLen bytes.
-	ErrKeyTooLong = errors.New("key longer than 1024 bytes")
+	ErrKeyTooLong = fmt.Errorf("key longer than %d bytes", vocab.MaxKeyLen)
 	// ErrNegativeCost is returned for a cost or refund amount below zero.
 	ErrNegativeCost = errors.New("negative cost")
 	// ErrTime is returned for a request time outside [0, bucket.MaxTime]
@@ -68,7 +70,7 @@ func (e *LockedError) Error() string {
 func (e *LockedError) Is(target error) bool { return target == ErrLocked }
 
 // MaxKeyLen is the longest key, in bytes.
-const MaxKeyLen = shm.MaxKeyLen
+const MaxKeyLen = vocab.MaxKeyLen
 
 // tableErr translates an error of the table into the engine's vocabulary;
 // errors of opening and creating files pass through unchanged.

@@ -13,9 +13,10 @@ import (
 // beyond the slot's three in a block of the state file's arena (shm.Slot.Ext):
 // the slot holds state word 0 (the algorithm's), word 1 (the block's
 // checksum, which the algorithm keeps) and word 2 (the block, the table's).
-// The paths below mirror the fixed-size ones: decide on the slot's own
-// words when the bucket is there and sound, decide a new bucket before
-// claiming a slot for it, and write a repair whatever the outcome.
+// They go the same ways as the algorithms of fixed size (engine.go: open,
+// finish, put): decide on the slot's own words when the bucket is there and
+// sound, decide a new bucket before claiming a slot for it, and write a
+// repair whatever the outcome; loadExt readies the block on the way.
 
 var (
 	// ErrArenaFull is returned when a new bucket of an extended algorithm
@@ -76,145 +77,12 @@ func loadExtHeld(t Time, l *Limit, sl shm.Slot, w *shm.Wait) (ext []int64, repla
 	s := (*bucket.State)(sl.State())
 	switch {
 	case !sl.Live():
-		l.b.InitExt(t.At, s, ext)
+		l.b.Init(t.At, s, ext)
 	case fresh || !inPlace(l, sl):
-		l.b.DrainedExt(max(t.Now, t.At), s, ext)
+		l.b.Drained(max(t.Now, t.At), s, ext)
 		return ext, true, nil
 	}
 	return ext, false, nil
-}
-
-// finishExt ends a decision on the locked slot: commits it if the decision
-// changed it or it was repaired, clears it if it holds no bucket (a new
-// bucket that nothing was consumed from stays absent), else releases it.
-func finishExt(sl shm.Slot, l *Limit, ext []int64, d *bucket.Decision, t Time, write bool, w *shm.Wait) {
-	switch {
-	case write:
-		commitExt(sl, l, ext, d, t)
-	case !sl.Live():
-		sl.Clear(w)
-	default:
-		sl.Release()
-	}
-}
-
-// commitExt is commit for an extended algorithm.
-func commitExt(sl shm.Slot, l *Limit, ext []int64, d *bucket.Decision, t Time) {
-	commitAt(sl, d, t, func() int64 { return l.b.FreshAtExt((*bucket.State)(sl.State()), ext) })
-}
-
-// acquireExt is Acquire for an extended algorithm.
-func (e *Engine) acquireExt(d *bucket.Decision, key []byte, l *Limit, cost int64, t Time, f bucket.Flags, w *shm.Wait) error {
-	if l.b.Algorithm == bucket.Concurrency {
-		return ErrLeaseOnly
-	}
-	if cost == 0 {
-		return e.peekExt(d, key, l, t, true, w)
-	}
-	fp := e.fingerprint(key, l)
-	sl, ok, pr, err := e.t.Find(fp, w)
-	if err != nil {
-		return tableErr(err)
-	}
-	if ok && e.probe != nil {
-		e.probe(sl.Displacement())
-	}
-	if !ok {
-		// Decide on a new bucket first; claim a slot only if it changes.
-		buf := scratch.Get().(*[maxExtWords]int64)
-		defer scratch.Put(buf)
-		var s bucket.State
-		words := buf[:l.ext]
-		l.b.InitExt(t.At, &s, words)
-		if !l.b.DecideExt(t.At, &s, words, cost, f, d) {
-			return nil
-		}
-		var created bool
-		if sl, created, err = e.claim(&pr, l, key, t, w); err != nil {
-			return err
-		}
-		if created {
-			ext, _, err := sl.Ext(l.ext, t.Now, w)
-			if err != nil {
-				sl.Clear(w)
-				return extErr(err)
-			}
-			copy(ext, words)
-			st := sl.State()
-			st[0], st[1] = s[0], s[1]
-			commitExt(sl, l, ext, d, t)
-			return nil
-		}
-		// Another request created the bucket since the Find: decide on it.
-	}
-	ext, replaced, err := loadExt(t, l, sl, w)
-	if err != nil {
-		return err
-	}
-	changed := l.b.DecideExt(t.At, (*bucket.State)(sl.State()), ext, cost, f, d)
-	finishExt(sl, l, ext, d, t, changed || replaced, w)
-	return nil
-}
-
-// peekExt writes to *d what Peek reports of key's bucket of an extended
-// algorithm (cost0: what an acquire of cost 0 reports), repairing a slot
-// found torn on the way.
-func (e *Engine) peekExt(d *bucket.Decision, key []byte, l *Limit, t Time, cost0 bool, w *shm.Wait) error {
-	look := func(s *bucket.State, ext []int64) {
-		if cost0 {
-			l.b.DecideExt(t.At, s, ext, 0, 0, d)
-		} else {
-			l.b.PeekExt(t.At, s, ext, d)
-		}
-	}
-	sl, ok, err := e.t.Lookup(e.fingerprint(key, l), w)
-	if err != nil {
-		return tableErr(err)
-	}
-	if ok && sl.Live() {
-		ext, replaced, err := loadExt(t, l, sl, w)
-		if err != nil {
-			return err
-		}
-		look((*bucket.State)(sl.State()), ext)
-		finishExt(sl, l, ext, d, t, replaced, w)
-		return nil
-	}
-	if ok {
-		sl.Release()
-	}
-	buf := scratch.Get().(*[maxExtWords]int64)
-	defer scratch.Put(buf)
-	var s bucket.State
-	l.b.InitExt(t.At, &s, buf[:l.ext])
-	look(&s, buf[:l.ext])
-	return nil
-}
-
-// refundExt is Refund for an extended algorithm.
-func (e *Engine) refundExt(d *bucket.Decision, key []byte, l *Limit, amount int64, t Time, f bucket.Flags, w *shm.Wait) error {
-	if l.b.Algorithm == bucket.Concurrency {
-		return ErrLeaseOnly
-	}
-	sl, ok, err := e.t.Lookup(e.fingerprint(key, l), w)
-	if err != nil {
-		return tableErr(err)
-	}
-	if !ok || !sl.Live() || amount == 0 {
-		if ok {
-			sl.Release()
-		}
-		return e.peekExt(d, key, l, t, false, w)
-	}
-	ext, replaced, err := loadExt(t, l, sl, w)
-	if err != nil {
-		return err
-	}
-	s := (*bucket.State)(sl.State())
-	changed := l.b.DecideRefundExt(t.At, s, ext, amount, f, d)
-	l.b.PeekExt(t.At, s, ext, d)
-	finishExt(sl, l, ext, d, t, changed || replaced, w)
-	return nil
 }
 
 // Lease takes one of the slots of key's concurrency bucket under l at the
@@ -236,16 +104,16 @@ func (e *Engine) Lease(d *bucket.Decision, key []byte, l *Limit, t Time, id int6
 	}
 	defer e.t.Exit()
 	w := t.wait()
-	sl, _, err := e.t.LookupOrInsert(e.fingerprint(key, l), uint8(l.b.Algorithm), key, t.Now, &w)
+	sl, _, err := e.t.LookupOrInsert(e.fingerprint(key, l), l.b.Algorithm, key, t.Now, &w)
 	if err != nil {
 		return 0, tableErr(err)
 	}
-	ext, replaced, err := loadExt(t, l, sl, &w)
+	s, ext, replaced, err := open(t, l, sl, nil, &w)
 	if err != nil {
 		return 0, err
 	}
-	lease, changed := l.b.AcquireLease(t.Now, (*bucket.State)(sl.State()), ext, id, d)
-	finishExt(sl, l, ext, d, t, changed || replaced, &w)
+	lease, changed := l.b.AcquireLease(t.Now, s, ext, id, d)
+	finish(sl, l, s, ext, d, t, changed || replaced, &w)
 	return lease, nil
 }
 
@@ -274,15 +142,14 @@ func (e *Engine) Release(d *bucket.Decision, key []byte, l *Limit, lease int64, 
 		if ok {
 			sl.Release()
 		}
-		return false, e.peekExt(d, key, l, t, false, &w)
+		return false, e.peek(d, key, l, t, false, &w)
 	}
-	ext, replaced, err := loadExt(t, l, sl, &w)
+	s, ext, replaced, err := open(t, l, sl, nil, &w)
 	if err != nil {
 		return false, err
 	}
-	s := (*bucket.State)(sl.State())
 	released, changed := l.b.ReleaseLease(t.Now, s, ext, lease, d)
-	l.b.PeekExt(t.Now, s, ext, d)
-	finishExt(sl, l, ext, d, t, changed || replaced, &w)
+	l.b.Peek(t.Now, s, ext, d)
+	finish(sl, l, s, ext, d, t, changed || replaced, &w)
 	return released, nil
 }

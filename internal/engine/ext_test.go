@@ -2,7 +2,6 @@ package engine
 
 import (
 	"errors"
-	"math/rand/v2"
 	"os"
 	"testing"
 
@@ -20,21 +19,6 @@ func windowCounters(n, windowSec, k int64) *Limit {
 
 func concurrency(n, leaseSec int64) *Limit {
 	return lim(bucket.Limit{Algorithm: bucket.Concurrency, Max: n, Lease: leaseSec * sec})
-}
-
-// Ensure the algorithms' block checksum is the one the table verifies: the
-// state file's format defines it once, and both packages compute it.
-func TestExtSum_bucketAndTableAgree(t *testing.T) {
-	rng := rand.New(rand.NewPCG(3, 4))
-	for n := range 200 {
-		w := make([]int64, n)
-		for i := range w {
-			w[i] = int64(rng.Uint64())
-		}
-		if got, want := bucket.ExtSum(w), shm.ExtSum(w); got != want {
-			t.Fatalf("%d words: bucket %#x, table %#x", n, got, want)
-		}
-	}
 }
 
 // Ensure each extended algorithm decides through the engine as it does on

@@ -2,50 +2,11 @@ package engine
 
 import (
 	"errors"
-	"strings"
 	"testing"
 
 	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/proto"
-	"github.com/sluicehq/sluice/shm"
 )
-
-// The packages below the engine keep copies of a few facts, because none of
-// them may import another; the engine is where they meet, so it checks here
-// that the copies agree.
-func TestFacts_constantsAgree(t *testing.T) {
-	for _, c := range []struct {
-		name       string
-		got, wants int
-	}{
-		{"proto.MaxKeyLen", proto.MaxKeyLen, MaxKeyLen},
-		{"shm.MaxKeyLen", shm.MaxKeyLen, MaxKeyLen},
-		{"proto.MaxMulti", proto.MaxMulti, MaxMultiItems},
-		{"shm.StateWords", shm.StateWords, bucket.StateWords},
-	} {
-		if c.got != c.wants {
-			t.Errorf("%s = %d, want %d", c.name, c.got, c.wants)
-		}
-	}
-}
-
-// proto.Algorithm and bucket.Algorithm are the same enum: same values,
-// same names, same count.
-func TestFacts_algorithmsAgree(t *testing.T) {
-	n := 0
-	for a := proto.Algorithm(1); a.Valid(); a++ {
-		if got := bucket.Algorithm(a).String(); got != a.String() {
-			t.Errorf("algorithm %d: bucket calls it %q, proto %q", a, got, a.String())
-		}
-		if _, err := bucket.ParseAlgorithm(a.String()); err != nil {
-			t.Errorf("bucket does not know proto's %q: %v", a, err)
-		}
-		n++
-	}
-	if after := bucket.Algorithm(n + 1).String(); !strings.HasPrefix(after, "algorithm(") {
-		t.Errorf("bucket has an algorithm %q that proto does not", after)
-	}
-}
 
 // FromProto maps each parameter of a spec, by its name on the wire, onto
 // the bucket.Limit field of the same meaning.

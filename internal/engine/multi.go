@@ -7,10 +7,12 @@ import (
 
 	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/shm"
+
+	"github.com/sluicehq/sluice/vocab"
 )
 
 // MaxMultiItems is the most items one Multi may hold.
-const MaxMultiItems = 16
+const MaxMultiItems = vocab.MaxMulti
 
 // multiAttempts bounds how often Multi retries when a slot it found was
 // reclaimed by another bucket before it could lock it.
@@ -100,7 +102,7 @@ func (e *Engine) multi(dst []bucket.Decision, items []Item, t Time, each bool) (
 		// reserved, so that no other insert (another item's included) reclaims
 		// it before it is locked again below.
 		for i := range items {
-			sl, _, err := e.t.LookupOrInsert(fps[i], uint8(items[i].Limit.b.Algorithm), items[i].Key, t.Now, &w)
+			sl, _, err := e.t.LookupOrInsert(fps[i], items[i].Limit.b.Algorithm, items[i].Key, t.Now, &w)
 			if err != nil {
 				e.unreserve(fps[:i], idx[:i], reserved[:i], &w)
 				return dst, false, tableErr(err)
@@ -212,26 +214,17 @@ func (e *Engine) decide(dst []bucket.Decision, items []Item, t Time, distinct []
 		j, _ := slices.BinarySearch(distinct, idx[i])
 		if !loaded[j] {
 			loaded[j], limit[j] = true, it.Limit
-			if it.Limit.ext > 0 {
-				var err error
-				if block[j], repaired[j], err = loadExtHeld(t, it.Limit, held[j], w); err != nil {
-					failed, allowed = err, false
-					break
-				}
-				copied[j], copies = copies[:it.Limit.ext], copies[it.Limit.ext:]
-				copy(copied[j], block[j])
-				state[j] = bucket.State(*held[j].State())
-			} else {
-				repaired[j] = load(t, it.Limit, held[j], &state[j])
+			var err error
+			if block[j], repaired[j], err = loadHeld(t, it.Limit, held[j], &state[j], w); err != nil {
+				failed, allowed = err, false
+				break
 			}
+			copied[j], copies = copies[:it.Limit.ext], copies[it.Limit.ext:]
+			copy(copied[j], block[j])
 			before[j], dirty[j] = state[j], repaired[j]
 		}
-		var changed bool
-		if it.Limit.ext > 0 {
-			changed = it.Limit.b.DecideExt(t.At, &state[j], copied[j], it.Cost, it.Flags, &last[j])
-		} else {
-			changed = it.Limit.b.Decide(t.At, &state[j], it.Cost, it.Flags&^bucket.Smyte, &last[j])
-		}
+		// Smyte's drain on a denial is not all-or-nothing: it is dropped.
+		changed := it.Limit.b.Decide(t.At, &state[j], copied[j], it.Cost, it.Flags&^bucket.Smyte, &last[j])
 		dirty[j] = dirty[j] || changed
 		allowed = allowed && last[j].Allowed
 		dst = append(dst, last[j])
@@ -243,22 +236,12 @@ func (e *Engine) decide(dst []bucket.Decision, items []Item, t Time, distinct []
 			sl.Clear(w) // a reservation, left when a block could not be had
 		case !loaded[j]:
 			sl.Release()
-		case failed == nil && allowed && dirty[j] && l.ext > 0:
-			copy(block[j], copied[j])
-			st := sl.State()
-			st[0], st[1] = state[j][0], state[j][1] // word 2 is the block's
-			commitExt(sl, l, block[j], &last[j], t)
 		case failed == nil && allowed && dirty[j]:
-			store(sl, l, &state[j], &last[j], t)
-		case repaired[j] && l.ext > 0:
-			// Drained in place by loadExtHeld.
-			var d bucket.Decision
-			l.b.DecideExt(t.At, (*bucket.State)(sl.State()), block[j], 0, 0, &d)
-			commitExt(sl, l, block[j], &d, t)
+			put(sl, l, &state[j], block[j], copied[j], &last[j], t)
 		case repaired[j]:
 			var d bucket.Decision
-			l.b.Decide(t.At, &before[j], 0, 0, &d)
-			store(sl, l, &before[j], &d, t)
+			l.b.Decide(t.At, &before[j], block[j], 0, 0, &d)
+			put(sl, l, &before[j], block[j], block[j], &d, t)
 		case !sl.Live():
 			sl.Clear(w) // end the reservation (and free a block given to it): reclaimable again
 		default:
@@ -269,6 +252,21 @@ func (e *Engine) decide(dst []bucket.Decision, items []Item, t Time, distinct []
 		return dst[:start], false, failed
 	}
 	return dst, allowed, nil
+}
+
+// loadHeld copies the bucket in the locked slot sl, held among others, into
+// s as l's algorithm must see it, as load does, and returns its block (nil
+// for an algorithm of fixed size), readied in place as loadExtHeld says: it
+// leaves the slot locked on an error. replaced reports a repair, which must
+// be written whatever the items decide.
+func loadHeld(t Time, l *Limit, sl shm.Slot, s *bucket.State, w *shm.Wait) (ext []int64, replaced bool, err error) {
+	if l.ext == 0 {
+		return nil, load(t, l, sl, s), nil
+	}
+	if ext, replaced, err = loadExtHeld(t, l, sl, w); err == nil {
+		*s = bucket.State(*sl.State())
+	}
+	return ext, replaced, err
 }
 
 // multiScratch holds the copies of the blocks a Multi decides on.
@@ -292,7 +290,7 @@ func (e *Engine) decideEach(dst []bucket.Decision, items []Item, t Time, distinc
 			loaded[j], limit[j] = true, it.Limit
 			dirty[j] = load(t, it.Limit, held[j], &state[j])
 		}
-		if it.Limit.b.Decide(t.At, &state[j], it.Cost, it.Flags, &last[j]) {
+		if it.Limit.b.Decide(t.At, &state[j], nil, it.Cost, it.Flags, &last[j]) {
 			dirty[j] = true
 		}
 		dst = append(dst, last[j])
@@ -300,7 +298,7 @@ func (e *Engine) decideEach(dst []bucket.Decision, items []Item, t Time, distinc
 	for j, sl := range held {
 		switch {
 		case dirty[j]:
-			store(sl, limit[j], &state[j], &last[j], t)
+			put(sl, limit[j], &state[j], nil, nil, &last[j], t)
 		case !sl.Live():
 			sl.Clear(w) // end the reservation: reclaimable again
 		default:

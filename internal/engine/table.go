@@ -164,7 +164,7 @@ func (e *Engine) Scan(cursor, span uint64, t Time, fn func(*Entry) bool) (next u
 		if se.Key == nil {
 			return true
 		}
-		out = Entry{Index: se.Index, Algorithm: bucket.Algorithm(se.Kind), FreshAt: se.FreshAt, Key: se.Key}
+		out = Entry{Index: se.Index, Algorithm: se.Kind, FreshAt: se.FreshAt, Key: se.Key}
 		return fn(&out)
 	})
 	return next, tableErr(err)

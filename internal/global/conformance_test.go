@@ -38,8 +38,8 @@ type model struct {
 
 func (m *model) do(l *bucket.Limit, r Request) bucket.Decision {
 	s := m.s
-	if !m.written || l.FreshAt(&s) <= r.At {
-		l.Init(r.At, &s)
+	if !m.written || l.FreshAt(&s, nil) <= r.At {
+		l.Init(r.At, &s, nil)
 	}
 	var d bucket.Decision
 	var changed bool

@@ -31,8 +31,8 @@ func (m *extModel) open(l *bucket.Limit, now int64) (bucket.State, []int64) {
 		m.ext = make([]int64, l.ExtWords())
 	}
 	s, ext := m.s, slices.Clone(m.ext)
-	if !m.written || l.FreshAtExt(&s, ext) <= now {
-		l.InitExt(now, &s, ext)
+	if !m.written || l.FreshAt(&s, ext) <= now {
+		l.Init(now, &s, ext)
 	}
 	return s, ext
 }
@@ -48,11 +48,11 @@ func (m *extModel) do(l *bucket.Limit, r Request) bucket.Decision {
 	var d bucket.Decision
 	var changed bool
 	if r.Op == Peek {
-		l.PeekExt(r.At, &s, ext, &d)
+		l.Peek(r.At, &s, ext, &d)
 	} else if r.Op == Refund {
-		changed = l.DecideRefundExt(r.At, &s, ext, r.Cost, 0, &d)
+		changed = l.DecideRefund(r.At, &s, ext, r.Cost, 0, &d)
 	} else {
-		changed = l.DecideExt(r.At, &s, ext, r.Cost, 0, &d)
+		changed = l.Decide(r.At, &s, ext, r.Cost, 0, &d)
 	}
 	m.store(s, ext, changed)
 	return d
@@ -188,20 +188,20 @@ func (m *extModel) lease(l *bucket.Limit, now, want, need, ret, until, life int6
 				c++
 			}
 			if c > 0 {
-				changed = l.DecideRefundExt(now, &s, ext, c, 0, &d)
+				changed = l.DecideRefund(now, &s, ext, c, 0, &d)
 			}
 		case bucket.WindowCounters:
 			if now <= until {
-				changed = l.DecideRefundExt(now, &s, ext, ret, 0, &d)
+				changed = l.DecideRefund(now, &s, ext, ret, 0, &d)
 			}
 		}
 	}
 	ps, pext := s, slices.Clone(ext)
-	l.DecideExt(now, &ps, pext, 0, 0, &d)
+	l.Decide(now, &ps, pext, 0, 0, &d)
 	granted, until := int64(0), now
 	if d.Remaining >= need {
 		granted = min(want, d.Remaining)
-		if l.DecideExt(now, &s, ext, granted, 0, &d) {
+		if l.Decide(now, &s, ext, granted, 0, &d) {
 			changed = true
 		}
 		if l.Algorithm == bucket.SlidingLog {
@@ -210,7 +210,7 @@ func (m *extModel) lease(l *bucket.Limit, now, want, need, ret, until, life int6
 		}
 	} else {
 		cs, cext := s, slices.Clone(ext)
-		l.DecideExt(now, &cs, cext, need, 0, &d)
+		l.Decide(now, &cs, cext, need, 0, &d)
 	}
 	m.store(s, ext, changed)
 	valid := min(life, l.Window/10)
@@ -322,11 +322,11 @@ func TestConcurrencyConformance(t *testing.T) {
 									wantN = 1
 								}
 							case Refund:
-								changed = l.DecideRefundExt(now, &s, ext, req.Cost, 0, &want)
+								changed = l.DecideRefund(now, &s, ext, req.Cost, 0, &want)
 							case Peek:
-								l.PeekExt(now, &s, ext, &want)
+								l.Peek(now, &s, ext, &want)
 							default:
-								changed = l.DecideExt(now, &s, ext, req.Cost, 0, &want)
+								changed = l.Decide(now, &s, ext, req.Cost, 0, &want)
 							}
 							m.store(s, ext, changed)
 

@@ -18,8 +18,8 @@ import (
 // at least need are available. It returns what the script replies.
 func (m *model) lease(l *bucket.Limit, now, want, need, ret, until, life int64) [6]int64 {
 	s := m.s
-	if !m.written || l.FreshAt(&s) <= now {
-		l.Init(now, &s)
+	if !m.written || l.FreshAt(&s, nil) <= now {
+		l.Init(now, &s, nil)
 	}
 	init := s
 	window := l.Algorithm == bucket.FixedWindow || l.Algorithm == bucket.SlidingWindow

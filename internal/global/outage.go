@@ -196,12 +196,11 @@ func (f *Fallback) byPolicy(ctx context.Context, r *Request, p Policy) (bucket.D
 			}
 		}
 		b.share = share
+		b.ext = nil
 		if share.Algorithm.Extended() {
 			b.ext = make([]int64, share.ExtWords())
-			b.share.InitExt(now, &b.state, b.ext)
-		} else {
-			b.share.Init(now, &b.state)
 		}
+		b.share.Init(now, &b.state, b.ext)
 	}
 	var d bucket.Decision
 	f2 := r.Flags & (bucket.Strict | bucket.Smyte)
@@ -214,15 +213,11 @@ func (f *Fallback) byPolicy(ctx context.Context, r *Request, p Policy) (bucket.D
 			r.Lease = 0
 		}
 	case r.Op == Peek:
-		b.share.PeekExt(now, &b.state, b.ext, &d)
-	case share.Algorithm.Extended() && r.Op == Refund:
-		b.share.DecideRefundExt(now, &b.state, b.ext, r.Cost, 0, &d)
-	case share.Algorithm.Extended():
-		b.share.DecideExt(now, &b.state, b.ext, clampCost(r.Cost), 0, &d)
+		b.share.Peek(now, &b.state, b.ext, &d)
 	case r.Op == Refund:
-		d, _ = b.share.Refund(now, &b.state, r.Cost, f2)
+		b.share.DecideRefund(now, &b.state, b.ext, r.Cost, f2, &d)
 	default:
-		d, _ = b.share.Apply(now, &b.state, clampCost(r.Cost), f2)
+		b.share.Decide(now, &b.state, b.ext, clampCost(r.Cost), f2, &d)
 	}
 	b.freshAt = now + max(d.ResetAfter, 0)
 	d.Limit = decisionLimit(&b.share)

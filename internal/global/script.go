@@ -7,6 +7,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/bucket"
+
+	"github.com/sluicehq/sluice/vocab"
 )
 
 // Op is what a request does to its bucket.
@@ -109,8 +111,8 @@ func (r *Request) check() error {
 	if r.Flags&bucket.Cell != 0 {
 		return fmt.Errorf("%w: redis-cell refunds have no global form", ErrUnsupported)
 	}
-	if len(r.Key) == 0 || len(r.Key) > 1024 {
-		return fmt.Errorf("%w: a key is 1 to 1024 bytes, got %d", ErrUnsupported, len(r.Key))
+	if len(r.Key) == 0 || len(r.Key) > vocab.MaxKeyLen {
+		return fmt.Errorf("%w: a key is 1 to %d bytes, got %d", ErrUnsupported, vocab.MaxKeyLen, len(r.Key))
 	}
 	return nil
 }

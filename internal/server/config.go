@@ -116,7 +116,7 @@ type Config struct {
 	AllowUIDs, AllowGIDs []uint32
 
 	// Now is the server clock, Unix nanoseconds; nil means the wall clock,
-	// made steady (see steadyClock). It exists for tests, which need a clock
+	// made steady (see engine.Clock). It exists for tests, which need a clock
 	// they control.
 	Now func() int64
 	// Ready, if set, is called once the socket accepts connections.

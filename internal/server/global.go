@@ -387,16 +387,13 @@ scan:
 // decide decides one global operation.
 func (g *globalLimits) decide(a *globalArgs) globalResult {
 	l := a.nl.cfg
-	switch {
-	case a.flags&proto.FlagAt != 0:
+	if a.flags&proto.FlagAt != 0 {
 		return globalResult{err: errGlobalAt}
-	case len(a.key) == 0:
-		return globalResult{err: engine.ErrEmptyKey}
-	case len(a.key) > engine.MaxKeyLen:
-		return globalResult{err: engine.ErrKeyTooLong}
-	case a.n < 0:
-		return globalResult{err: fmt.Errorf("%w: %d", engine.ErrNegativeCost, a.n)}
-	case l.Bucket.Algorithm == bucket.Concurrency && (a.code == proto.OpAcquire || a.code == proto.OpRefund):
+	}
+	if err := engine.CheckKeyCost(a.key, a.n); err != nil {
+		return globalResult{err: err}
+	}
+	if l.Bucket.Algorithm == bucket.Concurrency && (a.code == proto.OpAcquire || a.code == proto.OpRefund) {
 		return globalResult{err: engine.ErrLeaseOnly}
 	}
 	by := func() time.Time {
@@ -452,7 +449,8 @@ func (s *server) globalOp(b []byte, op *proto.Op, nl *namedLimit, c *conn) []byt
 	if op.Code == proto.OpReset {
 		return proto.AppendReset(b, r.existed)
 	}
-	b = c.answer(b, op, nl, nl.cfg.Bucket.Algorithm, &r.d, time.Time{})
+	shadowed := op.Code == proto.OpAcquire && (op.Flags&proto.FlagShadow != 0 || nl.cfg.Shadow) && engine.Shadow(&r.d)
+	b = c.answer(b, op, nl, nl.cfg.Bucket.Algorithm, &r.d, shadowed, time.Time{})
 	if c.version >= 4 { // older clients cannot read the marks
 		b = proto.MarkOutage(b, r.outage)
 		if nl.cfg.OnUnavailable == global.Closed {

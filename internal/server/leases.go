@@ -138,20 +138,20 @@ func (st *stream) leaseID() int64 {
 }
 
 // leaseOp answers LEASE.
-func (s *server) leaseOp(b []byte, op *proto.Op, c *conn, l *engine.Limit, nl *namedLimit, start time.Time) []byte {
+func (s *server) leaseOp(b []byte, op *proto.Op, c *conn, req *engine.Request, nl *namedLimit, start time.Time) []byte {
 	if len(c.leases) >= maxLeasesPerConn {
 		c.forgetExpired(c.now)
 		if len(c.leases) >= maxLeasesPerConn {
 			return c.fail(b, op.Code, errTooManyLeases)
 		}
 	}
-	var d bucket.Decision
-	id, err := s.engine.Lease(&d, op.Key, l, c.at(c.now), c.leaseID())
-	if err != nil {
+	l, res := req.Limit, &c.res
+	req.Time, req.Lease = c.at(c.now), c.leaseID() // a lease is about the server's clock, waited for as any request
+	if err := s.engine.Do(req, res); err != nil {
 		s.recordError(nl, l, err)
 		return c.fail(b, op.Code, err)
 	}
-	if id != 0 {
+	if id := res.Lease; id != 0 {
 		expires := c.now + min(l.Bucket().Lease, math.MaxInt64-c.now)
 		key := string(op.Key)
 		c.leases = append(c.leases, heldLease{limit: *l, key: key, id: id, expires: expires})
@@ -163,25 +163,25 @@ func (s *server) leaseOp(b []byte, op *proto.Op, c *conn, l *engine.Limit, nl *n
 	} else {
 		c.n.denied++
 	}
-	s.record(nl, l.Bucket().Algorithm, d.Allowed, false, start)
-	w := proto.Decision(d)
-	return proto.AppendLeaseResult(b, &w, uint64(id))
+	s.record(nl, l.Bucket().Algorithm, res.Decision.Allowed, false, start)
+	return proto.AppendLeaseResult(b, &res.Decision, uint64(res.Lease))
 }
 
 // releaseOp answers RELEASE: from the connection that holds the lease, or
 // from a peer of the holder's uid; a lease no connection of this server
 // holds (taken through an earlier sidecar process, expired, or unknown) is
 // released by whoever brings its id, which only its holder was given.
-func (s *server) releaseOp(b []byte, op *proto.Op, c *conn, l *engine.Limit) []byte {
-	var d bucket.Decision
+func (s *server) releaseOp(b []byte, op *proto.Op, c *conn, req *engine.Request) []byte {
 	id := int64(op.Lease)
 	if !c.holds(op.Key, id) {
 		if p, held := s.holders.of(id, op.Key, c.now); held && !p.sameUser(c.peer) {
 			return c.fail(b, op.Code, errNotHolder)
 		}
 	}
-	released, err := s.engine.Release(&d, op.Key, l, id, c.at(c.now))
-	return s.released(b, op, c, &d, released, err)
+	req.Time, req.Lease = c.at(c.now), id
+	res := &c.res
+	err := s.engine.Do(req, res)
+	return s.released(b, op, c, &res.Decision, res.Released, err)
 }
 
 // released answers a RELEASE of lease op.Lease: the connection and the
@@ -195,8 +195,7 @@ func (s *server) released(b []byte, op *proto.Op, c *conn, d *bucket.Decision, r
 	if released {
 		s.holders.remove(id, op.Key, nil)
 	}
-	w := proto.Decision(*d)
-	return proto.AppendReleaseResult(b, released, &w)
+	return proto.AppendReleaseResult(b, released, d)
 }
 
 // idleDeadline is when the connection, idle from now, is closed:

@@ -90,20 +90,9 @@ func (c *conn) limit(w proto.Limit, name []byte) (*engine.Limit, *namedLimit, er
 	return l, nil, err
 }
 
-// shadow applies shadow mode to an acquire's decision, when its limit is a
-// shadow limit or the request asked for it (FlagShadow): a denial is
-// answered as allowed (nothing more is consumed than the denial consumed)
-// and counted. It reports whether it turned one.
-func (s *server) shadow(nl *namedLimit, f proto.Flags, d *bucket.Decision) bool {
-	if d.Allowed || f&proto.FlagShadow == 0 && (nl == nil || !nl.cfg.Shadow) {
-		return false
-	}
-	d.Allowed, d.RetryAfter, d.Delay = true, -1, 0
-	s.shadowDenied(nl)
-	return true
-}
-
-// shadowDenied counts a shadow limit's denial answered as allowed.
+// shadowDenied counts a denial that a shadow limit, or a request that
+// asked for it (FlagShadow), answered as allowed (engine.Shadow), under
+// its limit's label.
 func (s *server) shadowDenied(nl *namedLimit) {
 	switch {
 	case nl != nil && nl.metrics != nil:

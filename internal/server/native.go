@@ -25,6 +25,8 @@ type conn struct {
 	op    proto.Op
 	lim   limitCache[proto.Limit]
 	multi multiScratch
+	req   engine.Request
+	res   engine.Result
 
 	frameStart int           // where the response frame being built starts in out
 	version    uint8         // the protocol version of the frame being answered
@@ -183,60 +185,53 @@ func (s *server) do(b []byte, op *proto.Op, c *conn) []byte {
 	if nl != nil && nl.cfg.Scope == config.Global {
 		return s.globalOp(b, op, nl, c)
 	}
-	when := c.when(op.Flags, op.At)
+	req := &c.req
+	*req = engine.Request{Limit: l, Time: c.at(c.now)}
+	req.Wire(op.Code, op.Key, op.N, op.Flags, op.At)
+	req.Shadow = req.Shadow || nl != nil && nl.cfg.Shadow
 	if op.Flags&proto.FlagDeadline != 0 {
-		when.Wait = c.waitUntil(op.Deadline)
+		req.Time.Wait = c.waitUntil(op.Deadline)
 	}
-	var d bucket.Decision
 	var start time.Time
 	if s.rec != nil && c.n.ops&sampleMask == 0 {
 		start = time.Now() // durations are sampled: a clock read costs more than a decision's counters
 	}
 	switch op.Code {
 	case proto.OpLease:
-		return s.leaseOp(b, op, c, l, nl, start)
+		return s.leaseOp(b, op, c, req, nl, start)
 	case proto.OpRelease:
-		return s.releaseOp(b, op, c, l)
-	case proto.OpAcquire:
-		err = s.engine.Acquire(&d, op.Key, l, op.N, when, engine.FlagsFromProto(op.Flags))
-	case proto.OpPeek:
-		err = s.engine.Peek(&d, op.Key, l, when)
-	case proto.OpRefund:
-		err = s.engine.Refund(&d, op.Key, l, op.N, when, 0)
-	case proto.OpReset:
-		existed, err := s.engine.Reset(op.Key, l, when)
-		if err != nil {
-			return c.fail(b, op.Code, err)
-		}
-		return proto.AppendReset(b, existed)
-	default:
-		return c.fail(b, op.Code, fmt.Errorf("%w: %d", proto.ErrUnknownOpcode, op.Code))
+		return s.releaseOp(b, op, c, req)
 	}
-	if err != nil {
-		s.recordError(nl, l, err)
+	res := &c.res
+	if err := s.engine.Do(req, res); err != nil {
+		if op.Code != proto.OpReset { // a RESET is no decision
+			s.recordError(nl, l, err)
+		}
 		return c.fail(b, op.Code, err)
 	}
-	return c.answer(b, op, nl, l.Bucket().Algorithm, &d, start)
+	if op.Code == proto.OpReset {
+		return proto.AppendReset(b, res.Existed)
+	}
+	return c.answer(b, op, nl, l.Bucket().Algorithm, &res.Decision, res.Shadowed, start)
 }
 
-// answer appends a decision's result, a shadow limit's denial answered as
-// allowed, and counts it.
-func (c *conn) answer(b []byte, op *proto.Op, nl *namedLimit, alg bucket.Algorithm, d *bucket.Decision, start time.Time) []byte {
-	shadowed := op.Code == proto.OpAcquire && c.s.shadow(nl, op.Flags, d)
+// answer appends a decision's result (shadowed: a shadow limit's denial
+// answered as allowed) and counts it.
+func (c *conn) answer(b []byte, op *proto.Op, nl *namedLimit, alg bucket.Algorithm, d *bucket.Decision, shadowed bool, start time.Time) []byte {
 	switch {
 	case shadowed:
 		c.n.shadowDenied++
+		c.s.shadowDenied(nl)
 	case d.Allowed:
 		c.n.allowed++
 	default:
 		c.n.denied++
 	}
 	c.s.record(nl, alg, d.Allowed, shadowed, start)
-	w := proto.Decision(*d)
 	if shadowed {
-		return proto.AppendShadowDecision(b, op.Code, &w)
+		return proto.AppendShadowDecision(b, op.Code, d)
 	}
-	return proto.AppendDecision(b, op.Code, &w)
+	return proto.AppendDecision(b, op.Code, d)
 }
 
 // multi answers a MULTI: all of its items or none.
@@ -262,20 +257,19 @@ func (s *server) multi(b []byte, op *proto.Op, c *conn) []byte {
 		}
 		m.items[i] = engine.Item{Key: it.Key, Limit: &m.limits[i], Cost: it.Cost, Flags: engine.FlagsFromProto(it.Flags)}
 	}
-	ds, allowed, err := s.engine.Multi(m.ds[:0], m.items[:op.NItems], c.when(op.Flags, op.At))
+	t := c.at(c.now)
+	t.Wire(op.Flags, op.At)
+	ds, allowed, err := s.engine.Multi(m.ds[:0], m.items[:op.NItems], t)
 	m.ds = ds
 	if err != nil {
 		return c.fail(b, op.Code, err)
-	}
-	for i, d := range ds {
-		m.wire[i] = proto.Decision(d)
 	}
 	if allowed {
 		c.n.allowed++
 	} else {
 		c.n.denied++
 	}
-	return proto.AppendMultiResult(b, allowed, m.wire[:len(ds)])
+	return proto.AppendMultiResult(b, allowed, ds)
 }
 
 // scan lists live buckets whose inline key starts with the prefix, adding at
@@ -287,14 +281,14 @@ func (s *server) scan(b []byte, op *proto.Op, room int, v uint8, t engine.Time) 
 	limit := len(b) + room
 	n, full, resume := 0, false, uint64(0)
 	next, err := s.engine.Scan(op.Cursor, scanSpan, t, func(e *engine.Entry) bool {
-		if !bytes.HasPrefix(e.Key, op.Prefix) || !proto.Algorithm(e.Algorithm).ValidIn(v) {
+		if !bytes.HasPrefix(e.Key, op.Prefix) || !e.Algorithm.ValidIn(v) {
 			return true
 		}
 		if len(b)+scanEntryLen(e.Key) > limit {
 			full, resume = true, e.Index // the next SCAN starts with this bucket
 			return false
 		}
-		b = proto.AppendScanEntry(b, proto.Algorithm(e.Algorithm), e.FreshAt, e.Key)
+		b = proto.AppendScanEntry(b, e.Algorithm, e.FreshAt, e.Key)
 		n++
 		return n < int(op.Count)
 	})
@@ -330,31 +324,16 @@ func wireMessage(st proto.Status, err error) string {
 	return strings.TrimPrefix(errtext.String(err), errtext.String(st.Err())+": ")
 }
 
-// statusFor maps the errors of the layers below to wire status codes.
+// statusFor maps the errors of the layers below to wire status codes: the
+// server's own, then the engine's (engine.Status).
 func statusFor(err error) proto.Status {
 	switch {
-	case errors.Is(err, engine.ErrTableFull):
-		return proto.StatusTableFull
-	case errors.Is(err, engine.ErrEmptyKey), errors.Is(err, engine.ErrKeyTooLong):
-		return proto.StatusInvalidKey
-	case errors.Is(err, engine.ErrNegativeCost):
-		return proto.StatusInvalidCost
-	case errors.Is(err, engine.ErrTooManyItems):
-		return proto.StatusTooManyItems
-	case errors.Is(err, engine.ErrContended), errors.Is(err, engine.ErrLocked):
-		return proto.StatusContended
-	case errors.Is(err, engine.ErrTime):
-		return proto.StatusMalformed
-	case errors.Is(err, engine.ErrInvalidLimit), errors.Is(err, errUnknownName),
-		errors.Is(err, errGlobalAt), errors.Is(err, errGlobalMulti):
+	case errors.Is(err, errUnknownName), errors.Is(err, errGlobalAt), errors.Is(err, errGlobalMulti):
 		return proto.StatusInvalidLimit
 	case errors.Is(err, errNoGlobal):
 		return proto.StatusUnsupported
 	}
-	if st := proto.StatusOf(err); st != proto.StatusOK {
-		return st
-	}
-	return proto.StatusInternal
+	return engine.Status(err)
 }
 
 // appendStats answers STATS: the rows of metrics.Counters it lists.

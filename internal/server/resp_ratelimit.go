@@ -1,7 +1,6 @@
 package server
 
 import (
-	"errors"
 	"math"
 	"os"
 	"strconv"
@@ -10,6 +9,7 @@ import (
 	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/errtext"
+	"github.com/sluicehq/sluice/proto"
 	"github.com/sluicehq/sluice/proto/resp"
 )
 
@@ -47,18 +47,16 @@ func (rc *respConn) run(req *rlRequest) {
 		rc.runGlobal(req, r)
 		return
 	}
-	var d bucket.Decision
-	var err error
+	r := engine.Request{Op: proto.OpAcquire, Key: req.key, Limit: &req.limit, N: req.cost, Flags: req.flags, Time: req.when}
 	if req.refund {
-		err = rc.s.engine.Refund(&d, req.key, &req.limit, req.cost, req.when, bucket.Cell)
-	} else {
-		err = rc.s.engine.Acquire(&d, req.key, &req.limit, req.cost, req.when, req.flags)
+		r.Op, r.Flags = proto.OpRefund, bucket.Cell
 	}
-	if err != nil {
+	var res engine.Result
+	if err := rc.s.engine.Do(&r, &res); err != nil {
 		rc.failRequest(req, err)
 		return
 	}
-	rc.reply(req, &d)
+	rc.reply(req, &res.Decision)
 }
 
 // parseRateLimit parses RL.REDUCE, RL.PREDUCE, RL.GET and RL.PGET with
@@ -258,10 +256,10 @@ func (rc *respConn) count(d *bucket.Decision, alg bucket.Algorithm) {
 // fail answers an error of the engine that smyte/ratelimit has no words for.
 func (rc *respConn) fail(err error) {
 	rc.n.errors++
-	switch {
-	case errors.Is(err, engine.ErrTableFull):
+	switch engine.Status(err) {
+	case proto.StatusTableFull:
 		rc.out = resp.AppendError(rc.out, "ERR table full")
-	case errors.Is(err, engine.ErrEmptyKey), errors.Is(err, engine.ErrKeyTooLong):
+	case proto.StatusInvalidKey:
 		rc.out = resp.AppendError(rc.out, "ERR invalid key: "+errtext.String(err))
 	default:
 		rc.out = resp.AppendError(rc.out, "ERR "+errtext.String(err))

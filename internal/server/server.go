@@ -18,18 +18,6 @@ import (
 	"github.com/sluicehq/sluice/proto"
 )
 
-// steadyClock returns the server clock: it starts at the later of the wall
-// clock and floor (the highest time the state file has recorded) and
-// advances with the monotonic clock. A step of the wall clock, back or
-// forward, does not move it while the server runs, and a restart after the
-// wall clock went back continues from the recorded time instead of going
-// back with it: time travel neither mints tokens nor wedges buckets.
-func steadyClock(floor int64) func() int64 {
-	start := time.Now()
-	base := max(start.UnixNano(), floor)
-	return func() int64 { return base + int64(time.Since(start)) }
-}
-
 // ErrGeometryMismatch is returned when an existing state file's geometry
 // differs from the one the Config asks for explicitly.
 var ErrGeometryMismatch = engine.ErrGeometryMismatch
@@ -105,7 +93,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	o := e.Opened()
 	if c.Now == nil {
-		c.Now = steadyClock(o.HighTime)
+		c.Now = engine.Clock(o.HighTime)
 	}
 	g, st := e.Geometry(), e.Stats()
 	s := &server{

@@ -72,25 +72,6 @@ func TestRun_secondInstance(t *testing.T) {
 	}
 }
 
-// Ensure the server clock never starts below the time the state file
-// recorded (the wall clock went back an hour across a restart), and advances
-// with the monotonic clock.
-func TestSteadyClock(t *testing.T) {
-	ahead := time.Now().Add(time.Hour).UnixNano()
-	now := steadyClock(ahead)
-	a := now()
-	if a < ahead {
-		t.Errorf("clock %d starts below the recorded %d", a, ahead)
-	}
-	time.Sleep(2 * time.Millisecond)
-	if b := now(); b-a < int64(2*time.Millisecond) || b-a > int64(time.Second) {
-		t.Errorf("clock advanced %v in 2 ms", time.Duration(b-a))
-	}
-	if w := steadyClock(0)(); w < time.Now().Add(-time.Second).UnixNano() {
-		t.Errorf("with nothing recorded the clock is not the wall clock: %d", w)
-	}
-}
-
 // Ensure a restart after the wall clock went back keeps time moving forward:
 // the state file records the server time, and the next start continues from
 // it, so a bucket drained before the restart is not refilled by the step.

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/engine"
-	"github.com/sluicehq/sluice/proto"
 )
 
 const (
@@ -185,16 +184,6 @@ func (st *stream) written() {
 	} else {
 		st.out = st.out[:0]
 	}
-}
-
-// when is the Time of a request with flags f: the batch's server clock,
-// and the request's own time if it carries one.
-func (st *stream) when(f proto.Flags, at int64) engine.Time {
-	t := st.at(st.now)
-	if f&proto.FlagAt != 0 {
-		t.At = at
-	}
-	return t
 }
 
 // waitUntil is the lock wait of a request whose client stops waiting at

@@ -106,24 +106,14 @@ func Open(path string, opts Options) (*Client, error) {
 			return nil, fmt.Errorf("cannot decide in %s: %w", path, err)
 		}
 		c.reason = err
-		c.clock = steadyClock(0)
+		c.clock = engine.Clock(0)
 		return c, nil
 	}
 	o := e.Opened()
-	c.clock = steadyClock(o.HighTime)
+	c.clock = engine.Clock(o.HighTime) // the sidecar's clock, as this process sees it
 	c.eng.Store(e)
 	c.nextCheck.Store(c.clock() + int64(ownerCheckEvery))
 	return c, nil
-}
-
-// steadyClock is the sidecar's clock, as this process sees it: it starts
-// at the later of the wall clock and floor (the highest time the file
-// recorded) and advances with the monotonic clock, so that a step of the
-// wall clock does not move it.
-func steadyClock(floor int64) func() int64 {
-	start := time.Now()
-	base := max(start.UnixNano(), floor)
-	return func() int64 { return base + int64(time.Since(start)) }
 }
 
 // limitCacheSize is how many validated limits a Client remembers: a
@@ -289,12 +279,14 @@ func (c *Client) Reset(ctx context.Context, l sluice.Limit, key string) (bool, e
 			}
 			return false, c.unavailable()
 		}
-		existed, err := e.Reset(keyBytes(key), lim, engine.Time{Wait: c.wait(ctx)})
+		req := engine.Request{Op: proto.OpReset, Key: keyBytes(key), Limit: lim, Time: engine.Time{Wait: c.wait(ctx)}}
+		var res engine.Result
+		err := e.Do(&req, &res)
 		if errors.Is(err, engine.ErrNoOwner) {
 			c.detached(e, err)
 			continue
 		}
-		return existed, opError(err)
+		return res.Existed, opError(err)
 	}
 }
 
@@ -306,28 +298,18 @@ func (c *Client) decide(ctx context.Context, op proto.Opcode, l sluice.Limit, ke
 	if op != proto.OpPeek && leaseOnly(lim) {
 		return sluice.Decision{}, opError(errLeaseOnly)
 	}
-	f, at := flags(opts)
-	var d bucket.Decision
+	f, at := sluice.WireOptions(opts)
+	var res engine.Result
 	for {
 		now := c.clock()
 		e := c.engine(now)
 		if e == nil {
 			return c.fall(ctx, op, l, key, n, opts)
 		}
-		t := engine.At(now)
-		t.Wait = c.wait(ctx)
-		if f&proto.FlagAt != 0 {
-			t.At = at
-		}
-		k := keyBytes(key)
-		switch op {
-		case proto.OpAcquire:
-			err = e.Acquire(&d, k, lim, n, t, engine.FlagsFromProto(f))
-		case proto.OpPeek:
-			err = e.Peek(&d, k, lim, t)
-		case proto.OpRefund:
-			err = e.Refund(&d, k, lim, n, t, 0)
-		}
+		req := engine.Request{Limit: lim, Time: engine.At(now)}
+		req.Time.Wait = c.wait(ctx)
+		req.Wire(op, keyBytes(key), n, f, at) // a shadow request's denial is answered as the sidecar answers it
+		err = e.Do(&req, &res)
 		if errors.Is(err, engine.ErrNoOwner) {
 			c.detached(e, err)
 			continue
@@ -335,12 +317,8 @@ func (c *Client) decide(ctx context.Context, op proto.Opcode, l sluice.Limit, ke
 		if err != nil {
 			return sluice.Decision{}, opError(err)
 		}
-		shadowed := op == proto.OpAcquire && f&proto.FlagShadow != 0 && !d.Allowed
-		if shadowed { // as the sidecar answers a shadow request
-			d.Allowed, d.RetryAfter, d.Delay = true, -1, 0
-		}
-		out := decisionOf(&d)
-		out.ShadowDenied = shadowed
+		out := sluice.WireDecision(&res.Decision)
+		out.ShadowDenied = res.Shadowed
 		return out, nil
 	}
 }
@@ -374,7 +352,7 @@ func (c *Client) Multi(ctx context.Context, items []sluice.Item, opts ...sluice.
 	if len(items) == 0 || len(items) > proto.MaxMulti {
 		return false, nil, opError(fmt.Errorf("%w: %d items, want 1 to %d", engine.ErrTooManyItems, len(items), proto.MaxMulti))
 	}
-	f, at := flags(opts)
+	f, at := sluice.WireOptions(opts)
 	var (
 		limits [proto.MaxMulti]engine.Limit
 		its    [proto.MaxMulti]engine.Item
@@ -410,9 +388,7 @@ func (c *Client) Multi(ctx context.Context, items []sluice.Item, opts ...sluice.
 		}
 		t := engine.At(now)
 		t.Wait = c.wait(ctx)
-		if f&proto.FlagAt != 0 {
-			t.At = at
-		}
+		t.Wire(f, at)
 		out, allowed, err := e.Multi(ds[:0], its[:len(items)], t)
 		if errors.Is(err, engine.ErrNoOwner) {
 			c.detached(e, err)
@@ -423,7 +399,7 @@ func (c *Client) Multi(ctx context.Context, items []sluice.Item, opts ...sluice.
 		}
 		res := make([]sluice.Decision, len(out))
 		for i := range out {
-			res[i] = decisionOf(&out[i])
+			res[i] = sluice.WireDecision(&out[i])
 		}
 		return allowed, res, nil
 	}
@@ -442,30 +418,6 @@ func (c *Client) wait(ctx context.Context) time.Duration {
 // keyBytes returns key's bytes without copying them: the engine reads a
 // key and copies what it keeps.
 func keyBytes(key string) []byte { return unsafe.Slice(unsafe.StringData(key), len(key)) }
-
-// flags reads the request options.
-func flags(opts []sluice.RequestOption) (proto.Flags, int64) {
-	var f proto.Flags
-	var at int64
-	for _, o := range opts {
-		of, oat := o.Wire()
-		f |= of
-		if of&proto.FlagAt != 0 {
-			at = oat
-		}
-	}
-	return f, at
-}
-
-// decisionOf is the socket client's Decision for a decision of the engine:
-// the wire carries the same fields, durations in nanoseconds.
-func decisionOf(d *bucket.Decision) sluice.Decision {
-	return sluice.Decision{
-		Allowed: d.Allowed, Remaining: d.Remaining, Limit: d.Limit,
-		RetryAfter: time.Duration(d.RetryAfter), ResetAfter: time.Duration(d.ResetAfter),
-		Delay: time.Duration(d.Delay),
-	}
-}
 
 // statusError is an engine error as the socket client reports the same
 // refusal: its text, and errors.Is the socket client's error for it.
@@ -486,28 +438,11 @@ func (e *statusError) Error() string {
 func (e *statusError) Unwrap() error        { return e.err }
 func (e *statusError) Is(target error) bool { return target == e.status }
 
-// opError maps an engine error to the socket client's vocabulary.
+// opError maps an engine error to the socket client's vocabulary: the
+// sentinel of the status the sidecar answers it with.
 func opError(err error) error {
-	var st error
-	switch {
-	case err == nil:
+	if err == nil {
 		return nil
-	case errors.Is(err, engine.ErrTableFull):
-		st = sluice.ErrTableFull
-	case errors.Is(err, engine.ErrEmptyKey), errors.Is(err, engine.ErrKeyTooLong):
-		st = sluice.ErrInvalidKey
-	case errors.Is(err, engine.ErrNegativeCost):
-		st = sluice.ErrInvalidCost
-	case errors.Is(err, engine.ErrInvalidLimit):
-		st = sluice.ErrInvalidLimit
-	case errors.Is(err, engine.ErrTooManyItems):
-		st = sluice.ErrTooManyItems
-	case errors.Is(err, engine.ErrContended), errors.Is(err, engine.ErrLocked):
-		st = sluice.ErrContended
-	case errors.Is(err, engine.ErrTime):
-		st = sluice.ErrMalformed
-	default:
-		st = sluice.ErrInternal
 	}
-	return &statusError{st, err}
+	return &statusError{engine.Status(err).Err(), err}
 }
