@@ -33,6 +33,9 @@ func (l *Limit) Init(now int64, s *State, ext []int64) {
 	case FixedWindow, SlidingWindow:
 		*s = State{windowStart(now, l.Window), 0, 0}
 		return
+	case Quota:
+		l.initQuota(now, s, 0)
+		return
 	}
 	clear(ext)
 	switch l.Algorithm {
@@ -78,6 +81,9 @@ func (l *Limit) Drained(now int64, s *State, ext []int64) {
 		return
 	case Pacer:
 		*s = State{satAdd(satAdd(now, l.MaxDelay), l.pacerInterval()), 0, 0}
+		return
+	case Quota:
+		l.initQuota(now, s, l.Max)
 		return
 	case SlidingLog:
 		l.drainedSlidingLog(now, s, ext)
@@ -126,6 +132,8 @@ func (l *Limit) Decide(now int64, s *State, ext []int64, cost int64, f Flags, d 
 		return l.applySlidingWindow(now, s, cost, d)
 	case Pacer:
 		return l.applyPacer(now, s, cost, d)
+	case Quota:
+		return l.applyQuota(now, s, cost, d)
 	}
 	l.checkExt(ext)
 	switch l.Algorithm {
@@ -198,6 +206,8 @@ func (l *Limit) DecideRefund(now int64, s *State, ext []int64, amount int64, f F
 			l.refundSlidingWindow(now, s, amount)
 		case Pacer:
 			refundTAT(now, s, satMul(amount, l.pacerInterval()))
+		case Quota:
+			l.refundQuota(now, s, amount)
 		case SlidingLog:
 			l.checkExt(ext)
 			changed = l.refundSlidingLog(now, s, ext, amount)
@@ -237,6 +247,8 @@ func (l *Limit) FreshAt(s *State, ext []int64) int64 {
 		return l.fixedFreshAt(s[winStart], s[fwCount])
 	case SlidingWindow:
 		return l.slidingFreshAt(s[winStart], s[swPrev], s[swCurr])
+	case Quota:
+		return quotaFreshAt(s)
 	}
 	l.checkExt(ext)
 	switch l.Algorithm {
