@@ -150,7 +150,8 @@ func (l *Limit) boundary(p int64) int64 {
 // anchor's day for months and years, the week's first day for weeks; end is
 // the next period's start. The Limit must be a quota that passed Validate.
 // A time outside [0, MaxTime] gets the period of the nearer end of that
-// range.
+// range, and the period that holds 1970-01-01T00:00:00Z starts there
+// (times are never earlier).
 func (l *Limit) CalendarPeriod(now int64) (start, end int64) {
 	now = clamp(now, 0, MaxTime)
 	day, y, m := l.localDate(now)
@@ -179,5 +180,5 @@ func (l *Limit) CalendarPeriod(now int64) (start, end int64) {
 		p++
 		start, end = end, l.boundary(p+1)
 	}
-	return start, end
+	return max(start, 0), end
 }
