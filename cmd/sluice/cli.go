@@ -176,6 +176,7 @@ func (x *cli) usage() {
 		"sliding_log:limit=100,window=1m",
 		"window_counters:limit=100,window=1h,counters=60",
 		"concurrency:limit=2,lease=1h   (lease and release)",
+		"quota:limit=1000,period=month,tz=Europe/Paris,anchor=15",
 	} {
 		fmt.Fprintln(w, "  "+s)
 	}

@@ -121,6 +121,18 @@ func runSteps(t *testing.T, socket string, steps []step) {
 	}
 }
 
+// quotaSpec is a monthly quota anchored on the 31st in Paris.
+const quotaSpec = "quota:limit=1,period=month,tz=Europe/Paris,anchor=31"
+
+// parisAt is a local hour in Paris as --at takes it, Unix ns.
+func parisAt(y int, m time.Month, d, h int) string {
+	loc, err := time.LoadLocation("Europe/Paris")
+	if err != nil {
+		panic(err)
+	}
+	return strconv.FormatInt(time.Date(y, m, d, h, 0, 0, 0, loc).UnixNano(), 10)
+}
+
 func TestDecisions(t *testing.T) {
 	sock := startSidecar(t, 128)
 	at2h := strconv.FormatInt(t0+int64(2*time.Hour), 10)
@@ -154,6 +166,12 @@ func TestDecisions(t *testing.T) {
 		{"acquire --json sh " + tb10 + ",shadow=true --at " + at2h, 0,
 			`{"allowed":true,"remaining":0,"limit":10,"retry_after_ns":-1,"reset_after_ns":36000000000000,"delay_ns":0,"shadow_denied":true}` + "\n", ""},
 		{"acquire sh " + tb10 + " --at " + at2h, 1, "denied remaining=0 limit=10 retry_after=1h0m0s reset_after=10h0m0s\n", ""},
+		// A monthly quota in a zone, anchored on the 31st: in February of a
+		// leap year the period starts on the 29th; denied, it is retried then.
+		{"acquire q " + quotaSpec + " --at " + parisAt(2024, 2, 28, 12), 0, "allowed remaining=0 limit=1 reset_after=12h0m0s\n", ""},
+		{"acquire q " + quotaSpec + " --at " + parisAt(2024, 2, 28, 18), 1, "denied remaining=0 limit=1 retry_after=6h0m0s reset_after=6h0m0s\n", ""},
+		{"acquire q " + quotaSpec + " --at " + parisAt(2024, 2, 29, 0), 0, "allowed remaining=0 limit=1 reset_after=744h0m0s\n", ""},
+		{"acquire q quota:limit=1,period=day,tz=Mars/Olympus_Mons", 2, "", "sluice: acquire: invalid limit: unknown time zone \"Mars/Olympus_Mons\"\n"},
 		// A key that looks like a flag, after --.
 		{"acquire --cost 2 -- --key " + tb10, 0, "allowed remaining=8 limit=10 reset_after=2h0m0s\n", ""},
 	})
