@@ -254,3 +254,48 @@ func TestQuotaBackwards(t *testing.T) {
 		t.Fatal("a request a day earlier was admitted past the spent quota")
 	}
 }
+
+// BenchmarkQuota measures a quota's decision beside a token bucket's: in
+// a period (the stored period decides: no calendar), and the calendar's
+// cost where it is computed, a request in a new period (or a new bucket),
+// in UTC and in a zone with DST, at times from 2023 to 2033.
+func BenchmarkQuota(b *testing.B) {
+	tb := Limit{Algorithm: TokenBucket, Max: 1 << 40, RefillTime: sec, RefillAmount: 1}
+	paris := mustZone("Europe/Paris")
+	day := Limit{Algorithm: Quota, Max: 1 << 40, Calendar: CalDay, Every: 1, Loc: paris}
+	month := Limit{Algorithm: Quota, Max: 1 << 40, Calendar: CalMonth, Every: 1, Anchor: 31, Loc: paris}
+	utc := Limit{Algorithm: Quota, Max: 1 << 40, Calendar: CalMonth, Every: 1}
+	for _, l := range []*Limit{&tb, &day, &month, &utc} {
+		if err := l.Validate(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		name string
+		l    Limit
+		step int64 // between requests
+	}{
+		{"token_bucket", tb, 50_000},
+		{"quota_day_paris_in_period", day, 50_000},
+		{"quota_month_paris_in_period", month, 50_000},
+		{"quota_day_paris_new_period", day, 24 * 3600 * sec},
+		{"quota_month_paris_new_period", month, 31 * 24 * 3600 * sec},
+		{"quota_month_utc_new_period", utc, 31 * 24 * 3600 * sec},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			var s State
+			c.l.Init(t0, &s, nil)
+			now := t0
+			var d Decision
+			for b.Loop() {
+				now += c.step
+				if now > t0+10*366*24*3600*sec { // 2023 to 2033: the zone's table, as requests see it
+					now = t0
+					c.l.Init(now, &s, nil)
+				}
+				c.l.Decide(now, &s, nil, 1, 0, &d)
+			}
+		})
+	}
+}

@@ -135,7 +135,13 @@ var algorithms = map[bucket.Algorithm]*algorithm{
 		periods:  true,
 		identity: 2,
 		check: func(l bucket.Limit) error {
-			return firstErr(count("limit", l.Max), duration("the longest period", quotaLongest(l)))
+			if err := count("limit", l.Max); err != nil {
+				return err
+			}
+			if quotaLongest(l) > MaxDuration {
+				return fmt.Errorf("%w: a global quota's period is at most about 50 days (days, weeks or one month), got %d %s", ErrUnsupported, l.Every, l.Calendar)
+			}
+			return nil
 		},
 		limit:  func(l *bucket.Limit) int64 { return l.Max },
 		share:  func(l *bucket.Limit, s scaling) { l.Max = s.count(l.Max) },
