@@ -43,7 +43,11 @@ func runConfig(x *cli, args []string) int {
 		if l.Scope == config.Global {
 			opts += " global"
 		}
-		fmt.Fprintf(x.stdout, "  %s %s%s\n", name, l.Wire, opts)
+		spec := l.Wire.String()
+		for _, p := range l.More {
+			spec += " + " + p.Wire.String() // a list, decided all or nothing
+		}
+		fmt.Fprintf(x.stdout, "  %s %s%s\n", name, spec, opts)
 	}
 	return exitOK
 }

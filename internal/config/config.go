@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/global"
 	"github.com/sluicehq/sluice/proto"
+	"github.com/sluicehq/sluice/vocab"
 )
 
 // MaxFileSize is the largest config file Load reads, in bytes.
@@ -45,13 +46,20 @@ func (s Scope) String() string {
 	return "local"
 }
 
-// Limit is one named limit of a config file.
+// MaxListLen is the most limits one name may list: the most items of an
+// all-or-nothing decision (a MULTI).
+const MaxListLen = vocab.MaxMulti
+
+// Limit is one named limit of a config file: one spec, or a list of specs
+// decided together, all or nothing (the first in Spec, Wire, Bucket and
+// Engine, the others in More).
 type Limit struct {
 	Name        string
 	Spec        string       // the spec as written
 	Wire        proto.Limit  // the spec parsed, as the wire carries it
 	Bucket      bucket.Limit // the algorithm's parameters, validated
 	Engine      engine.Limit // the limit as the engine runs it
+	More        []Part       // a list's limits after the first; nil for one limit
 	Description string       // free text for people; "" if none
 	Shadow      bool         // decide and count, but always allow
 	Line        int          // the line of the limit's name in the file
@@ -71,6 +79,19 @@ type Limit struct {
 	// the Redis).
 	OnUnavailable global.OnUnavailable
 	FallbackShare float64
+}
+
+// Part is one limit of a list: its spec as written, parsed and validated.
+type Part struct {
+	Spec   string
+	Wire   proto.Limit
+	Bucket bucket.Limit
+	Engine engine.Limit
+}
+
+// Parts returns every limit of l, the first included, in the file's order.
+func (l *Limit) Parts() []Part {
+	return append([]Part{{l.Spec, l.Wire, l.Bucket, l.Engine}}, l.More...)
 }
 
 // Leased reports whether a global limit is decided from leases.
@@ -277,19 +298,20 @@ func kindName(n *yaml.Node) string {
 }
 
 // limit parses one named limit: a mapping of its fields, or a bare spec
-// string as shorthand for {limit: SPEC}.
+// string (or a list of them) as shorthand for {limit: SPEC}. limit may be a
+// list of specs, decided together, all or nothing.
 func (p *parser) limit(k, v *yaml.Node, field string) (*Limit, error) {
 	l := &Limit{Name: k.Value, Line: k.Line}
 	var specNode *yaml.Node
 	globalKeys := map[string]*yaml.Node{}
-	if v.Kind == yaml.ScalarNode && v.Tag == "!!str" {
-		specNode = v
+	if v.Kind == yaml.ScalarNode && v.Tag == "!!str" || v.Kind == yaml.SequenceNode {
+		specNode = v // shorthand: a spec, or a list of specs
 	} else {
 		err := p.mapping(v, field, func(key, val *yaml.Node, f string) error {
 			switch key.Value {
 			case "limit":
 				specNode = val
-				return p.str(val, f, &l.Spec)
+				return nil
 			case "description":
 				return p.str(val, f, &l.Description)
 			case "shadow":
@@ -321,30 +343,34 @@ func (p *parser) limit(k, v *yaml.Node, field string) (*Limit, error) {
 	if specNode == nil {
 		return nil, p.errorf(k, field, "no limit: want limit: \"ALGORITHM:name=value,...\"")
 	}
-	if err := p.str(specNode, field+".limit", &l.Spec); err != nil {
-		return nil, err
-	}
-	w, err := proto.ParseLimit(l.Spec)
-	if err != nil {
-		msg := err.Error()
-		if _, after, ok := strings.Cut(msg, "limit "+strconv.Quote(l.Spec)+": "); ok {
-			msg = after
-		} else {
-			msg = strings.TrimPrefix(msg, "proto: ")
+	specs := []*yaml.Node{specNode}
+	if specNode.Kind == yaml.SequenceNode {
+		specs = specNode.Content
+		switch {
+		case len(specs) == 0:
+			return nil, p.errorf(specNode, field+".limit", "an empty list: want one or more limit specs")
+		case len(specs) > MaxListLen:
+			return nil, p.errorf(specNode, field+".limit", "a list of %d limits, want at most %d", len(specs), MaxListLen)
+		case len(specs) > 1 && l.Scope == Global:
+			return nil, p.errorf(specNode, field+".limit", "a list of limits is local only: remove scope: global, or name each limit")
 		}
-		return nil, &Error{File: p.file, Line: specNode.Line, Field: field + ".limit", Msg: fmt.Sprintf("%q: %s", l.Spec, msg), Err: err}
 	}
-	if w.Name != "" {
-		err := fmt.Errorf("%w: a limit is defined by a spec, not by another limit's name", proto.ErrInvalidLimit)
-		return nil, &Error{File: p.file, Line: specNode.Line, Field: field + ".limit", Msg: fmt.Sprintf("%q: want ALGORITHM:name=value,...", l.Spec), Err: err}
+	for i, n := range specs {
+		f := field + ".limit"
+		if len(specs) > 1 || specNode.Kind == yaml.SequenceNode {
+			f += "[" + strconv.Itoa(i) + "]"
+		}
+		part, shadow, err := p.spec(n, f)
+		if err != nil {
+			return nil, err
+		}
+		l.Shadow = l.Shadow || shadow // the spec's shadow=true is the field's shadow: true
+		if i == 0 {
+			l.Spec, l.Wire, l.Bucket, l.Engine = part.Spec, part.Wire, part.Bucket, part.Engine
+		} else {
+			l.More = append(l.More, part)
+		}
 	}
-	el, err := engine.FromProto(w)
-	if err != nil {
-		return nil, &Error{File: p.file, Line: specNode.Line, Field: field + ".limit", Msg: fmt.Sprintf("%q: %v", l.Spec, err), Err: err}
-	}
-	l.Shadow = l.Shadow || w.Shadow // the spec's shadow=true is the field's shadow: true
-	w.Shadow = false
-	l.Wire, l.Bucket, l.Engine = w, *el.Bucket(), el
 	if l.Scope == Global {
 		if err := global.Check(l.Bucket); err != nil {
 			return nil, &Error{File: p.file, Line: specNode.Line, Field: field + ".limit", Msg: fmt.Sprintf("%q cannot be global: %v", l.Spec, err), Err: err}
@@ -361,6 +387,37 @@ func (p *parser) limit(k, v *yaml.Node, field string) (*Limit, error) {
 		}
 	}
 	return l, nil
+}
+
+// spec parses and validates one limit spec of a named limit, the string
+// in n, and reports whether it said shadow=true.
+func (p *parser) spec(n *yaml.Node, field string) (Part, bool, error) {
+	var part Part
+	if err := p.str(n, field, &part.Spec); err != nil {
+		return part, false, err
+	}
+	w, err := proto.ParseLimit(part.Spec)
+	if err != nil {
+		msg := err.Error()
+		if _, after, ok := strings.Cut(msg, "limit "+strconv.Quote(part.Spec)+": "); ok {
+			msg = after
+		} else {
+			msg = strings.TrimPrefix(msg, "proto: ")
+		}
+		return part, false, &Error{File: p.file, Line: n.Line, Field: field, Msg: fmt.Sprintf("%q: %s", part.Spec, msg), Err: err}
+	}
+	if w.Name != "" {
+		err := fmt.Errorf("%w: a limit is defined by a spec, not by another limit's name", proto.ErrInvalidLimit)
+		return part, false, &Error{File: p.file, Line: n.Line, Field: field, Msg: fmt.Sprintf("%q: want ALGORITHM:name=value,...", part.Spec), Err: err}
+	}
+	el, err := engine.FromProto(w)
+	if err != nil {
+		return part, false, &Error{File: p.file, Line: n.Line, Field: field, Msg: fmt.Sprintf("%q: %v", part.Spec, err), Err: err}
+	}
+	shadow := w.Shadow
+	w.Shadow = false
+	part.Wire, part.Bucket, part.Engine = w, *el.Bucket(), el
+	return part, shadow, nil
 }
 
 // globalField parses one of the fields of a global limit.

@@ -34,6 +34,7 @@ type namedLimits struct {
 // namedLimit is one named limit, ready to decide.
 type namedLimit struct {
 	cfg     *config.Limit
+	parts   []engine.Limit // its limits: one, or a list's (listOp)
 	metrics *metrics.Limit // nil without metrics
 }
 
@@ -54,6 +55,9 @@ func (s *server) named() *namedLimits {
 	for _, name := range set.Names() {
 		l, _ := set.Lookup(name)
 		nl := &namedLimit{cfg: l}
+		for _, p := range l.Parts() {
+			nl.parts = append(nl.parts, p.Engine)
+		}
 		if s.rec != nil {
 			nl.metrics = s.rec.Limit(name)
 		}

@@ -26,6 +26,7 @@ type conn struct {
 	op    proto.Op
 	lim   limitCache[proto.Limit]
 	multi multiScratch
+	list  listScratch
 	req   engine.Request
 	res   engine.Result
 
@@ -197,6 +198,9 @@ func (s *server) do(b []byte, op *proto.Op, c *conn) []byte {
 	if s.rec != nil && c.n.ops&sampleMask == 0 {
 		start = time.Now() // durations are sampled: a clock read costs more than a decision's counters
 	}
+	if nl != nil && len(nl.parts) > 1 {
+		return s.listOp(b, op, nl, c, req, start)
+	}
 	switch op.Code {
 	case proto.OpLease:
 		return s.leaseOp(b, op, c, req, nl, start)
@@ -242,8 +246,12 @@ func (s *server) multi(b []byte, op *proto.Op, c *conn) []byte {
 		it := &op.Items[i]
 		if it.Name != nil {
 			nl, err := s.lookup(it.Name)
-			if err == nil && nl.cfg.Scope == config.Global {
+			switch {
+			case err != nil:
+			case nl.cfg.Scope == config.Global:
 				err = errGlobalMulti
+			case len(nl.parts) > 1:
+				err = errListMulti
 			}
 			if err != nil {
 				return c.fail(b, op.Code, fmt.Errorf("item %d: %w", i, err))
@@ -329,7 +337,8 @@ func wireMessage(st proto.Status, err error) string {
 // server's own, then the engine's (engine.Status).
 func statusFor(err error) proto.Status {
 	switch {
-	case errors.Is(err, errUnknownName), errors.Is(err, errGlobalAt), errors.Is(err, errGlobalMulti):
+	case errors.Is(err, errUnknownName), errors.Is(err, errGlobalAt), errors.Is(err, errGlobalMulti),
+		errors.Is(err, errListLease), errors.Is(err, errListMulti):
 		return proto.StatusInvalidLimit
 	case errors.Is(err, errNoGlobal):
 		return proto.StatusUnsupported
