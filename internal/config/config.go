@@ -54,16 +54,20 @@ const MaxListLen = vocab.MaxMulti
 // decided together, all or nothing (the first in Spec, Wire, Bucket and
 // Engine, the others in More).
 type Limit struct {
-	Name        string
-	Spec        string       // the spec as written
-	Wire        proto.Limit  // the spec parsed, as the wire carries it
-	Bucket      bucket.Limit // the algorithm's parameters, validated
-	Engine      engine.Limit // the limit as the engine runs it
-	More        []Part       // a list's limits after the first; nil for one limit
-	Description string       // free text for people; "" if none
-	Shadow      bool         // decide and count, but always allow
-	Line        int          // the line of the limit's name in the file
-	Scope       Scope        // Local unless the file says global
+	Name   string
+	Spec   string       // the spec as written
+	Wire   proto.Limit  // the spec parsed, as the wire carries it
+	Bucket bucket.Limit // the algorithm's parameters, validated
+	Engine engine.Limit // the limit as the engine runs it
+	More   []Part       // a list's limits after the first; nil for one limit
+	// Overrides are the limits of particular keys and key patterns, in
+	// place of this one's (each a Limit with this one's options); nil if
+	// none.
+	Overrides   *Overrides
+	Description string // free text for people; "" if none
+	Shadow      bool   // decide and count, but always allow
+	Line        int    // the line of the limit's name in the file
+	Scope       Scope  // Local unless the file says global
 	// The fields of a global limit (Scope Global) only.
 	//
 	// Lease is the leased mode: 0 decides every request in Redis (exact
@@ -302,7 +306,7 @@ func kindName(n *yaml.Node) string {
 // list of specs, decided together, all or nothing.
 func (p *parser) limit(k, v *yaml.Node, field string) (*Limit, error) {
 	l := &Limit{Name: k.Value, Line: k.Line}
-	var specNode *yaml.Node
+	var specNode, overridesNode *yaml.Node
 	globalKeys := map[string]*yaml.Node{}
 	if v.Kind == yaml.ScalarNode && v.Tag == "!!str" || v.Kind == yaml.SequenceNode {
 		specNode = v // shorthand: a spec, or a list of specs
@@ -311,6 +315,9 @@ func (p *parser) limit(k, v *yaml.Node, field string) (*Limit, error) {
 			switch key.Value {
 			case "limit":
 				specNode = val
+				return nil
+			case "overrides":
+				overridesNode = val
 				return nil
 			case "description":
 				return p.str(val, f, &l.Description)
@@ -334,7 +341,7 @@ func (p *parser) limit(k, v *yaml.Node, field string) (*Limit, error) {
 				globalKeys[key.Value] = key
 				return p.globalField(l, key.Value, val, f)
 			}
-			return p.errorf(key, f, "unknown field (want limit, description, shadow, scope, lease, lease_ttl, on_unavailable or fallback_share)")
+			return p.errorf(key, f, "unknown field (want limit, overrides, description, shadow, scope, lease, lease_ttl, on_unavailable or fallback_share)")
 		})
 		if err != nil {
 			return nil, err
@@ -343,40 +350,27 @@ func (p *parser) limit(k, v *yaml.Node, field string) (*Limit, error) {
 	if specNode == nil {
 		return nil, p.errorf(k, field, "no limit: want limit: \"ALGORITHM:name=value,...\"")
 	}
-	specs := []*yaml.Node{specNode}
-	if specNode.Kind == yaml.SequenceNode {
-		specs = specNode.Content
-		switch {
-		case len(specs) == 0:
-			return nil, p.errorf(specNode, field+".limit", "an empty list: want one or more limit specs")
-		case len(specs) > MaxListLen:
-			return nil, p.errorf(specNode, field+".limit", "a list of %d limits, want at most %d", len(specs), MaxListLen)
-		case len(specs) > 1 && l.Scope == Global:
-			return nil, p.errorf(specNode, field+".limit", "a list of limits is local only: remove scope: global, or name each limit")
-		}
+	if err := p.limits(l, specNode, field+".limit", globalKeys); err != nil {
+		return nil, err
 	}
-	for i, n := range specs {
-		f := field + ".limit"
-		if len(specs) > 1 || specNode.Kind == yaml.SequenceNode {
-			f += "[" + strconv.Itoa(i) + "]"
-		}
-		part, shadow, err := p.spec(n, f)
+	if overridesNode != nil {
+		l.Overrides = &Overrides{}
+		err := p.mapping(overridesNode, field+".overrides", func(key, val *yaml.Node, f string) error {
+			if key.Value == "" || len(key.Value) > proto.MaxKeyLen {
+				return p.errorf(key, f, "a key of %d bytes, want 1 to %d", len(key.Value), proto.MaxKeyLen)
+			}
+			o := *l
+			o.More, o.Overrides, o.Line = nil, nil, key.Line
+			if err := p.limits(&o, val, f, globalKeys); err != nil {
+				return err
+			}
+			if err := l.Overrides.add(key.Value, &o); err != nil {
+				return p.errorf(key, f, "%v", err)
+			}
+			return nil
+		})
 		if err != nil {
 			return nil, err
-		}
-		l.Shadow = l.Shadow || shadow // the spec's shadow=true is the field's shadow: true
-		if i == 0 {
-			l.Spec, l.Wire, l.Bucket, l.Engine = part.Spec, part.Wire, part.Bucket, part.Engine
-		} else {
-			l.More = append(l.More, part)
-		}
-	}
-	if l.Scope == Global {
-		if err := global.Check(l.Bucket); err != nil {
-			return nil, &Error{File: p.file, Line: specNode.Line, Field: field + ".limit", Msg: fmt.Sprintf("%q cannot be global: %v", l.Spec, err), Err: err}
-		}
-		if l.Leased() && l.Bucket.Algorithm == bucket.Pacer {
-			return nil, p.errorf(globalKeys["lease"], field+".lease", "a pacer cannot be leased (its replies carry a delay): remove lease for exact mode")
 		}
 	}
 	if l.Scope == Local {
@@ -387,6 +381,48 @@ func (p *parser) limit(k, v *yaml.Node, field string) (*Limit, error) {
 		}
 	}
 	return l, nil
+}
+
+// limits parses the limit field of l, specNode: a spec or a list of specs,
+// decided together, into l's parts, and checks them against l's scope.
+func (p *parser) limits(l *Limit, specNode *yaml.Node, field string, globalKeys map[string]*yaml.Node) error {
+	specs := []*yaml.Node{specNode}
+	if specNode.Kind == yaml.SequenceNode {
+		specs = specNode.Content
+		switch {
+		case len(specs) == 0:
+			return p.errorf(specNode, field, "an empty list: want one or more limit specs")
+		case len(specs) > MaxListLen:
+			return p.errorf(specNode, field, "a list of %d limits, want at most %d", len(specs), MaxListLen)
+		case len(specs) > 1 && l.Scope == Global:
+			return p.errorf(specNode, field, "a list of limits is local only: remove scope: global, or name each limit")
+		}
+	}
+	for i, n := range specs {
+		f := field
+		if specNode.Kind == yaml.SequenceNode {
+			f += "[" + strconv.Itoa(i) + "]"
+		}
+		part, shadow, err := p.spec(n, f)
+		if err != nil {
+			return err
+		}
+		l.Shadow = l.Shadow || shadow // the spec's shadow=true is the field's shadow: true
+		if i == 0 {
+			l.Spec, l.Wire, l.Bucket, l.Engine = part.Spec, part.Wire, part.Bucket, part.Engine
+		} else {
+			l.More = append(l.More, part)
+		}
+	}
+	if l.Scope == Global {
+		if err := global.Check(l.Bucket); err != nil {
+			return &Error{File: p.file, Line: specNode.Line, Field: field, Msg: fmt.Sprintf("%q cannot be global: %v", l.Spec, err), Err: err}
+		}
+		if l.Leased() && l.Bucket.Algorithm == bucket.Pacer {
+			return p.errorf(globalKeys["lease"], strings.TrimSuffix(field, ".limit")+".lease", "a pacer cannot be leased (its replies carry a delay): remove lease for exact mode")
+		}
+	}
+	return nil
 }
 
 // spec parses and validates one limit spec of a named limit, the string

@@ -71,7 +71,7 @@ func TestParse_errors(t *testing.T) {
 		{"limit:\n  a: b\n", "f.yaml:1: limit: unknown field (want version or limits)"},
 		{"version: 2\nlimits: {}\n", "f.yaml:1: version: version \"2\": this build reads version 1"},
 		{"limits:\n  login: {limit: \"token_bucket:max=10,refill_time=1h\", shdow: true}\n",
-			"f.yaml:2: limits.login.shdow: unknown field (want limit, description, shadow, scope"},
+			"f.yaml:2: limits.login.shdow: unknown field (want limit, overrides, description, shadow, scope"},
 		{"limits:\n  login:\n    limit: \"token_bucket:max=x,refill_time=1h\"\n",
 			`f.yaml:3: limits.login.limit: "token_bucket:max=x,refill_time=1h": max: invalid integer "x"`},
 		{"limits:\n  login:\n    limit: \"token_bucket:max=0,refill_time=1h\"\n",

@@ -61,3 +61,40 @@ func TestNamed_list(t *testing.T) {
 		t.Errorf("a MULTI naming a list: %+v", multi)
 	}
 }
+
+// A named limit's overrides decide their keys: the exact key's, else the
+// longest pattern's, else the limit's own; in a MULTI item as well.
+func TestNamed_overrides(t *testing.T) {
+	sc, _, _ := startNamed(t, `limits:
+  api:
+    limit: "quota:limit=100,period=day"
+    overrides:
+      "tenant:acme": "quota:limit=10000,period=day,tz=America/New_York"
+      "tenant:beta-*": "token_bucket:max=500,refill_time=1m"
+      "tenant:beta-big*": ["token_bucket:max=5000,refill_time=1m", "quota:limit=9,period=week"]
+`)
+	c := dial(t, sc)
+	api := proto.Named("api")
+	for _, k := range []struct {
+		key   string
+		limit int64
+	}{
+		{"tenant:acme", 10000}, {"tenant:acme-2", 100}, {"tenant:beta-1", 500}, {"tenant:beta-big1", 9}, {"tenant:other", 100},
+	} {
+		r := c.acquire(k.key, api, 1, 0)
+		if r.Status != proto.StatusOK || !r.Decision.Allowed || r.Decision.Limit != k.limit {
+			t.Errorf("%s: %+v, want the limit %d", k.key, r, k.limit)
+		}
+	}
+	m := c.do(func(b []byte) []byte {
+		return proto.AppendMulti(b, 0, 0, []proto.MultiItem{{Limit: api, Cost: 1, Key: []byte("tenant:acme")}})
+	})
+	if m.Status != proto.StatusOK || m.NDecisions != 1 || m.Decisions[0].Limit != 10000 {
+		t.Errorf("a MULTI item of an overridden key: %+v", m)
+	}
+	if m := c.do(func(b []byte) []byte {
+		return proto.AppendMulti(b, 0, 0, []proto.MultiItem{{Limit: api, Cost: 1, Key: []byte("tenant:beta-big2")}})
+	}); m.Status != proto.StatusInvalidLimit {
+		t.Errorf("a MULTI item whose override is a list: %+v", m)
+	}
+}

@@ -180,7 +180,7 @@ func (s *server) do(b []byte, op *proto.Op, c *conn) []byte {
 	case proto.OpMulti:
 		return s.multi(b, op, c)
 	}
-	l, nl, err := c.limit(op.Limit, op.Name)
+	l, nl, err := c.limit(op.Limit, op.Name, op.Key)
 	if err != nil {
 		return c.fail(b, op.Code, err)
 	}
@@ -246,6 +246,9 @@ func (s *server) multi(b []byte, op *proto.Op, c *conn) []byte {
 		it := &op.Items[i]
 		if it.Name != nil {
 			nl, err := s.lookup(it.Name)
+			if err == nil {
+				nl = nl.forKey(it.Key)
+			}
 			switch {
 			case err != nil:
 			case nl.cfg.Scope == config.Global:
