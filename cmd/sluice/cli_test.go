@@ -401,3 +401,35 @@ func TestFormatDecision_rounds(t *testing.T) {
 		}
 	}
 }
+
+// override set, list and unset keep run-time overrides in the overrides
+// file beside the config file, checked before they are written.
+func TestOverrideCommand(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "sluice.yaml")
+	if err := os.WriteFile(path, []byte("limits:\n  api:\n    limit: \"quota:limit=100,period=day\"\n    overrides:\n      \"tenant:beta-*\": \"quota:limit=500,period=day\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := func(k string) string {
+		if k == "SLUICE_CONFIG" {
+			return path
+		}
+		return ""
+	}
+	for _, s := range []step{
+		{"override set api tenant:acme quota:limit=10000,period=day,tz=America/New_York", 0, "api tenant:acme: quota:limit=10000,period=day,tz=America/New_York\n", ""},
+		{"override list", 0, "api tenant:acme quota:limit=10000,period=day,tz=America/New_York\napi tenant:beta-* quota:limit=500,period=day\n", ""},
+		{"override set api tenant:x quota:limit=1,period=fortnight", 2, "", "sluice: override set: "},
+		{"override set nope tenant:x quota:limit=1,period=day", 2, "", "sluice: override set: "},
+		{"override unset api tenant:acme", 0, "api tenant:acme: override removed\n", ""},
+		{"override unset api tenant:acme", 0, "api tenant:acme: no override in " + config.OverridesPath(path) + "\n", ""},
+		{"override list api", 0, "api tenant:beta-* quota:limit=500,period=day\n", ""},
+		{"override frob", 2, "", "sluice: override: unknown subcommand"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(strings.Fields(s.args), env, &stdout, &stderr)
+		if code != s.code || stdout.String() != s.stdout || !strings.HasPrefix(stderr.String(), s.stderr) || (s.stderr == "") != (stderr.Len() == 0) {
+			t.Errorf("sluice %s: %d %q %q, want %d %q %q", s.args, code, stdout.String(), stderr.String(), s.code, s.stdout, s.stderr)
+		}
+	}
+}

@@ -124,21 +124,53 @@ func ValidName(name string) error {
 	return nil
 }
 
-// Load reads and parses the config file at path. It reads a regular file
-// only, of at most MaxFileSize bytes, and gives up after DefaultReadTimeout.
+// Load reads and parses the config file at path, and its overrides file
+// beside it if there is one (OverridesPath). It reads regular files only,
+// of at most MaxFileSize bytes, and gives up after DefaultReadTimeout.
 func Load(path string) (*Set, error) {
 	data, err := readWithin(context.Background(), path, 0, nil, readFile)
 	if err != nil {
 		return nil, err
 	}
-	return Parse(path, data)
+	side, err := readOverrides(context.Background(), path, 0, nil, readFile)
+	if err != nil {
+		return nil, err
+	}
+	return ParseWith(path, data, side)
 }
 
 // Parse parses a config file's content; file names it in errors. It checks
 // the whole file and returns the first problem as an *Error.
-func Parse(file string, data []byte) (*Set, error) {
+func Parse(file string, data []byte) (*Set, error) { return ParseWith(file, data, nil) }
+
+// ParseWith parses a config file's content and, if side is not nil, the
+// content of its overrides file (OverridesPath(file)), whose overrides
+// replace the file's of the same limit and key.
+func ParseWith(file string, data, side []byte) (*Set, error) {
+	s, err := parse(file, data, contentSum(data, side))
+	if err == nil && side != nil {
+		err = s.applyOverrides(OverridesPath(file), side)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// contentSum is the SHA-256 a Set is known by: of the file, and of the
+// overrides file if there is one.
+func contentSum(data, side []byte) [32]byte {
+	sum := sha256.Sum256(data)
+	if side == nil {
+		return sum
+	}
+	o := sha256.Sum256(side)
+	return sha256.Sum256(append(sum[:], o[:]...))
+}
+
+func parse(file string, data []byte, sum [32]byte) (*Set, error) {
 	p := parser{file: file}
-	s := &Set{path: file, sum: sha256.Sum256(data), limits: map[string]*Limit{}}
+	s := &Set{path: file, sum: sum, limits: map[string]*Limit{}}
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, p.errorf(nil, "", "empty file: want a \"limits:\" mapping")
 	}
@@ -354,20 +386,11 @@ func (p *parser) limit(k, v *yaml.Node, field string) (*Limit, error) {
 		return nil, err
 	}
 	if overridesNode != nil {
-		l.Overrides = &Overrides{}
 		err := p.mapping(overridesNode, field+".overrides", func(key, val *yaml.Node, f string) error {
 			if key.Value == "" || len(key.Value) > proto.MaxKeyLen {
 				return p.errorf(key, f, "a key of %d bytes, want 1 to %d", len(key.Value), proto.MaxKeyLen)
 			}
-			o := *l
-			o.More, o.Overrides, o.Line = nil, nil, key.Line
-			if err := p.limits(&o, val, f, globalKeys); err != nil {
-				return err
-			}
-			if err := l.Overrides.add(key.Value, &o); err != nil {
-				return p.errorf(key, f, "%v", err)
-			}
-			return nil
+			return p.override(l, key, val, f, false)
 		})
 		if err != nil {
 			return nil, err
@@ -381,6 +404,26 @@ func (p *parser) limit(k, v *yaml.Node, field string) (*Limit, error) {
 		}
 	}
 	return l, nil
+}
+
+// override parses the override of l for key, val, and adds it (replacing
+// one of the same key if replace is set).
+func (p *parser) override(l *Limit, key, val *yaml.Node, field string, replace bool) error {
+	if key.Value == "" || len(key.Value) > proto.MaxKeyLen {
+		return p.errorf(key, field, "a key of %d bytes, want 1 to %d", len(key.Value), proto.MaxKeyLen)
+	}
+	o := *l
+	o.More, o.Overrides, o.Line = nil, nil, key.Line
+	if err := p.limits(&o, val, field, map[string]*yaml.Node{}); err != nil {
+		return err
+	}
+	if l.Overrides == nil {
+		l.Overrides = &Overrides{}
+	}
+	if err := l.Overrides.add(key.Value, &o, replace); err != nil {
+		return p.errorf(key, field, "%v", err)
+	}
+	return nil
 }
 
 // limits parses the limit field of l, specNode: a spec or a list of specs,

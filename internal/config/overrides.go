@@ -64,32 +64,39 @@ func (o *Overrides) Len() int {
 }
 
 // add records l as the override of key, an exact key or a pattern. A key
-// given twice is an error.
-func (o *Overrides) add(key string, l *Limit) error {
+// given twice is an error, unless replace is set: l then replaces the
+// earlier one (an overrides file's replace the config file's).
+func (o *Overrides) add(key string, l *Limit, replace bool) error {
 	prefix, pattern := strings.CutSuffix(key, "*")
 	if strings.Contains(prefix, "*") {
 		return fmt.Errorf("override %q: '*' may only end a pattern", key)
 	}
-	o.n++
-	o.all = append(o.all, Override{key, l})
-	if !pattern {
+	slot := &o.patterns.limit
+	if pattern {
+		n := &o.patterns
+		for i := 0; i < len(prefix); i++ {
+			n = n.child(prefix[i], true)
+		}
+		slot = &n.limit
+	} else {
 		if o.exact == nil {
 			o.exact = map[string]*Limit{}
 		}
-		if _, dup := o.exact[key]; dup {
+		old := o.exact[key]
+		slot = &old
+		defer func() { o.exact[key] = *slot }()
+	}
+	if *slot != nil {
+		if !replace {
 			return fmt.Errorf("override %q given twice", key)
 		}
-		o.exact[key] = l
+		i := slices.IndexFunc(o.all, func(x Override) bool { return x.Key == key })
+		o.all[i].Limit, *slot = l, l
 		return nil
 	}
-	n := &o.patterns
-	for i := 0; i < len(prefix); i++ {
-		n = n.child(prefix[i], true)
-	}
-	if n.limit != nil {
-		return fmt.Errorf("override %q given twice", key)
-	}
-	n.limit = l
+	*slot = l
+	o.n++
+	o.all = append(o.all, Override{key, l})
 	return nil
 }
 

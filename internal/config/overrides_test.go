@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 
@@ -123,4 +124,77 @@ func BenchmarkOverrideLookup(b *testing.B) {
 			}
 		}
 	})
+}
+
+// Overrides set at run time live in the overrides file beside the config
+// file: they replace the file's for the same key, survive a new Load (a
+// restart), reach a running sidecar through its watcher, and a bad one is
+// refused without touching the file.
+func TestOverridesFile(t *testing.T) {
+	dir := t.TempDir()
+	path := dir + "/sluice.yaml"
+	if err := os.WriteFile(path, []byte(overridesConfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	set, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := NewHolder(set)
+	w := &Watcher{Path: path, Holder: h, Interval: -1}
+	limitOf := func(key string) string {
+		l, _ := h.Load().Lookup("api")
+		if o := l.Overrides.Lookup([]byte(key)); o != nil {
+			return o.Wire.String()
+		}
+		return ""
+	}
+	if existed, err := SetOverride(path, "api", "tenant:acme", "quota:limit=5,period=day"); err != nil || existed {
+		t.Fatalf("set: %v %v", existed, err)
+	}
+	if existed, err := SetOverride(path, "api", "tenant:new", "gcra:burst=1,count=1,period=1s"); err != nil || existed {
+		t.Fatalf("set: %v %v", existed, err)
+	}
+	if err := w.Reload(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := limitOf("tenant:acme"); got != "quota:limit=5,period=day" {
+		t.Errorf("acme after the set: %s", got)
+	}
+	if got := limitOf("tenant:new"); got != "gcra:burst=1,count=1,period=1s" {
+		t.Errorf("a new key: %s", got)
+	}
+	// A restart: Load reads both files.
+	again, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := again.Lookup("api"); l.Overrides.Lookup([]byte("tenant:acme")).Wire.String() != "quota:limit=5,period=day" || l.Overrides.Len() != 5 {
+		t.Errorf("after a restart: %d overrides", l.Overrides.Len())
+	}
+	before, _ := os.ReadFile(OverridesPath(path))
+	for _, bad := range []struct{ name, key, spec, want string }{
+		{"api", "k", "quota:limit=1,period=fortnight", `invalid period "fortnight"`},
+		{"nope", "k", "quota:limit=1,period=day", "no limit of that name"},
+		{"api", "a*b", "quota:limit=1,period=day", "'*' may only end a pattern"},
+	} {
+		if _, err := SetOverride(path, bad.name, bad.key, bad.spec); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("set %s %s %s: %v, want %q", bad.name, bad.key, bad.spec, err, bad.want)
+		}
+	}
+	if after, _ := os.ReadFile(OverridesPath(path)); string(after) != string(before) {
+		t.Error("a refused override changed the file")
+	}
+	if existed, err := SetOverride(path, "api", "tenant:acme", ""); err != nil || !existed {
+		t.Fatalf("unset: %v %v", existed, err)
+	}
+	if existed, err := SetOverride(path, "api", "tenant:acme", ""); err != nil || existed {
+		t.Fatalf("unset again: %v %v", existed, err)
+	}
+	if err := w.Reload(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := limitOf("tenant:acme"); got != "quota:limit=10000,period=day,tz=America/New_York" {
+		t.Errorf("acme after the unset: the config file's again, got %s", got)
+	}
 }
