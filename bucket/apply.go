@@ -18,7 +18,8 @@ import (
 // token_bucket full with its refill phase anchored at now; gcra tat = now;
 // fixed_window and sliding_window an empty current window; pacer next =
 // now; sliding_log an empty log; window_counters every counter 0, now's
-// sub-window the newest; concurrency every lease free (word 0 at now). A
+// sub-window the newest; concurrency every lease free (word 0 at now);
+// quota now's period with a count of 0. A
 // new bucket is fresh: FreshAt(s, ext) <= now. An extended algorithm's word
 // 2 of s is left as it is.
 func (l *Limit) Init(now int64, s *State, ext []int64) {
@@ -32,6 +33,9 @@ func (l *Limit) Init(now int64, s *State, ext []int64) {
 		return
 	case FixedWindow, SlidingWindow:
 		*s = State{windowStart(now, l.Window), 0, 0}
+		return
+	case Quota:
+		l.initQuota(now, s, 0)
 		return
 	}
 	clear(ext)
@@ -59,6 +63,7 @@ func (l *Limit) Init(now int64, s *State, ext []int64) {
 // slot: the next is admitted one interval from now); sliding_log a full log
 // of Max admissions at now, so nothing passes before now+Window;
 // window_counters now's sub-window holding Max and the others 0;
+// quota now's period holding Max;
 // concurrency every lease held until now+Lease under id 0, which no release
 // matches. An extended algorithm's word 2 of s is left as it is.
 func (l *Limit) Drained(now int64, s *State, ext []int64) {
@@ -78,6 +83,9 @@ func (l *Limit) Drained(now int64, s *State, ext []int64) {
 		return
 	case Pacer:
 		*s = State{satAdd(satAdd(now, l.MaxDelay), l.pacerInterval()), 0, 0}
+		return
+	case Quota:
+		l.initQuota(now, s, l.Max)
 		return
 	case SlidingLog:
 		l.drainedSlidingLog(now, s, ext)
@@ -126,6 +134,8 @@ func (l *Limit) Decide(now int64, s *State, ext []int64, cost int64, f Flags, d 
 		return l.applySlidingWindow(now, s, cost, d)
 	case Pacer:
 		return l.applyPacer(now, s, cost, d)
+	case Quota:
+		return l.applyQuota(now, s, cost, d)
 	}
 	return l.decideExt(now, s, ext, cost, d)
 }
@@ -204,6 +214,8 @@ func (l *Limit) DecideRefund(now int64, s *State, ext []int64, amount int64, f F
 			l.refundSlidingWindow(now, s, amount)
 		case Pacer:
 			refundTAT(now, s, satMul(amount, l.pacerInterval()))
+		case Quota:
+			l.refundQuota(now, s, amount)
 		case SlidingLog:
 			l.checkExt(ext)
 			changed = l.refundSlidingLog(now, s, ext, amount)
@@ -224,7 +236,8 @@ func (l *Limit) DecideRefund(now int64, s *State, ext []int64, amount int64, f F
 // token_bucket full; gcra its tat; fixed_window the end of its window;
 // sliding_window the time both window counts have aged out; pacer its next
 // free slot; sliding_log the newest admission plus Window; window_counters
-// the end of the newest non-zero sub-window plus Window; concurrency the
+// the end of the newest non-zero sub-window plus Window; quota the end of
+// its period; concurrency the
 // latest expiry of a lease (the ids of the entries then may differ from a
 // new bucket's, which no decision reads). It returns math.MinInt64 if the
 // bucket is fresh at any time (a full token bucket, empty windows).
@@ -243,6 +256,8 @@ func (l *Limit) FreshAt(s *State, ext []int64) int64 {
 		return l.fixedFreshAt(s[winStart], s[fwCount])
 	case SlidingWindow:
 		return l.slidingFreshAt(s[winStart], s[swPrev], s[swCurr])
+	case Quota:
+		return quotaFreshAt(s)
 	}
 	l.checkExt(ext)
 	switch l.Algorithm {

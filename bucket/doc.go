@@ -16,7 +16,8 @@
 //	// under the slot lock: s is the slot's State, or l.Init(now, &s, ext) for a new bucket
 //	changed := l.Decide(now, &s, ext, cost, flags, &d)
 //
-// Three algorithms keep more state than a State holds: sliding_log,
+// The State of quota holds its period's boundaries; package time computes
+// them (see Algorithms). Three algorithms keep more state than a State holds: sliding_log,
 // window_counters and concurrency (Algorithm.Extended). Theirs lives in an
 // extension, ext, a block of Limit.ExtWords int64 words that the table
 // allocates beside the slot; the others take ext nil (Apply and Refund are
@@ -36,7 +37,8 @@
 //     its section below; its tests beside the others' (helpers_test.go's
 //     testLimits or extLimits run the shared properties on it).
 //   - proto: its spec parameters (specParams in limit.go) and wire order,
-//     in doc.go; engine.bucketLimit maps them onto the Limit's fields.
+//     in doc.go; engine.bucketLimit maps them onto the Limit's fields. A
+//     new algorithm is a new protocol version (quota is version 5's).
 //   - The Python client's and the global limits' copies (Lua), which check
 //     themselves against proto/testdata and internal/global/testdata.
 //
@@ -147,7 +149,30 @@
 // (Init and Drained set it to now: earlier versions kept their latest
 // id there). Max is capped at MaxConcurrency.
 //
-// For all three, Decision.Limit is Max, State word [1] is vocab.BlockSum(ext),
+// quota (Max, Calendar, Every, Anchor, WeekStart, Loc) counts tokens per
+// period of a calendar in a time zone, like a fixed window whose windows
+// are local days, weeks, months or years (Every of them: 2 weeks, 3
+// months). CalendarPeriod gives the period [start, end) that holds a time:
+// start is the first instant of a local day of Loc (UTC if nil): its
+// midnight, or, where a transition skips midnight, the instant it lands
+// on; a day a zone skipped entirely is an empty period. So a local day
+// lasts 23 or 25 hours across a DST change, and a month 28 to 31 days,
+// leap years included. Days are counted from 1970-01-01, weeks from the
+// week holding it that starts on WeekStart (days after Monday), months
+// from January 1970 (Every 3: quarters), each a multiple of Every; months
+// start on day Anchor (a month shorter than Anchor on its last day) and a
+// year on January's. A request is allowed iff count+cost <= Max; a denial
+// is not counted; RetryAfter is the time to the period's end,
+// Decision.Remaining max(Max-count, 0), and ResetAfter the time to the
+// period's end once the period counted anything (0 while it is untouched,
+// as every algorithm's: the bucket is as new). The stored period applies
+// until its end, so the calendar is computed once per period, not per
+// request, and a stored period later than now's (time went backwards)
+// still applies. The bucket is fresh at the end of a period that counted
+// anything. State: [0] the start of the stored period, Unix ns; [1] its
+// count; [2] its end, Unix ns.
+//
+// For the three extended algorithms, Decision.Limit is Max, State word [1] is vocab.BlockSum(ext),
 // updated word by word with every change to the extension, so the table can
 // tell a torn block on recovery (and then use Drained), and word [2]
 // belongs to the table, which keeps the block's reference there: it is
@@ -180,6 +205,12 @@
 // compatibility too: smyte/ratelimit's STRICT restarts the refill clock at a
 // backwards client time, moving it back (anchor-semantics.md 1.7), which
 // refills the bucket early; Strict|Smyte keeps the later clock instead.
+//
+// A quota's calendar is the one exception to integer arithmetic's rule
+// above: its periods are computed with package time, whose zone rules
+// (Loc) come from the IANA database; the caller loads them, since this
+// package does no I/O. Every is capped so a period stays within
+// MaxDuration.
 //
 // Decisions are exact for times in [0, MaxTime] (1970 to 2190) and
 // limits whose durations, and derived durations, are at most MaxDuration

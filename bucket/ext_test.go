@@ -113,7 +113,7 @@ func extTraffic(r *rand.Rand, l *Limit, b *extBucket, now int64, refunds bool) (
 func TestExtBackwardsNeverMints(t *testing.T) {
 	for seed := uint64(1); seed <= seeds; seed++ {
 		r := newRand(seed)
-		for a := SlidingLog; a < numAlgorithms; a++ {
+		for a := SlidingLog; a <= Concurrency; a++ {
 			l := randomExtLimit(r, a)
 			sp := extSpan(l)
 			now := t0 + r.Int64N(sp)
@@ -172,7 +172,7 @@ func TestExtBackwardsNeverMints(t *testing.T) {
 func TestExtFreshAtNeverEarly(t *testing.T) {
 	for seed := uint64(1); seed <= seeds; seed++ {
 		r := newRand(seed)
-		for a := SlidingLog; a < numAlgorithms; a++ {
+		for a := SlidingLog; a <= Concurrency; a++ {
 			l := randomExtLimit(r, a)
 			sp := extSpan(l)
 			now := t0 + r.Int64N(sp)
@@ -241,7 +241,7 @@ func corruptExt(r *rand.Rand, l Limit, words []int64, now int64) []int64 {
 func TestExtCorruptState(t *testing.T) {
 	words := []int64{minI64, minI64 + 1, -sec, -1, 0, 1, 2, 3, t0, t0 + 1, MaxTime, maxI64 - 1, maxI64}
 	r := newRand(1)
-	for a := SlidingLog; a < numAlgorithms; a++ {
+	for a := SlidingLog; a <= Concurrency; a++ {
 		for range 3000 {
 			l := randomExtLimit(r, a)
 			now := words[r.IntN(len(words))] + r.Int64N(3) - 1

@@ -28,6 +28,13 @@ func fuzzLimit(alg uint8, a, b, c int64) Limit {
 		l.Max, l.Window, l.Counters, l.CountDenied = a, b, c, alg&0x80 != 0
 	case Concurrency:
 		l.Max, l.Lease = a, b
+	case Quota:
+		l.Max = a
+		l.Calendar, l.Every = CalendarUnit(b&0xff), b>>8&0xffff
+		l.Anchor, l.WeekStart = b>>24&0xff, b>>32&0xff
+		if c != 0 {
+			l.Loc = testZones[uint64(c)%uint64(len(testZones))]
+		}
 	}
 	return l
 }
@@ -299,6 +306,15 @@ func fuzzParams(l Limit) [3]int64 {
 		return [3]int64{l.Max, l.Window, l.Counters}
 	case Concurrency:
 		return [3]int64{l.Max, l.Lease, 0}
+	case Quota:
+		b := int64(l.Calendar) | l.Every<<8 | l.Anchor<<24 | l.WeekStart<<32
+		var c int64
+		for i, z := range testZones {
+			if z == l.Loc && l.Loc != nil {
+				c = int64(i)
+			}
+		}
+		return [3]int64{l.Max, b, c}
 	}
 	return [3]int64{}
 }

@@ -5,6 +5,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"time"
+	_ "time/tzdata"
 
 	"github.com/sluicehq/sluice/vocab"
 )
@@ -104,6 +106,35 @@ var testLimits = []Limit{
 	{Algorithm: FixedWindow, Max: 10, Window: sec},
 	{Algorithm: SlidingWindow, Max: 10, Window: sec},
 	{Algorithm: Pacer, Count: 5, Period: sec, MaxDelay: 2 * sec},
+	{Algorithm: Quota, Max: 10, Calendar: CalDay, Every: 1},
+	{Algorithm: Quota, Max: 10, Calendar: CalMonth, Every: 1, Anchor: 31, Loc: mustZone("America/New_York")},
+}
+
+// testZones are time zones for the quota tests: UTC, zones with DST on
+// either hemisphere, one whose offset is not whole hours, one that skipped
+// a day and one whose midnight a DST change skipped.
+var testZones = []*time.Location{
+	time.UTC,
+	mustZone("America/New_York"),
+	mustZone("Europe/Paris"),
+	mustZone("Australia/Sydney"),
+	mustZone("Asia/Kolkata"),
+	mustZone("Australia/Lord_Howe"),
+	mustZone("Pacific/Apia"),
+	mustZone("America/Sao_Paulo"),
+	mustZone("America/Santiago"),
+	mustZone("Asia/Beirut"),
+	mustZone("America/Havana"),
+}
+
+// mustZone loads a zone from Go's database (embedded by the test binary's
+// import of time/tzdata, so a host without zoneinfo runs the tests too).
+func mustZone(name string) *time.Location {
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		panic(err)
+	}
+	return loc
 }
 
 // flagNames returns the set flags joined by "|", "0" for none.

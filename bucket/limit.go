@@ -3,6 +3,7 @@ package bucket
 import (
 	"fmt"
 	"math/bits"
+	"time"
 
 	"github.com/sluicehq/sluice/vocab"
 )
@@ -24,6 +25,7 @@ const (
 	SlidingLog     = vocab.SlidingLog
 	WindowCounters = vocab.WindowCounters
 	Concurrency    = vocab.Concurrency
+	Quota          = vocab.Quota
 
 	numAlgorithms = vocab.NumAlgorithms // one past the last valid Algorithm
 )
@@ -84,17 +86,22 @@ const (
 // simultaneous use by multiple goroutines.
 type Limit struct {
 	Algorithm    Algorithm
-	Max          int64 // token_bucket: capacity; the window algorithms: the limit per window; concurrency: leases at once (>= 1)
-	RefillTime   int64 // token_bucket: ns per refill step (>= 1 ms)
-	RefillAmount int64 // token_bucket: tokens per refill step (>= 1; callers default it to Max)
-	Burst        int64 // gcra: max_burst (>= 0); limit = Burst+1
-	Count        int64 // gcra: count per Period; pacer: events per Period (>= 1)
-	Period       int64 // gcra, pacer: ns (>= 1)
-	Window       int64 // fixed_window, sliding_window, sliding_log, window_counters: ns (>= 1 ms)
-	MaxDelay     int64 // pacer: longest delay a caller may be asked to wait, ns (>= 0)
-	Counters     int64 // window_counters: sub-windows per Window (1 to MaxCounters; callers default it to 60)
-	CountDenied  bool  // window_counters: a denied request counts too
-	Lease        int64 // concurrency: how long a lease is held unless released, ns (>= 1 ms)
+	Max          int64          // token_bucket: capacity; the window algorithms: the limit per window; concurrency: leases at once (>= 1)
+	RefillTime   int64          // token_bucket: ns per refill step (>= 1 ms)
+	RefillAmount int64          // token_bucket: tokens per refill step (>= 1; callers default it to Max)
+	Burst        int64          // gcra: max_burst (>= 0); limit = Burst+1
+	Count        int64          // gcra: count per Period; pacer: events per Period (>= 1)
+	Period       int64          // gcra, pacer: ns (>= 1)
+	Window       int64          // fixed_window, sliding_window, sliding_log, window_counters: ns (>= 1 ms)
+	MaxDelay     int64          // pacer: longest delay a caller may be asked to wait, ns (>= 0)
+	Counters     int64          // window_counters: sub-windows per Window (1 to MaxCounters; callers default it to 60)
+	CountDenied  bool           // window_counters: a denied request counts too
+	Lease        int64          // concurrency: how long a lease is held unless released, ns (>= 1 ms)
+	Calendar     CalendarUnit   // quota: the unit of a period (CalDay, CalWeek, CalMonth, CalYear)
+	Every        int64          // quota: units per period (>= 1; at most maxEvery's for the unit)
+	Anchor       int64          // quota, months and years: the day of the month periods start on (1-31; 0 means 1)
+	WeekStart    int64          // quota, weeks: the first day of a week, days after Monday (0-6)
+	Loc          *time.Location // quota: the time zone of the calendar; nil means UTC
 
 	step  int64   // gcra T, pacer I, window_counters sub-window: recorded by Validate; 0 means compute it
 	stepD divider // division by step, prepared by Validate
@@ -153,6 +160,10 @@ const (
 	pCounters
 	pCountDenied
 	pLease
+	pCalendar // Calendar and Every
+	pAnchor
+	pWeekStart
+	pLoc
 )
 
 var usedParams = [numAlgorithms]uint16{
@@ -164,6 +175,7 @@ var usedParams = [numAlgorithms]uint16{
 	SlidingLog:     pMax | pWindow,
 	WindowCounters: pMax | pWindow | pCounters | pCountDenied,
 	Concurrency:    pMax | pLease,
+	Quota:          pMax | pCalendar | pAnchor | pWeekStart | pLoc,
 }
 
 // param is a parameter's name and value, for Validate's messages.
@@ -187,21 +199,37 @@ func (l *Limit) setParams() uint16 {
 	if l.Lease != 0 {
 		m |= pLease
 	}
+	if l.Calendar != NoCalendar || l.Every != 0 {
+		m |= pCalendar
+	}
+	if l.Anchor != 0 {
+		m |= pAnchor
+	}
+	if l.WeekStart != 0 {
+		m |= pWeekStart
+	}
+	if l.Loc != nil {
+		m |= pLoc
+	}
 	return m
 }
 
 // params returns the parameters in field order, for messages; CountDenied
 // is 1 if set.
-func (l *Limit) params() [11]param {
-	countDenied := int64(0)
+func (l *Limit) params() [15]param {
+	countDenied, loc := int64(0), int64(0)
 	if l.CountDenied {
 		countDenied = 1
 	}
-	return [11]param{
+	if l.Loc != nil {
+		loc = 1
+	}
+	return [15]param{
 		{"max", l.Max}, {"refill_time", l.RefillTime}, {"refill_amount", l.RefillAmount},
 		{"burst", l.Burst}, {"count", l.Count}, {"period", l.Period},
 		{"window", l.Window}, {"max_delay", l.MaxDelay},
 		{"counters", l.Counters}, {"count_denied", countDenied}, {"lease", l.Lease},
+		{"period's units", l.Every}, {"anchor", l.Anchor}, {"week_start", l.WeekStart}, {"tz", loc},
 	}
 }
 
@@ -268,6 +296,8 @@ func (l *Limit) Validate() error {
 			l.atMostCap("limit", l.Max, MaxConcurrency, "the most leases a bucket holds"),
 			l.duration("lease", l.Lease, Millisecond, " ns (1 ms)"),
 		)
+	case Quota:
+		err = l.validateQuota()
 	case Pacer:
 		err = firstErr(
 			l.rate("rate", l.Count),
@@ -318,8 +348,50 @@ func (l *Limit) Identity() [3]int64 {
 		return [3]int64{l.Window, l.Counters, 0}
 	case Concurrency:
 		return [3]int64{l.Max, 0, 0}
+	case Quota:
+		return [3]int64{int64(l.Calendar) | l.Every<<8 | l.Anchor<<40 | l.WeekStart<<48, zoneHash(l.Loc), 0}
 	}
 	return [3]int64{}
+}
+
+// validateQuota checks a quota's parameters: a limit >= 1, a known unit,
+// Every in [1, maxEvery], an anchor (1-31) only for months and years, a
+// week start (0-6) only for weeks.
+func (l *Limit) validateQuota() error {
+	u := l.Calendar
+	if u < CalDay || u > CalYear {
+		return fmt.Errorf("%w: quota period unit %d, want a day, week, month or year", ErrOutOfRange, u)
+	}
+	err := firstErr(
+		l.atLeast("limit", l.Max, 1, ""),
+		l.atLeast("period's "+u.String()+"s", l.Every, 1, ""),
+		l.atMostCap("period's "+u.String()+"s", l.Every, maxEvery[u], "the longest period within 68 years"),
+		l.atLeast("anchor", l.Anchor, 0, ""),
+		l.atMostCap("anchor", l.Anchor, 31, "the last day a month can have"),
+		l.atLeast("week_start", l.WeekStart, 0, ""),
+		l.atMostCap("week_start", l.WeekStart, 6, "days after Monday"),
+	)
+	switch {
+	case err != nil:
+	case l.Anchor != 0 && u != CalMonth && u != CalYear:
+		err = fmt.Errorf("%w: quota anchor = %d applies to months and years only, the period is in %ss", ErrUnusedParameter, l.Anchor, u)
+	case l.WeekStart != 0 && u != CalWeek:
+		err = fmt.Errorf("%w: quota week_start = %d applies to weeks only, the period is in %ss", ErrUnusedParameter, l.WeekStart, u)
+	}
+	return err
+}
+
+// zoneHash names a time zone in a bucket's identity: FNV-1a of its name,
+// 0 for UTC.
+func zoneHash(loc *time.Location) int64 {
+	if loc == nil || loc == time.UTC {
+		return 0
+	}
+	h := uint64(14695981039346656037)
+	for _, c := range []byte(loc.String()) {
+		h = (h ^ uint64(c)) * 1099511628211
+	}
+	return int64(h)
 }
 
 // Decision is the outcome of a request (package vocab's, which every

@@ -13,7 +13,7 @@ func TestAlgorithmString(t *testing.T) {
 	}{
 		{Invalid, "invalid"}, {TokenBucket, "token_bucket"}, {GCRA, "gcra"}, {FixedWindow, "fixed_window"},
 		{SlidingWindow, "sliding_window"}, {Pacer, "pacer"}, {SlidingLog, "sliding_log"},
-		{WindowCounters, "window_counters"}, {Concurrency, "concurrency"}, {9, "algorithm(9)"}, {255, "algorithm(255)"},
+		{WindowCounters, "window_counters"}, {Concurrency, "concurrency"}, {Quota, "quota"}, {10, "algorithm(10)"}, {255, "algorithm(255)"},
 	} {
 		if got := tt.a.String(); got != tt.want {
 			t.Errorf("Algorithm(%d).String() = %q, want %q", uint8(tt.a), got, tt.want)
@@ -52,7 +52,7 @@ func TestValidate(t *testing.T) {
 		text string // in the message
 	}{
 		{Limit{}, ErrUnknownAlgorithm, "invalid"},
-		{Limit{Algorithm: 9, Max: 1}, ErrUnknownAlgorithm, "algorithm(9)"},
+		{Limit{Algorithm: 10, Max: 1}, ErrUnknownAlgorithm, "algorithm(10)"},
 
 		{tb(10, 60*sec, 10), nil, ""},
 		{tb(1, ms, 1), nil, ""},

@@ -34,6 +34,8 @@ func randomLimit(r *rand.Rand, a Algorithm) Limit {
 		l.Count = 1 + r.Int64N(7)
 		l.Period = ms*(1+r.Int64N(100)) + r.Int64N(1000)
 		l.MaxDelay = r.Int64N(4 * l.Period)
+	case Quota:
+		l = randomQuota(r)
 	}
 	return l
 }
@@ -45,6 +47,8 @@ func span(l Limit) int64 {
 		return l.RefillTime
 	case FixedWindow, SlidingWindow:
 		return l.Window
+	case Quota:
+		return l.Every * 24 * 3600 * sec * [...]int64{CalDay: 1, CalWeek: 7, CalMonth: 31, CalYear: 366}[l.Calendar]
 	}
 	return l.Period
 }

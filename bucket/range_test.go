@@ -60,6 +60,10 @@ func wideLimit(r *rand.Rand, a Algorithm) Limit {
 	case Concurrency:
 		l.Max = wide(r, 1, MaxConcurrency)
 		l.Lease = wide(r, ms, MaxDuration)
+	case Quota:
+		l = randomQuota(r)
+		l.Max = wide(r, 1, maxI64)
+		l.Every = wide(r, 1, maxEvery[l.Calendar])
 	}
 	return l
 }
@@ -157,7 +161,7 @@ func TestNeverWedges(t *testing.T) {
 // counted).
 func TestExtNeverWedges(t *testing.T) {
 	const steps = 60
-	for a := SlidingLog; a < numAlgorithms; a++ {
+	for a := SlidingLog; a <= Concurrency; a++ {
 		for seed := range uint64(300) {
 			r := newRand(seed)
 			l := wideLimit(r, a)

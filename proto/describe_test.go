@@ -174,6 +174,10 @@ func (d *describer) limit(p string) {
 		name, meaning := wireParam(alg, i)
 		d.i64(p+name, meaning)
 	}
+	if alg == Quota { // version 5: the time zone follows
+		n := int(d.uint(1, p+"tzlen", nil))
+		d.bytes(n, p+"tz")
+	}
 }
 
 // wireParam returns the name of an algorithm's wire parameter i, and its
@@ -192,6 +196,14 @@ func wireParam(alg Algorithm, i int) (string, func(int64) string) {
 	switch {
 	case len(names) == 0:
 		return "p" + strconv.Itoa(i), nil
+	case kind == calendarParam:
+		return names[0], func(v int64) string {
+			return fmt.Sprintf("unit %d, every %d", v&QuotaUnitMask, v>>QuotaEveryShift)
+		}
+	case alg == Quota && len(names) > 1: // anchor | week_start<<8
+		return strings.Join(names, "|"), func(v int64) string {
+			return fmt.Sprintf("anchor %d, week_start %d, other bits %#x", v&QuotaAnchorMask, v>>QuotaWeekStartShift&0xff, v&^QuotaBits)
+		}
 	case kind == durationParam:
 		return names[0], func(v int64) string { return time.Duration(v).String() }
 	case len(names) > 1: // counters | count_denied<<8

@@ -14,8 +14,10 @@
 //
 // # Format
 //
-// This section is the protocol's specification, version 4: an
-// implementation in another language needs nothing else. Version 4 is
+// This section is the protocol's specification, version 5: an
+// implementation in another language needs nothing else. Version 5 is
+// version 4 with one more algorithm, 9 quota, whose limit field carries a
+// time zone after its three parameters (see below). Version 4 is
 // version 3 with the client's deadline (flag bit 5, DEADLINE, of ACQUIRE,
 // PEEK, REFUND and RESET), the mark of a decision that a global limit's
 // outage policy made (bits 2-3 of a decision's first byte) and the mark of
@@ -24,12 +26,13 @@
 // 8 concurrency) and the operations that lease a concurrency limit's slots
 // (10 LEASE, 11 RELEASE). Version 2 is version 1 with named limits (flag
 // bit 3, NAMED, is reserved in version 1) and shadowing (flag bit 4,
-// SHADOW). A server speaks all four and answers each request frame in its
-// version, so clients of versions 1 to 3 keep working unchanged: in a
+// SHADOW). A server speaks all five and answers each request frame in its
+// version, so clients of versions 1 to 4 keep working unchanged: in a
 // frame of version 1 or 2, opcodes 10 and 11 are unknown opcodes and
-// algorithms 6 to 8 unknown algorithms, exactly as any other value outside
-// that version's sets; flag bit 5 is reserved before version 4, and a
-// server never marks a decision of an older version's frame. A client
+// algorithms 6 to 8 unknown algorithms, and before version 5 algorithm 9
+// is unknown, exactly as any other value outside that version's sets; flag
+// bit 5 is reserved before version 4, and a server never marks a decision
+// of an older version's frame. A client
 // learns the server's version from HELLO before it writes frames of a
 // newer version than the server may speak. The files in testdata/golden are byte-exact
 // examples, each with a field-by-field description.
@@ -52,7 +55,7 @@
 //
 //	offset size field
 //	0      4    length   bytes after this field: 8 + body length; 8 <= length <= MaxFrameLen
-//	4      1    version  1 to 4 (Version); a response has its request's version
+//	4      1    version  1 to 5 (Version); a response has its request's version
 //	5      1    kind     1 request (client to server), 2 response (server to client)
 //	6      2    count    operations (request) or results (response) in the body: 1..MaxBatch
 //	8      4    id       chosen by the client; a response carries its request's id
@@ -76,8 +79,8 @@
 // the operations, one each. Ids need not be unique; a client that matches
 // responses by order can send 0. Example, a PING and its answer (id 1):
 //
-//	request:  09000000 04 01 0100 01000000 | 02
-//	response: 0a000000 04 02 0100 01000000 | 02 00
+//	request:  09000000 05 01 0100 01000000 | 02
+//	response: 0a000000 05 02 0100 01000000 | 02 00
 //
 // Operations. An operation is an opcode u8 and its body:
 //
@@ -141,13 +144,16 @@
 // digits, '_', '-' and '.', starting with a letter. A name the server does
 // not define is answered InvalidLimit. Without NAMED, a limit (25 bytes) is
 // an algorithm and three parameters; a parameter an algorithm does not use
-// is 0:
+// is 0. A quota's limit (version 5) is 26 + tzlen bytes: the 25, then its
+// time zone, and every later offset moves by 1 + tzlen:
 //
 //	offset size field
-//	0      1    algorithm  1..8 below (1..5 in versions 1 and 2); any other value is rejected (InvalidLimit)
+//	0      1    algorithm  1..9 below (1..5 in versions 1 and 2, 1..8 in 3 and 4); any other value is rejected (InvalidLimit)
 //	1      8    p0         i64
 //	9      8    p1         i64
 //	17     8    p2         i64
+//	25     1    tzlen      quota only: u8, 0..64 (MaxZoneLen; more is InvalidLimit); 0 means UTC
+//	26     z    tz         quota only: an IANA time zone name, "Europe/Paris"
 //
 //	algorithm            p0       p1               p2
 //	1 token_bucket       max      refill_time ns   refill_amount
@@ -158,6 +164,7 @@
 //	6 sliding_log        limit    window ns        0                                     (version 3)
 //	7 window_counters    limit    window ns        bits 0-7 counters, bit 8 count_denied (version 3)
 //	8 concurrency        limit    lease ns         0                                     (version 3)
+//	9 quota              limit    period           bits 0-7 anchor, bits 8-15 week_start (version 5)
 //
 // sliding_log counts limit tokens over any window exactly, from a log of
 // the requests' times. window_counters counts them over any window in
@@ -166,6 +173,26 @@
 // bits 9-63 must be 0. concurrency holds at most limit leases at once, each
 // until RELEASE gives its slot back or, failing that, until lease after it
 // was taken: a lease a client never releases (it crashed) expires.
+//
+// quota counts limit tokens per period of a calendar in a time zone. Its
+// p1 is the period: the unit in bits 0-7 (1 day, 2 week, 3 month, 4 year),
+// how many units one period spans in bits 8-63 (the server accepts periods
+// of up to about 68 years). Its p2: the anchor, the day of the month on
+// which months and years start (1-31; 0 means 1; a month shorter than the
+// anchor starts on its last day), in bits 0-7, only for months and years;
+// the first day of a week, in days after Monday (0 Monday .. 6 Sunday), in
+// bits 8-15, only for weeks; bits 16-63 are 0. A year starts on the
+// anchor's day of January. Periods of several units count from 1970: days
+// from 1970-01-01, weeks from the week holding it, months from January
+// 1970 (3month: January, April, July, October). A period starts at the
+// first instant of its local day in the zone (midnight, or where a
+// transition that skips midnight lands), so a day lasts 23 or 25 hours
+// across a DST change. The server refuses a zone it does not know
+// (InvalidLimit); it knows every name of the IANA database it was built
+// with. A quota decision: remaining the tokens left in the period, limit
+// the limit, retry_after (denied) the time until the next period starts,
+// reset_after the same once the period has counted anything (0 while it is
+// untouched), delay 0.
 //
 // The codec checks only that the algorithm is one of the frame's version;
 // the server validates the parameters (StatusInvalidLimit; a
@@ -322,8 +349,9 @@
 //	2      8    next       u64: the cursor to continue from; 0 when the scan is complete
 //	10     2    n          u16: entries, 0..MaxScanCount
 //	12     ...  n entries, each 11 + keylen bytes:
-//	            0   1   algorithm  u8: 1..8; in a frame of version 1 or 2 the server leaves
-//	                                   out buckets of algorithms 6-8, which that version lacks
+//	            0   1   algorithm  u8: 1..9; in a frame of version 1 or 2 the server leaves
+//	                                   out buckets of algorithms 6-9, in 3 or 4 of algorithm 9,
+//	                                   which that version lacks
 //	            1   8   fresh_at   i64: when the bucket is back to its fresh state (reclaimable)
 //	            9   2   keylen     u16: 1..MaxKeyLen
 //	            11  k   key
@@ -414,15 +442,23 @@
 //	sliding_log:limit=100,window=1m
 //	window_counters:limit=100,window=1h,counters=60,count_denied=true
 //	concurrency:limit=10,lease=30s
+//	quota:limit=1000,period=month,tz=Europe/Paris,anchor=15
 //
 // The parameters are those of the wire, by name: token_bucket max,
 // refill_time, refill_amount; gcra burst, count, period; fixed_window,
 // sliding_window and sliding_log limit, window; pacer rate, period,
 // max_delay; window_counters limit, window, counters, count_denied (the
-// two parts of p2); concurrency limit, lease. They may come in any order,
+// two parts of p2); concurrency limit, lease; quota limit, period, tz,
+// anchor, week_start. They may come in any order,
 // each at most once; all are required except token_bucket's
-// refill_amount, which defaults to max, and window_counters' counters and
-// count_denied, which default to 60 and false. Names are lower case.
+// refill_amount, which defaults to max, window_counters' counters and
+// count_denied, which default to 60 and false, and quota's tz, anchor and
+// week_start, which default to UTC, the 1st and monday. Names are lower
+// case. A quota's period is a unit, day, week, month or year, after an
+// optional decimal multiple ("2week", "3month"); tz is a zone's name (1 to
+// 64 ASCII letters, digits and '/', '_', '-', '+', '.'; "UTC" is the
+// default, and the wire carries it as tzlen 0); week_start is monday,
+// tuesday, ... or sunday; anchor a decimal integer.
 // refill_time, window, period, max_delay and lease are durations: a Go
 // duration (time.ParseDuration: decimal numbers with units ns, us or µs,
 // ms, s, m, h, in sequence: "1h30m", "1.5s", "250ms", "10us") with one more
@@ -434,6 +470,8 @@
 //
 // The canonical form (Limit.String) lists every parameter in wire order,
 // refill_amount and counters included, count_denied only when true,
+// a quota's tz, anchor and week_start only when not their defaults, its
+// period without a multiple of 1,
 // durations as time.Duration.String writes them ("1h0m0s", "1.5s", "10µs"
 // with U+00B5, "0s"); ParseLimit reads it back to the same Limit.
 // testdata/limits.txt holds canonical, other and invalid specs with their

@@ -70,6 +70,7 @@ func goldenCases() []goldenCase {
 	ping := req("ping_request", "", 2, Op{Code: OpPing})
 	v3 := func(c goldenCase) goldenCase { c.version = 3; return c }
 	v4 := func(c goldenCase) goldenCase { c.version = 4; return c }
+	v5 := func(c goldenCase) goldenCase { c.version = 5; return c }
 	conc := ConcurrencyLimit(10, 30*time.Second)
 	bad := func(name, desc string, want error, c goldenCase, f func([]byte) []byte) goldenCase {
 		c.name, c.desc, c.want = name, desc, want
@@ -119,7 +120,7 @@ func goldenCases() []goldenCase {
 			decisionResult(OpAcquire, Decision{Allowed: true, Remaining: 7, Limit: 9, RetryAfter: -1, ResetAfter: 500 * int64(time.Millisecond), Delay: 250 * int64(time.Millisecond)}),
 			errResult(OpAcquire, StatusInvalidCost, "engine: negative cost"), Result{Code: OpPing}),
 		resp("frame_error_response", "A frame-level error, the answer to bad_version: opcode 0, count 1, the request's id; the server then closes the connection.", 11,
-			errResult(0, StatusBadVersion, "proto: unsupported protocol version: version 5, this side speaks 1 to 4")),
+			errResult(0, StatusBadVersion, "proto: unsupported protocol version: version 6, this side speaks 1 to 5")),
 		v3(req("lease_request", "Version 3. LEASE a slot of concurrency limit=10 lease=30s for key \"upload:erin\": n is 1, at is 0 (no flag AT: a lease is on the server's clock).", 19,
 			lease(0, conc, "upload:erin"))),
 		v3(resp("lease_response_allowed", "Version 3. LEASE result, allowed: 9 of 10 slots still free, the last lease held expires in 30s; the lease's id is 7, to RELEASE.", 19,
@@ -144,8 +145,10 @@ func goldenCases() []goldenCase {
 		v4(resp("acquire_response_outage_local", "Version 4. ACQUIRE result decided by the local outage policy (this host's share of the limit, 333 of 1000): allowed, 332 left; the first byte is 0x05, allowed and policy 1.", 27,
 			Result{Code: OpAcquire, Outage: OutageLocal, Decision: Decision{Allowed: true, Remaining: 332, Limit: 333, RetryAfter: -1, ResetAfter: 3600 * sec, Delay: 0}})),
 
-		bad("bad_version", "A PING frame with version 5.", ErrBadVersion, req("", "", 11, Op{Code: OpPing}),
-			func(b []byte) []byte { b[4] = 5; return b }),
+		v5(req("acquire_quota_request", "Version 5. ACQUIRE 1 token of quota limit=1000 period=month tz=Europe/Paris anchor=15 for key \"api:acme\": p1 = 3 (month) | 1<<8, p2 = 15 (the anchor), and after the 25 bytes of the limit the zone, u8 length 12 and \"Europe/Paris\".", 28,
+			item(OpAcquire, 0, QuotaLimit(1000, QuotaMonth, 1, "Europe/Paris", 15, 0), 1, 0, "api:acme"))),
+		bad("bad_version", "A PING frame with version 6.", ErrBadVersion, req("", "", 11, Op{Code: OpPing}),
+			func(b []byte) []byte { b[4] = 6; return b }),
 		bad("bad_kind", "A PING frame with kind 3.", ErrMalformed, ping,
 			func(b []byte) []byte { b[5] = 3; return b }),
 		bad("bad_length_too_large", "A header alone whose length is MaxFrameLen+1: refused before reading the body.", ErrFrameTooLarge, ping,

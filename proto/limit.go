@@ -6,6 +6,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice/vocab"
@@ -28,6 +29,7 @@ const (
 	SlidingLog     = vocab.SlidingLog     // limit, window, 0 (version 3)
 	WindowCounters = vocab.WindowCounters // limit, window, counters | count_denied<<8 (version 3)
 	Concurrency    = vocab.Concurrency    // limit, lease, 0 (version 3)
+	Quota          = vocab.Quota          // limit, period (unit | every<<8), anchor | week_start<<8; and Limit.TZ (version 5)
 
 	numAlgorithms = vocab.NumAlgorithms // one past the last Algorithm
 )
@@ -41,8 +43,36 @@ const (
 	WindowCountersBits = CountersMask | CountDeniedBit // the bits P[2] may set
 	DefaultCounters    = 60                            // counters when a spec leaves them out
 
-	maxSpecParams = 4 // the most parameters of one algorithm's spec
+	maxSpecParams = 5 // the most parameters of one algorithm's spec
 )
+
+// A quota limit's P[1] is its period: the calendar unit in bits 0-7 (one
+// of the Quota* units) and how many of them a period spans in bits 8-63.
+// Its P[2] packs the anchor, the day of the month months and years start
+// on (1-31; 0 means 1), in bits 0-7 and the first day of a week, in days
+// after Monday (0-6), in bits 8-15; its other bits must be 0. Its time
+// zone is Limit.TZ, which the wire carries after the three parameters.
+const (
+	QuotaDay   = 1 // a period of local days
+	QuotaWeek  = 2 // of weeks
+	QuotaMonth = 3 // of months
+	QuotaYear  = 4 // of years
+
+	QuotaUnitMask       = 0xff   // the bits of P[1] holding the unit
+	QuotaEveryShift     = 8      // P[1] >> QuotaEveryShift: the units a period spans
+	QuotaAnchorMask     = 0xff   // the bits of P[2] holding the anchor
+	QuotaWeekStartShift = 8      // (P[2] >> QuotaWeekStartShift) & 0xff: the week's first day
+	QuotaBits           = 0xffff // the bits P[2] may set
+
+	// MaxZoneLen is the longest time zone name a quota may carry, in bytes.
+	MaxZoneLen = 64
+)
+
+// quotaUnits are the calendar units' names, by their value in P[1].
+var quotaUnits = [...]string{QuotaDay: "day", QuotaWeek: "week", QuotaMonth: "month", QuotaYear: "year"}
+
+// weekdays are the names week_start takes, Monday first (its value 0).
+var weekdays = [...]string{"monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"}
 
 // paramKind says how a spec parameter is written and where the wire keeps
 // it.
@@ -53,6 +83,10 @@ const (
 	durationParam                  // a duration: the whole wire parameter, in nanoseconds
 	countersParam                  // a decimal integer 0..255: bits 0-7 of P[2]
 	boolParam                      // true or false: bit 8 of P[2] (CountDeniedBit)
+	calendarParam                  // a quota's period, "day", "2week", ...: P[1]
+	anchorParam                    // a decimal integer 0..255: bits 0-7 of P[2]
+	weekdayParam                   // a day's name, "monday": bits 8-15 of P[2]
+	zoneParam                      // a time zone's name: Limit.TZ, not a wire parameter
 )
 
 // specParam is one parameter of a limit spec: its name, the wire parameter
@@ -83,6 +117,9 @@ var specParams = [numAlgorithms][]specParam{
 		{"counters", 2, countersParam, true}, {"count_denied", 2, boolParam, true}},
 	Concurrency: {
 		{"limit", 0, intParam, false}, {"lease", 1, durationParam, false}},
+	Quota: {
+		{"limit", 0, intParam, false}, {"period", 1, calendarParam, false}, {"tz", -1, zoneParam, true},
+		{"anchor", 2, anchorParam, true}, {"week_start", 2, weekdayParam, true}},
 }
 
 // windowParams are the parameters of fixed_window, sliding_window and
@@ -116,6 +153,9 @@ type Limit struct {
 	Algorithm Algorithm
 	P         [3]int64
 	Name      string // a named limit's name (ValidName); "" for a limit given by its parameters
+	// TZ is a quota's time zone, an IANA name ("Europe/Paris"); "" is UTC.
+	// The other algorithms have none. The wire carries it after P.
+	TZ string
 	// Shadow is the spec's shadow=true, which any algorithm's spec may
 	// carry: an ACQUIRE of the limit is sent with FlagShadow (decided and
 	// consumed as usual, a denial answered as allowed and marked
@@ -202,6 +242,14 @@ func ConcurrencyLimit(limit int64, lease time.Duration) Limit {
 	return Limit{Algorithm: Concurrency, P: [3]int64{limit, int64(lease), 0}}
 }
 
+// QuotaLimit returns a quota limit (version 5): limit tokens per calendar
+// period of every units (QuotaDay, QuotaWeek, QuotaMonth, QuotaYear) in the
+// time zone tz ("" for UTC), months and years starting on day anchor of
+// the month (0 for the 1st), weeks on weekStart days after Monday.
+func QuotaLimit(limit int64, unit int64, every int64, tz string, anchor, weekStart int64) Limit {
+	return Limit{Algorithm: Quota, P: [3]int64{limit, unit | every<<QuotaEveryShift, anchor | weekStart<<QuotaWeekStartShift}, TZ: tz}
+}
+
 // String returns the limit's canonical spec: the algorithm, then every
 // parameter in order, durations as time.Duration.String gives them:
 // "gcra:burst=4,count=1,period=1s"; window_counters' count_denied only when
@@ -237,8 +285,38 @@ func (l Limit) String() string {
 	}
 	var shown [3]bool // the wire parameters the named ones showed
 	for _, sp := range specParams[l.Algorithm] {
+		if sp.kind == zoneParam {
+			if l.TZ != "" {
+				param(sp.name)
+				b = append(b, l.TZ...)
+			}
+			continue
+		}
 		v := l.P[sp.p]
 		switch sp.kind {
+		case calendarParam:
+			unit, every := v&QuotaUnitMask, v>>QuotaEveryShift
+			if unit < QuotaDay || unit > QuotaYear || every < 1 {
+				continue // shown whole, as p1
+			}
+			param(sp.name)
+			if every > 1 {
+				b = strconv.AppendInt(b, every, 10)
+			}
+			b = append(b, quotaUnits[unit]...)
+		case anchorParam:
+			if v&^QuotaBits != 0 || v&QuotaAnchorMask == 0 {
+				continue
+			}
+			param(sp.name)
+			b = strconv.AppendInt(b, v&QuotaAnchorMask, 10)
+		case weekdayParam:
+			ws := v >> QuotaWeekStartShift & 0xff
+			if v&^QuotaBits != 0 || ws == 0 || ws >= int64(len(weekdays)) {
+				continue
+			}
+			param(sp.name)
+			b = append(b, weekdays[ws]...)
 		case intParam:
 			param(sp.name)
 			b = strconv.AppendInt(b, v, 10)
@@ -259,6 +337,9 @@ func (l Limit) String() string {
 			b = append(b, "true"...)
 		}
 		shown[sp.p] = true
+	}
+	if l.Algorithm == Quota && l.P[2] != 0 && !validQuotaP2(l.P[2]) {
+		shown[2] = false // bits no named parameter holds: shown whole
 	}
 	for i, v := range l.P {
 		if !shown[i] && v != 0 {
@@ -342,6 +423,15 @@ func ParseLimit(s string) (Limit, error) {
 		}
 		seen[i] = true
 		sp := &want[i]
+		if sp.kind == zoneParam {
+			if msg := checkZone(value); msg != "" {
+				return fail("tz: %s", msg)
+			}
+			if value != "UTC" {
+				l.TZ = value
+			}
+			continue
+		}
 		v, err := parseValue(value, sp.kind)
 		if err != "" {
 			return fail("%s: %s", key, err)
@@ -387,6 +477,17 @@ func paramList(params []specParam) string {
 // nothing is.
 func parseValue(s string, kind paramKind) (int64, string) {
 	var v int64
+	switch kind {
+	case calendarParam:
+		return parseCalendar(s)
+	case weekdayParam:
+		for i, name := range weekdays {
+			if s == name {
+				return int64(i) << QuotaWeekStartShift, ""
+			}
+		}
+		return 0, "invalid day " + strconv.Quote(s) + ", want monday, tuesday, ... or sunday"
+	}
 	switch {
 	case kind == boolParam:
 		switch s {
@@ -413,10 +514,54 @@ func parseValue(s string, kind paramKind) (int64, string) {
 	if v < 0 {
 		return 0, "negative value " + s
 	}
-	if kind == countersParam && v > CountersMask {
+	if (kind == countersParam || kind == anchorParam) && v > CountersMask {
 		return 0, "value " + s + " out of range, want 0..255"
 	}
 	return v, ""
+}
+
+// parseCalendar parses a quota's period, an optional decimal multiple and
+// a unit ("day", "2week", "3month", "year"), to its P[1].
+func parseCalendar(s string) (int64, string) {
+	i := 0
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	every := int64(1)
+	if i > 0 {
+		var err error
+		if every, err = strconv.ParseInt(s[:i], 10, 64); err != nil || every > math.MaxInt64>>QuotaEveryShift {
+			return 0, "multiple out of range " + strconv.Quote(s)
+		}
+	}
+	for u, name := range quotaUnits {
+		if name != "" && s[i:] == name {
+			return int64(u) | every<<QuotaEveryShift, ""
+		}
+	}
+	return 0, "invalid period " + strconv.Quote(s) + ", want day, week, month or year, or a multiple such as 2week"
+}
+
+// validQuotaP2 reports whether a quota's P[2] sets only the anchor's and
+// the week start's bits, with a week start of 0-6.
+func validQuotaP2(v int64) bool {
+	return v&^QuotaBits == 0 && v>>QuotaWeekStartShift < int64(len(weekdays))
+}
+
+// checkZone returns what is wrong with s as a time zone's name, "" if
+// nothing: 1 to MaxZoneLen bytes of ASCII letters, digits, '/', '_', '-',
+// '+' and '.'. Whether the zone exists is the server's to say.
+func checkZone(s string) string {
+	if s == "" || len(s) > MaxZoneLen {
+		return "time zone name of " + strconv.Itoa(len(s)) + " bytes, want 1 to " + strconv.Itoa(MaxZoneLen)
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("/_-+.", c) >= 0) {
+			return "invalid time zone name " + strconv.Quote(s)
+		}
+	}
+	return ""
 }
 
 // isInteger reports whether s is an optional sign and one or more digits.
@@ -451,7 +596,61 @@ func appendLimit(dst []byte, l *Limit) []byte {
 	dst = append(dst, byte(l.Algorithm))
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(l.P[0]))
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(l.P[1]))
-	return binary.LittleEndian.AppendUint64(dst, uint64(l.P[2]))
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(l.P[2]))
+	if l.Algorithm == Quota {
+		if len(l.TZ) > math.MaxUint8 {
+			panic("proto: a time zone name of " + strconv.Itoa(len(l.TZ)) + " bytes does not fit a u8 length")
+		}
+		dst = append(dst, byte(len(l.TZ)))
+		dst = append(dst, l.TZ...)
+	}
+	return dst
+}
+
+// decodeZone decodes a quota's time zone at the start of b: u8 length
+// (0..MaxZoneLen, 0 for UTC) and bytes. The name is interned (zones), so a
+// decoder allocates only the first time it meets a zone.
+func decodeZone(b []byte, code Opcode, l *Limit) ([]byte, error) {
+	if len(b) < 1 {
+		return nil, truncated(code.String()+" time zone", 1, 0)
+	}
+	n := int(b[0])
+	if n > MaxZoneLen {
+		return nil, errorf(ErrInvalidLimit, "%v time zone name of %d bytes, want 0..%d", code, n, MaxZoneLen)
+	}
+	if len(b) < 1+n {
+		return nil, truncated(code.String()+" time zone", n, len(b)-1)
+	}
+	l.TZ = zones.intern(b[1 : 1+n])
+	return b[1+n:], nil
+}
+
+// zones interns the time zone names decoders meet: a few hundred exist, so
+// the set stays small; past zoneCap names (bytes no zone has) a name is
+// allocated each time instead.
+var zones = internSet{m: map[string]string{}}
+
+const zoneCap = 1024
+
+type internSet struct {
+	mu sync.Mutex
+	m  map[string]string
+}
+
+func (z *internSet) intern(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if s, ok := z.m[string(b)]; ok { // no allocation: the compiler's map lookup by a []byte's string
+		return s
+	}
+	s := string(b)
+	if len(z.m) < zoneCap {
+		z.m[s] = s
+	}
+	return s
 }
 
 // decodeLimit decodes the limit at the start of b, which holds at least

@@ -116,7 +116,7 @@ func TestLimitStringUnparseable(t *testing.T) {
 		want string
 	}{
 		{Limit{}, "algorithm(0):p0=0,p1=0,p2=0"},
-		{Limit{Algorithm: 9, P: [3]int64{1, 2, 3}}, "algorithm(9):p0=1,p1=2,p2=3"},
+		{Limit{Algorithm: 10, P: [3]int64{1, 2, 3}}, "algorithm(10):p0=1,p1=2,p2=3"},
 		{Limit{Algorithm: FixedWindow, P: [3]int64{1, 2, 3}}, "fixed_window:limit=1,window=2ns,p2=3"},
 		{GCRALimit(-1, 1, -time.Second), "gcra:burst=-1,count=1,period=-1s"},
 		{Limit{Algorithm: WindowCounters, P: [3]int64{1, 2, 1 << 9}}, "window_counters:limit=1,window=2ns,p2=512"},
@@ -145,16 +145,16 @@ func TestParseAlgorithm(t *testing.T) {
 	}
 	names := map[Algorithm]string{TokenBucket: "token_bucket", GCRA: "gcra", FixedWindow: "fixed_window",
 		SlidingWindow: "sliding_window", Pacer: "pacer", SlidingLog: "sliding_log", WindowCounters: "window_counters",
-		Concurrency: "concurrency", 0: "invalid", 9: "algorithm(9)"}
+		Concurrency: "concurrency", Quota: "quota", 0: "invalid", 10: "algorithm(10)"}
 	for a, want := range names {
 		if a.String() != want {
 			t.Errorf("Algorithm(%d).String() = %q, want %q", a, a.String(), want)
 		}
 	}
 	// The version each algorithm needs.
-	for a := Algorithm(0); a < 10; a++ {
+	for a := Algorithm(0); a < 11; a++ {
 		for v := uint8(1); v <= Version; v++ {
-			want := a >= TokenBucket && (a <= Pacer || v >= 3 && a <= Concurrency)
+			want := a >= TokenBucket && (a <= Pacer || v >= 3 && a <= Concurrency || v >= 5 && a == Quota)
 			if a.ValidIn(v) != want {
 				t.Errorf("Algorithm(%d).ValidIn(%d) = %v", a, v, !want)
 			}

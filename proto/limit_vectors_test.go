@@ -16,7 +16,8 @@ import (
 // durations and error messages cannot drift apart. One vector a line:
 //
 //	algorithm N NAME               an algorithm of this version: a reader must know every one
-//	ok SPEC A P0 P1 P2             a canonical spec: it parses to the wire form, which formats back to SPEC
+//	ok SPEC A P0 P1 P2 [TZ]        a canonical spec: it parses to the wire form, which formats back to SPEC
+//	                               (TZ: a quota's time zone, when not UTC; parse and shadow lines too)
 //	parse SPEC A P0 P1 P2          a spec that is not canonical (order, defaults, units) and its wire form
 //	shadow SPEC A P0 P1 P2         a canonical spec with shadow=true: its wire form, and acquires of it are shadow requests
 //	invalid SPEC MESSAGE...        a spec ParseLimit refuses: its error is `limit "SPEC": MESSAGE`
@@ -43,6 +44,12 @@ func vectorLimits() []Limit {
 		WindowCountersLimit(0, 0, 0, true),
 		ConcurrencyLimit(10, 30*time.Second),
 		ConcurrencyLimit(1, 1500*time.Microsecond),
+		QuotaLimit(1000, QuotaMonth, 1, "", 0, 0),
+		QuotaLimit(100, QuotaDay, 1, "Europe/Paris", 0, 0),
+		QuotaLimit(5000, QuotaMonth, 3, "America/New_York", 15, 0),
+		QuotaLimit(7, QuotaWeek, 2, "Asia/Kolkata", 0, 6),
+		QuotaLimit(1, QuotaYear, 1, "America/Argentina/Buenos_Aires", 31, 0),
+		QuotaLimit(0, QuotaDay, 1, "", 0, 0),
 	}
 }
 
@@ -61,6 +68,10 @@ var vectorParses = []string{
 	"token_bucket:max=10,refill_time=1d12h,refill_amount=1",
 	"window_counters:limit=1000,window=0.5d,counters=24",
 	"concurrency:limit=2,lease=7d",
+	"quota:period=day,limit=10",
+	"quota:limit=10,period=1week,week_start=monday",
+	"quota:limit=10,period=month,tz=UTC,anchor=1",
+	"quota:tz=Etc/GMT+5,anchor=31,limit=3,period=12month",
 }
 
 // vectorShadows are canonical specs with shadow=true.
@@ -95,6 +106,27 @@ var vectorInvalid = []string{
 	"sliding_window:limit=1,window=1D",
 	"fixed_window:limit=1,window=d",
 	"gcra:burst=1,count=1,period=106752d",
+	"quota:limit=10",
+	"quota:limit=10,period=fortnight",
+	"quota:limit=10,period=2",
+	"quota:limit=10,period=Day",
+	"quota:limit=10,period=-1day",
+	"quota:limit=10,period=99999999999999999999month",
+	"quota:limit=10,period=day,tz=Europe/Paris,tz=UTC",
+	"quota:limit=10,period=day,tz=Europe/Par!s",
+	"quota:limit=10,period=week,week_start=mon",
+	"quota:limit=10,period=month,anchor=256",
+	"quota:limit=10,period=month,anchor=x",
+	"quota:limit=10,period=1d",
+}
+
+// wireFields is a vector's wire form of l: A P0 P1 P2, then TZ if set.
+func wireFields(l Limit) string {
+	s := fmt.Sprintf("%d %d %d %d", l.Algorithm, l.P[0], l.P[1], l.P[2])
+	if l.TZ != "" {
+		s += " " + l.TZ
+	}
+	return s
 }
 
 func TestLimitVectors(t *testing.T) {
@@ -111,7 +143,7 @@ func TestLimitVectors(t *testing.T) {
 			t.Fatalf("%v does not parse back: %+v, %v", l, back, err)
 		}
 		covered[l.Algorithm] = true
-		fmt.Fprintf(&b, "ok %s %d %d %d %d\n", l, l.Algorithm, l.P[0], l.P[1], l.P[2])
+		fmt.Fprintf(&b, "ok %s %s\n", l, wireFields(l))
 	}
 	for a := TokenBucket; a < numAlgorithms; a++ {
 		if !covered[a] {
@@ -123,14 +155,14 @@ func TestLimitVectors(t *testing.T) {
 		if err != nil || l.String() == spec {
 			t.Fatalf("%q: %v, or it is canonical", spec, err)
 		}
-		fmt.Fprintf(&b, "parse %s %d %d %d %d\n", spec, l.Algorithm, l.P[0], l.P[1], l.P[2])
+		fmt.Fprintf(&b, "parse %s %s\n", spec, wireFields(l))
 	}
 	for _, spec := range vectorShadows {
 		l, err := ParseLimit(spec)
 		if err != nil || !l.Shadow || l.String() != spec {
 			t.Fatalf("%q: %+v, %v: want it shadowed and canonical", spec, l, err)
 		}
-		fmt.Fprintf(&b, "shadow %s %d %d %d %d\n", spec, l.Algorithm, l.P[0], l.P[1], l.P[2])
+		fmt.Fprintf(&b, "shadow %s %s\n", spec, wireFields(l))
 	}
 	for _, spec := range vectorInvalid {
 		_, err := ParseLimit(spec)

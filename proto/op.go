@@ -349,6 +349,9 @@ func decodeLimitField(b []byte, f Flags, code Opcode, v uint8, l *Limit, name *[
 	if err := decodeLimit(b, v, l); err != nil {
 		return nil, err
 	}
+	if l.Algorithm == Quota {
+		return decodeZone(b[limitLen:], code, l)
+	}
 	return b[limitLen:], nil
 }
 

@@ -95,7 +95,7 @@ func TestDecodeOpErrors(t *testing.T) {
 		{"item flag bit 6", set(acquire, 1, 0x40), ErrMalformed},
 		{"item flag bit 7", set(acquire, 1, 0x80), ErrMalformed},
 		{"item algorithm 0", set(acquire, 2, 0), ErrInvalidLimit},
-		{"item algorithm 9", set(acquire, 2, 9), ErrInvalidLimit},
+		{"item algorithm 10", set(acquire, 2, 10), ErrInvalidLimit},
 		{"item key empty", set(acquire, 43, u16(0)...)[:45], ErrInvalidKey},
 		{"item key too long", append(set(acquire, 43, u16(MaxKeyLen+1)...)[:45], make([]byte, MaxKeyLen+1)...), ErrInvalidKey},
 		{"multi truncated", twoItems[:10], ErrMalformed},
@@ -105,7 +105,7 @@ func TestDecodeOpErrors(t *testing.T) {
 		{"multi 3 items, 2 present", set(twoItems, 10, 3), ErrMalformed},
 		{"multi item truncated", twoItems[:len(twoItems)-38], ErrMalformed},
 		{"multi item flag AT", set(twoItems, 11, byte(FlagAt)), ErrMalformed},
-		{"multi item algorithm 9", set(twoItems, 12, 9), ErrInvalidLimit},
+		{"multi item algorithm 10", set(twoItems, 12, 10), ErrInvalidLimit},
 		{"multi item key empty", set(twoItems, 11+34, 0, 0), ErrInvalidKey},
 		{"multi item key truncated", twoItems[:len(twoItems)-1], ErrMalformed},
 		{"scan truncated", scanOp[:12], ErrMalformed},
@@ -320,7 +320,7 @@ func TestDecodeOp_version3(t *testing.T) {
 	}
 	cases = append(cases,
 		tc{"RELEASE of lease 0", AppendRelease(nil, 0, conc, 0, []byte("k")), 3, ErrMalformed},
-		tc{"LEASE of algorithm 9", AppendLease(nil, 0, Limit{Algorithm: 9}, []byte("k")), 3, ErrInvalidLimit},
+		tc{"LEASE of algorithm 10", AppendLease(nil, 0, Limit{Algorithm: 10}, []byte("k")), 3, ErrInvalidLimit},
 		tc{"LEASE without a key", AppendLease(nil, 0, conc, nil), 3, ErrInvalidKey},
 		tc{"RELEASE truncated", r[:len(r)-1], 3, ErrMalformed},
 		// proto checks the algorithm, not which one a lease takes: the server answers InvalidLimit.

@@ -7,11 +7,14 @@ package proto
 // specs, ACQUIRE and the rest), and only what is new needs a new sidecar.
 
 // ItemVersion returns the oldest version whose frames may carry the item
-// operation AppendItem(dst, code, f, l, ...) writes: 4 with FlagDeadline, 3
-// for LEASE, RELEASE and the algorithms from SlidingLog on, 2 for a named
-// limit or a shadow request (a spec's shadow=true included), else 1.
+// operation AppendItem(dst, code, f, l, ...) writes: 5 for a quota, 4 with
+// FlagDeadline, 3 for LEASE, RELEASE and sliding_log, window_counters and
+// concurrency, 2 for a named limit or a shadow request (a spec's
+// shadow=true included), else 1.
 func ItemVersion(code Opcode, f Flags, l *Limit) uint8 {
 	switch {
+	case l.Name == "" && !l.Algorithm.ValidIn(4):
+		return 5
 	case f&FlagDeadline != 0:
 		return 4
 	case isLeaseOp(code) || !l.Algorithm.ValidIn(2) && l.Name == "":

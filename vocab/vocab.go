@@ -7,9 +7,9 @@ import "strconv"
 // the wire carries them (a limit's first byte).
 type Algorithm uint8
 
-// The algorithms. Those from SlidingLog on keep their state in a block of
-// the state file's arena besides the slot (Extended), and are protocol
-// version 3's (ValidIn).
+// The algorithms. SlidingLog, WindowCounters and Concurrency keep their
+// state in a block of the state file's arena besides the slot (Extended),
+// and are protocol version 3's (ValidIn); Quota is version 5's.
 const (
 	Invalid        Algorithm = iota // never valid; the zero value
 	TokenBucket                     // "token_bucket": smyte/ratelimit's discrete-refill token bucket
@@ -20,6 +20,7 @@ const (
 	SlidingLog                      // "sliding_log": exact rolling window over a log of admissions
 	WindowCounters                  // "window_counters": sub-window counters summed over the last window
 	Concurrency                     // "concurrency": leases held at once, released or expiring
+	Quota                           // "quota": a count per calendar period in a time zone
 
 	NumAlgorithms // one past the last valid Algorithm
 )
@@ -34,6 +35,7 @@ var algorithmNames = [NumAlgorithms]string{
 	SlidingLog:     "sliding_log",
 	WindowCounters: "window_counters",
 	Concurrency:    "concurrency",
+	Quota:          "quota",
 }
 
 // Valid reports whether a is one of the algorithms (not Invalid, not past
@@ -41,10 +43,14 @@ var algorithmNames = [NumAlgorithms]string{
 func (a Algorithm) Valid() bool { return a >= TokenBucket && a < NumAlgorithms }
 
 // ValidIn reports whether a is one of the algorithms of protocol version v:
-// TokenBucket to Pacer in versions 1 and 2, every one from version 3.
+// TokenBucket to Pacer in versions 1 and 2, to Concurrency in versions 3
+// and 4, every one from version 5.
 func (a Algorithm) ValidIn(v uint8) bool {
-	if v < 3 {
+	switch {
+	case v < 3:
 		return a >= TokenBucket && a <= Pacer
+	case v < 5:
+		return a >= TokenBucket && a <= Concurrency
 	}
 	return a.Valid()
 }
@@ -52,7 +58,7 @@ func (a Algorithm) ValidIn(v uint8) bool {
 // Extended reports whether a keeps state beyond a slot's StateWords, in a
 // block of the state file's arena: sliding_log, window_counters and
 // concurrency.
-func (a Algorithm) Extended() bool { return a >= SlidingLog && a < NumAlgorithms }
+func (a Algorithm) Extended() bool { return a >= SlidingLog && a <= Concurrency }
 
 // Name returns the algorithm's name in configuration, limit specs and
 // metrics ("token_bucket", ...), and ok false for Invalid and values past

@@ -54,7 +54,22 @@ func TestAlgorithmNames(t *testing.T) {
 	if Named("invalid") != Invalid || Named("") != Invalid {
 		t.Error("Named names Invalid")
 	}
-	if got := Algorithm(9).String(); got != "algorithm(9)" {
-		t.Errorf("Algorithm(9) = %q", got)
+	if got := Algorithm(10).String(); got != "algorithm(10)" {
+		t.Errorf("Algorithm(10) = %q", got)
+	}
+}
+
+// Quota is of protocol version 5 and keeps its state in its slot.
+func TestQuotaVersion(t *testing.T) {
+	for v := uint8(1); v <= 5; v++ {
+		if got := Quota.ValidIn(v); got != (v >= 5) {
+			t.Errorf("Quota.ValidIn(%d) = %v", v, got)
+		}
+		if !Concurrency.ValidIn(max(v, 3)) {
+			t.Errorf("Concurrency.ValidIn(%d) = false", max(v, 3))
+		}
+	}
+	if Quota.Extended() || !Concurrency.Extended() {
+		t.Error("Extended: quota keeps its state in its slot, concurrency in a block")
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -77,6 +78,8 @@ func init() {
 			"Check every slot checksum and probe invariant of a state file offline; exit 0 if sound, 1 with a report if damaged. Read-only; safe beside a running sidecar.", runVerify},
 		{"config", "check PATH [--quiet]",
 			"Validate a config file offline and list its limits; exit 0 if it is valid, 1 if not.", runConfig},
+		{"override", "set NAME KEY SPEC | unset NAME KEY | list [NAME] [--config FILE]",
+			"Give KEY (a key, or a prefix and '*') its own limit SPEC under the named limit NAME, remove it, or list the overrides (the config file's and these), without editing the config file: they are kept in the overrides file beside it, which the sidecar reloads and which outlives restarts.", runOverride},
 	}
 }
 
@@ -87,6 +90,7 @@ type cli struct {
 	state          string        // the state file, with direct
 	direct         bool          // decide in the state file instead of through the socket
 	timeout        time.Duration // how long to wait for the sidecar (to connect, and for each answer)
+	config         string        // the sidecar's config file, for override: $SLUICE_CONFIG, else sluice.yaml
 }
 
 // directCommands are the commands that --direct decides in the state file.
@@ -102,6 +106,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	if s := getenv("SLUICE_STATE"); s != "" {
 		x.state = s
 	}
+	x.config = cmp.Or(getenv("SLUICE_CONFIG"), "sluice.yaml")
 	if s := getenv("SLUICE_TIMEOUT"); s != "" {
 		d, err := proto.ParseDuration(s)
 		if err != nil || d <= 0 {
@@ -176,6 +181,7 @@ func (x *cli) usage() {
 		"sliding_log:limit=100,window=1m",
 		"window_counters:limit=100,window=1h,counters=60",
 		"concurrency:limit=2,lease=1h   (lease and release)",
+		"quota:limit=1000,period=month,tz=Europe/Paris,anchor=15",
 	} {
 		fmt.Fprintln(w, "  "+s)
 	}

@@ -114,6 +114,18 @@ func runSteps(t *testing.T, socket string, steps []step) {
 	}
 }
 
+// quotaSpec is a monthly quota anchored on the 31st in Paris.
+const quotaSpec = "quota:limit=1,period=month,tz=Europe/Paris,anchor=31"
+
+// parisAt is a local hour in Paris as --at takes it, Unix ns.
+func parisAt(y int, m time.Month, d, h int) string {
+	loc, err := time.LoadLocation("Europe/Paris")
+	if err != nil {
+		panic(err)
+	}
+	return strconv.FormatInt(time.Date(y, m, d, h, 0, 0, 0, loc).UnixNano(), 10)
+}
+
 func TestDecisions(t *testing.T) {
 	sock := startSidecar(t, 128)
 	at2h := strconv.FormatInt(t0+int64(2*time.Hour), 10)
@@ -147,6 +159,12 @@ func TestDecisions(t *testing.T) {
 		{"acquire --json sh " + tb10 + ",shadow=true --at " + at2h, 0,
 			`{"allowed":true,"remaining":0,"limit":10,"retry_after_ns":-1,"reset_after_ns":36000000000000,"delay_ns":0,"shadow_denied":true}` + "\n", ""},
 		{"acquire sh " + tb10 + " --at " + at2h, 1, "denied remaining=0 limit=10 retry_after=1h0m0s reset_after=10h0m0s\n", ""},
+		// A monthly quota in a zone, anchored on the 31st: in February of a
+		// leap year the period starts on the 29th; denied, it is retried then.
+		{"acquire q " + quotaSpec + " --at " + parisAt(2024, 2, 28, 12), 0, "allowed remaining=0 limit=1 reset_after=12h0m0s\n", ""},
+		{"acquire q " + quotaSpec + " --at " + parisAt(2024, 2, 28, 18), 1, "denied remaining=0 limit=1 retry_after=6h0m0s reset_after=6h0m0s\n", ""},
+		{"acquire q " + quotaSpec + " --at " + parisAt(2024, 2, 29, 0), 0, "allowed remaining=0 limit=1 reset_after=744h0m0s\n", ""},
+		{"acquire q quota:limit=1,period=day,tz=Mars/Olympus_Mons", 2, "", "sluice: acquire: invalid limit: unknown time zone \"Mars/Olympus_Mons\"\n"},
 		// A key that looks like a flag, after --.
 		{"acquire --cost 2 -- --key " + tb10, 0, "allowed remaining=8 limit=10 reset_after=2h0m0s\n", ""},
 	})
@@ -369,6 +387,38 @@ func TestFormatDecision_rounds(t *testing.T) {
 	} {
 		if got := formatDecision(c.d); got != c.want {
 			t.Errorf("formatDecision(%+v) = %q, want %q", c.d, got, c.want)
+		}
+	}
+}
+
+// override set, list and unset keep run-time overrides in the overrides
+// file beside the config file, checked before they are written.
+func TestOverrideCommand(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "sluice.yaml")
+	if err := os.WriteFile(path, []byte("limits:\n  api:\n    limit: \"quota:limit=100,period=day\"\n    overrides:\n      \"tenant:beta-*\": \"quota:limit=500,period=day\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := func(k string) string {
+		if k == "SLUICE_CONFIG" {
+			return path
+		}
+		return ""
+	}
+	for _, s := range []step{
+		{"override set api tenant:acme quota:limit=10000,period=day,tz=America/New_York", 0, "api tenant:acme: quota:limit=10000,period=day,tz=America/New_York\n", ""},
+		{"override list", 0, "api tenant:acme quota:limit=10000,period=day,tz=America/New_York\napi tenant:beta-* quota:limit=500,period=day\n", ""},
+		{"override set api tenant:x quota:limit=1,period=fortnight", 2, "", "sluice: override set: "},
+		{"override set nope tenant:x quota:limit=1,period=day", 2, "", "sluice: override set: "},
+		{"override unset api tenant:acme", 0, "api tenant:acme: override removed\n", ""},
+		{"override unset api tenant:acme", 0, "api tenant:acme: no override in " + config.OverridesPath(path) + "\n", ""},
+		{"override list api", 0, "api tenant:beta-* quota:limit=500,period=day\n", ""},
+		{"override frob", 2, "", "sluice: override: unknown subcommand"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(strings.Fields(s.args), env, &stdout, &stderr)
+		if code != s.code || stdout.String() != s.stdout || !strings.HasPrefix(stderr.String(), s.stderr) || (s.stderr == "") != (stderr.Len() == 0) {
+			t.Errorf("sluice %s: %d %q %q, want %d %q %q", s.args, code, stdout.String(), stderr.String(), s.code, s.stdout, s.stderr)
 		}
 	}
 }

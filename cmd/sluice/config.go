@@ -44,7 +44,11 @@ func runConfig(x *cli, args []string) int {
 		if l.Scope == config.Global {
 			opts += " global"
 		}
-		fmt.Fprintf(x.stdout, "  %s %s%s\n", name, l.Wire, opts)
+		spec := l.Wire.String()
+		for _, p := range l.More {
+			spec += " + " + p.Wire.String() // a list, decided all or nothing
+		}
+		fmt.Fprintf(x.stdout, "  %s %s%s\n", name, spec, opts)
 	}
 	for _, r := range s.Routes() {
 		fmt.Fprintf(x.stdout, "  resp %q %s\n", r.Match, r.Limit.Scope)

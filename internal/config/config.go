@@ -19,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/internal/global"
 	"github.com/sluicehq/sluice/internal/rls"
 	"github.com/sluicehq/sluice/proto"
+	"github.com/sluicehq/sluice/vocab"
 )
 
 // MaxFileSize is the largest config file Load reads, in bytes.
@@ -46,17 +47,28 @@ func (s Scope) String() string {
 	return "local"
 }
 
-// Limit is one named limit of a config file.
+// MaxListLen is the most limits one name may list: the most items of an
+// all-or-nothing decision (a MULTI).
+const MaxListLen = vocab.MaxMulti
+
+// Limit is one named limit of a config file: one spec, or a list of specs
+// decided together, all or nothing (the first in Spec, Wire, Bucket and
+// Engine, the others in More).
 type Limit struct {
-	Name        string
-	Spec        string       // the spec as written
-	Wire        proto.Limit  // the spec parsed, as the wire carries it
-	Bucket      bucket.Limit // the algorithm's parameters, validated
-	Engine      engine.Limit // the limit as the engine runs it
-	Description string       // free text for people; "" if none
-	Shadow      bool         // decide and count, but always allow
-	Line        int          // the line of the limit's name in the file
-	Scope       Scope        // Local unless the file says global
+	Name   string
+	Spec   string       // the spec as written
+	Wire   proto.Limit  // the spec parsed, as the wire carries it
+	Bucket bucket.Limit // the algorithm's parameters, validated
+	Engine engine.Limit // the limit as the engine runs it
+	More   []Part       // a list's limits after the first; nil for one limit
+	// Overrides are the limits of particular keys and key patterns, in
+	// place of this one's (each a Limit with this one's options); nil if
+	// none.
+	Overrides   *Overrides
+	Description string // free text for people; "" if none
+	Shadow      bool   // decide and count, but always allow
+	Line        int    // the line of the limit's name in the file
+	Scope       Scope  // Local unless the file says global
 	// The fields of a global limit (Scope Global) only.
 	//
 	// Lease is the leased mode: 0 decides every request in Redis (exact
@@ -72,6 +84,19 @@ type Limit struct {
 	// the Redis).
 	OnUnavailable global.OnUnavailable
 	FallbackShare float64
+}
+
+// Part is one limit of a list: its spec as written, parsed and validated.
+type Part struct {
+	Spec   string
+	Wire   proto.Limit
+	Bucket bucket.Limit
+	Engine engine.Limit
+}
+
+// Parts returns every limit of l, the first included, in the file's order.
+func (l *Limit) Parts() []Part {
+	return append([]Part{{l.Spec, l.Wire, l.Bucket, l.Engine}}, l.More...)
 }
 
 // Leased reports whether a global limit is decided from leases.
@@ -100,21 +125,53 @@ func ValidName(name string) error {
 	return nil
 }
 
-// Load reads and parses the config file at path. It reads a regular file
-// only, of at most MaxFileSize bytes, and gives up after DefaultReadTimeout.
+// Load reads and parses the config file at path, and its overrides file
+// beside it if there is one (OverridesPath). It reads regular files only,
+// of at most MaxFileSize bytes, and gives up after DefaultReadTimeout.
 func Load(path string) (*Set, error) {
 	data, err := readWithin(context.Background(), path, 0, nil, readFile)
 	if err != nil {
 		return nil, err
 	}
-	return Parse(path, data)
+	side, err := readOverrides(context.Background(), path, 0, nil, readFile)
+	if err != nil {
+		return nil, err
+	}
+	return ParseWith(path, data, side)
 }
 
 // Parse parses a config file's content; file names it in errors. It checks
 // the whole file and returns the first problem as an *Error.
-func Parse(file string, data []byte) (*Set, error) {
+func Parse(file string, data []byte) (*Set, error) { return ParseWith(file, data, nil) }
+
+// ParseWith parses a config file's content and, if side is not nil, the
+// content of its overrides file (OverridesPath(file)), whose overrides
+// replace the file's of the same limit and key.
+func ParseWith(file string, data, side []byte) (*Set, error) {
+	s, err := parse(file, data, contentSum(data, side))
+	if err == nil && side != nil {
+		err = s.applyOverrides(OverridesPath(file), side)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// contentSum is the SHA-256 a Set is known by: of the file, and of the
+// overrides file if there is one.
+func contentSum(data, side []byte) [32]byte {
+	sum := sha256.Sum256(data)
+	if side == nil {
+		return sum
+	}
+	o := sha256.Sum256(side)
+	return sha256.Sum256(append(sum[:], o[:]...))
+}
+
+func parse(file string, data []byte, sum [32]byte) (*Set, error) {
 	p := parser{file: file}
-	s := &Set{path: file, sum: sha256.Sum256(data), limits: map[string]*Limit{}}
+	s := &Set{path: file, sum: sum, limits: map[string]*Limit{}}
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, p.errorf(nil, "", "empty file: want a \"limits:\" mapping")
 	}
@@ -318,19 +375,23 @@ func kindName(n *yaml.Node) string {
 }
 
 // limit parses one named limit: a mapping of its fields, or a bare spec
-// string as shorthand for {limit: SPEC}.
+// string (or a list of them) as shorthand for {limit: SPEC}. limit may be a
+// list of specs, decided together, all or nothing.
 func (p *parser) limit(k, v *yaml.Node, field string) (*Limit, error) {
 	l := &Limit{Name: k.Value, Line: k.Line}
-	var specNode *yaml.Node
+	var specNode, overridesNode *yaml.Node
 	globalKeys := map[string]*yaml.Node{}
-	if v.Kind == yaml.ScalarNode && v.Tag == "!!str" {
-		specNode = v
+	if v.Kind == yaml.ScalarNode && v.Tag == "!!str" || v.Kind == yaml.SequenceNode {
+		specNode = v // shorthand: a spec, or a list of specs
 	} else {
 		err := p.mapping(v, field, func(key, val *yaml.Node, f string) error {
 			switch key.Value {
 			case "limit":
 				specNode = val
-				return p.str(val, f, &l.Spec)
+				return nil
+			case "overrides":
+				overridesNode = val
+				return nil
 			case "description":
 				return p.str(val, f, &l.Description)
 			case "shadow":
@@ -341,7 +402,7 @@ func (p *parser) limit(k, v *yaml.Node, field string) (*Limit, error) {
 				globalKeys[key.Value] = key
 				return p.globalField(l, key.Value, val, f)
 			}
-			return p.errorf(key, f, "unknown field (want limit, description, shadow, scope, lease, lease_ttl, on_unavailable or fallback_share)")
+			return p.errorf(key, f, "unknown field (want limit, overrides, description, shadow, scope, lease, lease_ttl, on_unavailable or fallback_share)")
 		})
 		if err != nil {
 			return nil, err
@@ -350,39 +411,18 @@ func (p *parser) limit(k, v *yaml.Node, field string) (*Limit, error) {
 	if specNode == nil {
 		return nil, p.errorf(k, field, "no limit: want limit: \"ALGORITHM:name=value,...\"")
 	}
-	if err := p.str(specNode, field+".limit", &l.Spec); err != nil {
+	if err := p.limits(l, specNode, field+".limit", globalKeys); err != nil {
 		return nil, err
 	}
-	w, err := proto.ParseLimit(l.Spec)
-	if err != nil {
-		msg := err.Error()
-		if _, after, ok := strings.Cut(msg, "limit "+strconv.Quote(l.Spec)+": "); ok {
-			msg = after
-		} else {
-			msg = strings.TrimPrefix(msg, "proto: ")
-		}
-		return nil, &Error{File: p.file, Line: specNode.Line, Field: field + ".limit", Msg: fmt.Sprintf("%q: %s", l.Spec, msg), Err: err}
-	}
-	if w.Name != "" {
-		err := fmt.Errorf("%w: a limit is defined by a spec, not by another limit's name", proto.ErrInvalidLimit)
-		return nil, &Error{File: p.file, Line: specNode.Line, Field: field + ".limit", Msg: fmt.Sprintf("%q: want ALGORITHM:name=value,...", l.Spec), Err: err}
-	}
-	el, err := engine.FromProto(w)
-	if err != nil {
-		return nil, &Error{File: p.file, Line: specNode.Line, Field: field + ".limit", Msg: fmt.Sprintf("%q: %v", l.Spec, err), Err: err}
-	}
-	l.Shadow = l.Shadow || w.Shadow // the spec's shadow=true is the field's shadow: true
-	w.Shadow = false
-	l.Wire, l.Bucket, l.Engine = w, *el.Bucket(), el
-	if l.Scope == Global {
-		if err := global.Check(l.Bucket); err != nil {
-			return nil, &Error{File: p.file, Line: specNode.Line, Field: field + ".limit", Msg: fmt.Sprintf("%q cannot be global: %v", l.Spec, err), Err: err}
-		}
-		if l.Leased() && l.Bucket.Algorithm == bucket.Pacer {
-			return nil, p.errorf(globalKeys["lease"], field+".lease", "a pacer cannot be leased (its replies carry a delay): remove lease for exact mode")
-		}
-		if l.Leased() && l.Bucket.Algorithm == bucket.Concurrency {
-			return nil, p.errorf(globalKeys["lease"], field+".lease", "a concurrency limit cannot be leased (a lease of it is a slot held in Redis): remove lease for exact mode")
+	if overridesNode != nil {
+		err := p.mapping(overridesNode, field+".overrides", func(key, val *yaml.Node, f string) error {
+			if key.Value == "" || len(key.Value) > proto.MaxKeyLen {
+				return p.errorf(key, f, "a key of %d bytes, want 1 to %d", len(key.Value), proto.MaxKeyLen)
+			}
+			return p.override(l, key, val, f, false)
+		})
+		if err != nil {
+			return nil, err
 		}
 	}
 	if err := p.localOnly(l, globalKeys, field, "limits"); err != nil {
@@ -408,6 +448,26 @@ func (p *parser) scope(val *yaml.Node, f string, dst *Scope) error {
 	return nil
 }
 
+// override parses the override of l for key, val, and adds it (replacing
+// one of the same key if replace is set).
+func (p *parser) override(l *Limit, key, val *yaml.Node, field string, replace bool) error {
+	if key.Value == "" || len(key.Value) > proto.MaxKeyLen {
+		return p.errorf(key, field, "a key of %d bytes, want 1 to %d", len(key.Value), proto.MaxKeyLen)
+	}
+	o := *l
+	o.More, o.Overrides, o.Line = nil, nil, key.Line
+	if err := p.limits(&o, val, field, map[string]*yaml.Node{}); err != nil {
+		return err
+	}
+	if l.Overrides == nil {
+		l.Overrides = &Overrides{}
+	}
+	if err := l.Overrides.add(key.Value, &o, replace); err != nil {
+		return p.errorf(key, field, "%v", err)
+	}
+	return nil
+}
+
 // localOnly refuses the global fields (keys, by name) on a local limit or
 // route (what names which).
 func (p *parser) localOnly(l *Limit, keys map[string]*yaml.Node, field, what string) error {
@@ -420,6 +480,82 @@ func (p *parser) localOnly(l *Limit, keys map[string]*yaml.Node, field, what str
 		}
 	}
 	return nil
+}
+
+// limits parses the limit field of l, specNode: a spec or a list of specs,
+// decided together, into l's parts, and checks them against l's scope.
+func (p *parser) limits(l *Limit, specNode *yaml.Node, field string, globalKeys map[string]*yaml.Node) error {
+	specs := []*yaml.Node{specNode}
+	if specNode.Kind == yaml.SequenceNode {
+		specs = specNode.Content
+		switch {
+		case len(specs) == 0:
+			return p.errorf(specNode, field, "an empty list: want one or more limit specs")
+		case len(specs) > MaxListLen:
+			return p.errorf(specNode, field, "a list of %d limits, want at most %d", len(specs), MaxListLen)
+		case len(specs) > 1 && l.Scope == Global:
+			return p.errorf(specNode, field, "a list of limits is local only: remove scope: global, or name each limit")
+		}
+	}
+	for i, n := range specs {
+		f := field
+		if specNode.Kind == yaml.SequenceNode {
+			f += "[" + strconv.Itoa(i) + "]"
+		}
+		part, shadow, err := p.spec(n, f)
+		if err != nil {
+			return err
+		}
+		l.Shadow = l.Shadow || shadow // the spec's shadow=true is the field's shadow: true
+		if i == 0 {
+			l.Spec, l.Wire, l.Bucket, l.Engine = part.Spec, part.Wire, part.Bucket, part.Engine
+		} else {
+			l.More = append(l.More, part)
+		}
+	}
+	if l.Scope == Global {
+		if err := global.Check(l.Bucket); err != nil {
+			return &Error{File: p.file, Line: specNode.Line, Field: field, Msg: fmt.Sprintf("%q cannot be global: %v", l.Spec, err), Err: err}
+		}
+		if l.Leased() && l.Bucket.Algorithm == bucket.Pacer {
+			return p.errorf(globalKeys["lease"], strings.TrimSuffix(field, ".limit")+".lease", "a pacer cannot be leased (its replies carry a delay): remove lease for exact mode")
+		}
+		if l.Leased() && l.Bucket.Algorithm == bucket.Concurrency {
+			return p.errorf(globalKeys["lease"], strings.TrimSuffix(field, ".limit")+".lease", "a concurrency limit cannot be leased (a lease of it is a slot held in Redis): remove lease for exact mode")
+		}
+	}
+	return nil
+}
+
+// spec parses and validates one limit spec of a named limit, the string
+// in n, and reports whether it said shadow=true.
+func (p *parser) spec(n *yaml.Node, field string) (Part, bool, error) {
+	var part Part
+	if err := p.str(n, field, &part.Spec); err != nil {
+		return part, false, err
+	}
+	w, err := proto.ParseLimit(part.Spec)
+	if err != nil {
+		msg := err.Error()
+		if _, after, ok := strings.Cut(msg, "limit "+strconv.Quote(part.Spec)+": "); ok {
+			msg = after
+		} else {
+			msg = strings.TrimPrefix(msg, "proto: ")
+		}
+		return part, false, &Error{File: p.file, Line: n.Line, Field: field, Msg: fmt.Sprintf("%q: %s", part.Spec, msg), Err: err}
+	}
+	if w.Name != "" {
+		err := fmt.Errorf("%w: a limit is defined by a spec, not by another limit's name", proto.ErrInvalidLimit)
+		return part, false, &Error{File: p.file, Line: n.Line, Field: field, Msg: fmt.Sprintf("%q: want ALGORITHM:name=value,...", part.Spec), Err: err}
+	}
+	el, err := engine.FromProto(w)
+	if err != nil {
+		return part, false, &Error{File: p.file, Line: n.Line, Field: field, Msg: fmt.Sprintf("%q: %v", part.Spec, err), Err: err}
+	}
+	shadow := w.Shadow
+	w.Shadow = false
+	part.Wire, part.Bucket, part.Engine = w, *el.Bucket(), el
+	return part, shadow, nil
 }
 
 // globalField parses one of the fields of a global limit.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -70,11 +71,24 @@ func TestParse_errors(t *testing.T) {
 		{"limit:\n  a: b\n", "f.yaml:1: limit: unknown field (want version, limits, resp or rls)"},
 		{"version: 2\nlimits: {}\n", "f.yaml:1: version: version \"2\": this build reads version 1"},
 		{"limits:\n  login: {limit: \"token_bucket:max=10,refill_time=1h\", shdow: true}\n",
-			"f.yaml:2: limits.login.shdow: unknown field (want limit, description, shadow, scope"},
+			"f.yaml:2: limits.login.shdow: unknown field (want limit, overrides, description, shadow, scope"},
 		{"limits:\n  login:\n    limit: \"token_bucket:max=x,refill_time=1h\"\n",
 			`f.yaml:3: limits.login.limit: "token_bucket:max=x,refill_time=1h": max: invalid integer "x"`},
 		{"limits:\n  login:\n    limit: \"token_bucket:max=0,refill_time=1h\"\n",
 			`f.yaml:3: limits.login.limit: "token_bucket:max=0,refill_time=1h": `},
+		{"limits:\n  api:\n    limit: \"quota:limit=1,period=day,tz=Nowhere/Land\"\n",
+			`f.yaml:3: limits.api.limit: "quota:limit=1,period=day,tz=Nowhere/Land": unknown time zone "Nowhere/Land"`},
+		{"limits:\n  api:\n    limit: \"quota:limit=1,period=year\"\n    scope: global\n",
+			`f.yaml:3: limits.api.limit: "quota:limit=1,period=year" cannot be global: the limit cannot be global: a global quota's period is at most about 50 days (days, weeks or one month), got 1 year`},
+		{"limits:\n  api: []\n", `f.yaml:2: limits.api.limit: an empty list: want one or more limit specs`},
+		{"limits:\n  api: [\"gcra:burst=1,count=1,period=1s\", \"quota:limit=x,period=day\"]\n",
+			`f.yaml:2: limits.api.limit[1]: "quota:limit=x,period=day": limit: invalid integer "x"`},
+		{"limits:\n  api: [\"gcra:burst=1,count=1,period=1s\", \"login\"]\n",
+			`f.yaml:2: limits.api.limit[1]: "login": want ALGORITHM:name=value,...`},
+		{"limits:\n  api:\n    limit: [\"gcra:burst=1,count=1,period=1s\", \"quota:limit=1,period=day\"]\n    scope: global\n",
+			`f.yaml:3: limits.api.limit: a list of limits is local only`},
+		{"limits:\n  api: [" + strings.Repeat("\"gcra:burst=1,count=1,period=1s\", ", 16) + "\"gcra:burst=1,count=1,period=1s\"]\n",
+			`f.yaml:2: limits.api.limit: a list of 17 limits, want at most 16`},
 		{"limits:\n  login:\n    limit: \"bucket:max=1\"\n",
 			`f.yaml:3: limits.login.limit: "bucket:max=1": unknown algorithm "bucket"`},
 		{"limits:\n  login:\n    description: x\n", "f.yaml:2: limits.login: no limit: want limit:"},
@@ -188,4 +202,30 @@ func manyLimits(n int) string {
 		fmt.Fprintf(&b, "  a%d: \"gcra:burst=1,count=1,period=1s\"\n", i)
 	}
 	return b.String()
+}
+
+// A named limit may be a list of specs, in the shorthand or under limit:,
+// and the list is part of what a reload compares.
+func TestParse_list(t *testing.T) {
+	set, err := Parse("f.yaml", []byte("limits:\n  login: [\"token_bucket:max=5,refill_time=1s\", \"quota:limit=1000,period=day,shadow=true\"]\n"+
+		"  api:\n    limit:\n      - \"gcra:burst=1,count=1,period=1s\"\n    description: one in a list\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, _ := set.Lookup("login")
+	parts := l.Parts()
+	if len(parts) != 2 || parts[0].Wire.Algorithm != proto.TokenBucket || parts[1].Wire.Algorithm != proto.Quota || !l.Shadow {
+		t.Fatalf("login: %+v, shadow %v", parts, l.Shadow)
+	}
+	if a, _ := set.Lookup("api"); len(a.More) != 0 || a.Wire.Algorithm != proto.GCRA {
+		t.Fatalf("api: %+v", a)
+	}
+	other, err := Parse("f.yaml", []byte("limits:\n  login: [\"token_bucket:max=5,refill_time=1s\", \"quota:limit=2000,period=day,shadow=true\"]\n"+
+		"  api:\n    limit: \"gcra:burst=1,count=1,period=1s\"\n    description: one in a list\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, changed := other.Changes(set); !slices.Equal(changed, []string{"login"}) {
+		t.Errorf("changed %v, want [login]", changed)
+	}
 }

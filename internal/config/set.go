@@ -100,7 +100,8 @@ func (s *Set) Changes(old *Set) (added, removed, changed []string) {
 }
 
 func sameLimit(a, b *Limit) bool {
-	return a.Wire == b.Wire && a.Shadow == b.Shadow && a.Description == b.Description &&
+	return a.Wire == b.Wire && slices.EqualFunc(a.More, b.More, func(x, y Part) bool { return x.Wire == y.Wire }) &&
+		sameOverrides(a.Overrides, b.Overrides) && a.Shadow == b.Shadow && a.Description == b.Description &&
 		a.Scope == b.Scope && a.Lease == b.Lease && a.LeaseAuto == b.LeaseAuto && a.LeaseTTL == b.LeaseTTL &&
 		a.OnUnavailable == b.OnUnavailable && a.FallbackShare == b.FallbackShare
 }

@@ -2,7 +2,6 @@ package config
 
 import (
 	"context"
-	"crypto/sha256"
 	"log/slog"
 	"os"
 	"sync"
@@ -150,12 +149,16 @@ func (w *Watcher) reload(ctx context.Context, force bool) error {
 		read = readFile
 	}
 	data, err := readWithin(ctx, w.Path, w.ReadTimeout, &w.reading, read)
+	var side []byte
+	if err == nil {
+		side, err = readOverrides(ctx, w.Path, w.ReadTimeout, nil, readFile)
+	}
 	if ctx.Err() != nil {
 		return ctx.Err() // stopping: nothing to report
 	}
 	var s *Set
 	if err == nil {
-		sum := sha256.Sum256(data)
+		sum := contentSum(data, side)
 		switch {
 		case force:
 		case sum == w.lastSum:
@@ -166,7 +169,7 @@ func (w *Watcher) reload(ctx context.Context, force bool) error {
 			return nil
 		}
 		w.lastSum, w.seen = sum, false
-		s, err = Parse(w.Path, data)
+		s, err = ParseWith(w.Path, data, side)
 		if err == nil && w.Check != nil {
 			err = w.Check(s)
 		}

@@ -3,6 +3,10 @@ package engine
 import (
 	"encoding/binary"
 	"fmt"
+	"strings"
+	"sync"
+	"time"
+	_ "time/tzdata" // every zone, whatever the host has
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/sluicehq/sluice/bucket"
@@ -97,8 +101,54 @@ func bucketLimit(w proto.Limit) (bucket.Limit, error) {
 			return bucket.Limit{}, invalidLimit{fmt.Errorf("%v takes two parameters, got a third: %d", w.Algorithm, p[2])}
 		}
 		return bucket.Limit{Algorithm: bucket.Concurrency, Max: p[0], Lease: p[1]}, nil
+	case proto.Quota:
+		return quotaLimit(w)
 	}
 	return bucket.Limit{}, invalidLimit{fmt.Errorf("unknown algorithm %d", w.Algorithm)}
+}
+
+// quotaLimit maps a quota's wire parameters and time zone onto
+// bucket.Limit's fields.
+func quotaLimit(w proto.Limit) (bucket.Limit, error) {
+	p := w.P
+	unit := p[1] & proto.QuotaUnitMask
+	if unit < proto.QuotaDay || unit > proto.QuotaYear {
+		return bucket.Limit{}, invalidLimit{fmt.Errorf("quota period unit %d, want day (1), week (2), month (3) or year (4)", unit)}
+	}
+	if p[2]&^proto.QuotaBits != 0 {
+		return bucket.Limit{}, invalidLimit{fmt.Errorf("quota: third parameter %#x sets bits other than anchor (0-7) and week_start (8-15)", p[2])}
+	}
+	loc, err := LoadZone(w.TZ)
+	if err != nil {
+		return bucket.Limit{}, invalidLimit{err}
+	}
+	return bucket.Limit{Algorithm: bucket.Quota, Max: p[0], Calendar: bucket.CalendarUnit(unit), Every: p[1] >> proto.QuotaEveryShift,
+		Anchor: p[2] & proto.QuotaAnchorMask, WeekStart: p[2] >> proto.QuotaWeekStartShift, Loc: loc}, nil
+}
+
+// zoneCache holds the time zones loaded so far, by name: loading one
+// parses its rules, and a limit is built per request.
+var zoneCache sync.Map // string -> *time.Location
+
+// LoadZone returns the time zone named name from Go's database (embedded
+// in the binary, so a host without zoneinfo knows every zone too): nil for
+// "" and "UTC". An unknown name is an error that says so.
+func LoadZone(name string) (*time.Location, error) {
+	if name == "" || name == "UTC" {
+		return nil, nil
+	}
+	if loc, ok := zoneCache.Load(name); ok {
+		return loc.(*time.Location), nil
+	}
+	if name == "Local" || strings.HasPrefix(name, "/") || strings.Contains(name, "..") {
+		return nil, fmt.Errorf("unknown time zone %q", name)
+	}
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		return nil, fmt.Errorf("unknown time zone %q", name)
+	}
+	got, _ := zoneCache.LoadOrStore(name, loc)
+	return got.(*time.Location), nil
 }
 
 // Bucket returns the limit's algorithm and parameters.

@@ -10,6 +10,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/bucket"
@@ -35,6 +36,10 @@ type algorithm struct {
 	share func(l *bucket.Limit, s scaling)
 	// leased reports whether its buckets can be leased.
 	leased bool
+	// periods reports whether its script reads, after the parameters, the
+	// boundaries of three periods of the limit's calendar around the
+	// request's time (appendPeriods).
+	periods bool
 
 	// script is the EVAL form of its script: lua/<name>.lua with its
 	// includes resolved, then "return run(KEYS, ARGV)".
@@ -152,6 +157,23 @@ var algorithms = map[bucket.Algorithm]*algorithm{
 		share:  func(l *bucket.Limit, s scaling) { l.Max = s.count(l.Max) },
 		leased: true,
 	},
+	bucket.Quota: {
+		params:   func(a []any, l *bucket.Limit, _ bucket.Flags) []any { return append(a, l.Max) },
+		periods:  true,
+		identity: 2,
+		check: func(l bucket.Limit) error {
+			if err := count("limit", l.Max); err != nil {
+				return err
+			}
+			if quotaLongest(l) > MaxDuration {
+				return fmt.Errorf("%w: a global quota's period is at most about 50 days (days, weeks or one month), got %d %s", ErrUnsupported, l.Every, l.Calendar)
+			}
+			return nil
+		},
+		limit:  func(l *bucket.Limit) int64 { return l.Max },
+		share:  func(l *bucket.Limit, s scaling) { l.Max = s.count(l.Max) },
+		leased: true,
+	},
 	bucket.Concurrency: {
 		params: func(a []any, l *bucket.Limit, _ bucket.Flags) []any {
 			return append(a, l.Max, l.Lease)
@@ -164,6 +186,41 @@ var algorithms = map[bucket.Algorithm]*algorithm{
 		share:  func(l *bucket.Limit, s scaling) { l.Max = s.count(l.Max) },
 		leased: false, // its leases are its own
 	},
+}
+
+// quotaLongest bounds the length of a quota's period: its units at their
+// longest, with two hours to spare for a change of offset (a day of 25
+// hours, or 23).
+func quotaLongest(l bucket.Limit) int64 {
+	const day, spare = 24 * 3600e9, 2 * 3600e9
+	unit := int64(day)
+	switch l.Calendar {
+	case bucket.CalWeek:
+		unit = 7 * day
+	case bucket.CalMonth:
+		unit = 31 * day
+	case bucket.CalYear:
+		unit = 366 * day
+	}
+	if l.Every > MaxDuration/unit {
+		return MaxDuration + 1
+	}
+	return l.Every*unit + spare
+}
+
+// appendPeriods appends the boundaries of the three periods of quota l
+// around now (the request's explicit time, or this host's clock), b0 < b1
+// < b2 < b3 with now in [b1, b2): the script takes the period that holds
+// Redis's time, so a host whose clock is off by less than a period still
+// counts each request in the period Redis's clock says.
+func appendPeriods(a []any, l *bucket.Limit, now int64) []any {
+	if now == 0 {
+		now = time.Now().UnixNano()
+	}
+	b1, b2 := l.CalendarPeriod(now)
+	b0, _ := l.CalendarPeriod(b1 - 1)
+	_, b3 := l.CalendarPeriod(b2)
+	return append(a, b0, b1, b2, b3)
 }
 
 // windowParams are the window algorithms' parameters: max, window.

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	_ "time/tzdata"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/bucket"
@@ -132,6 +133,38 @@ var limitGens = []limitGen{
 	}, func(l bucket.Limit) int64 { return l.MaxDelay/3 + 1 }, func(l bucket.Limit) int64 {
 		return max(1, (l.MaxDelay/2)/pacerInterval(l))
 	}},
+	{"quota", func(r *rand.Rand) bucket.Limit {
+		l := bucket.Limit{Algorithm: bucket.Quota, Max: between(r, 1, 20), Loc: quotaZones[r.IntN(len(quotaZones))]}
+		switch r.IntN(3) {
+		case 0:
+			l.Calendar, l.Every = bucket.CalDay, between(r, 1, 3)
+		case 1:
+			l.Calendar, l.Every, l.WeekStart = bucket.CalWeek, 1, between(r, 0, 6)
+		default:
+			l.Calendar, l.Every, l.Anchor = bucket.CalMonth, 1, between(r, 0, 31)
+		}
+		return l
+	}, func(l bucket.Limit) int64 {
+		return map[bucket.CalendarUnit]int64{bucket.CalDay: 5, bucket.CalWeek: 24, bucket.CalMonth: 72}[l.Calendar] * 3600e9
+	}, func(l bucket.Limit) int64 { return max(1, l.Max/3) }},
+}
+
+// quotaZones are the time zones of the quotas the tests draw: UTC and
+// zones with DST changes on either hemisphere, one whose midnight a change
+// skipped.
+var quotaZones = []*time.Location{
+	nil, mustZone("America/New_York"), mustZone("Europe/Paris"), mustZone("Australia/Sydney"),
+	mustZone("America/Sao_Paulo"), mustZone("Asia/Kolkata"),
+}
+
+// mustZone loads a zone from Go's database (embedded: the test binary
+// imports time/tzdata).
+func mustZone(name string) *time.Location {
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		panic(err)
+	}
+	return loc
 }
 
 // forms are the two ways an algorithm's script runs: as its function in

@@ -32,9 +32,10 @@
 // clock.lua (the op, Redis's TIME, times as offsets from now), int.lua and
 // wide.lua (exact integer arithmetic), window.lua, and state.lua, the
 // request on a bucket kept as package bucket's three State words (what
-// five algorithms keep; sliding_log, window_counters and concurrency keep
-// their block of state in a binary string and write their own request,
-// times packed by times.lua). Each script defines run(keys, argv): its EVAL form ends
+// six algorithms keep, quota among them; sliding_log, window_counters and
+// concurrency keep their block of state in a binary string and write their
+// own request, times packed by times.lua). Each script defines
+// run(keys, argv): its EVAL form ends
 // with "return run(KEYS, ARGV)", and the library holds every script in a
 // block of its own that registers run as <library>_<name>. Redis runs only
 // the code of the request's algorithm, and the library's functions are
@@ -46,6 +47,10 @@
 // never enter a decision and skew between them cannot mint tokens. It has
 // microsecond resolution; a decision is then exact in nanoseconds from that
 // time. Request.At gives an explicit time instead, for tests and replays.
+// A quota's calendar is computed in Go (Redis knows no time zones): the
+// request carries the boundaries of three consecutive periods around the
+// host's time, and the script takes the one that holds its own, refusing
+// the request if none does (docs/global.md, "Calendar quotas").
 //
 // # Format
 //

@@ -82,18 +82,23 @@ type Leases struct {
 }
 
 // leaseKey names a lease: a limit's parameters (all of them: a lease is
-// taken under one set) and the caller's key. A map lookup by it allocates
-// nothing.
+// taken under one set; a quota's calendar is its identity's words) and the
+// caller's key. A map lookup by it allocates nothing.
 type leaseKey struct {
 	alg                                                                   bucket.Algorithm
 	max, refillTime, refillAmount, burst, count, period, window, maxDelay int64
+	calendar                                                              [3]int64
 	key                                                                   string
 }
 
 // keyOf returns the name of the lease of limit and key.
 func keyOf(limit *bucket.Limit, key string) leaseKey {
-	return leaseKey{limit.Algorithm, limit.Max, limit.RefillTime, limit.RefillAmount, limit.Burst,
-		limit.Count, limit.Period, limit.Window, limit.MaxDelay, key}
+	k := leaseKey{limit.Algorithm, limit.Max, limit.RefillTime, limit.RefillAmount, limit.Burst,
+		limit.Count, limit.Period, limit.Window, limit.MaxDelay, [3]int64{}, key}
+	if limit.Algorithm == bucket.Quota {
+		k.calendar = limit.Identity()
+	}
+	return k
 }
 
 // lease is one bucket's tokens on this host.

@@ -22,7 +22,7 @@ func (m *model) lease(l *bucket.Limit, now, want, need, ret, until, life int64) 
 		l.Init(now, &s, nil)
 	}
 	init := s
-	window := l.Algorithm == bucket.FixedWindow || l.Algorithm == bucket.SlidingWindow
+	window := l.Algorithm == bucket.FixedWindow || l.Algorithm == bucket.SlidingWindow || l.Algorithm == bucket.Quota
 	if ret > 0 && (until == 0 || now <= until || !window) {
 		l.Refund(now, &s, ret, 0)
 	}
@@ -41,7 +41,13 @@ func (m *model) lease(l *bucket.Limit, now, want, need, ret, until, life int64) 
 		m.s, m.written = s, true
 	}
 	valid := life
-	if window {
+	if l.Algorithm == bucket.Quota { // the lease ends with the period that applies
+		end := s[2]
+		if ps, pe := l.CalendarPeriod(now); now >= s[2] && s[0] < ps {
+			end = pe
+		}
+		valid = min(life, end-now)
+	} else if window {
 		start := now - now%l.Window // now >= 0
 		start = max(start, s[0])
 		valid = min(life, start+l.Window-now)

@@ -96,8 +96,12 @@ func (r *Request) args(prefix string, p *prepared, extra int) (string, []any) {
 	if r.At != 0 {
 		op = op.(string) + strconv.FormatInt(r.At, 10)
 	}
-	args := make([]any, 0, 2+len(p.params)+extra)
-	return key, append(append(args, op, clampCost(r.Cost)), p.params...)
+	args := make([]any, 0, 2+len(p.params)+4+extra)
+	args = append(append(args, op, clampCost(r.Cost)), p.params...)
+	if p.g.periods {
+		args = appendPeriods(args, &r.Limit, r.At)
+	}
+	return key, args
 }
 
 // check validates what Check does not: the time and the flags.

@@ -348,6 +348,7 @@ scan:
 			if err != nil || nl.cfg.Scope != config.Global {
 				continue
 			}
+			nl = nl.forKey(op.Key) // the key's override, if it has one (of the same scope)
 			if op.Code == proto.OpAcquire && nl.cfg.Leased() && op.Flags&(proto.FlagStrict|proto.FlagSmyte) == 0 {
 				continue // decided from its lease, in place: Redis only now and then
 			}

@@ -34,7 +34,36 @@ type namedLimits struct {
 // namedLimit is one named limit, ready to decide.
 type namedLimit struct {
 	cfg     *config.Limit
+	parts   []engine.Limit // its limits: one, or a list's (listOp)
 	metrics *metrics.Limit // nil without metrics
+	// over are its overrides, by their config entry; nil if none.
+	over map[*config.Limit]*namedLimit
+}
+
+// newNamedLimit compiles the config's limit l, counted under m.
+func newNamedLimit(l *config.Limit, m *metrics.Limit) *namedLimit {
+	nl := &namedLimit{cfg: l, metrics: m}
+	for _, p := range l.Parts() {
+		nl.parts = append(nl.parts, p.Engine)
+	}
+	for _, o := range l.Overrides.All() {
+		if nl.over == nil {
+			nl.over = map[*config.Limit]*namedLimit{}
+		}
+		nl.over[o.Limit] = newNamedLimit(o.Limit, m)
+	}
+	return nl
+}
+
+// forKey returns the limit that decides key: its override's, or nl.
+func (nl *namedLimit) forKey(key []byte) *namedLimit {
+	if nl.over == nil {
+		return nl
+	}
+	if o := nl.cfg.Overrides.Lookup(key); o != nil {
+		return nl.over[o]
+	}
+	return nl
 }
 
 // errUnknownName is the error for a named limit the configuration does not
@@ -53,11 +82,11 @@ func (s *server) named() *namedLimits {
 	n := &namedLimits{set: set, m: make(map[string]*namedLimit, set.Len())}
 	for _, name := range set.Names() {
 		l, _ := set.Lookup(name)
-		nl := &namedLimit{cfg: l}
+		var m *metrics.Limit
 		if s.rec != nil {
-			nl.metrics = s.rec.Limit(name)
+			m = s.rec.Limit(name)
 		}
-		n.m[name] = nl
+		n.m[name] = newNamedLimit(l, m)
 		n.global = n.global || l.Scope == config.Global
 	}
 	s.namedSet.Store(n) // two requests may build it at once: either copy serves
@@ -75,15 +104,16 @@ func (s *server) lookup(name []byte) (*namedLimit, error) {
 	return nil, fmt.Errorf("%w: %q is not in the config file", errUnknownName, name)
 }
 
-// limit returns the engine limit of an operation and, for a named limit,
-// the limit's entry: the one its wire limit gives, or the one the
-// configuration names.
-func (c *conn) limit(w proto.Limit, name []byte) (*engine.Limit, *namedLimit, error) {
+// limit returns the engine limit of an operation on key and, for a named
+// limit, the limit's entry: the one its wire limit gives, or the one the
+// configuration names (its override for key, if it has one).
+func (c *conn) limit(w proto.Limit, name, key []byte) (*engine.Limit, *namedLimit, error) {
 	if name != nil {
 		nl, err := c.s.lookup(name)
 		if err != nil {
 			return nil, nil, err
 		}
+		nl = nl.forKey(key)
 		return &nl.cfg.Engine, nl, nil
 	}
 	l, err := c.lim.get(w, engine.FromProto)

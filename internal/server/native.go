@@ -25,6 +25,7 @@ type conn struct {
 	op    proto.Op
 	lim   limitCache[proto.Limit]
 	multi multiScratch
+	list  listScratch
 	req   engine.Request
 	res   engine.Result
 
@@ -178,7 +179,7 @@ func (s *server) do(b []byte, op *proto.Op, c *conn) []byte {
 	case proto.OpMulti:
 		return s.multi(b, op, c)
 	}
-	l, nl, err := c.limit(op.Limit, op.Name)
+	l, nl, err := c.limit(op.Limit, op.Name, op.Key)
 	if err != nil {
 		return c.fail(b, op.Code, err)
 	}
@@ -195,6 +196,9 @@ func (s *server) do(b []byte, op *proto.Op, c *conn) []byte {
 	var start time.Time
 	if s.rec != nil && c.n.ops&sampleMask == 0 {
 		start = time.Now() // durations are sampled: a clock read costs more than a decision's counters
+	}
+	if nl != nil && len(nl.parts) > 1 {
+		return s.listOp(b, op, nl, c, req, start)
 	}
 	switch op.Code {
 	case proto.OpLease:
@@ -241,8 +245,15 @@ func (s *server) multi(b []byte, op *proto.Op, c *conn) []byte {
 		it := &op.Items[i]
 		if it.Name != nil {
 			nl, err := s.lookup(it.Name)
-			if err == nil && nl.cfg.Scope == config.Global {
+			if err == nil {
+				nl = nl.forKey(it.Key)
+			}
+			switch {
+			case err != nil:
+			case nl.cfg.Scope == config.Global:
 				err = errGlobalMulti
+			case len(nl.parts) > 1:
+				err = errListMulti
 			}
 			if err != nil {
 				return c.fail(b, op.Code, fmt.Errorf("item %d: %w", i, err))
@@ -328,7 +339,8 @@ func wireMessage(st proto.Status, err error) string {
 // server's own, then the engine's (engine.Status).
 func statusFor(err error) proto.Status {
 	switch {
-	case errors.Is(err, errUnknownName), errors.Is(err, errGlobalAt), errors.Is(err, errGlobalMulti):
+	case errors.Is(err, errUnknownName), errors.Is(err, errGlobalAt), errors.Is(err, errGlobalMulti),
+		errors.Is(err, errListLease), errors.Is(err, errListMulti):
 		return proto.StatusInvalidLimit
 	case errors.Is(err, errNoGlobal):
 		return proto.StatusUnsupported

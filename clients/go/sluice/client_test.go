@@ -126,6 +126,44 @@ func TestClient_requestOptions(t *testing.T) {
 	}
 }
 
+// A quota through the client and the sidecar: the period is the local day
+// of its zone, a day of 23 hours across the spring DST change, and the
+// reply's reset is the exact time to the local midnight.
+func TestClient_quota(t *testing.T) {
+	sc := startSidecar(t)
+	c := dial(t, sc.cfg.SocketPath)
+	cx := ctx(t)
+	q, err := sluice.Quota(2, "day", "America/New_York")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ny, err := time.LoadLocation("America/New_York")
+	if err != nil {
+		t.Fatal(err)
+	}
+	noon := time.Date(2024, 3, 10, 12, 0, 0, 0, ny) // 2 a.m. did not happen that day
+	for i := range 3 {
+		d, err := c.Acquire(cx, q, "tenant:acme", 1, sluice.At(noon))
+		if err != nil || d.Allowed != (i < 2) {
+			t.Fatalf("request %d: %+v, %v", i, d, err)
+		}
+		if want := 12 * time.Hour; d.ResetAfter != want {
+			t.Errorf("request %d: reset after %v, want %v", i, d.ResetAfter, want)
+		}
+	}
+	d, err := c.Acquire(cx, q, "tenant:acme", 1, sluice.At(noon.Add(12*time.Hour)))
+	if err != nil || !d.Allowed || d.Remaining != 1 {
+		t.Errorf("at the next local midnight: %+v, %v; want a new day", d, err)
+	}
+	if _, err := sluice.Quota(1, "day", "Mars/Olympus_Mons"); err != nil {
+		t.Fatalf("the spec is syntax: %v", err)
+	}
+	bad, _ := sluice.Quota(1, "day", "Mars/Olympus_Mons")
+	if _, err := c.Acquire(cx, bad, "k", 1); !errors.Is(err, sluice.ErrInvalidLimit) || !strings.Contains(err.Error(), "unknown time zone") {
+		t.Errorf("an unknown zone: %v, want an invalid limit naming it", err)
+	}
+}
+
 func TestClient_multi(t *testing.T) {
 	sc := startSidecar(t)
 	c := dial(t, sc.cfg.SocketPath)

@@ -282,9 +282,12 @@ func RetryAfterSeconds(d Decision) int64 {
 // seconds a bucket takes to go from empty back to full at l's rate:
 // token_bucket ceil(max/refill_amount)*refill_time, gcra
 // (burst+1)*period/count, the windows (fixed_window, sliding_window,
-// sliding_log, window_counters) their window, pacer q*period/rate; w is
-// left out if l's parameters make no window (a named limit: the client
-// does not know them).
+// sliding_log, window_counters) their window, pacer q*period/rate, a
+// quota of days or weeks their nominal length (86400 s a day, though a
+// day of a DST change lasts 23 or 25 hours); w is left out if l's
+// parameters make no window (a named limit: the client does not know
+// them) or no fixed one (a quota of months or years: t tells when its
+// period ends).
 //
 // r is d.Remaining. t is the draft's "effective window" (section 4.1.2),
 // "the number of seconds within which the client can use no more than the
@@ -347,6 +350,14 @@ func policyWindow(l Limit, q int64) int64 {
 		ns, ok = uint64(max(p[1], 0)), true
 	case proto.Pacer: // rate, period, max_delay
 		ns, ok = mulDivCeil(q, p[1], p[0])
+	case proto.Quota: // a day's or a week's nominal length; months and years vary, and t says when the period ends
+		every := p[1] >> proto.QuotaEveryShift
+		switch p[1] & proto.QuotaUnitMask {
+		case proto.QuotaDay:
+			ns, ok = mulDivCeil(every, 86400e9, 1)
+		case proto.QuotaWeek:
+			ns, ok = mulDivCeil(every, 7*86400e9, 1)
+		}
 	}
 	if !ok || ns == 0 {
 		return 0

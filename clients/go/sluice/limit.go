@@ -1,6 +1,7 @@
 package sluice
 
 import (
+	"strconv"
 	"strings"
 	"time"
 
@@ -70,6 +71,21 @@ func WindowCounters(limit int64, window time.Duration, counters uint8, countDeni
 // Acquire, Refund and Multi refuse it.
 func Concurrency(limit int64, lease time.Duration) Limit {
 	return proto.ConcurrencyLimit(limit, lease)
+}
+
+// Quota returns a quota limit (a sidecar of protocol version 5): limit
+// tokens per calendar period of the time zone tz ("" for UTC; an IANA
+// name such as "Europe/Paris"), period one of "day", "week", "month" and
+// "year" or a multiple ("2week", "3month"). Months start on the 1st and
+// weeks on Monday; ParseLimit takes the spec's anchor and week_start for
+// others ("quota:limit=1000,period=month,anchor=15"). The error wraps
+// ErrInvalidLimit.
+func Quota(limit int64, period, tz string) (Limit, error) {
+	spec := "quota:limit=" + strconv.FormatInt(limit, 10) + ",period=" + period
+	if tz != "" {
+		spec += ",tz=" + tz
+	}
+	return ParseLimit(spec)
 }
 
 // ParseLimit parses a limit spec, "ALGORITHM:name=value,...", for example

@@ -52,8 +52,13 @@ VECTORS_BY_KIND = read()
 
 
 def wire(fields: Tuple[str, ...]) -> Wire:
-    a, p0, p1, p2 = (int(v) for v in fields)
+    a, p0, p1, p2 = (int(v) for v in fields[:4])
     return a, p0, p1, p2
+
+
+def zone(fields: Tuple[str, ...]) -> str:
+    """A vector's time zone after its wire form (a quota's, when not UTC); "" if none."""
+    return fields[5] if len(fields) > 5 else ""
 
 
 def test_python_knows_every_go_algorithm() -> None:
@@ -78,7 +83,8 @@ def test_canonical_spec(fields: Tuple[str, ...]) -> None:
     parsed = Limit.parse(spec)
     assert (int(parsed.algorithm),) + parsed.params == w
     assert str(parsed) == spec
-    assert str(Limit.from_wire(*w)) == spec
+    assert str(Limit.from_wire(*w, zone(fields))) == spec
+    assert getattr(parsed, "_tz", "") == zone(fields)
 
 
 @pytest.mark.parametrize("fields", VECTORS_BY_KIND["parse"], ids=[f[0] for f in VECTORS_BY_KIND["parse"]])
@@ -86,6 +92,7 @@ def test_other_spec(fields: Tuple[str, ...]) -> None:
     spec, w = fields[0], wire(fields[1:])
     parsed = Limit.parse(spec)
     assert (int(parsed.algorithm),) + parsed.params == w
+    assert getattr(parsed, "_tz", "") == zone(fields)
     assert str(parsed) != spec and Limit.parse(str(parsed)) == parsed
 
 

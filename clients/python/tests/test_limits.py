@@ -18,7 +18,8 @@ from sluice import (
     WindowCounters, duration_ns,
 )
 from sluice._gotime import format_duration, parse_duration, quote
-from sluice.limits import Algorithm, Named
+from sluice import proto
+from sluice.limits import Algorithm, Named, Quota
 
 MAX = (1 << 63) - 1
 
@@ -110,8 +111,10 @@ def test_unparseable_limits_still_format() -> None:
     assert str(Limit.from_wire(2, -1, 1, -1_000_000_000)) == "gcra:burst=-1,count=1,period=-1s"
     with pytest.raises(InvalidLimit):
         Limit.parse("gcra:burst=-1,count=1,period=-1s")
-    with pytest.raises(InvalidLimit, match="unknown algorithm 9"):
-        Limit.from_wire(9, 1, 2, 3)
+    with pytest.raises(InvalidLimit, match="unknown algorithm 10"):
+        Limit.from_wire(10, 1, 2, 3)
+    with pytest.raises(InvalidLimit, match="quota period"):
+        Limit.from_wire(9, 1, 5 | 1 << 8, 0)
     with pytest.raises(InvalidLimit, match="does not use p2"):
         Limit.from_wire(3, 1, 2, 3)
     for alg in (6, 8):
@@ -123,8 +126,8 @@ def test_unparseable_limits_still_format() -> None:
 
 def test_algorithms() -> None:
     assert [a.spec_name for a in Algorithm] == ["token_bucket", "gcra", "fixed_window", "sliding_window", "pacer",
-                                                "sliding_log", "window_counters", "concurrency"]
-    assert [a.version for a in Algorithm] == [1, 1, 1, 1, 1, 3, 3, 3]
+                                                "sliding_log", "window_counters", "concurrency", "quota"]
+    assert [a.version for a in Algorithm] == [1, 1, 1, 1, 1, 3, 3, 3, 5]
     for cls in (TokenBucket, GCRA, FixedWindow, SlidingWindow, Pacer, SlidingLog, WindowCounters, Concurrency):
         assert str(cls.algorithm) in str(Limit.parse(str(cls.algorithm) + ":" + ",".join(
             f"{p.name}={'true' if p.kind == 'bool' else 1}" for p in cls._spec)))
@@ -305,3 +308,20 @@ def test_format_duration_as_go(ns: int, s: str) -> None:
 
 def test_quote_as_go() -> None:
     assert quote('a"b\\c\n\t\x00\x7f\u00a0é\U0001f600') == '"a\\"b\\\\c\\n\\t\\x00\\x7f\\u00a0é\U0001f600"'
+
+
+def test_quota() -> None:
+    q = Quota(1000, "month", tz="Europe/Paris", anchor=15)
+    assert str(q) == "quota:limit=1000,period=month,tz=Europe/Paris,anchor=15"
+    assert Limit.parse(str(q)) == q and q.params == (1000, 3 | 1 << 8, 15)
+    assert (q.limit, q.period, q.tz, q.anchor, q.week_start) == (1000, "month", "Europe/Paris", 15, "monday")
+    w = Quota(7, "2week", week_start="sunday")
+    assert str(w) == "quota:limit=7,period=2week,week_start=sunday" and w.tz == "UTC"
+    assert repr(w) == "Quota(limit=7, period='2week', week_start='sunday')"
+    for bad in (dict(period="fortnight"), dict(period="day", tz="Europe/Par!s"), dict(period="day", anchor=256),
+                dict(period="week", week_start="mon")):
+        with pytest.raises(InvalidLimit):
+            Quota(1, **bad)
+    # This client does not send version 5's quota: it says so, and a named limit is the way.
+    with pytest.raises(InvalidLimit, match="protocol version 5"):
+        proto.encode_item(proto.Opcode.ACQUIRE, 0, q, 1, 0, b"k")

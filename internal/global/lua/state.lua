@@ -4,7 +4,9 @@
 -- which defines before it, with the state as three numbers s1, s2, s3
 -- (times as offsets from now):
 --
---   params(argv)        reads the limit's parameters, ARGV[3] on
+--   params(argv)        reads the limit's parameters, ARGV[3] on; returns
+--                       nothing, or an error's text if the request cannot
+--                       be decided (it is then refused, changing nothing)
 --   decode(raw)         the state from the stored string; nothing if it is
 --                       not one the script writes
 --   encode(s1, s2, s3)  the stored string of a state
@@ -41,7 +43,8 @@
 
 local function run(keys, argv)
   clock(argv[1])
-  params(argv)
+  local perr = params(argv)
+  if perr then return redis.error_reply(perr) end
   local key, n = keys[1], tonumber(argv[2])
   local s1, s2, s3
   local raw = redis.call("GET", key)

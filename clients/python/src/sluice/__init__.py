@@ -17,7 +17,7 @@ holds across gunicorn/uwsgi workers and restarts::
   pipelines.
 - Limits: :class:`TokenBucket`, :class:`GCRA`, :class:`FixedWindow`,
   :class:`SlidingWindow`, :class:`Pacer`, :class:`SlidingLog`,
-  :class:`WindowCounters`, :class:`Concurrency`, or a spec string
+  :class:`WindowCounters`, :class:`Concurrency`, :class:`Quota`, or a spec string
   (``Limit.parse("gcra:burst=4,count=1,period=1s")``).
 - ``client.limit(key, limit)``: a context manager and decorator raising
   :class:`RateLimited`; ``client.concurrency(key, limit)`` holds a lease
@@ -43,7 +43,7 @@ from .errors import (
 from .guard import AsyncConcurrencyGuard, AsyncGuard, ConcurrencyGuard, Guard
 from .headers import policy, ratelimit_headers, response_headers, retry_after
 from .limits import (
-    GCRA, Algorithm, Concurrency, FixedWindow, Limit, Named, Pacer, SlidingLog, SlidingWindow, TokenBucket,
+    GCRA, Algorithm, Concurrency, FixedWindow, Limit, Named, Pacer, Quota, SlidingLog, SlidingWindow, TokenBucket,
     WindowCounters, duration_ns,
 )
 from .results import Decision, Hello, Lease, MultiDecision, MultiItem, Released, ScanEntry, ScanPage
@@ -54,7 +54,7 @@ __all__ = [
     "Client", "AsyncClient", "Pipeline", "AsyncPipeline", "Guard", "AsyncGuard", "ConcurrencyGuard",
     "AsyncConcurrencyGuard",
     "Limit", "Algorithm", "TokenBucket", "GCRA", "FixedWindow", "SlidingWindow", "Pacer", "SlidingLog",
-    "WindowCounters", "Concurrency", "Named", "duration_ns",
+    "WindowCounters", "Concurrency", "Quota", "Named", "duration_ns",
     "Decision", "Lease", "Released", "MultiDecision", "MultiItem", "Hello", "ScanEntry", "ScanPage",
     "policy", "ratelimit_headers", "response_headers", "retry_after",
     "SluiceError", "StatusError", "Status", "Malformed", "BadVersion", "FrameTooLarge",

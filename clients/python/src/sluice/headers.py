@@ -26,6 +26,8 @@ gcra                             (burst + 1) * period / count
 fixed_window, sliding_window,    window
 sliding_log, window_counters
 pacer                            q * period / rate
+quota of days or weeks           their nominal length (86400 s a day)
+quota of months or years         none (their length varies: ``t`` says when the period ends)
 a named limit                    none (the sidecar's config has its parameters)
 ===============================  =========================================
 
@@ -79,6 +81,10 @@ def _window(limit: Limit, q: int) -> Optional[int]:
     elif a == Algorithm.PACER:  # rate, period, max_delay
         if q >= 0 and p1 >= 0 and p0 > 0:
             ns = _ceil_div(q * p1, p0)
+    elif a == Algorithm.QUOTA:  # limit, period (unit | every << 8): days and weeks have a nominal length
+        unit, every = p1 & 0xFF, p1 >> 8
+        if unit in (1, 2):
+            ns = every * (86400 if unit == 1 else 7 * 86400) * _NS
     if not ns or ns > _MAX_I64:
         return None
     return _seconds_up(ns)

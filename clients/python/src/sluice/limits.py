@@ -10,6 +10,7 @@ One class per algorithm, each a frozen dataclass::
     SlidingLog(limit, window)                                   # protocol version 3
     WindowCounters(limit, window, counters=60, count_denied=False)  # protocol version 3
     Concurrency(limit, lease)                                   # protocol version 3: lease/release
+    Quota(limit, period, tz="UTC", anchor=0, week_start="monday")  # protocol version 5: spec only
 
 Every one also takes a keyword-only ``shadow=True`` (the spec's
 ``shadow=true``): an acquire of such a limit is a shadow request, as
@@ -63,10 +64,13 @@ class Algorithm(enum.IntEnum):
     SLIDING_LOG = 6  #: protocol version 3
     WINDOW_COUNTERS = 7  #: protocol version 3
     CONCURRENCY = 8  #: protocol version 3
+    QUOTA = 9  #: protocol version 5
 
     @property
     def version(self) -> int:
         """The protocol version that introduced the algorithm: a frame of an older one cannot carry it."""
+        if self == Algorithm.QUOTA:
+            return 5
         return 3 if self >= Algorithm.SLIDING_LOG else 1
 
     @property
@@ -142,6 +146,18 @@ DEFAULT_COUNTERS = 60
 
 # How a spec parameter is written and where the wire keeps it (proto's paramKind).
 _INT, _DURATION, _COUNTERS, _BOOL = "int", "duration", "counters", "bool"
+_CALENDAR, _ANCHOR, _WEEKDAY, _ZONE = "calendar", "anchor", "weekday", "zone"
+
+#: A quota's p1 is its period: the unit in bits 0-7, how many units in bits 8-63; its p2 the
+#: anchor in bits 0-7 and the week's first day (days after Monday) in bits 8-15
+#: (proto.QuotaUnitMask, QuotaEveryShift, QuotaAnchorMask, QuotaWeekStartShift, QuotaBits).
+QUOTA_UNITS = ("", "day", "week", "month", "year")
+QUOTA_EVERY_SHIFT = 8
+QUOTA_WEEK_START_SHIFT = 8
+QUOTA_BITS = 0xFFFF
+WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+#: The longest time zone name a quota may carry, in bytes (proto.MaxZoneLen).
+MAX_ZONE_LEN = 64
 
 
 class _Param(NamedTuple):
@@ -213,17 +229,26 @@ class Limit:
         return parse_limit(spec)
 
     @staticmethod
-    def from_wire(algorithm: int, p0: int, p1: int, p2: int) -> Limit:
+    def from_wire(algorithm: int, p0: int, p1: int, p2: int, tz: str = "") -> Limit:
         """Build the limit a wire limit holds, without checking the values.
 
-        Raises :class:`InvalidLimit` for an algorithm outside 1..8, or a
+        Raises :class:`InvalidLimit` for an algorithm outside 1..9, or a
         non-zero parameter the algorithm does not use, or bits of a
-        window_counters p2 outside counters and count_denied (which the
-        sidecar would reject as well).
+        window_counters p2 outside counters and count_denied, or of a quota's
+        outside anchor and week_start (which the sidecar would reject as
+        well). ``tz`` is a quota's time zone ("" for UTC).
         """
         cls = _CLASSES.get(algorithm)
         if cls is None:
             raise InvalidLimit(f"invalid limit: unknown algorithm {algorithm}")
+        if cls is Quota:
+            unit = p1 & 0xFF
+            if not 1 <= unit < len(QUOTA_UNITS) or p1 >> QUOTA_EVERY_SHIFT < 1 or p2 & ~QUOTA_BITS or \
+                    p2 >> QUOTA_WEEK_START_SHIFT >= len(WEEKDAYS):
+                raise InvalidLimit(f"invalid limit: quota period {p1} or anchor and week_start {p2} out of range")
+            obj = object.__new__(cls)
+            obj._set(p0, p1, p2, tz=tz)
+            return obj
         if cls is WindowCounters:
             if p2 & ~(COUNTERS_MASK | COUNT_DENIED_BIT):
                 raise InvalidLimit(f"invalid limit: window_counters p2 {p2} sets bits other than counters "
@@ -495,6 +520,116 @@ class Concurrency(Limit):
         return _seconds(self.lease_ns)
 
 
+def _parse_period(s: str) -> Union[int, str]:
+    """A quota's period, an optional multiple and a unit ("day", "2week"), as its p1, or what is
+    wrong with it (Go's parseCalendar)."""
+    i = 0
+    while i < len(s) and s[i] in "0123456789":
+        i += 1
+    every = 1
+    if i:
+        every = int(s[:i])
+        if every > MAX_INT64 >> QUOTA_EVERY_SHIFT:
+            return f"multiple out of range {quote(s)}"
+    if s[i:] in QUOTA_UNITS[1:]:
+        return QUOTA_UNITS.index(s[i:]) | every << QUOTA_EVERY_SHIFT
+    return f"invalid period {quote(s)}, want day, week, month or year, or a multiple such as 2week"
+
+
+def _check_zone(s: str) -> str:
+    """What is wrong with ``s`` as a time zone's name, "" if nothing (Go's checkZone)."""
+    if not 1 <= len(s) <= MAX_ZONE_LEN:
+        return f"time zone name of {len(s.encode())} bytes, want 1 to {MAX_ZONE_LEN}"
+    if not all(c.isascii() and (c.isalnum() or c in "/_-+.") for c in s):
+        return f"invalid time zone name {quote(s)}"
+    return ""
+
+
+@dataclass(frozen=True, init=False, repr=False)
+class Quota(Limit):
+    """quota: ``limit`` tokens per period of a calendar in a time zone (protocol version 5).
+
+    ``period`` is ``"day"``, ``"week"``, ``"month"`` or ``"year"``, or a multiple (``"2week"``,
+    ``"3month"``); ``tz`` an IANA zone name (``"Europe/Paris"``; default UTC); ``anchor`` the
+    day of the month months and years start on (1-31; a shorter month starts on its last day;
+    0 means 1); ``week_start`` the first day of a week (``"monday"``, the default, to
+    ``"sunday"``). A period starts at the first instant of its local day, so a day lasts 23 or
+    25 hours across a DST change. This client parses and formats quota specs (and the headers
+    of their decisions); it does not send them yet (version 5): configure the quota as a named
+    limit in the sidecar's config and use :class:`Named`.
+    """
+
+    limit: int
+    period: str
+    tz: str
+    anchor: int
+    week_start: str
+    shadow: bool = False
+
+    algorithm = Algorithm.QUOTA
+    _fields = ("limit", "", "")
+    _params = ("limit", "period", "")
+    _durations = (False, False, False)
+    _spec = (_Param("limit", 0, _INT), _Param("period", 1, _CALENDAR), _Param("tz", -1, _ZONE, True),
+             _Param("anchor", 2, _ANCHOR, True), _Param("week_start", 2, _WEEKDAY, True))
+
+    def __init__(self, limit: int, period: str, tz: str = "UTC", anchor: int = 0, week_start: str = "monday",
+                 *, shadow: bool = False) -> None:
+        p1 = _parse_period(period) if isinstance(period, str) else "want a str"
+        if isinstance(p1, str):
+            raise InvalidLimit(f"period: {p1}")
+        if not isinstance(tz, str) or _check_zone(tz):
+            raise InvalidLimit(f"tz: {_check_zone(tz) if isinstance(tz, str) else 'want a str'}")
+        a = _count(anchor, "anchor")
+        if a > 0xFF:
+            raise InvalidLimit(f"anchor: {a} out of range, want 0..255")
+        if week_start not in WEEKDAYS:
+            raise InvalidLimit(f"week_start: invalid day {week_start!r}, want monday, tuesday, ... or sunday")
+        self._set(_count(limit, "limit"), p1, a | WEEKDAYS.index(week_start) << QUOTA_WEEK_START_SHIFT,
+                  shadow=_bool(shadow, "shadow"), tz="" if tz == "UTC" else tz)
+
+    def _set(self, *values: int, shadow: bool = False, tz: str = "") -> None:
+        limit, p1, p2 = values
+        unit, every = p1 & 0xFF, p1 >> QUOTA_EVERY_SHIFT
+        name = QUOTA_UNITS[unit] if 1 <= unit < len(QUOTA_UNITS) else f"unit{unit}"
+        _object_setattr(self, "limit", limit)
+        _object_setattr(self, "period", name if every == 1 else f"{every}{name}")
+        _object_setattr(self, "tz", tz or "UTC")
+        _object_setattr(self, "anchor", p2 & 0xFF)
+        ws = p2 >> QUOTA_WEEK_START_SHIFT & 0xFF
+        _object_setattr(self, "week_start", WEEKDAYS[ws] if ws < len(WEEKDAYS) else str(ws))
+        _object_setattr(self, "_wire", (int(self.algorithm), limit, p1, p2))
+        _object_setattr(self, "_tz", tz)
+        _object_setattr(self, "shadow", shadow)
+
+    def _spec_values(self) -> Tuple[Tuple[_Param, Any], ...]:
+        out = []
+        for sp in self._spec:
+            if sp.kind == _ZONE:
+                if self._tz:
+                    out.append((sp, self._tz))
+                continue
+            v = self._wire[1 + sp.p]
+            if sp.kind == _CALENDAR:
+                v = self.period
+            elif sp.kind == _ANCHOR:
+                if not v & 0xFF:
+                    continue
+                v &= 0xFF
+            elif sp.kind == _WEEKDAY:
+                if not v >> QUOTA_WEEK_START_SHIFT & 0xFF:
+                    continue
+                v = self.week_start
+            out.append((sp, v))
+        return tuple(out)
+
+    def __repr__(self) -> str:
+        args = [f"{sp.name}={v!r}" for sp, v in self._spec_values()]
+        if self.shadow:
+            args.append("shadow=True")
+        return f"Quota({', '.join(args)})"
+
+
 #: The longest name of a named limit, in bytes (proto.MaxNameLen).
 MAX_NAME_LEN = 64
 
@@ -552,7 +687,7 @@ def _ns_arg(value: Optional[DurationLike], ns: Optional[int], name: str) -> int:
 
 _CLASSES: Dict[int, Type[Limit]] = {
     c.algorithm: c for c in (TokenBucket, GCRA, FixedWindow, SlidingWindow, Pacer, SlidingLog, WindowCounters,
-                             Concurrency)
+                             Concurrency, Quota)
 }
 _BY_NAME: Dict[str, Type[Limit]] = {c.algorithm.spec_name: c for c in _CLASSES.values()}
 
@@ -569,6 +704,12 @@ def _parse_value(s: str, duration: Union[bool, str]) -> Union[int, str]:
     (Go's parseValue). ``duration`` is a kind (_INT, _DURATION, _COUNTERS, _BOOL), or a bool:
     a duration or an integer."""
     kind = duration if isinstance(duration, str) else _DURATION if duration else _INT
+    if kind == _CALENDAR:
+        return _parse_period(s)
+    if kind == _WEEKDAY:
+        if s in WEEKDAYS:
+            return WEEKDAYS.index(s) << QUOTA_WEEK_START_SHIFT
+        return f"invalid day {quote(s)}, want monday, tuesday, ... or sunday"
     if kind == _BOOL:
         if s == "true":
             return COUNT_DENIED_BIT
@@ -588,7 +729,7 @@ def _parse_value(s: str, duration: Union[bool, str]) -> Union[int, str]:
         return f"invalid integer {quote(s)}"
     if v < 0:
         return f"negative value {s}"
-    if kind == _COUNTERS and v > COUNTERS_MASK:
+    if kind in (_COUNTERS, _ANCHOR) and v > COUNTERS_MASK:
         return f"value {s} out of range, want 0..255"
     return v
 
@@ -613,6 +754,7 @@ def parse_limit(spec: str) -> Limit:
     spec_params = cls._spec
     names = [sp.name for sp in spec_params]
     values = [0, 0, 0]
+    tz = ""  # a quota's; not a wire parameter
     seen = [False] * len(spec_params)
     shadow: Optional[bool] = None  # every algorithm's; not one of _spec, not on the wire
     if colon:
@@ -634,6 +776,12 @@ def parse_limit(spec: str) -> Limit:
                 raise fail(f"duplicate parameter {quote(key)}")
             seen[i] = True
             sp = spec_params[i]
+            if sp.kind == _ZONE:
+                msg = _check_zone(value)
+                if msg:
+                    raise fail(f"tz: {msg}")
+                tz = "" if value == "UTC" else value
+                continue
             v = _parse_value(value, sp.kind)
             if isinstance(v, str):
                 raise fail(f"{key}: {v}")
@@ -648,5 +796,8 @@ def parse_limit(spec: str) -> Limit:
         elif sp.kind == _COUNTERS:
             values[2] |= DEFAULT_COUNTERS
     obj = object.__new__(cls)
-    obj._set(*values, shadow=bool(shadow))
+    if cls is Quota:
+        obj._set(*values, shadow=bool(shadow), tz=tz)
+    else:
+        obj._set(*values, shadow=bool(shadow))
     return obj

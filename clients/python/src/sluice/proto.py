@@ -308,6 +308,10 @@ def _limit_field(flags: int, limit: Limit) -> Tuple[int, bytes]:
     if isinstance(limit, Named):
         name = limit.name.encode("ascii")
         return int(flags) | _NAMED, bytes((len(name),)) + name
+    if limit.algorithm.version > VERSION:
+        raise InvalidLimit(f"invalid limit: {limit.algorithm} limits need protocol version {limit.algorithm.version}, "
+                           "which this client does not speak yet: define the limit in the sidecar's config and "
+                           "use its name")
     a, p0, p1, p2 = limit._wire
     return int(flags) & ~_NAMED, _LIMIT.pack(a, p0, p1, p2)
 
