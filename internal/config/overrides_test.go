@@ -57,8 +57,8 @@ func TestOverrides(t *testing.T) {
 			`f.yaml:5: limits.a.overrides.a*b: override "a*b": '*' may only end a pattern`},
 		{"limits:\n  a:\n    limit: \"gcra:burst=1,count=1,period=1s\"\n    overrides:\n      \"k\": \"gcra:burst=x,count=1,period=1s\"\n",
 			`f.yaml:5: limits.a.overrides.k: "gcra:burst=x,count=1,period=1s": burst: invalid integer "x"`},
-		{"limits:\n  a:\n    limit: \"gcra:burst=1,count=1,period=1s\"\n    scope: global\n    overrides:\n      \"k\": \"sliding_log:limit=1,window=1s\"\n",
-			`f.yaml:6: limits.a.overrides.k: "sliding_log:limit=1,window=1s" cannot be global`},
+		{"limits:\n  a:\n    limit: \"gcra:burst=1,count=1,period=1s\"\n    scope: global\n    overrides:\n      \"k\": \"token_bucket:max=10,refill_time=2000h\"\n",
+			`f.yaml:6: limits.a.overrides.k: "token_bucket:max=10,refill_time=2000h" cannot be global`},
 	} {
 		if _, err := Parse("f.yaml", []byte(bad.text)); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%q: %v, want %q", bad.text, err, bad.want)
