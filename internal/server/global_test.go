@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/sluicehq/sluice/clients/go/sluice"
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/global"
@@ -279,20 +281,7 @@ func TestGlobal_epollLoopNotHeldByRedis(t *testing.T) {
 	a.send(1, func(p []byte) []byte {
 		return proto.AppendItem(p, proto.OpAcquire, 0, proto.Named("g"), 1, 0, []byte("k"))
 	})
-	// Wait until Redis holds the sidecar's call: the loop has sent it.
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		info, err := rc.Info(ctx, "clients").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if strings.Contains(info, "blocked_clients:1") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Redis never held the sidecar's call:\n%s", info)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitHeld(t, rc) // the loop has sent it
 	r := b.acquire("local", tb10, 1, 0)
 	if r.Status != proto.StatusOK || !r.Decision.Allowed {
 		t.Fatalf("a local request beside a held global one: %+v", r)
@@ -302,5 +291,23 @@ func TestGlobal_epollLoopNotHeldByRedis(t *testing.T) {
 	}
 	if _, rs := a.recv(); len(rs) != 1 || rs[0].Status != proto.StatusOK || !rs[0].Decision.Allowed {
 		t.Fatalf("the held global request: %+v", rs)
+	}
+}
+
+// waitHeld waits until the paused Redis that rc speaks to holds one call of
+// another client (CLIENT PAUSE WRITE parks it: INFO counts it blocked).
+func waitHeld(t *testing.T, rc *redis.Client) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
+		info, err := rc.Info(context.Background(), "clients").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(info, "blocked_clients:1") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Redis never held the sidecar's call:\n%s", info)
+		}
 	}
 }

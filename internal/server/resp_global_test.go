@@ -142,18 +142,7 @@ func TestRESP_globalRouteEpollLoop(t *testing.T) {
 	defer rc.Do(ctx, "CLIENT", "UNPAUSE")
 	held := make(chan error, 1)
 	go func() { held <- a.Do(ctx, "CL.THROTTLE", "api:held", 4, 1, 3600).Err() }()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
-		info, err := rc.Info(ctx, "clients").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if strings.Contains(info, "blocked_clients:1") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Redis never held the sidecar's call:\n%s", info)
-		}
-	}
+	waitHeld(t, rc)
 	if err := b.Ping(ctx).Err(); err != nil {
 		t.Fatalf("PING beside a routed command Redis holds: %v", err)
 	}
