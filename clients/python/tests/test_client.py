@@ -483,3 +483,27 @@ def test_guard_waits_a_pacer_delay(client: Client) -> None:
         with client.limit("paced", pacer):
             pass
     assert time.monotonic() - start >= 0.09
+
+
+def test_quota_refused_with_what_to_do(client: Client, sidecar: Sidecar) -> None:
+    """A quota needs protocol version 5, which this client does not write yet: every way of
+    sending one says so, and to use a named limit, before anything reaches the sidecar (which
+    answered "unknown algorithm 9" to the version-3 frame it got)."""
+    from sluice import Quota
+    q = Quota(5, "day", tz="Europe/Paris")
+    want = "define the limit in the sidecar's config and use its name"
+    for send in (lambda: client.acquire("k", q), lambda: client.peek("k", q),
+                 lambda: client.refund("k", q), lambda: client.reset("k", q),
+                 lambda: client.acquire("k", "quota:limit=5,period=day"),
+                 lambda: client.multi([MultiItem("k", q)])):
+        with pytest.raises(InvalidLimit, match=want):
+            send()
+    with pytest.raises(InvalidLimit, match=want):
+        client.pipeline().acquire("k", q)
+
+    async def from_asyncio() -> None:
+        async with AsyncClient(sidecar.socket, on_unavailable="raise") as ac:
+            with pytest.raises(InvalidLimit, match=want):
+                await ac.acquire("k", q)
+    asyncio.run(from_asyncio())
+    assert client.acquire("k", HOUR).allowed  # the connection is as it was
