@@ -485,25 +485,25 @@ def test_guard_waits_a_pacer_delay(client: Client) -> None:
     assert time.monotonic() - start >= 0.09
 
 
-def test_quota_refused_with_what_to_do(client: Client, sidecar: Sidecar) -> None:
-    """A quota needs protocol version 5, which this client does not write yet: every way of
-    sending one says so, and to use a named limit, before anything reaches the sidecar (which
-    answered "unknown algorithm 9" to the version-3 frame it got)."""
+def test_quota(client: Client, sidecar: Sidecar) -> None:
+    """A quota (protocol version 5) through every way of sending one: its time zone reaches the
+    sidecar, which counts per local day (explicit times: a day in Paris in winter starts at
+    23:00 UTC)."""
     from sluice import Quota
-    q = Quota(5, "day", tz="Europe/Paris")
-    want = "define the limit in the sidecar's config and use its name"
-    for send in (lambda: client.acquire("k", q), lambda: client.peek("k", q),
-                 lambda: client.refund("k", q), lambda: client.reset("k", q),
-                 lambda: client.acquire("k", "quota:limit=5,period=day"),
-                 lambda: client.multi([MultiItem("k", q)])):
-        with pytest.raises(InvalidLimit, match=want):
-            send()
-    with pytest.raises(InvalidLimit, match=want):
-        client.pipeline().acquire("k", q)
+    q = Quota(2, "day", tz="Europe/Paris")
+    noon = datetime.datetime(2026, 1, 15, 12, tzinfo=datetime.timezone.utc)
+    midnight = datetime.datetime(2026, 1, 15, 23, tzinfo=datetime.timezone.utc)  # Paris, Jan 16
+    d = client.acquire("q", q, at=noon)
+    assert d.allowed and d.remaining == 1 and d.limit == 2
+    assert client.acquire("q", "quota:limit=2,period=day,tz=Europe/Paris", at=noon).allowed
+    d = client.acquire("q", q, at=noon)
+    assert not d.allowed and d.retry_after == pytest.approx(11 * 3600)
+    assert client.peek("q", q, at=midnight).remaining == 2  # a new day in Paris
+    assert client.multi([MultiItem("q2", q), MultiItem("q2", HOUR)], at=noon).allowed
+    assert client.pipeline().acquire("q3", q, at=noon).execute()[0].allowed
 
     async def from_asyncio() -> None:
         async with AsyncClient(sidecar.socket, on_unavailable="raise") as ac:
-            with pytest.raises(InvalidLimit, match=want):
-                await ac.acquire("k", q)
+            d = await ac.acquire("q", q, at=midnight)
+            assert d.allowed and d.remaining == 1
     asyncio.run(from_asyncio())
-    assert client.acquire("k", HOUR).allowed  # the connection is as it was

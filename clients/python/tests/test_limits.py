@@ -322,6 +322,9 @@ def test_quota() -> None:
                 dict(period="week", week_start="mon")):
         with pytest.raises(InvalidLimit):
             Quota(1, **bad)
-    # This client does not send version 5's quota: it says so, and a named limit is the way.
-    with pytest.raises(InvalidLimit, match="protocol version 5"):
-        proto.encode_item(proto.Opcode.ACQUIRE, 0, q, 1, 0, b"k")
+    # Version 5 carries a quota with its time zone; decoding gives the same limit back.
+    for lim in (q, w):
+        b = proto.frame(proto.Kind.REQUEST, 1, 1, proto.encode_item(proto.Opcode.ACQUIRE, 0, lim, 1, 0, b"k"), 5)
+        _, ops = proto.decode_frame(b)
+        assert ops[0].limit == lim and str(ops[0].limit) == str(lim)
+    assert proto.item_version(proto.Opcode.ACQUIRE, 0, q) == 5

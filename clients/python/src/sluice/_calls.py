@@ -41,15 +41,7 @@ _MAX_I64 = (1 << 63) - 1
 _ACQUIRE = int(Opcode.ACQUIRE)
 _SHADOW = int(Flags.SHADOW)
 _V3_ALGORITHM = int(Algorithm.SLIDING_LOG)  # from it on, an algorithm needs a frame of version 3
-_NEWER_ALGORITHM = int(Algorithm.QUOTA)  # from it on, a version this client does not write yet
-
-
-def _v3(lim: Limit) -> int:
-    """3, the version of a limit of an algorithm from sliding_log on; or, for one of a version
-    this client does not write yet (quota), InvalidLimit saying what to do instead."""
-    if lim._wire[0] >= _NEWER_ALGORITHM:
-        proto.encode_item(_ACQUIRE, 0, lim, 0, 0, b"k")  # raises InvalidLimit: use a named limit
-    return 3
+_QUOTA = int(Algorithm.QUOTA)  # a limit field with a time zone: version 5, proto's encoder
 
 # A whole one-operation item frame, and a whole one-decision response frame.
 ITEM_FRAME = struct.Struct("<IBBHIBBBqqqqqH")  # header, opcode, flags, alg, p0..p2, n, at, keylen
@@ -139,16 +131,16 @@ def decide_frame(fid: int, code: int, key: Key, limit: LimitLike, n: Any, at: At
     f = int(flags)  # request_flags: STRICT, SHADOW (a bool is STRICT)
     if lim.shadow and code == _ACQUIRE:  # the spec's shadow=true: a shadow request
         f |= _SHADOW
-    if type(lim) is Named:
+    a, p0, p1, p2 = lim._wire
+    if type(lim) is Named or a == _QUOTA:
         t = 0
         if at is not None:
             f, t = f | 4, at_ns(at)
-        elif deadline:
+        elif deadline and a == 0:
             f, t = f | _DEADLINE, deadline
         v = proto.item_version(code, f, lim)
         return proto.frame(proto.Kind.REQUEST, fid, 1, proto.encode_item(code, f, lim, n, t, k), max(v, 4) if v4 else v)
-    a, p0, p1, p2 = lim._wire
-    v = _v3(lim) if a >= _V3_ALGORITHM else 2 if f & _SHADOW else 1  # proto.item_version, inlined
+    v = 3 if a >= _V3_ALGORITHM else 2 if f & _SHADOW else 1  # proto.item_version, inlined
     if at is None:
         return ITEM_FRAME.pack(ITEM_FRAME_LEN + len(k), v, 1, 1, fid, code, f,
                                a, p0, p1, p2, n, 0, len(k)) + k
@@ -230,7 +222,9 @@ def item_call(code: int, key: Key, limit: LimitLike, n: Any, at: At, flags: int)
         return _tuple_new(Call, (proto.encode_item(code, flags, lim, n, t, k), code, code <= 4, 0,
                                  proto.item_version(code, flags, lim), lim.name))  # type: ignore[attr-defined]
     a, p0, p1, p2 = lim._wire
-    v = _v3(lim) if a >= _V3_ALGORITHM else 2 if flags & _SHADOW else 1  # proto.item_version, inlined
+    if a == _QUOTA:
+        return _tuple_new(Call, (proto.encode_item(code, flags, lim, n, t, k), code, code <= 4, 0, 5, None))
+    v = 3 if a >= _V3_ALGORITHM else 2 if flags & _SHADOW else 1  # proto.item_version, inlined
     return _tuple_new(Call, (proto.ITEM.pack(code, flags, a, p0, p1, p2, n, t, len(k)) + k, code, code <= 4, 0, v,
                              None))
 

@@ -10,7 +10,7 @@ One class per algorithm, each a frozen dataclass::
     SlidingLog(limit, window)                                   # protocol version 3
     WindowCounters(limit, window, counters=60, count_denied=False)  # protocol version 3
     Concurrency(limit, lease)                                   # protocol version 3: lease/release
-    Quota(limit, period, tz="UTC", anchor=0, week_start="monday")  # protocol version 5: spec only
+    Quota(limit, period, tz="UTC", anchor=0, week_start="monday")  # protocol version 5
 
 Every one also takes a keyword-only ``shadow=True`` (the spec's
 ``shadow=true``): an acquire of such a limit is a shadow request, as
@@ -554,9 +554,9 @@ class Quota(Limit):
     day of the month months and years start on (1-31; a shorter month starts on its last day;
     0 means 1); ``week_start`` the first day of a week (``"monday"``, the default, to
     ``"sunday"``). A period starts at the first instant of its local day, so a day lasts 23 or
-    25 hours across a DST change. This client parses and formats quota specs (and the headers
-    of their decisions); it does not send them yet (version 5): configure the quota as a named
-    limit in the sidecar's config and use :class:`Named`.
+    25 hours across a DST change. A quota goes to the sidecar in a frame of protocol version
+    5 (its limit field carries the zone's name), which a sidecar of an older version refuses
+    (BadVersion).
     """
 
     limit: int

@@ -1,4 +1,4 @@
-"""The native wire format, version 4: frames, operations and results as bytes.
+"""The native wire format, version 5: frames, operations and results as bytes.
 
 A port of the Go package proto; its package documentation (proto/doc.go)
 is the specification, and the golden frames in proto/testdata/golden are
@@ -15,12 +15,14 @@ status a server would answer for the same bytes (:class:`Malformed`,
 :class:`UnknownOpcode`, :class:`InvalidLimit`, :class:`InvalidKey`,
 :class:`TooManyItems`); they never raise anything else on bad bytes.
 
-It reads and writes versions 1 to 4: in a frame of version 1 or 2, LEASE
+It reads and writes versions 1 to 5: in a frame of version 1 or 2, LEASE
 and RELEASE are unknown opcodes and the algorithms of version 3
 (sliding_log, window_counters, concurrency) unknown algorithms, a frame
 of version 1 has no named limits and no shadow requests, and only version 4
-has the client's deadline (DEADLINE) and the mark of a decision an outage
-policy made (``Decision.outage``). A server answers
+and later have the client's deadline (DEADLINE) and the mark of a decision
+an outage policy made (``Decision.outage``), and only version 5 the quota
+algorithm, whose limit field carries its time zone after its parameters
+(a u8 length, 0 for UTC, and the zone's name). A server answers
 each request frame in its version, so a client that writes each frame in
 the oldest version that holds it (:func:`item_version`,
 :func:`multi_version`, :func:`op_version`) keeps working against a server
@@ -30,7 +32,7 @@ Frame::
 
     offset size field
     0      4    length   u32: bytes after this field, 8 + body; 8..MAX_FRAME_LEN
-    4      1    version  1 to 4
+    4      1    version  1 to 5
     5      1    kind     1 request, 2 response
     6      2    count    u16: operations or results in the body, 1..MAX_BATCH
     8      4    id       u32: chosen by the client, echoed by the server
@@ -57,7 +59,8 @@ from .results import (
 
 Buffer = Union[bytes, bytearray, memoryview]
 
-VERSION = 4  #: the newest version this side reads and writes
+VERSION = 5  #: the newest version this side reads and writes
+MAX_ZONE_LEN = 64  #: the longest time zone name of a quota's limit field (version 5)
 #: the version a SCAN is written in: the newest that changed what it lists (version 4 changed nothing)
 SCAN_VERSION = 3
 MIN_VERSION = 1  #: the oldest version this side reads and writes (version 1 has no named limits, 2 no leases)
@@ -313,6 +316,9 @@ def _limit_field(flags: int, limit: Limit) -> Tuple[int, bytes]:
                            "which this client does not speak yet: define the limit in the sidecar's config and "
                            "use its name")
     a, p0, p1, p2 = limit._wire
+    if a == Algorithm.QUOTA:  # version 5: the time zone after the parameters
+        tz = limit._tz.encode("ascii")  # type: ignore[attr-defined]
+        return int(flags) & ~_NAMED, _LIMIT.pack(a, p0, p1, p2) + bytes((len(tz),)) + tz
     return int(flags) & ~_NAMED, _LIMIT.pack(a, p0, p1, p2)
 
 
@@ -381,9 +387,11 @@ def encode_op(op: Op) -> bytes:
 
 def item_version(code: int, flags: int, limit: Limit) -> int:
     """The oldest version whose frames may carry the item operation ``encode_item(code, flags,
-    limit, ...)`` writes: 4 with DEADLINE, 3 for LEASE, RELEASE and a limit of the algorithms from sliding_log on,
+    limit, ...)`` writes: 5 for a quota, 4 with DEADLINE, 3 for LEASE, RELEASE and a limit of the algorithms from sliding_log on,
     2 for a named limit or a shadow request (SHADOW in ``flags``, or an ACQUIRE of a limit whose
     spec says shadow=true), else 1."""
+    if limit._wire[0] == Algorithm.QUOTA:
+        return 5
     if flags & _DEADLINE:
         return 4
     if code == Opcode.LEASE or code == Opcode.RELEASE or limit._wire[0] >= Algorithm.SLIDING_LOG:
@@ -399,10 +407,12 @@ def multi_version(items: Sequence[WireMultiItem]) -> int:
     v = 1
     for it in items:
         lim = it.limit
+        if lim._wire[0] == Algorithm.QUOTA:
+            return 5
         if lim._wire[0] >= Algorithm.SLIDING_LOG:
-            return 3
-        if isinstance(lim, Named):
-            v = 2
+            v = 3
+        elif isinstance(lim, Named):
+            v = max(v, 2)
     return v
 
 
@@ -433,10 +443,10 @@ def _key(b: Buffer, off: int, end: int, min_len: int, code: int, what: str) -> T
     return bytes(b[off:off + n]), off + n
 
 
-def _limit(alg: int, p0: int, p1: int, p2: int, version: int = VERSION) -> Limit:
-    if not 1 <= alg <= (8 if version >= 3 else 5):
+def _limit(alg: int, p0: int, p1: int, p2: int, version: int = VERSION, tz: str = "") -> Limit:
+    if not 1 <= alg <= (9 if version >= 5 else 8 if version >= 3 else 5):
         raise InvalidLimit(f"invalid limit: unknown algorithm {alg}")
-    return Limit.from_wire(alg, p0, p1, p2)
+    return Limit.from_wire(alg, p0, p1, p2, tz)
 
 
 def _decode_limit_field(b: Buffer, off: int, end: int, flags: int, code: int, version: int) -> Tuple[Limit, int]:
@@ -455,7 +465,22 @@ def _decode_limit_field(b: Buffer, off: int, end: int, flags: int, code: int, ve
             raise InvalidLimit(f"invalid limit: {_name(code)} limit name: {e}") from None
     if end - off < _LIMIT.size:
         raise _truncated(f"{_name(code)} limit", _LIMIT.size, end - off)
-    return _limit(*_LIMIT.unpack_from(b, off), version), off + _LIMIT.size
+    alg, p0, p1, p2 = _LIMIT.unpack_from(b, off)
+    off += _LIMIT.size
+    if alg != Algorithm.QUOTA or version < 5:
+        return _limit(alg, p0, p1, p2, version), off
+    if end - off < 1:
+        raise _truncated(f"{_name(code)} limit's time zone", 1, 0)
+    n = b[off]
+    if n > MAX_ZONE_LEN:
+        raise InvalidLimit(f"invalid limit: {_name(code)} time zone of {n} bytes, want at most {MAX_ZONE_LEN}")
+    if end - off - 1 < n:
+        raise _truncated(f"{_name(code)} limit's time zone", n, end - off - 1)
+    try:
+        tz = bytes(b[off + 1:off + 1 + n]).decode("ascii")
+    except UnicodeDecodeError:
+        raise InvalidLimit(f"invalid limit: {_name(code)} time zone: not ASCII") from None
+    return _limit(alg, p0, p1, p2, version, tz), off + 1 + n
 
 
 def decode_op(b: Buffer, off: int = 0, end: Optional[int] = None, version: int = VERSION) -> Tuple[Op, int]:
