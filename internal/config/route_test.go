@@ -145,7 +145,8 @@ func TestParse_routeErrors(t *testing.T) {
 	}
 }
 
-// Ensure a reload that keeps removed limits keeps the new file's routes.
+// Ensure a reload that keeps removed limits takes the new file's routes as
+// they are.
 func TestKeep_routes(t *testing.T) {
 	old, err := Parse("f.yaml", []byte("limits:\n  a: \"gcra:burst=1,count=1,period=1s\"\n"))
 	if err != nil {
@@ -158,5 +159,14 @@ func TestKeep_routes(t *testing.T) {
 	k, kept := s.keep(old)
 	if len(kept) != 1 || len(k.Routes()) != 1 || k.Route([]byte("xy")) == nil {
 		t.Fatalf("kept %v, routes %d", kept, len(k.Routes()))
+	}
+	// A route the new file removes is gone (its keys are local again),
+	// unlike a removed limit, which a reload keeps.
+	gone, err := Parse("f.yaml", []byte("limits:\n  b: \"gcra:burst=1,count=1,period=1s\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k2, _ := gone.keep(k); len(k2.Routes()) != 0 || k2.Route([]byte("xy")) != nil {
+		t.Fatalf("a removed route stayed: %d routes", len(k2.Routes()))
 	}
 }

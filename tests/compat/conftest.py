@@ -124,6 +124,7 @@ def routed_pair(sluiced_bin: str, redis_socket: str, tmp_path) -> Iterator[tuple
     key but test:* routed to it (ROUTES)."""
     cfg = tmp_path / "sluice.yaml"
     cfg.write_text(ROUTES)
-    flags = ("--config", str(cfg), "--global-redis", redis_socket)
+    # A generous Redis timeout: no request is left to the outage policy on a loaded host.
+    flags = ("--config", str(cfg), "--global-redis", redis_socket, "--global-timeout", "10s")
     with _sluiced(sluiced_bin, *flags) as a, _sluiced(sluiced_bin, *flags) as b:
         yield a, b

@@ -73,6 +73,9 @@ func TestMiddleware_everyAlgorithm(t *testing.T) {
 		{"window_counters:limit=2,window=1m,counters=6", nil,
 			response{200, "", `"p";q=2;w=60`, `"p";r=1;t=70`},
 			response{429, "70", `"p";q=2;w=60`, `"p";r=0;t=70`}},
+		{"quota:limit=2,period=day", nil, // 6400 s to the next midnight (UTC) from t0
+			response{200, "", `"p";q=2;w=86400`, `"p";r=1;t=6400`},
+			response{429, "6400", `"p";q=2;w=86400`, `"p";r=0;t=6400`}},
 		{"api", nil, // a named limit: its window is in the sidecar's config
 			response{200, "", `"p";q=2`, `"p";r=1;t=60`},
 			response{429, "60", `"p";q=2`, `"p";r=0;t=60`}},

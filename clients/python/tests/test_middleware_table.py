@@ -91,6 +91,7 @@ ALGORITHMS = [
     ("pacer:rate=1,period=1h,max_delay=1ms", '"p";q=1;w=3600', 0),
     ("sliding_log:limit=2,window=1h", '"p";q=2;w=3600', 1),
     ("window_counters:limit=2,window=1h,counters=6", '"p";q=2;w=3600', 1),
+    ("quota:limit=2,period=day,tz=Europe/Paris", '"p";q=2;w=86400', 1),
     ("api", '"p";q=2', 1),  # a named limit: its window is in the sidecar's config
     ("concurrency:limit=1,lease=1m", '"p";q=1;qu="concurrent-requests"', 0),
     ("jobs", '"p";q=1;qu="concurrent-requests"', 0),  # a named concurrency limit
