@@ -167,7 +167,10 @@ func TestStoreUnavailable(t *testing.T) {
 	srv.Restart(t)
 	var d bucket.Decision
 	var err error
-	for range 20 { // the pool may hold a dead connection or two
+	// The shard is down until a probe finds Redis again (within 100 ms of
+	// its answering), and the pool may hold a dead connection or two:
+	// requests fail until then.
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		if d, err = s.Decide(ctx, Request{Limit: l, Key: "k", Cost: 1}); err == nil {
 			break
 		}
