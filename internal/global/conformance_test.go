@@ -65,16 +65,23 @@ func stored(t *testing.T, rdb redis.Cmdable, key string) (s bucket.State, ok boo
 	if err != nil {
 		t.Fatal(err)
 	}
+	return parseStored(t, key, v), true
+}
+
+// parseStored reads a bucket's words from v, the value of Redis's key.
+func parseStored(t *testing.T, key, v string) (s bucket.State) {
+	t.Helper()
 	f := strings.Fields(v)
 	if len(f) != 3 {
 		t.Fatalf("bucket %s holds %q, want three words", key, v)
 	}
 	for i, w := range f {
+		var err error
 		if s[i], err = strconv.ParseInt(w, 10, 64); err != nil {
 			t.Fatalf("bucket %s holds %q: %v", key, v, err)
 		}
 	}
-	return s, true
+	return s
 }
 
 // limitGen draws a random limit of one algorithm at one scale.

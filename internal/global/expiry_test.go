@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -74,11 +75,18 @@ func TestStoreExpiryNeverEarly(t *testing.T) {
 						t.Error(err)
 						return
 					}
-					exp, err := rdb.PExpireTime(ctx, rkey).Result()
-					if err != nil {
+					// The expiry and the bucket at one moment (the key
+					// may expire between two calls).
+					var expCmd *redis.DurationCmd
+					var getCmd *redis.StringCmd
+					if _, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+						expCmd, getCmd = p.PExpireTime(ctx, rkey), p.Get(ctx, rkey)
+						return nil
+					}); err != nil && err != redis.Nil {
 						t.Error(err)
 						return
 					}
+					exp := expCmd.Val()
 					if exp < 0 { // no key: nothing to lose
 						continue
 					}
@@ -108,11 +116,7 @@ func TestStoreExpiryNeverEarly(t *testing.T) {
 						}
 						least = before.UnixNano() + l.Lease
 					default:
-						st, ok := stored(t, rdb, rkey)
-						if !ok {
-							t.Errorf("%v: key %s has an expiry and no bucket", l.Algorithm, rkey)
-							return
-						}
+						st := parseStored(t, rkey, getCmd.Val())
 						least = l.FreshAt(&st, nil)
 					}
 					if expires < least {
