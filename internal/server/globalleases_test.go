@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice/clients/go/sluice"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/proto"
 )
 
 // Ensure that a global concurrency limit holds its leases in Redis: two
@@ -137,4 +138,80 @@ func dialStrict(t *testing.T, sc *sidecar) *sluice.Client {
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// Ensure that a LEASE and a RELEASE of a global concurrency limit that
+// its outage policy decided (Redis stopped) say so, closed or local, in
+// frames of version 5 as an ACQUIRE's decision does, and in no older
+// frame (whose clients read the byte as a boolean); and that the Go client
+// exposes it (a Lease's Decision.Outage, a pipelined Release's).
+func TestGlobal_leaseOutageMark(t *testing.T) {
+	redis := redistest.Start(t)
+	sc := startGlobal(t, redis.Addr, `limits:
+  closed: {limit: "concurrency:limit=8,lease=1h", scope: global, on_unavailable: closed}
+  local: {limit: "concurrency:limit=8,lease=1h", scope: global, on_unavailable: local, fallback_share: 0.5}
+`)
+	c := dial(t, sc)
+	key := []byte("k")
+	lease := func(v uint8, name string) proto.Result {
+		t.Helper()
+		_, rs := c.sendVersion(v, 1, func(b []byte) []byte { return proto.AppendLease(b, 0, proto.Named(name), key) })
+		if len(rs) != 1 || rs[0].Status != proto.StatusOK {
+			t.Fatalf("LEASE %s, version %d: %+v", name, v, rs)
+		}
+		return rs[0]
+	}
+	release := func(v uint8, name string, id uint64) proto.Result {
+		t.Helper()
+		_, rs := c.sendVersion(v, 1, func(b []byte) []byte { return proto.AppendRelease(b, 0, proto.Named(name), id, key) })
+		if len(rs) != 1 || rs[0].Status != proto.StatusOK {
+			t.Fatalf("RELEASE %s, version %d: %+v", name, v, rs)
+		}
+		return rs[0]
+	}
+	mark := func(v uint8, o proto.Outage) proto.Outage {
+		if v < 5 {
+			return proto.OutageNone
+		}
+		return o
+	}
+	inRedis := map[string]uint64{} // a lease each, taken in Redis
+	for _, name := range []string{"closed", "local"} {
+		r := lease(5, name)
+		if !r.Decision.Allowed || r.Outage != proto.OutageNone {
+			t.Fatalf("%s with Redis up: %+v, want granted, no outage mark", name, r)
+		}
+		inRedis[name] = r.Lease
+	}
+	redis.Kill()
+	for v := uint8(3); v <= 5; v++ {
+		if r := lease(v, "closed"); r.Decision.Allowed || r.Lease != 0 || r.Outage != mark(v, proto.OutageClosed) {
+			t.Errorf("LEASE closed, version %d, Redis stopped: %+v; want denied, outage %q", v, r, mark(v, proto.OutageClosed))
+		}
+		if r := release(v, "closed", inRedis["closed"]); r.Released || r.Outage != mark(v, proto.OutageClosed) {
+			t.Errorf("RELEASE closed, version %d, Redis stopped: %+v; want not released, outage %q", v, r, mark(v, proto.OutageClosed))
+		}
+		r := lease(v, "local") // this host's share: 4 slots
+		if !r.Decision.Allowed || r.Lease == 0 || r.Outage != mark(v, proto.OutageLocal) {
+			t.Fatalf("LEASE local, version %d, Redis stopped: %+v; want granted by the share, outage %q", v, r, mark(v, proto.OutageLocal))
+		}
+		if r := release(v, "local", r.Lease); !r.Released || r.Outage != mark(v, proto.OutageLocal) {
+			t.Errorf("RELEASE local, version %d, Redis stopped: %+v; want released from the share, outage %q", v, r, mark(v, proto.OutageLocal))
+		}
+	}
+
+	gc := dialStrict(t, sc)
+	ctx := context.Background()
+	if ls, err := gc.Lease(ctx, sluice.Limit{Name: "closed"}, "k"); err != nil || ls.Allowed || ls.Outage != "closed" {
+		t.Errorf("the Go client's Lease of closed, Redis stopped: %+v, %v; want denied, Outage closed", ls, err)
+	}
+	ls, err := gc.Lease(ctx, sluice.Limit{Name: "local"}, "k")
+	if err != nil || !ls.Allowed || ls.Outage != "local" {
+		t.Fatalf("the Go client's Lease of local, Redis stopped: %+v, %v; want granted, Outage local", ls, err)
+	}
+	p := gc.Pipeline()
+	p.Release(sluice.Limit{Name: "local"}, "k", ls.ID)
+	if res, err := p.Exec(ctx); err != nil || !res[0].Released || res[0].Decision.Outage != "local" {
+		t.Errorf("the Go client's pipelined Release of local, Redis stopped: %+v, %v; want released, Outage local", res, err)
+	}
 }

@@ -181,7 +181,7 @@ class Call(NamedTuple):
     decides: bool  #: acquire, peek, multi and lease: the on_unavailable policy may answer it
     n: int = 0  #: MULTI: its items
     version: int = 1  #: the frame holding it is in the highest version of its calls
-    name: Optional[str] = None  #: an ACQUIRE, PEEK, REFUND or RESET of a named limit: the name
+    name: Optional[str] = None  #: an operation on a named limit (not MULTI): the name
 
 
 _name = operator.itemgetter(5)  # Call.name
@@ -192,10 +192,23 @@ def any_named(calls: Sequence[Call]) -> bool:
     return any(map(_name, calls))
 
 
-def named_v4(calls: Sequence[Call]) -> List[Call]:
-    """calls, those on named limits in version 4 (for a sidecar that speaks it: their answers
-    then say whether the limit fails closed)."""
-    return [cl._replace(version=4) if cl.name is not None and cl.version < 4 else cl for cl in calls]
+_LEASE_OPS = (int(Opcode.LEASE), int(Opcode.RELEASE))
+
+
+def named_versions(calls: Sequence[Call], version: int) -> List[Call]:
+    """calls, for a sidecar of protocol ``version`` (4 or later): those on named limits in
+    version 4 at least (their answers then say whether the limit fails closed), and their
+    LEASE and RELEASE in version 5 if the sidecar speaks it (their answers then say which
+    outage policy made them)."""
+    lease_v = 5 if version >= 5 else 4
+    out = []
+    for cl in calls:
+        if cl.name is not None:
+            want = lease_v if cl.code in _LEASE_OPS else 4
+            if cl.version < want:
+                cl = cl._replace(version=want)
+        out.append(cl)
+    return out
 
 
 def hello_frame(fid: int) -> bytes:
@@ -242,7 +255,7 @@ def lease_call(key: Key, limit: LimitLike) -> Call:
     """A LEASE (protocol version 3): the on_unavailable policy may answer it, as an acquire."""
     lim = leasable(limit)
     return Call(proto.encode_lease(lim, key_bytes(key)), Opcode.LEASE, True, 0,
-                proto.item_version(Opcode.LEASE, 0, lim))
+                proto.item_version(Opcode.LEASE, 0, lim), name_of(lim))
 
 
 def lease_id(lease: Union[int, Lease]) -> int:
@@ -259,7 +272,7 @@ def release_call(key: Key, limit: LimitLike, lease: int) -> Call:
     """A RELEASE (protocol version 3) of lease ``lease`` (not 0)."""
     lim = leasable(limit)
     return Call(proto.encode_release(lim, lease, key_bytes(key)), Opcode.RELEASE, False, 0,
-                proto.item_version(Opcode.RELEASE, 0, lim))
+                proto.item_version(Opcode.RELEASE, 0, lim), name_of(lim))
 
 
 def multi_call(items: Iterable[Union[MultiItem, Sequence[Any]]], at: At) -> Call:
