@@ -16,14 +16,7 @@ import (
 // Leases) are returned by the next process on the same journal: their
 // unused tokens, once, and only theirs.
 func TestJournal(t *testing.T) {
-	srv := redistest.Start(t)
-	s := newStore(t, Options{Addrs: []string{srv.Addr}})
-	path := filepath.Join(t.TempDir(), "state.leases")
-	j, err := OpenJournal(path, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ls := NewLeases(s, LeaseOptions{Size: 10, TTL: time.Hour, Journal: j})
+	s, ls, j, path := journaled(t)
 	ctx := context.Background()
 	tb, gcra := tokenBucket(100, hour), bucket.Limit{Algorithm: bucket.GCRA, Burst: 99, Count: 1, Period: hour}
 	for range 3 {
@@ -58,6 +51,20 @@ func TestJournal(t *testing.T) {
 	}
 }
 
+// journaled returns a Store on a Redis of its own, and Leases of 10 tokens
+// for an hour journaled in j, a journal of 8 records at path.
+func journaled(t *testing.T) (*Store, *Leases, *Journal, string) {
+	t.Helper()
+	srv := redistest.Start(t)
+	s := newStore(t, Options{Addrs: []string{srv.Addr}})
+	path := filepath.Join(t.TempDir(), "state.leases")
+	j, err := OpenJournal(path, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, NewLeases(s, LeaseOptions{Size: 10, TTL: time.Hour, Journal: j}), j, path
+}
+
 // die stops ls as a process killed with kill -9 does: its leases are not
 // returned and stay in its journal j, which it closes.
 func die(t *testing.T, ls *Leases, j *Journal) {
@@ -76,14 +83,7 @@ func die(t *testing.T, ls *Leases, j *Journal) {
 // limit (its counters and count_denied): the next process returns its
 // unused tokens to the same bucket, once.
 func TestJournal_windowCounters(t *testing.T) {
-	srv := redistest.Start(t)
-	s := newStore(t, Options{Addrs: []string{srv.Addr}})
-	path := filepath.Join(t.TempDir(), "state.leases")
-	j, err := OpenJournal(path, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ls := NewLeases(s, LeaseOptions{Size: 10, TTL: time.Hour, Journal: j})
+	s, ls, j, path := journaled(t)
 	ctx := context.Background()
 	// Sub-windows of a day: the lease, which ends with its sub-window,
 	// outlives the test.
@@ -117,14 +117,7 @@ func TestJournal_windowCounters(t *testing.T) {
 // then journals what version 1 can hold (not a window_counters lease),
 // and is made a version-2 journal once it is opened with nothing held.
 func TestJournal_version1(t *testing.T) {
-	srv := redistest.Start(t)
-	s := newStore(t, Options{Addrs: []string{srv.Addr}})
-	path := filepath.Join(t.TempDir(), "state.leases")
-	j, err := OpenJournal(path, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ls := NewLeases(s, LeaseOptions{Size: 10, TTL: time.Hour, Journal: j})
+	s, ls, j, path := journaled(t)
 	ctx := context.Background()
 	tb := tokenBucket(100, hour)
 	if d, err := ls.Decide(ctx, tb, "a", 1); err != nil || !d.Allowed {
