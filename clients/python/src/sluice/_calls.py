@@ -112,6 +112,23 @@ def cost_of(n: Any, what: str = "cost") -> int:
     raise InvalidCost(f"{what} {n} outside int64")
 
 
+def checked(code: int, key: Key, limit: LimitLike, n: Any, flags: int) -> Tuple[bytes, Limit, int, int]:
+    """The key's bytes, the limit, the cost and the flags of an ACQUIRE, PEEK, REFUND or RESET,
+    checked: InvalidKey, InvalidLimit and InvalidCost raise here, before any I/O. The flags are
+    request_flags' (STRICT, SHADOW; a bool is STRICT), SHADOW added to an acquire of a spec that
+    says shadow=true."""
+    k = key.encode() if type(key) is str else key_bytes(key)
+    if not 0 < len(k) <= MAX_KEY_LEN:
+        key_bytes(k)  # raises InvalidKey
+    lim = limit if isinstance(limit, Limit) else limit_of(limit)
+    if type(n) is not int or not -(1 << 63) <= n <= _MAX_I64:
+        n = cost_of(n)
+    f = int(flags)
+    if lim.shadow and code == _ACQUIRE:
+        f |= _SHADOW
+    return k, lim, n, f
+
+
 def decide_frame(fid: int, code: int, key: Key, limit: LimitLike, n: Any, at: At, flags: int,
                  deadline: int = 0, v4: bool = False) -> bytes:
     """The whole request frame of one ACQUIRE or PEEK: the hot path, packed in one go.
@@ -122,15 +139,7 @@ def decide_frame(fid: int, code: int, key: Key, limit: LimitLike, n: Any, at: At
     ``at`` is None, and goes in version 4 with ``v4`` (its answer then says whether the limit
     fails closed).
     """
-    k = key.encode() if type(key) is str else key_bytes(key)
-    if not 0 < len(k) <= MAX_KEY_LEN:
-        key_bytes(k)  # raises InvalidKey
-    lim = limit if isinstance(limit, Limit) else limit_of(limit)
-    if type(n) is not int or not -(1 << 63) <= n <= _MAX_I64:
-        n = cost_of(n)
-    f = int(flags)  # request_flags: STRICT, SHADOW (a bool is STRICT)
-    if lim.shadow and code == _ACQUIRE:  # the spec's shadow=true: a shadow request
-        f |= _SHADOW
+    k, lim, n, f = checked(code, key, limit, n, flags)
     a, p0, p1, p2 = lim._wire
     if type(lim) is Named or a == _QUOTA:
         t = 0
@@ -218,15 +227,7 @@ def hello_frame(fid: int) -> bytes:
 
 def item_call(code: int, key: Key, limit: LimitLike, n: Any, at: At, flags: int) -> Call:
     """An ACQUIRE, PEEK, REFUND or RESET (checked as decide_frame checks)."""
-    k = key.encode() if type(key) is str else key_bytes(key)
-    if not 0 < len(k) <= MAX_KEY_LEN:
-        key_bytes(k)  # raises InvalidKey
-    lim = limit if isinstance(limit, Limit) else limit_of(limit)
-    if type(n) is not int or not -(1 << 63) <= n <= _MAX_I64:
-        n = cost_of(n)
-    flags = int(flags)  # request_flags: STRICT, SHADOW (a bool is STRICT)
-    if lim.shadow and code == _ACQUIRE:  # the spec's shadow=true: a shadow request
-        flags |= _SHADOW
+    k, lim, n, flags = checked(code, key, limit, n, flags)
     t = 0
     if at is not None:
         flags |= 4
