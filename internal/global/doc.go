@@ -87,7 +87,7 @@
 // about 104 days ahead is denied (package bucket: past year 2262).
 //
 // The lease journal is a file of its own, <state file>.leases; its layout
-// is documented in journal.go (version 1).
+// is documented in journal.go (version 2; version 1 is read too).
 //
 // # Concurrency
 //

@@ -37,8 +37,16 @@ import (
 
 	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/clients/go/sluice"
+	"github.com/sluicehq/sluice/clients/go/sluice/internal/clientwire"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/proto"
+)
+
+// The client's reading of request options and writing of decisions, which
+// its exported API keeps to itself (package clientwire).
+var (
+	wireOptions  = clientwire.Options.(func([]sluice.RequestOption) (proto.Flags, int64))
+	wireDecision = clientwire.Decision.(func(*proto.Decision) sluice.Decision)
 )
 
 // Options configure a Client.
@@ -298,7 +306,7 @@ func (c *Client) decide(ctx context.Context, op proto.Opcode, l sluice.Limit, ke
 	if op != proto.OpPeek && leaseOnly(lim) {
 		return sluice.Decision{}, opError(errLeaseOnly)
 	}
-	f, at := sluice.WireOptions(opts)
+	f, at := wireOptions(opts)
 	var res engine.Result
 	for {
 		now := c.clock()
@@ -317,7 +325,7 @@ func (c *Client) decide(ctx context.Context, op proto.Opcode, l sluice.Limit, ke
 		if err != nil {
 			return sluice.Decision{}, opError(err)
 		}
-		out := sluice.WireDecision(&res.Decision)
+		out := wireDecision(&res.Decision)
 		out.ShadowDenied = res.Shadowed
 		return out, nil
 	}
@@ -352,7 +360,7 @@ func (c *Client) Multi(ctx context.Context, items []sluice.Item, opts ...sluice.
 	if len(items) == 0 || len(items) > proto.MaxMulti {
 		return false, nil, opError(fmt.Errorf("%w: %d items, want 1 to %d", engine.ErrTooManyItems, len(items), proto.MaxMulti))
 	}
-	f, at := sluice.WireOptions(opts)
+	f, at := wireOptions(opts)
 	var (
 		limits [proto.MaxMulti]engine.Limit
 		its    [proto.MaxMulti]engine.Item
@@ -399,7 +407,7 @@ func (c *Client) Multi(ctx context.Context, items []sluice.Item, opts ...sluice.
 		}
 		res := make([]sluice.Decision, len(out))
 		for i := range out {
-			res[i] = sluice.WireDecision(&out[i])
+			res[i] = wireDecision(&out[i])
 		}
 		return allowed, res, nil
 	}
