@@ -78,26 +78,7 @@ func TestClient_registerBadInput(t *testing.T) {
 // client says so, without sending one (the sidecar would close the
 // connection on it), and the connection keeps serving.
 func TestClient_registersOlderSidecar(t *testing.T) {
-	path := fakeSidecar(t, func(fc *fakeConn) {
-		for {
-			h, frame, ok := fc.next()
-			if !ok {
-				return
-			}
-			op := proto.Opcode(frame[proto.HeaderLen])
-			b, start := proto.BeginFrameVersion(nil, min(h.Version, 5), proto.KindResponse, h.ID)
-			switch {
-			case h.Version > 5:
-				fc.nc.Write(proto.EndFrame(proto.AppendError(b, 0, proto.StatusBadVersion, "version 6, this side speaks 1 to 5"), start, 1))
-				return
-			case op == proto.OpHello:
-				fc.nc.Write(proto.EndFrame(proto.AppendHelloResult(b, &proto.Hello{Version: 5,
-					MaxFrame: proto.MaxFrameLen, MaxBatch: proto.MaxBatch, MaxKey: proto.MaxKeyLen, MaxMulti: proto.MaxMulti}), start, 1))
-			default:
-				fc.nc.Write(proto.EndFrame(proto.AppendPong(b), start, 1))
-			}
-		}
-	})
+	path := sidecarOfVersion(t, 5, nil, func(b []byte, _ proto.Opcode) []byte { return proto.AppendPong(b) })
 	c := dial(t, path, sluice.WithFailurePolicy(sluice.FailError))
 	cx := context.Background()
 	if _, err := c.GetRegister(cx, "k"); !errors.Is(err, sluice.ErrUnsupported) || !strings.Contains(err.Error(), "upgrade sluiced") {
