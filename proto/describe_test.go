@@ -248,6 +248,12 @@ func (d *describer) op(p string) {
 		d.uint(8, p+"cursor", nil)
 		d.uint(2, p+"count", nil)
 		d.key(p, "prefixlen", "prefix")
+	case isRegisterOp(code):
+		d.uint(1, p+"flags", flagNames)
+		d.i64(p+"old", nil)
+		d.i64(p+"value", nil)
+		d.i64(p+"ttl", duration)
+		d.key(p, "keylen", "key")
 	case code == OpHello || code == OpPing || code == OpStats:
 	default:
 		if d.ok {
@@ -318,6 +324,11 @@ func (d *describer) result(p string) {
 			d.bytes(l, q+"name")
 			d.uint(8, q+"value", nil)
 		}
+	case isRegisterOp(code):
+		d.uint(1, p+"ok", boolean)
+		d.i64(p+"value", nil)
+		d.i64(p+"ttl", duration)
+		d.i64(p+"now", unixTime)
 	case code == OpPing:
 	default:
 		d.note("unknown opcode in an OK result: its body cannot be located")

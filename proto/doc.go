@@ -14,8 +14,11 @@
 //
 // # Format
 //
-// This section is the protocol's specification, version 5: an
-// implementation in another language needs nothing else. Version 5 is
+// This section is the protocol's specification, version 6: an
+// implementation in another language needs nothing else. Version 6 is
+// version 5 with registers: four more operations (12 REGGET, 13 REGSET,
+// 14 REGCAS, 15 REGDEL) on a small value with an expiry per key (see
+// Registers below); nothing of version 5 changed. Version 5 is
 // version 4 with one more algorithm, 9 quota, whose limit field carries a
 // time zone after its three parameters (see below), and the outage mark
 // (bits 2-3 of a decision's first byte) on the decisions of LEASE and
@@ -28,11 +31,12 @@
 // 8 concurrency) and the operations that lease a concurrency limit's slots
 // (10 LEASE, 11 RELEASE). Version 2 is version 1 with named limits (flag
 // bit 3, NAMED, is reserved in version 1) and shadowing (flag bit 4,
-// SHADOW). A server speaks all five and answers each request frame in its
-// version, so clients of versions 1 to 4 keep working unchanged: in a
+// SHADOW). A server speaks all six and answers each request frame in its
+// version, so clients of versions 1 to 5 keep working unchanged: in a
 // frame of version 1 or 2, opcodes 10 and 11 are unknown opcodes and
 // algorithms 6 to 8 unknown algorithms, and before version 5 algorithm 9
-// is unknown, exactly as any other value outside that version's sets; flag
+// is unknown, and before version 6 opcodes 12 to 15 are unknown opcodes,
+// exactly as any other value outside that version's sets; flag
 // bit 5 is reserved before version 4, and a server never marks a decision
 // of an older version's frame. A client
 // learns the server's version from HELLO before it writes frames of a
@@ -57,7 +61,7 @@
 //
 //	offset size field
 //	0      4    length   bytes after this field: 8 + body length; 8 <= length <= MaxFrameLen
-//	4      1    version  1 to 5 (Version); a response has its request's version
+//	4      1    version  1 to 6 (Version); a response has its request's version
 //	5      1    kind     1 request (client to server), 2 response (server to client)
 //	6      2    count    operations (request) or results (response) in the body: 1..MaxBatch
 //	8      4    id       chosen by the client; a response carries its request's id
@@ -81,8 +85,8 @@
 // the operations, one each. Ids need not be unique; a client that matches
 // responses by order can send 0. Example, a PING and its answer (id 1):
 //
-//	request:  09000000 05 01 0100 01000000 | 02
-//	response: 0a000000 05 02 0100 01000000 | 02 00
+//	request:  09000000 06 01 0100 01000000 | 02
+//	response: 0a000000 06 02 0100 01000000 | 02 00
 //
 // Operations. An operation is an opcode u8 and its body:
 //
@@ -98,12 +102,17 @@
 //	9 STATS     empty             the server's counters
 //	10 LEASE    item              version 3: decision and lease id: take one slot of a concurrency limit
 //	11 RELEASE  item              version 3: released u8 and decision: give a lease's slot back
+//	12 REGGET   register          version 6: the register, if it exists, and the server's clock
+//	13 REGSET   register          version 6: set a register that does not exist
+//	14 REGCAS   register          version 6: swap a register's value if it holds old
+//	15 REGDEL   register          version 6: delete a register
 //
 // PEEK's decision describes the bucket as it stands: remaining and
 // reset_after as they are now (remaining is what RL.GET reports), and
 // allowed, retry_after and delay as a request of cost 1 would get them.
-// Any other opcode, and LEASE and RELEASE in a frame of version 1 or 2, is
-// rejected (status UnknownOpcode). The item body (offsets from the opcode
+// Any other opcode, LEASE and RELEASE in a frame of version 1 or 2, and
+// REGGET to REGDEL in a frame of versions 1 to 5, is rejected (status
+// UnknownOpcode). The item body (offsets from the opcode
 // byte; total 45 + keylen bytes):
 //
 //	offset size field
@@ -262,6 +271,39 @@
 //	11     2    prefixlen  u16: 0..MaxKeyLen (0 lists every bucket)
 //	13     p    prefix
 //
+// Registers (version 6). A register is an i64 value under a key, with an
+// expiry: the storage of a rate limiter that runs its algorithm in the
+// client and keeps its state in the server, such as a GCRA's theoretical
+// arrival time, read and written back with compare-and-swap. The server
+// keeps registers in its table as it keeps buckets (a register takes one
+// slot, and a register and a bucket of the same key are apart), decides
+// each operation atomically, under the slot's lock, against every other
+// process deciding in the table, and decides on its own clock, which it
+// reports: a register expires ttl after it was last written, and its slot
+// is then reclaimable by any bucket or register, as an idle bucket's is.
+// Expired, a register does not exist for any operation. A register whose
+// slot the server found torn after a crash does not exist either. SCAN
+// does not list registers. The four operations share one body (total 28 +
+// keylen bytes):
+//
+//	offset size field
+//	0      1    opcode   12, 13, 14 or 15
+//	1      1    flags    0; any other value is Malformed
+//	2      8    old      i64: REGCAS: the value the register must hold; else 0 (Malformed otherwise)
+//	10     8    value    i64: REGSET, REGCAS: the value to write; REGGET, REGDEL: 0 (Malformed otherwise)
+//	18     8    ttl      i64 ns: REGSET, REGCAS: how long the written register lives, 1 to
+//	                     2^31 s (2147483648000000000; else the server answers InvalidCost);
+//	                     REGGET, REGDEL: 0 (Malformed otherwise)
+//	26     2    keylen   u16: 1..MaxKeyLen
+//	28     k    key
+//
+// REGGET reads the register. REGSET writes value, to expire ttl from now,
+// if the register does not exist; a register that exists is left as it
+// is. REGCAS writes value, to expire ttl from now, if the register exists
+// and holds old; otherwise it changes nothing (a register that does not
+// exist is never swapped). REGDEL deletes the register. Only REGSET takes
+// a slot (TableFull if none is free or reclaimable).
+//
 // Results. A result is the opcode u8 of its operation, a status u8, then a
 // body. If the status is not 0 (OK) the body is the same for every opcode
 // (total 4 + msglen):
@@ -335,6 +377,20 @@
 //	                       A lease held by a peer of another uid is not released: status Denied
 //	3      41   decision   the limit as PEEK reports it afterwards
 //
+// REGGET, REGSET, REGCAS and REGDEL (version 6; total 27):
+//
+//	offset size field
+//	2      1    ok         boolean: REGGET: the register exists; REGSET: it was set; REGCAS: it
+//	                       was swapped; REGDEL: it existed (and is deleted now)
+//	3      8    value      i64: the register's value after the operation; 0 if it does not exist
+//	11     8    ttl        i64 ns until it expires after the operation; -1 if it does not exist
+//	                       (any other negative value is Malformed)
+//	19     8    now        i64: the server's clock, Unix ns, when it decided
+//
+// A REGSET that did not set and a REGCAS that did not swap report the
+// register as it stands, so a client learns the value it lost to without
+// another REGGET.
+//
 // MULTI (total 4 + 41n):
 //
 //	offset size field
@@ -381,7 +437,7 @@
 //	5  UnknownOpcode  an opcode the frame's version does not define
 //	6  InvalidLimit   unknown algorithm, parameters the algorithm rejects, a limit the operation does not take
 //	7  InvalidKey     a key of 0 or more than MaxKeyLen bytes, or a prefix above MaxKeyLen
-//	8  InvalidCost    a negative cost or refund amount
+//	8  InvalidCost    a negative cost or refund amount, or a register's ttl out of range
 //	9  TableFull      no free slot for a new bucket; existing buckets still work
 //	10 TooManyItems   a MULTI of more than MaxMulti items
 //	11 Contended      the slots could not be locked; retry: a MULTI's kept being reclaimed, or

@@ -71,6 +71,7 @@ func goldenCases() []goldenCase {
 	v3 := func(c goldenCase) goldenCase { c.version = 3; return c }
 	v4 := func(c goldenCase) goldenCase { c.version = 4; return c }
 	v5 := func(c goldenCase) goldenCase { c.version = 5; return c }
+	v6 := func(c goldenCase) goldenCase { c.version = 6; return c }
 	conc := ConcurrencyLimit(10, 30*time.Second)
 	bad := func(name, desc string, want error, c goldenCase, f func([]byte) []byte) goldenCase {
 		c.name, c.desc, c.want = name, desc, want
@@ -151,8 +152,20 @@ func goldenCases() []goldenCase {
 
 		v5(req("acquire_quota_request", "Version 5. ACQUIRE 1 token of quota limit=1000 period=month tz=Europe/Paris anchor=15 for key \"api:acme\": p1 = 3 (month) | 1<<8, p2 = 15 (the anchor), and after the 25 bytes of the limit the zone, u8 length 12 and \"Europe/Paris\".", 28,
 			item(OpAcquire, 0, QuotaLimit(1000, QuotaMonth, 1, "Europe/Paris", 15, 0), 1, 0, "api:acme"))),
-		bad("bad_version", "A PING frame with version 6.", ErrBadVersion, req("", "", 11, Op{Code: OpPing}),
-			func(b []byte) []byte { b[4] = 6; return b }),
+		v6(req("register_cas_request", "Version 6. REGCAS: if the register \"gcra:login:alice\" holds t0, write t0+1s to it, to live 1s.", 30,
+			register(OpRegCAS, t0, t0+sec, sec, "gcra:login:alice"))),
+		v6(resp("register_cas_response", "REGCAS result: swapped; the register holds t0+1s for 1s more; the server's clock read t0+200ms.", 30,
+			Result{Code: OpRegCAS, Register: Register{OK: true, Value: t0 + sec, TTL: sec, Now: t0 + 200*int64(time.Millisecond)}})),
+		v6(req("register_get_request", "Version 6. REGGET of the register \"gcra:login:bob\": old, value and ttl are 0.", 31,
+			register(OpRegGet, 0, 0, 0, "gcra:login:bob"))),
+		v6(resp("register_get_response_absent", "REGGET result: no such register (ok 0, value 0, ttl -1); the server's clock read t0.", 31,
+			Result{Code: OpRegGet, Register: Register{OK: false, Value: 0, TTL: -1, Now: t0}})),
+		bad("bad_register_in_version_5", "A version-5 frame with a REGGET: opcode 12 is version 6's, an unknown opcode in version 5.", ErrUnknownOpcode,
+			v5(req("", "", 32, register(OpRegGet, 0, 0, 0, "gcra:login:bob"))), nil),
+		bad("bad_register_get_value", "A REGGET whose value is 7: REGGET and REGDEL carry old, value and ttl 0.", ErrMalformed,
+			v6(req("", "", 33, register(OpRegGet, 0, 7, 0, "gcra:login:bob"))), nil),
+		bad("bad_version", "A PING frame with version 7.", ErrBadVersion, req("", "", 11, Op{Code: OpPing}),
+			func(b []byte) []byte { b[4] = 7; return b }),
 		bad("bad_kind", "A PING frame with kind 3.", ErrMalformed, ping,
 			func(b []byte) []byte { b[5] = 3; return b }),
 		bad("bad_length_too_large", "A header alone whose length is MaxFrameLen+1: refused before reading the body.", ErrFrameTooLarge, ping,
@@ -300,7 +313,7 @@ func goldenReadme(cases []goldenCase) string {
 	var b strings.Builder
 	b.WriteString(`# Golden frames
 
-Shared test vectors of every Sluice client and server, protocol versions 1 to 4,
+Shared test vectors of every Sluice client and server, protocol versions 1 to 6,
 each frame in the version its header's version byte says (the specification is
 the package documentation of proto, proto/doc.go).
 

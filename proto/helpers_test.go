@@ -53,6 +53,8 @@ func encodeOp(dst []byte, op *Op) []byte {
 		return AppendMulti(dst, op.Flags, op.At, items)
 	case OpScan:
 		return AppendScan(dst, op.Cursor, op.Count, op.Prefix)
+	case OpRegGet, OpRegSet, OpRegCAS, OpRegDel:
+		return AppendRegister(dst, op.Code, op.Old, op.N, op.TTL, op.Key)
 	}
 	panic(fmt.Sprintf("encodeOp: %v", op.Code))
 }
@@ -106,6 +108,8 @@ func encodeResult(dst []byte, r *Result) []byte {
 			b, s = AppendStat(b, string(name), v), rest
 		}
 		return EndStatsResult(b, start, r.NStats)
+	case OpRegGet, OpRegSet, OpRegCAS, OpRegDel:
+		return AppendRegisterResult(dst, r.Code, &r.Register)
 	}
 	panic(fmt.Sprintf("encodeResult: %v", r.Code))
 }
@@ -120,6 +124,7 @@ type opView struct {
 	Deadline int64
 	Key      string
 	Lease    uint64
+	Old, TTL int64
 	Items    []itemView
 	Cursor   uint64
 	Count    uint16
@@ -135,7 +140,7 @@ type itemView struct {
 
 func viewOp(op *Op) opView {
 	v := opView{Code: op.Code, Flags: op.Flags, Limit: op.Limit, N: op.N, At: op.At, Deadline: op.Deadline, Key: string(op.Key),
-		Lease: op.Lease, Cursor: op.Cursor, Count: op.Count, Prefix: string(op.Prefix)}
+		Lease: op.Lease, Old: op.Old, TTL: op.TTL, Cursor: op.Cursor, Count: op.Count, Prefix: string(op.Prefix)}
 	if op.Name != nil { // decoded: a named limit's name is apart
 		v.Limit = Named(string(op.Name))
 	}
@@ -167,6 +172,7 @@ type resultView struct {
 	Next      uint64
 	Entries   []entryView
 	Stats     []statView
+	Register  Register
 }
 
 type entryView struct {
@@ -182,7 +188,7 @@ type statView struct {
 
 func viewResult(r *Result) resultView {
 	v := resultView{Code: r.Code, Status: r.Status, Message: string(r.Message), Decision: r.Decision,
-		Shadow: r.ShadowDenied, Outage: r.Outage, Closed: r.FailsClosed, Existed: r.Existed, Lease: r.Lease, Released: r.Released, Allowed: r.Allowed, Hello: r.Hello, Next: r.Next}
+		Shadow: r.ShadowDenied, Outage: r.Outage, Closed: r.FailsClosed, Existed: r.Existed, Lease: r.Lease, Released: r.Released, Allowed: r.Allowed, Hello: r.Hello, Next: r.Next, Register: r.Register}
 	v.Decisions = append(v.Decisions, r.Decisions[:r.NDecisions]...)
 	for e := r.Entries; len(e) > 0; {
 		alg, freshAt, key, rest, err := NextScanEntry(e)
@@ -224,6 +230,10 @@ func multi(f Flags, at int64, items ...MultiItem) Op {
 	op := Op{Code: OpMulti, Flags: f, At: at, NItems: len(items)}
 	copy(op.Items[:], items)
 	return op
+}
+
+func register(code Opcode, old, value, ttl int64, key string) Op {
+	return Op{Code: code, Old: old, N: value, TTL: ttl, Key: []byte(key)}
 }
 
 func scan(cursor uint64, count uint16, prefix string) Op {
@@ -298,6 +308,8 @@ func sampleOps() []Op {
 			MultiItem{Flags: 0, Limit: GCRALimit(4, 1, time.Second), Cost: 2, Key: []byte("api:tenant-7")}),
 		multi(0, 0, items...),
 		scan(0, 100, "login:"), scan(1<<64-1, MaxScanCount, long), scan(7, 1, ""),
+		register(OpRegGet, 0, 0, 0, "k"), register(OpRegDel, 0, 0, 0, long),
+		register(OpRegSet, 0, -1<<63, 1<<63-1, "tat"), register(OpRegCAS, 1<<63-1, -5, -1, "\x00\xff binary"),
 	}
 }
 
@@ -337,6 +349,10 @@ func sampleResults() []Result {
 		errResult(0, StatusBadVersion, ""),
 		errResult(200, StatusUnknownOpcode, "proto: unknown opcode: 200"),
 		errResult(OpScan, StatusUnsupported, strings.Repeat("é", MaxMessageLen/2)),
+		{Code: OpRegGet, Register: Register{OK: true, Value: -7, TTL: 0, Now: t0}},
+		{Code: OpRegSet, Register: Register{OK: false, Value: 1<<63 - 1, TTL: 1<<63 - 1, Now: -1}},
+		{Code: OpRegCAS, Register: Register{OK: false, Value: 0, TTL: -1, Now: t0}},
+		{Code: OpRegDel, Register: Register{OK: true, Value: 0, TTL: -1, Now: 0}},
 	}
 	for s := StatusMalformed; s < numStatuses; s++ {
 		rs = append(rs, errResult(OpPing, s, s.String()))

@@ -23,12 +23,17 @@ const (
 	OpStats   Opcode = 9  // server counters
 	OpLease   Opcode = 10 // version 3: take a slot of a concurrency limit, for a lease id
 	OpRelease Opcode = 11 // version 3: give a lease's slot back
+	OpRegGet  Opcode = 12 // version 6: a register's value, its expiry and the server's clock
+	OpRegSet  Opcode = 13 // version 6: set a register that does not exist
+	OpRegCAS  Opcode = 14 // version 6: compare a register's value and swap it
+	OpRegDel  Opcode = 15 // version 6: delete a register
 
-	numOpcodes = 12 // one past the last Opcode
+	numOpcodes = 16 // one past the last Opcode
 )
 
 var opNames = [numOpcodes]string{
 	"", "HELLO", "PING", "ACQUIRE", "PEEK", "REFUND", "RESET", "MULTI", "SCAN", "STATS", "LEASE", "RELEASE",
+	"REGGET", "REGSET", "REGCAS", "REGDEL",
 }
 
 // String returns the operation's name ("ACQUIRE"), or "opcode(N)" for a
@@ -44,10 +49,13 @@ func (c Opcode) String() string {
 func (c Opcode) Valid() bool { return c >= OpHello && c < numOpcodes }
 
 // ValidIn reports whether c is one of the opcodes of protocol version v:
-// LEASE and RELEASE are version 3's.
+// LEASE and RELEASE are version 3's, the register operations version 6's.
 func (c Opcode) ValidIn(v uint8) bool {
-	if v < 3 {
+	switch {
+	case v < 3:
 		return c >= OpHello && c <= OpStats
+	case v < 6:
+		return c >= OpHello && c <= OpRelease
 	}
 	return c.Valid()
 }
@@ -134,6 +142,9 @@ type MultiItem struct {
 //	RELEASE                    Flags (FlagNamed only), Limit, Lease, Key
 //	MULTI                      Flags (FlagAt only), At, Items[:NItems]
 //	SCAN                       Cursor, Count, Prefix
+//	REGGET, REGDEL             Key
+//	REGSET                     N (the value), TTL, Key
+//	REGCAS                     Old, N (the new value), TTL, Key
 //
 // Deadline is the at field of an operation with FlagDeadline (At is then
 // 0), else 0.
@@ -154,6 +165,8 @@ type Op struct {
 	Deadline int64 // with FlagDeadline: the client's deadline, Unix ns
 	Key      []byte
 	Lease    uint64 // RELEASE: the lease to give back, never 0
+	Old      int64  // REGCAS: the value the register must hold
+	TTL      int64  // REGSET, REGCAS: ns the register lives after it is written
 
 	Items  [MaxMulti]MultiItem
 	NItems int
@@ -272,7 +285,7 @@ func DecodeOpVersion(b []byte, v uint8, op *Op) (rest []byte, err error) {
 	b = b[1:]
 	oldItems := op.NItems
 	op.Code, op.Flags, op.Limit, op.Name, op.N, op.At, op.Key, op.Lease = code, 0, Limit{}, nil, 0, 0, nil, 0
-	op.Deadline = 0
+	op.Deadline, op.Old, op.TTL = 0, 0, 0
 	op.NItems, op.Cursor, op.Count, op.Prefix = 0, 0, 0, nil
 	switch {
 	case !code.ValidIn(v):
@@ -283,6 +296,8 @@ func DecodeOpVersion(b []byte, v uint8, op *Op) (rest []byte, err error) {
 		rest, err = decodeMulti(b, v, op)
 	case code == OpScan:
 		rest, err = decodeScan(b, op)
+	case isRegisterOp(code):
+		rest, err = decodeRegister(b, op)
 	default: // HELLO, PING, STATS
 		rest = b
 	}

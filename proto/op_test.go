@@ -88,7 +88,7 @@ func TestDecodeOpErrors(t *testing.T) {
 	}{
 		{"empty", nil, ErrMalformed},
 		{"opcode 0", []byte{0}, ErrUnknownOpcode},
-		{"opcode 12", []byte{12}, ErrUnknownOpcode},
+		{"opcode 16", []byte{16}, ErrUnknownOpcode},
 		{"opcode 255", []byte{255, 1, 2, 3}, ErrUnknownOpcode},
 		{"item truncated", acquire[:44], ErrMalformed},
 		{"item key truncated", acquire[:len(acquire)-1], ErrMalformed},
@@ -143,7 +143,7 @@ func TestDecodeOpTruncated(t *testing.T) {
 }
 
 func TestAppendItemPanics(t *testing.T) {
-	for _, code := range []Opcode{OpPing, OpMulti, OpScan, 0, 12} {
+	for _, code := range []Opcode{OpPing, OpMulti, OpScan, 0, 16} {
 		func() {
 			defer func() {
 				if recover() == nil {
@@ -163,7 +163,7 @@ func TestAppendItemPanics(t *testing.T) {
 
 func TestOpcodeString(t *testing.T) {
 	want := []string{"opcode(0)", "HELLO", "PING", "ACQUIRE", "PEEK", "REFUND", "RESET", "MULTI", "SCAN", "STATS",
-		"LEASE", "RELEASE", "opcode(12)"}
+		"LEASE", "RELEASE", "REGGET", "REGSET", "REGCAS", "REGDEL", "opcode(16)"}
 	for i, w := range want {
 		if got := Opcode(i).String(); got != w {
 			t.Errorf("Opcode(%d).String() = %q, want %q", i, got, w)
@@ -345,7 +345,7 @@ func TestDecodeOp_version3(t *testing.T) {
 			t.Errorf("%v valid in 2: %v, in 3: %v", c, c.ValidIn(2), c.ValidIn(3))
 		}
 	}
-	if !OpStats.ValidIn(1) || Opcode(12).ValidIn(3) || Opcode(0).ValidIn(3) {
+	if !OpStats.ValidIn(1) || Opcode(12).ValidIn(3) || OpRegGet.ValidIn(5) || !OpRegDel.ValidIn(6) || Opcode(16).ValidIn(6) || Opcode(0).ValidIn(3) {
 		t.Error("ValidIn at the edges")
 	}
 }

@@ -80,6 +80,8 @@ type Hello struct {
 //	MULTI                  Allowed, Decisions[:NDecisions]
 //	SCAN                   Next, Entries (NEntries of them: iterate with NextScanEntry)
 //	STATS                  Stats (NStats of them: iterate with NextStat)
+//	REGGET, REGSET,        Register
+//	REGCAS, REGDEL
 //
 // Message, Entries and Stats alias the decoded bytes: they are valid until
 // the buffer is reused. DecodeResult sets every field that applies and
@@ -103,9 +105,10 @@ type Result struct {
 	// client's failure policy then denies, rather than admits, the limit's
 	// requests the server does not answer.
 	FailsClosed bool
-	Existed     bool   // RESET: the bucket existed
-	Lease       uint64 // LEASE (version 3): the lease's id when allowed, to RELEASE; 0 when denied
-	Released    bool   // RELEASE (version 3): the lease was held and its slot is free now
+	Existed     bool     // RESET: the bucket existed
+	Lease       uint64   // LEASE (version 3): the lease's id when allowed, to RELEASE; 0 when denied
+	Released    bool     // RELEASE (version 3): the lease was held and its slot is free now
+	Register    Register // REGGET, REGSET, REGCAS, REGDEL (version 6)
 
 	Allowed    bool // MULTI: every item was allowed, and so every item consumed
 	Decisions  [MaxMulti]Decision
@@ -344,7 +347,7 @@ func DecodeResult(b []byte, r *Result) (rest []byte, err error) {
 	r.Code, r.Status, r.Message = Opcode(b[0]), Status(b[1]), nil
 	r.Decision, r.ShadowDenied, r.Existed, r.Allowed, r.NDecisions, r.Hello = Decision{}, false, false, false, 0, Hello{}
 	r.Outage, r.FailsClosed = OutageNone, false
-	r.Lease, r.Released = 0, false
+	r.Lease, r.Released, r.Register = 0, false, Register{}
 	r.Next, r.Entries, r.NEntries, r.Stats, r.NStats = 0, nil, 0, nil, 0
 	rest, err = decodeResultBody(b[2:], r)
 	clear(r.Decisions[min(r.NDecisions, oldN):oldN])
@@ -425,6 +428,8 @@ func decodeResultBody(b []byte, r *Result) ([]byte, error) {
 		return decodeScanResult(b, r)
 	case OpStats:
 		return decodeStatsResult(b, r)
+	case OpRegGet, OpRegSet, OpRegCAS, OpRegDel:
+		return decodeRegisterResult(b, r)
 	}
 	return nil, errorf(ErrUnknownOpcode, "OK result with opcode %d", r.Code)
 }

@@ -81,7 +81,7 @@ func TestDecodeResultErrors(t *testing.T) {
 		{"error message too long", append([]byte{2, 9, 0x01, 0x04}, make([]byte, 1025)...), ErrMalformed},
 		{"error message truncated", cut(errResult(OpPing, StatusInternal, "oops"), 1), ErrMalformed},
 		{"OK opcode 0", []byte{0, 0}, ErrUnknownOpcode},
-		{"OK opcode 12", []byte{12, 0}, ErrUnknownOpcode},
+		{"OK opcode 16", []byte{16, 0}, ErrUnknownOpcode},
 		{"hello truncated", cut(Result{Code: OpHello, Hello: testHello}, 1), ErrMalformed},
 		{"decision truncated", cut(acq, 1), ErrMalformed},
 		{"decision allowed 2", set(acq, 2, 2), ErrMalformed},

@@ -39,3 +39,8 @@ func MultiVersion(items []MultiItem) uint8 {
 	}
 	return v
 }
+
+// RegisterVersion is the version of the register operations (REGGET,
+// REGSET, REGCAS, REGDEL): a client writes them in frames of version 6
+// only to a sidecar that said, in HELLO, that it speaks it.
+const RegisterVersion = 6

@@ -25,6 +25,12 @@ const (
 	NumAlgorithms // one past the last valid Algorithm
 )
 
+// RegisterKind is the kind a state file stores in a slot that holds a
+// register (a value with an expiry, protocol version 6) rather than a
+// bucket. It is no algorithm: Valid reports false for it, and no limit or
+// SCAN names it.
+const RegisterKind Algorithm = 0x80
+
 var algorithmNames = [NumAlgorithms]string{
 	Invalid:        "invalid",
 	TokenBucket:    "token_bucket",

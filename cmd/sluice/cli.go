@@ -76,8 +76,8 @@ func init() {
 			"Describe a state file offline: header, geometry, load, live buckets by algorithm, probe lengths, clean or dirty. Read-only; safe beside a running sidecar.", runInspect},
 		{"verify", "STATEFILE",
 			"Check every slot checksum and probe invariant of a state file offline; exit 0 if sound, 1 with a report if damaged. Read-only; safe beside a running sidecar.", runVerify},
-		{"config", "check PATH [--quiet]",
-			"Validate a config file offline and list its limits; exit 0 if it is valid, 1 if not.", runConfig},
+		{"config", "check PATH [--quiet] | import FILE",
+			"Validate a config file offline and list its limits; exit 0 if it is valid, 1 if not. import prints the Sluice config file (its rls section) that decides as the envoyproxy/ratelimit file FILE does, to see and edit.", runConfig},
 		{"override", "set NAME KEY SPEC | unset NAME KEY | list [NAME] [--config FILE]",
 			"Give KEY (a key, or a prefix and '*') its own limit SPEC under the named limit NAME, remove it, or list the overrides (the config file's and these), without editing the config file: they are kept in the overrides file beside it, which the sidecar reloads and which outlives restarts.", runOverride},
 	}

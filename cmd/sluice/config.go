@@ -11,7 +11,7 @@ import (
 const exitInvalid = 1
 
 // runConfig runs "config check PATH": validate a config file offline, as
-// sluiced would load it, and list its limits.
+// sluiced would load it, and list its limits; and "config import FILE".
 func runConfig(x *cli, args []string) int {
 	fs := x.flags("config")
 	quiet := fs.Bool("quiet", false, "print nothing when the file is valid")
@@ -19,8 +19,12 @@ func runConfig(x *cli, args []string) int {
 	if !ok {
 		return code
 	}
-	if pos[0] != "check" {
-		return x.fail("config: unknown subcommand %q (want check)", pos[0])
+	switch pos[0] {
+	case "import":
+		return importRLS(x, pos[1])
+	case "check":
+	default:
+		return x.fail("config: unknown subcommand %q (want check or import)", pos[0])
 	}
 	s, err := config.Load(pos[1])
 	if err != nil {

@@ -29,7 +29,7 @@ func TestConfigCheck(t *testing.T) {
 		{"config check --quiet " + example, 0, "", ""},
 		{"config check " + bad, 1, "", "sluice: config check: " + bad + ":4: limits.login.shdow: unknown field (want limit,"},
 		{"config check " + filepath.Join(dir, "missing.yaml"), 1, "", "sluice: config check: open " + filepath.Join(dir, "missing.yaml") + ": no such file or directory"},
-		{"config lint " + example, 2, "", `sluice: config: unknown subcommand "lint" (want check)`},
+		{"config lint " + example, 2, "", `sluice: config: unknown subcommand "lint" (want check or import)`},
 		{"config check", 2, "", "sluice: config: want check PATH [--quiet]"},
 	})
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice/internal/errtext"
 	"github.com/sluicehq/sluice/proto"
 	"github.com/sluicehq/sluice/shm"
+	"github.com/sluicehq/sluice/vocab"
 )
 
 // The offline commands: inspect and verify read a state file directly,
@@ -205,9 +206,14 @@ func sortedKinds(m map[uint8]uint64) []uint8 {
 	return ks
 }
 
-// kindName is the algorithm's name for a slot's kind byte (the algorithm's
-// wire value).
-func kindName(k uint8) string { return proto.Algorithm(k).String() }
+// kindName names a slot's kind byte: the algorithm's name (the kind is its
+// wire value), or "register" for a slot that holds a register.
+func kindName(k uint8) string {
+	if vocab.Algorithm(k) == vocab.RegisterKind {
+		return "register"
+	}
+	return proto.Algorithm(k).String()
+}
 
 // thousands formats n with comma separators.
 func thousands(n uint64) string {

@@ -203,3 +203,27 @@ func (p *parser) rlsConfig(s *Set, ds []*rls.Domain, at *yaml.Node, field string
 	s.rls = c
 	return nil
 }
+
+// ImportRLS parses the content of an envoyproxy/ratelimit file (a domain
+// at the top), checking it as Parse does, and returns its domain: what
+// "sluice config import" writes out as a Sluice config file's rls item.
+// file names it in errors.
+func ImportRLS(file string, data []byte) (*rls.Domain, error) {
+	p := parser{file: file}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, p.yamlError(err, data)
+	}
+	if len(doc.Content) == 0 || !isRLSFile(doc.Content[0]) {
+		return nil, p.errorf(nil, "", "not an envoyproxy/ratelimit file: want a domain and its descriptors at the top")
+	}
+	root := doc.Content[0]
+	d, err := p.rlsDomain(root, "")
+	if err != nil {
+		return nil, err
+	}
+	if err := p.rlsConfig(&Set{limits: map[string]*Limit{}}, []*rls.Domain{d}, root, ""); err != nil {
+		return nil, err
+	}
+	return d, nil
+}

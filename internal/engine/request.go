@@ -140,7 +140,7 @@ func Status(err error) proto.Status {
 		return proto.StatusTableFull
 	case errors.Is(err, ErrEmptyKey), errors.Is(err, ErrKeyTooLong):
 		return proto.StatusInvalidKey
-	case errors.Is(err, ErrNegativeCost):
+	case errors.Is(err, ErrNegativeCost), errors.Is(err, ErrTTL):
 		return proto.StatusInvalidCost
 	case errors.Is(err, ErrTooManyItems):
 		return proto.StatusTooManyItems

@@ -27,6 +27,10 @@ var unitSeconds = map[Unit]int64{
 	rlspb.RateLimitResponse_RateLimit_YEAR:   365 * 86400,
 }
 
+// UnitSeconds returns the length of u in seconds (a month is 30 days, a
+// year 365), 0 for a value that is no unit.
+func UnitSeconds(u Unit) int64 { return unitSeconds[u] }
+
 // ParseUnit reads a unit as a config file writes it: second, minute, hour,
 // day, week, month or year, in any case.
 func ParseUnit(s string) (Unit, bool) {

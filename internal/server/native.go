@@ -178,6 +178,8 @@ func (s *server) do(b []byte, op *proto.Op, c *conn) []byte {
 		return s.scan(b, op, c.room(b), c.version, c.at(c.now))
 	case proto.OpMulti:
 		return s.multi(b, op, c)
+	case proto.OpRegGet, proto.OpRegSet, proto.OpRegCAS, proto.OpRegDel:
+		return s.register(b, op, c)
 	}
 	l, nl, err := c.limit(op.Limit, op.Name, op.Key)
 	if err != nil {
@@ -281,6 +283,28 @@ func (s *server) multi(b []byte, op *proto.Op, c *conn) []byte {
 		c.n.denied++
 	}
 	return proto.AppendMultiResult(b, allowed, ds)
+}
+
+// register answers a register operation (version 6), on the server's
+// clock.
+func (s *server) register(b []byte, op *proto.Op, c *conn) []byte {
+	t := c.at(c.now)
+	var r engine.Register
+	var err error
+	switch op.Code {
+	case proto.OpRegGet:
+		r, err = s.engine.RegGet(op.Key, t)
+	case proto.OpRegSet:
+		r, err = s.engine.RegSet(op.Key, op.N, op.TTL, t)
+	case proto.OpRegCAS:
+		r, err = s.engine.RegCAS(op.Key, op.Old, op.N, op.TTL, t)
+	case proto.OpRegDel:
+		r, err = s.engine.RegDel(op.Key, t)
+	}
+	if err != nil {
+		return c.fail(b, op.Code, err)
+	}
+	return proto.AppendRegisterResult(b, op.Code, &proto.Register{OK: r.OK, Value: r.Value, TTL: r.TTL, Now: t.Now})
 }
 
 // scan lists live buckets whose inline key starts with the prefix, adding at

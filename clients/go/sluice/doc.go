@@ -17,7 +17,13 @@
 // sidecar keeps one bucket per (limit, key), shared by every process on the
 // host. Acquire, Peek, Refund, Reset and Multi act on buckets; Lease and
 // Release on the buckets of concurrency limits; Scan lists them; Stats,
-// Ping and Hello ask about the sidecar.
+// Ping and Hello ask about the sidecar. GetRegister, SetRegister,
+// CompareAndSwapRegister and DeleteRegister act on registers (protocol
+// version 6): an int64 value per key with an expiry, on the sidecar's
+// clock, each operation atomic across the host's processes, for a rate
+// limiter that runs its algorithm in the process and keeps its state in
+// the sidecar (throttled's GCRA store); the failure policy does not apply
+// to them.
 //
 // # Leases
 //

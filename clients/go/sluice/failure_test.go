@@ -520,6 +520,39 @@ func TestClient_outage(t *testing.T) {
 	}
 }
 
+// sidecarOfVersion is a fake sidecar of protocol version v: it answers HELLO
+// with v, a frame of a newer version with BadVersion, closing the
+// connection as the real one does, and any other frame with the result
+// answer appends. seen, if not nil, gets the version of every frame but
+// HELLO's.
+func sidecarOfVersion(t *testing.T, v uint8, seen chan<- uint8, answer func(b []byte, op proto.Opcode) []byte) string {
+	t.Helper()
+	return fakeSidecar(t, func(fc *fakeConn) {
+		for {
+			h, frame, ok := fc.next()
+			if !ok {
+				return
+			}
+			op := proto.Opcode(frame[proto.HeaderLen])
+			b, start := proto.BeginFrameVersion(nil, min(h.Version, v), proto.KindResponse, h.ID)
+			if op == proto.OpHello {
+				fc.nc.Write(proto.EndFrame(proto.AppendHelloResult(b, &proto.Hello{Version: v,
+					MaxFrame: proto.MaxFrameLen, MaxBatch: proto.MaxBatch, MaxKey: proto.MaxKeyLen, MaxMulti: proto.MaxMulti}), start, 1))
+				continue
+			}
+			if seen != nil {
+				seen <- h.Version
+			}
+			if h.Version > v {
+				b = proto.AppendError(b, 0, proto.StatusBadVersion, fmt.Sprintf("version %d, this side speaks 1 to %d", h.Version, v))
+				fc.nc.Write(proto.EndFrame(b, start, 1))
+				return
+			}
+			fc.nc.Write(proto.EndFrame(answer(b, op), start, 1))
+		}
+	})
+}
+
 // A sidecar of protocol version 2 (the release before leases) refuses a
 // frame of version 3 with BadVersion and closes the connection, as the real
 // one does. The client writes each frame in the oldest version that holds
@@ -531,28 +564,9 @@ func TestClient_outage(t *testing.T) {
 func TestClient_olderSidecar(t *testing.T) {
 	const sidecarVersion = 2
 	versions := make(chan uint8, 16)
-	path := fakeSidecar(t, func(fc *fakeConn) {
-		for {
-			h, frame, ok := fc.next()
-			if !ok {
-				return
-			}
-			op := proto.Opcode(frame[proto.HeaderLen])
-			b, start := proto.BeginFrameVersion(nil, min(h.Version, sidecarVersion), proto.KindResponse, h.ID)
-			if op == proto.OpHello {
-				fc.nc.Write(proto.EndFrame(proto.AppendHelloResult(b, &proto.Hello{Version: sidecarVersion,
-					MaxFrame: proto.MaxFrameLen, MaxBatch: proto.MaxBatch, MaxKey: proto.MaxKeyLen, MaxMulti: proto.MaxMulti}), start, 1))
-				continue
-			}
-			versions <- h.Version
-			if h.Version > sidecarVersion {
-				b = proto.AppendError(b, 0, proto.StatusBadVersion, "version 3, this side speaks 1 to 2")
-				fc.nc.Write(proto.EndFrame(b, start, 1))
-				return
-			}
-			d := proto.Decision{Allowed: true, Remaining: 1, Limit: 2, RetryAfter: -1}
-			fc.nc.Write(proto.EndFrame(proto.AppendDecision(b, op, &d), start, 1))
-		}
+	path := sidecarOfVersion(t, sidecarVersion, versions, func(b []byte, op proto.Opcode) []byte {
+		d := proto.Decision{Allowed: true, Remaining: 1, Limit: 2, RetryAfter: -1}
+		return proto.AppendDecision(b, op, &d)
 	})
 	c := dial(t, path, sluice.WithFailurePolicy(sluice.FailError))
 	ctx := context.Background()

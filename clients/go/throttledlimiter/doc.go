@@ -32,9 +32,24 @@
 // limit the sidecar's configuration names, ...), whose decision is reported
 // the same way. A quantity of 0 peeks, as in throttled.
 //
-// The package has no GCRAStoreCtx: throttled's store interface is a
-// register per key with compare-and-swap, which the sidecar does not offer.
-// Use RateLimiter in its place.
+// # Store
+//
+// Store is a throttled.GCRAStoreCtx, for a service that keeps throttled's
+// own GCRARateLimiterCtx: its registers are the sidecar's (a value with an
+// expiry per key, on the sidecar's clock; sluice.Client.GetRegister and
+// the rest), so every process of the host shares a key's theoretical
+// arrival time, and each read, set-if-absent and compare-and-swap is one
+// call, atomic across them:
+//
+//	rl, err := throttled.NewGCRARateLimiterCtx(throttledlimiter.NewStore(c, ""), quota)
+//
+// throttled then takes two calls per request, and more when processes race
+// for a key (its compare-and-swap retries), where RateLimiter takes one:
+// prefer RateLimiter unless the rate limiter must be throttled's. A time to
+// live below MinStoreTTL is raised to it. The store returns the client's
+// errors, the failure policy aside: a store cannot admit or deny, so an
+// unreachable sidecar is an error, which throttled's middleware answers
+// with its Error handler.
 //
 // # Failures
 //

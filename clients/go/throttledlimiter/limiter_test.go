@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -139,8 +140,12 @@ func TestRateLimiter_processes(t *testing.T) {
 	sluicedtest.ExactAcrossProcesses(t, sluicedtest.Start(t).Socket)
 }
 
-// worker is one process of TestRateLimiter_processes.
-func worker(ctx context.Context, c *sluice.Client, _ time.Duration) (int, error) {
+// worker is one process of TestRateLimiter_processes, or of a Store's
+// tests when workerEnv names one (storeWorker).
+func worker(ctx context.Context, c *sluice.Client, w time.Duration) (int, error) {
+	if mode := os.Getenv(workerEnv); mode != "" {
+		return storeWorker(ctx, c, mode)
+	}
 	l, err := throttledlimiter.Limit(throttled.RateQuota{MaxRate: throttled.PerHour(1), MaxBurst: sluicedtest.ProcLimit - 1})
 	if err != nil {
 		return 0, err

@@ -41,6 +41,13 @@ const readmeWant = "200 4\n200 3\n200 2\n200 1\n200 0\n429 0\n"
 // show a limit of 5 requests.
 func Readme(t *testing.T, module string) {
 	t.Helper()
+	ReadmeBlock(t, module, "")
+}
+
+// ReadmeBlock is Readme for the one Go block of the section that imports
+// module and holds marker, for a module that has several examples.
+func ReadmeBlock(t *testing.T, module, marker string) {
+	t.Helper()
 	root, err := filepath.Abs(Root())
 	if err != nil {
 		t.Fatal(err)
@@ -58,15 +65,16 @@ func Readme(t *testing.T, module string) {
 	if j := strings.Index(text[len(ReadmeSection):], "\n## "); j >= 0 {
 		text = text[:len(ReadmeSection)+j]
 	}
-	var block string
+	var blocks []string
 	for _, m := range regexp.MustCompile("(?s)```go\n(.*?)```").FindAllStringSubmatch(text, -1) {
-		if strings.Contains(m[1], `"`+module+`"`) {
-			block = m[1]
+		if strings.Contains(m[1], `"`+module+`"`) && strings.Contains(m[1], marker) {
+			blocks = append(blocks, m[1])
 		}
 	}
-	if block == "" {
-		t.Fatalf("the README's section %q has no go block importing %s", ReadmeSection, module)
+	if len(blocks) != 1 {
+		t.Fatalf("the README's section %q has %d go blocks importing %s and holding %q, want 1", ReadmeSection, len(blocks), module, marker)
 	}
+	block := blocks[0]
 	imports := map[string]bool{`"context"`: true, `"fmt"`: true, `"net/http"`: true, `"net/http/httptest"`: true}
 	var body []string
 	inImport := false
