@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -70,8 +71,8 @@ func init() {
 			"Show the sidecar's counters.", runStats},
 		{"ping", "",
 			"Check that the sidecar answers.", runPing},
-		{"top", "[--interval D] [--once]",
-			"Show the sidecar's decisions/s, outcomes, connections and table load, refreshed until ctrl-c.", runTop},
+		{"top", "[--interval D] [--once] [--metrics ADDR]",
+			"Show the sidecar's decisions/s, outcomes, connections, table load and overrides (with --metrics, each named limit's busiest), refreshed until ctrl-c.", runTop},
 		{"inspect", "STATEFILE [--json]",
 			"Describe a state file offline: header, geometry, load, live buckets by algorithm, probe lengths, clean or dirty. Read-only; safe beside a running sidecar.", runInspect},
 		{"verify", "STATEFILE",
@@ -91,6 +92,8 @@ type cli struct {
 	direct         bool          // decide in the state file instead of through the socket
 	timeout        time.Duration // how long to wait for the sidecar (to connect, and for each answer)
 	config         string        // the sidecar's config file, for override: $SLUICE_CONFIG, else sluice.yaml
+	metrics        *http.Client  // top --metrics: reads metricsURL
+	metricsURL     string
 }
 
 // directCommands are the commands that --direct decides in the state file.

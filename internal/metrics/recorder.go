@@ -58,6 +58,7 @@ type Limit struct {
 	name      string
 	decisions [numAlgorithms][numOutcomes]atomic.Uint64
 	shadow    atomic.Uint64 // denials a shadow limit turned into allows
+	over      overrides     // its overrides' counters
 }
 
 // Decision counts a decision of algorithm alg with outcome o.
