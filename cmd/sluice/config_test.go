@@ -39,11 +39,7 @@ func TestConfigCheck(t *testing.T) {
 // file: it decides as its spec would, an unknown name is a clear error, and
 // --direct, which has no config, refuses a name.
 func TestNamedLimits(t *testing.T) {
-	set, err := config.Load(filepath.Join("..", "..", "deploy", "sluice.example.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sock := startSidecarWith(t, 64, config.NewHolder(set))
+	sock := startSidecarConfig(t, filepath.Join("..", "..", "deploy", "sluice.example.yaml"))
 	runSteps(t, sock, []step{
 		{"acquire login:alice login", 0, "allowed remaining=9 limit=10 reset_after=1h0m0s\n", ""},
 		{"acquire login:alice login --cost 9", 0, "allowed remaining=0 limit=10 reset_after=10h0m0s\n", ""},
@@ -77,11 +73,7 @@ func TestNamedListsQuotasAndOverrides(t *testing.T) {
 	if code := run([]string{"override", "set", "api", "tenant:*:admin", "quota:limit=9,period=week"}, env, &stdout, &stderr); code != 0 {
 		t.Fatalf("override set: %d %s", code, stderr.String())
 	}
-	set, err := config.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sock := startSidecarWith(t, 64, config.NewHolder(set))
+	sock := startSidecarConfig(t, path)
 	runSteps(t, sock, []step{
 		{"acquire alice login", 0, "allowed remaining=1 limit=2 reset_after=1h46m40s\n", ""},
 		{"acquire alice login", 0, "allowed remaining=0 limit=2 reset_after=1h46m40s\n", ""},
@@ -91,4 +83,15 @@ func TestNamedListsQuotasAndOverrides(t *testing.T) {
 		{"acquire tenant:beta api", 0, "allowed remaining=3 limit=4 ...", ""},
 		{"acquire tenant:beta:admin api", 0, "allowed remaining=8 limit=9 ...", ""},
 	})
+}
+
+// startSidecarConfig starts a sidecar with slots of 64 bytes and the named
+// limits of the config file at path (and its overrides file).
+func startSidecarConfig(t *testing.T, path string) string {
+	t.Helper()
+	set, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startSidecarWith(t, 64, config.NewHolder(set))
 }

@@ -70,7 +70,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstHistogram(d, n, sum, b, labels...)
 	}
 
-	limits := *r.limits.Load()
+	limits := r.limits.load()
 	names := make([]string, 0, len(limits))
 	for name := range limits {
 		names = append(names, name)

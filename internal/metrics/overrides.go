@@ -3,7 +3,6 @@ package metrics
 import (
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 )
 
@@ -28,43 +27,15 @@ func (o *Override) Decision(out Outcome) { o.decisions[out%numOutcomes].Add(1) }
 // overrides are a limit's override counters and how many overrides it
 // has now.
 type overrides struct {
-	m  atomic.Pointer[map[string]*Override] // by pattern; copy on write
-	mu sync.Mutex                           // serialises writers of m
-	n  atomic.Int64                         // overrides in the config in force
+	m cowMap[Override] // by pattern
+	n atomic.Int64     // overrides in the config in force
 }
 
 // Override returns the counters of l's override pattern (its key or key
 // pattern as the config writes it, never a request's key), creating them
 // on first use; beyond MaxOverrides patterns, OtherOverride's.
 func (l *Limit) Override(pattern string) *Override {
-	if m := l.over.m.Load(); m != nil {
-		if o, ok := (*m)[pattern]; ok {
-			return o
-		}
-	}
-	l.over.mu.Lock()
-	defer l.over.mu.Unlock()
-	var old map[string]*Override
-	if m := l.over.m.Load(); m != nil {
-		old = *m
-	}
-	if o, ok := old[pattern]; ok {
-		return o
-	}
-	if len(old) >= MaxOverrides {
-		if o, ok := old[OtherOverride]; ok {
-			return o
-		}
-		pattern = OtherOverride
-	}
-	m := make(map[string]*Override, len(old)+1)
-	for k, v := range old {
-		m[k] = v
-	}
-	o := &Override{}
-	m[pattern] = o
-	l.over.m.Store(&m)
-	return o
+	return l.over.m.get(pattern, OtherOverride, MaxOverrides, func(string) *Override { return &Override{} })
 }
 
 // SetOverrides records that l has n overrides in the config in force.
@@ -91,18 +62,14 @@ type Overrides struct {
 // Overrides reads every limit's override counters, for a Snapshot.
 func (r *Recorder) Overrides() *Overrides {
 	var s Overrides
-	limits := *r.limits.Load()
-	for name, l := range limits {
-		m := l.over.m.Load()
+	for name, l := range r.limits.load() {
+		m := l.over.m.load()
 		n := l.over.n.Load()
 		if m == nil && n == 0 {
 			continue
 		}
 		s.Limits = append(s.Limits, LimitOverrides{name, n})
-		if m == nil {
-			continue
-		}
-		for p, o := range *m {
+		for p, o := range m {
 			st := OverrideStats{Limit: name, Override: p}
 			for i := range st.Decisions {
 				st.Decisions[i] = o.decisions[i].Load()

@@ -23,11 +23,16 @@ CONFIG = """limits:
 """
 
 
-def test_named_limits(make_sidecar: Callable[..., Any], tmp_path: Any) -> None:
+def with_config(make_sidecar: Callable[..., Any], tmp_path: Any, text: str) -> Any:
+    """A sidecar of the config file text."""
     path = os.path.join(str(tmp_path), "sluice.yaml")
     with open(path, "w") as f:
-        f.write(CONFIG)
-    sc = make_sidecar(args=["--config", path])
+        f.write(text)
+    return make_sidecar(args=["--config", path])
+
+
+def test_named_limits(make_sidecar: Callable[..., Any], tmp_path: Any) -> None:
+    sc = with_config(make_sidecar, tmp_path, CONFIG)
     with Client(sc.socket, on_unavailable="raise") as c:
         got = [c.acquire("alice", "login").allowed for _ in range(4)]
         assert got == [True, True, True, False]
@@ -121,10 +126,7 @@ def test_lists_quotas_and_overrides(make_sidecar: Callable[..., Any], tmp_path: 
     # sync and async, and a middleware.
     from sluice.wsgi import RateLimitMiddleware
     from sluice.errors import SluiceError
-    path = os.path.join(str(tmp_path), "sluice.yaml")
-    with open(path, "w") as f:
-        f.write(QUOTAS)
-    sc = make_sidecar(args=["--config", path])
+    sc = with_config(make_sidecar, tmp_path, QUOTAS)
     with Client(sc.socket, on_unavailable="raise") as c:
         # The list: the day's quota of 3 binds before the bucket of 5; nothing is taken on a denial.
         got = [(d.allowed, d.remaining, d.limit) for d in (c.acquire("alice", "login") for _ in range(4))]
