@@ -80,7 +80,7 @@ func init() {
 		{"config", "check PATH [--quiet]",
 			"Validate a config file offline and list its limits; exit 0 if it is valid, 1 if not.", runConfig},
 		{"override", "set NAME KEY SPEC | unset NAME KEY | list [NAME] [--config FILE]",
-			"Give KEY (a key, or a prefix and '*') its own limit SPEC under the named limit NAME, remove it, or list the overrides (the config file's and these), without editing the config file: they are kept in the overrides file beside it, which the sidecar reloads and which outlives restarts.", runOverride},
+			"Give KEY (a key, or a glob: '*' any bytes, '?' one, '\\' escapes) its own limit SPEC under the named limit NAME, remove it, or list the overrides (the config file's and these), without editing the config file: they are kept in the overrides file beside it, which the sidecar reloads and which outlives restarts.", runOverride},
 	}
 }
 
