@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -70,8 +71,8 @@ func init() {
 			"Show the sidecar's counters.", runStats},
 		{"ping", "",
 			"Check that the sidecar answers.", runPing},
-		{"top", "[--interval D] [--once]",
-			"Show the sidecar's decisions/s, outcomes, connections and table load, refreshed until ctrl-c.", runTop},
+		{"top", "[--interval D] [--once] [--metrics ADDR]",
+			"Show the sidecar's decisions/s, outcomes, connections, table load and overrides (with --metrics, each named limit's busiest), refreshed until ctrl-c.", runTop},
 		{"inspect", "STATEFILE [--json]",
 			"Describe a state file offline: header, geometry, load, live buckets by algorithm, probe lengths, clean or dirty. Read-only; safe beside a running sidecar.", runInspect},
 		{"verify", "STATEFILE",
@@ -79,7 +80,7 @@ func init() {
 		{"config", "check PATH [--quiet] | import FILE",
 			"Validate a config file offline and list its limits; exit 0 if it is valid, 1 if not. import prints the Sluice config file (its rls section) that decides as the envoyproxy/ratelimit file FILE does, to see and edit.", runConfig},
 		{"override", "set NAME KEY SPEC | unset NAME KEY | list [NAME] [--config FILE]",
-			"Give KEY (a key, or a prefix and '*') its own limit SPEC under the named limit NAME, remove it, or list the overrides (the config file's and these), without editing the config file: they are kept in the overrides file beside it, which the sidecar reloads and which outlives restarts.", runOverride},
+			"Give KEY (a key, or a glob: '*' any bytes, '?' one, '\\' escapes) its own limit SPEC under the named limit NAME, remove it, or list the overrides (the config file's and these), without editing the config file: they are kept in the overrides file beside it, which the sidecar reloads and which outlives restarts.", runOverride},
 	}
 }
 
@@ -91,6 +92,8 @@ type cli struct {
 	direct         bool          // decide in the state file instead of through the socket
 	timeout        time.Duration // how long to wait for the sidecar (to connect, and for each answer)
 	config         string        // the sidecar's config file, for override: $SLUICE_CONFIG, else sluice.yaml
+	metrics        *http.Client  // top --metrics: reads metricsURL
+	metricsURL     string
 }
 
 // directCommands are the commands that --direct decides in the state file.

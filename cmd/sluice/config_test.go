@@ -2,10 +2,11 @@ package main
 
 import (
 	"os"
+	"path/filepath"
+	"strings"
+	"testing"
 
 	"github.com/sluicehq/sluice/internal/config"
-	"path/filepath"
-	"testing"
 )
 
 func TestConfigCheck(t *testing.T) {
@@ -38,11 +39,7 @@ func TestConfigCheck(t *testing.T) {
 // file: it decides as its spec would, an unknown name is a clear error, and
 // --direct, which has no config, refuses a name.
 func TestNamedLimits(t *testing.T) {
-	set, err := config.Load(filepath.Join("..", "..", "deploy", "sluice.example.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sock := startSidecarWith(t, 64, config.NewHolder(set))
+	sock := startSidecarConfig(t, filepath.Join("..", "..", "deploy", "sluice.example.yaml"))
 	runSteps(t, sock, []step{
 		{"acquire login:alice login", 0, "allowed remaining=9 limit=10 reset_after=1h0m0s\n", ""},
 		{"acquire login:alice login --cost 9", 0, "allowed remaining=0 limit=10 reset_after=10h0m0s\n", ""},
@@ -52,4 +49,49 @@ func TestNamedLimits(t *testing.T) {
 		{"acquire x nope", 2, "", `sluice: acquire: invalid limit: no limit of that name: "nope" is not in the config file`},
 		{"acquire --direct --state /nonexistent x login", 2, "", `sluice: acquire: "login" is a named limit, which only the sidecar knows`},
 	})
+}
+
+// Ensure a named list, a named quota and its overrides decide through the
+// CLI as through the other front ends, an override set at run time (a
+// glob) included once the sidecar loads it.
+func TestNamedListsQuotasAndOverrides(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "sluice.yaml")
+	text := `limits:
+  login: ["token_bucket:max=5,refill_time=1h,refill_amount=5", "quota:limit=2,period=day"]
+  api:
+    limit: "quota:limit=1,period=day"
+    overrides:
+      "tenant:acme": "quota:limit=3,period=day"
+      "tenant:*": "token_bucket:max=4,refill_time=1h,refill_amount=4"
+`
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := func(k string) string { return map[string]string{"SLUICE_CONFIG": path}[k] }
+	var stdout, stderr strings.Builder
+	if code := run([]string{"override", "set", "api", "tenant:*:admin", "quota:limit=9,period=week"}, env, &stdout, &stderr); code != 0 {
+		t.Fatalf("override set: %d %s", code, stderr.String())
+	}
+	sock := startSidecarConfig(t, path)
+	runSteps(t, sock, []step{
+		{"acquire alice login", 0, "allowed remaining=1 limit=2 reset_after=1h46m40s\n", ""},
+		{"acquire alice login", 0, "allowed remaining=0 limit=2 reset_after=1h46m40s\n", ""},
+		{"acquire alice login", 1, "denied remaining=0 limit=2 retry_after=1h46m40s reset_after=1h46m40s\n", ""},
+		{"acquire someone api", 0, "allowed remaining=0 limit=1 reset_after=1h46m40s\n", ""},
+		{"acquire tenant:acme api", 0, "allowed remaining=2 limit=3 reset_after=1h46m40s\n", ""},
+		{"acquire tenant:beta api", 0, "allowed remaining=3 limit=4 ...", ""},
+		{"acquire tenant:beta:admin api", 0, "allowed remaining=8 limit=9 ...", ""},
+	})
+}
+
+// startSidecarConfig starts a sidecar with slots of 64 bytes and the named
+// limits of the config file at path (and its overrides file).
+func startSidecarConfig(t *testing.T, path string) string {
+	t.Helper()
+	set, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startSidecarWith(t, 64, config.NewHolder(set))
 }

@@ -19,6 +19,7 @@ func runTop(x *cli, args []string) int {
 	fs := x.flags("top")
 	interval := durationFlag(fs, "interval", time.Second, "refresh every `D`")
 	once := fs.Bool("once", false, "print one view (rates over one interval) and exit, without clearing the screen")
+	metricsAddr := fs.String("metrics", "", "also read the sidecar's metrics at `ADDR` (sluiced --metrics: host:port or unix:PATH) for each named limit's overrides")
 	if _, code, ok := x.parse("top", fs, args, 0, 0); !ok {
 		return code
 	}
@@ -32,6 +33,9 @@ func runTop(x *cli, args []string) int {
 	defer c.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	if *metricsAddr != "" {
+		x.metrics, x.metricsURL = metricsGetter(*metricsAddr)
+	}
 	prev, err := x.sample(c)
 	if err != nil {
 		return x.failCmd("top", err)
@@ -59,11 +63,13 @@ func runTop(x *cli, args []string) int {
 	}
 }
 
-// snapshot is one STATS reply, when it was taken and the ping round trip.
+// snapshot is one STATS reply, when it was taken and the ping round trip,
+// and the overrides' series with --metrics.
 type snapshot struct {
-	at    time.Time
-	stats map[string]uint64
-	rtt   time.Duration
+	at        time.Time
+	stats     map[string]uint64
+	rtt       time.Duration
+	overrides *overrideView
 }
 
 func (x *cli) sample(c *sluice.Client) (snapshot, error) {
@@ -75,7 +81,14 @@ func (x *cli) sample(c *sluice.Client) (snapshot, error) {
 	}
 	rtt := time.Since(start)
 	st, err := c.Stats(cx)
-	return snapshot{time.Now(), st, rtt}, err
+	if err != nil {
+		return snapshot{}, err
+	}
+	s := snapshot{at: time.Now(), stats: st, rtt: rtt}
+	if x.metrics != nil {
+		s.overrides, err = x.scrapeOverrides(x.metrics, x.metricsURL)
+	}
+	return s, err
 }
 
 // render writes one view: rates between prev and cur, and cur's levels.
@@ -106,6 +119,12 @@ func render(w io.Writer, socket string, prev, cur snapshot) {
 	fmt.Fprintf(&b, "table        %10s slots of %d bytes   load %.3f (%s used)\n", thousands(v("slot_count")), v("slot_size"), load, thousands(v("used_slots")))
 	fmt.Fprintf(&b, "buckets      inserts/s %8.0f   reclaims/s %8.0f   table full %s (+%.0f/s)   torn %s\n", rate("inserts"), rate("reclaims"), thousands(v("table_full")), rate("table_full"), thousands(v("torn_slots")))
 	fmt.Fprintf(&b, "sync         %s syncs, %s errors (+%.0f/s)\n", thousands(v("syncs")), thousands(v("sync_errors")), rate("sync_errors"))
+	if _, ok := cur.stats["overrides"]; ok {
+		fmt.Fprintf(&b, "overrides    %10s in force   decided/s %10.0f\n", thousands(v("overrides")), rate("override_decisions"))
+		if cur.overrides != nil && prev.overrides != nil {
+			renderOverrides(&b, secs, prev.overrides, cur.overrides)
+		}
+	}
 	fmt.Fprintf(&b, "latency      ping round trip %v\n", cur.rtt.Round(time.Microsecond))
 	io.WriteString(w, b.String())
 }

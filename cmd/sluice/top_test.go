@@ -1,7 +1,14 @@
 package main
 
 import (
+	"io"
+	"net/http/httptest"
+	"strconv"
 	"strings"
+
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/metrics"
+	"github.com/sluicehq/sluice/internal/server"
 	"testing"
 	"time"
 )
@@ -50,4 +57,60 @@ func TestTop_once(t *testing.T) {
 		}
 	}
 	runSteps(t, sock, []step{{"top --interval 1ms", 2, "", "sluice: top: --interval 1ms: want at least 10ms"}})
+}
+
+// Ensure top shows the overrides in force and, with --metrics, each named
+// limit's overrides and the busiest that decided in the interval.
+func TestTop_overrides(t *testing.T) {
+	set, err := config.Parse("sluice.yaml", []byte(`limits:
+  api:
+    limit: "gcra:burst=0,count=1,period=1h"
+    overrides:
+      "tenant:acme": "gcra:burst=100,count=1,period=1h"
+      "tenant:*": "gcra:burst=100,count=1,period=1h"
+  plain:
+    limit: "gcra:burst=0,count=1,period=1h"
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := metrics.New()
+	ms := httptest.NewServer(rec.Handler())
+	defer ms.Close()
+	sock := startSidecarWith(t, 64, config.NewHolder(set), func(c *server.Config) { c.Metrics = rec })
+	// Decisions keep coming while top samples, so that its one interval
+	// sees some whatever the machine's load.
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for i := 0; ; i++ {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			run([]string{"acquire", "tenant:acme", "api"}, sidecarEnv(sock), io.Discard, io.Discard)
+			if i%2 == 0 {
+				run([]string{"acquire", "tenant:x" + strconv.Itoa(i), "api"}, sidecarEnv(sock), io.Discard, io.Discard)
+			}
+		}
+	}()
+	var stdout, stderr strings.Builder
+	code := run([]string{"top", "--once", "--interval", "200ms", "--metrics", strings.TrimPrefix(ms.URL, "http://")}, sidecarEnv(sock), &stdout, &stderr)
+	close(done)
+	<-stopped
+	out := stdout.String()
+	if code != exitOK || stderr.Len() > 0 {
+		t.Fatalf("top: exit %d, stderr %q, stdout %q", code, stderr.String(), out)
+	}
+	for _, want := range []string{"overrides             2 in force   decided/s ", "  api          2 overrides, deciding/s: \"tenant:acme\" ", `"tenant:*" `} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "plain") || strings.Contains(out, "tenant:x") {
+		t.Errorf("a limit without overrides, or a request's key, in\n%s", out)
+	}
+	runSteps(t, sock, []step{{"top --once --interval 10ms --metrics unix:/nonexistent/metrics.sock", 2, "", "sluice: top: the metrics (--metrics) did not answer: dial unix /nonexistent/metrics.sock: connect: no such file or directory"}})
 }

@@ -64,7 +64,10 @@ type Limit struct {
 	// Overrides are the limits of particular keys and key patterns, in
 	// place of this one's (each a Limit with this one's options); nil if
 	// none.
-	Overrides   *Overrides
+	Overrides *Overrides
+	// Pattern is, for an override, its key or key pattern as written (the
+	// label its decisions are counted under); "" for a named limit.
+	Pattern     string
 	Description string // free text for people; "" if none
 	Shadow      bool   // decide and count, but always allow
 	Line        int    // the line of the limit's name in the file
@@ -455,7 +458,7 @@ func (p *parser) override(l *Limit, key, val *yaml.Node, field string, replace b
 		return p.errorf(key, field, "a key of %d bytes, want 1 to %d", len(key.Value), proto.MaxKeyLen)
 	}
 	o := *l
-	o.More, o.Overrides, o.Line = nil, nil, key.Line
+	o.More, o.Overrides, o.Line, o.Pattern = nil, nil, key.Line, key.Value
 	if err := p.limits(&o, val, field, map[string]*yaml.Node{}); err != nil {
 		return err
 	}

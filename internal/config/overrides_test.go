@@ -2,7 +2,10 @@ package config
 
 import (
 	"fmt"
+	"github.com/sluicehq/sluice/bucket"
+	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -53,8 +56,10 @@ func TestOverrides(t *testing.T) {
 		t.Errorf("a list as an override: %+v", o)
 	}
 	for _, bad := range []struct{ text, want string }{
-		{"limits:\n  a:\n    limit: \"gcra:burst=1,count=1,period=1s\"\n    overrides:\n      \"a*b\": \"gcra:burst=2,count=1,period=1s\"\n",
-			`f.yaml:5: limits.a.overrides.a*b: override "a*b": '*' may only end a pattern`},
+		{"limits:\n  a:\n    limit: \"gcra:burst=1,count=1,period=1s\"\n    overrides:\n      'a\\': \"gcra:burst=2,count=1,period=1s\"\n",
+			`f.yaml:5: limits.a.overrides.a\: override "a\\": "a\\" ends in a lone '\': write \\ for a backslash`},
+		{"limits:\n  a:\n    limit: \"gcra:burst=1,count=1,period=1s\"\n    overrides:\n      'ab': \"gcra:burst=2,count=1,period=1s\"\n      'a\\b': \"gcra:burst=2,count=1,period=1s\"\n",
+			`override "a\\b": another entry is the same key`},
 		{"limits:\n  a:\n    limit: \"gcra:burst=1,count=1,period=1s\"\n    overrides:\n      \"k\": \"gcra:burst=x,count=1,period=1s\"\n",
 			`f.yaml:5: limits.a.overrides.k: "gcra:burst=x,count=1,period=1s": burst: invalid integer "x"`},
 		{"limits:\n  a:\n    limit: \"gcra:burst=1,count=1,period=1s\"\n    scope: global\n    overrides:\n      \"k\": \"token_bucket:max=10,refill_time=2000h\"\n",
@@ -74,14 +79,21 @@ func TestOverrides(t *testing.T) {
 	}
 }
 
-// overridesOf returns a limit with n overrides: half exact keys, half
-// patterns of several lengths.
+// overridesOf returns a limit with n overrides: a third exact keys, a
+// third "prefix*" patterns of several lengths, a third globs with an inner
+// wildcard, about 35 under each of 97 literal prefixes.
 func overridesOf(b testing.TB, n int) *Limit {
 	var sb strings.Builder
 	sb.WriteString("limits:\n  api:\n    limit: \"quota:limit=100,period=day\"\n    overrides:\n")
-	for i := range n / 2 {
-		fmt.Fprintf(&sb, "      \"tenant:%d\": \"quota:limit=%d,period=day\"\n", i, 1000+i)
-		fmt.Fprintf(&sb, "      \"org:%d:team-%d*\": \"token_bucket:max=%d,refill_time=1m\"\n", i%97, i, 10+i)
+	for i := range n {
+		switch i % 3 {
+		case 0:
+			fmt.Fprintf(&sb, "      \"tenant:%d\": \"quota:limit=%d,period=day\"\n", i, 1000+i)
+		case 1:
+			fmt.Fprintf(&sb, "      \"org:%d:team-%d*\": \"token_bucket:max=%d,refill_time=1m\"\n", i%97, i, 10+i)
+		case 2:
+			fmt.Fprintf(&sb, "      \"app:%d:*:user-%d\": \"gcra:burst=%d,count=1,period=1s\"\n", i%97, i, 10+i)
+		}
 	}
 	set, err := Parse("f.yaml", []byte(sb.String()))
 	if err != nil {
@@ -91,14 +103,18 @@ func overridesOf(b testing.TB, n int) *Limit {
 	return l
 }
 
-// BenchmarkOverrideLookup finds a key's override among 10,000 (5,000 exact
-// keys, 5,000 patterns): an exact key, a key under a pattern, a key that
-// matches none.
+// BenchmarkOverrideLookup finds a key's override among 10,000 (a third
+// exact keys, a third "prefix*" patterns, a third globs with an inner
+// wildcard): an exact key, a key under a "prefix*" pattern, a key under a
+// glob (its literal prefix has about 35 globs to match), a key that
+// matches none; beside a token bucket's decision, and a scan of every
+// pattern, in the same run.
 func BenchmarkOverrideLookup(b *testing.B) {
 	l := overridesOf(b, 10_000)
 	for _, c := range []struct{ name, key string }{
 		{"exact", "tenant:4242"},
-		{"pattern", "org:71:team-4242-frontend:user:9"},
+		{"pattern", "org:72:team-4243-frontend:user:9"},
+		{"glob", "app:73:eu-west:user-4244"},
 		{"none", "user:alice@example.com"},
 	} {
 		key := []byte(c.key)
@@ -112,13 +128,27 @@ func BenchmarkOverrideLookup(b *testing.B) {
 			}
 		})
 	}
-	// What the trie saves: the longest pattern found by a scan of them all.
-	key := []byte("org:71:team-4242-frontend:user:9")
-	b.Run("pattern_by_scan_baseline", func(b *testing.B) {
+	b.Run("token_bucket_decision_baseline", func(b *testing.B) {
+		tb := bucket.Limit{Algorithm: bucket.TokenBucket, Max: 1 << 40, RefillTime: 1e9, RefillAmount: 1}
+		if err := tb.Validate(); err != nil {
+			b.Fatal(err)
+		}
+		var s bucket.State
+		var d bucket.Decision
+		now := int64(1e18)
+		tb.Init(now, &s, nil)
+		for b.Loop() {
+			now += 50_000
+			tb.Decide(now, &s, nil, 1, 0, &d)
+		}
+	})
+	// What the trie saves: the most specific pattern found by a scan.
+	key := []byte("app:73:eu-west:user-4244")
+	b.Run("glob_by_scan_baseline", func(b *testing.B) {
 		for b.Loop() {
 			best := -1
 			for _, o := range l.Overrides.All() {
-				if p, ok := strings.CutSuffix(o.Key, "*"); ok && len(p) > best && strings.HasPrefix(string(key), p) {
+				if p, rest, _, _ := splitPattern(o.Key); rest != "" && len(p) > best && MatchKey(o.Key, key) {
 					best = len(p)
 				}
 			}
@@ -176,7 +206,7 @@ func TestOverridesFile(t *testing.T) {
 	for _, bad := range []struct{ name, key, spec, want string }{
 		{"api", "k", "quota:limit=1,period=fortnight", `invalid period "fortnight"`},
 		{"nope", "k", "quota:limit=1,period=day", "no limit of that name"},
-		{"api", "a*b", "quota:limit=1,period=day", "'*' may only end a pattern"},
+		{"api", `a\`, "quota:limit=1,period=day", "ends in a lone"},
 	} {
 		if _, err := SetOverride(path, bad.name, bad.key, bad.spec); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("set %s %s %s: %v, want %q", bad.name, bad.key, bad.spec, err, bad.want)
@@ -196,5 +226,88 @@ func TestOverridesFile(t *testing.T) {
 	}
 	if got := limitOf("tenant:acme"); got != "quota:limit=10000,period=day,tz=America/New_York" {
 		t.Errorf("acme after the unset: the config file's again, got %s", got)
+	}
+}
+
+// Overrides take the routes' globs; the most specific wins: the exact
+// key, the longest literal prefix, the most literal bytes, the fewest '*',
+// the file's order.
+func TestOverrideGlobs(t *testing.T) {
+	var o Overrides
+	keys := []string{"tenant:*", "tenant:*:admin", "tenant:beta-*", "tenant:beta-?", "tenant:beta-*x", `tenant:\*`, "*:admin", "*", "t?nant:*"}
+	for _, k := range keys {
+		if err := o.add(k, &Limit{Pattern: k}, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for key, want := range map[string]string{
+		"tenant:*":            `tenant:\*`, // an escaped '*' is an exact key
+		"tenant:acme":         "tenant:*",
+		"tenant:acme:admin":   "tenant:*:admin",
+		"tenant:beta-1":       "tenant:beta-?", // fewer '*' than tenant:beta-*
+		"tenant:beta-12":      "tenant:beta-*",
+		"tenant:beta-1x":      "tenant:beta-*x", // more literal bytes
+		"tenant:beta-1:admin": "tenant:beta-*",  // the longer literal prefix
+		"tanant:1":            "t?nant:*",
+		"user:admin":          "*:admin",
+		"user":                "*",
+		"":                    "*",
+	} {
+		if got := o.Find([]byte(key)); got == nil || got.Key != want {
+			t.Errorf("%q: %+v, want %s", key, got, want)
+		}
+	}
+}
+
+// Find agrees with a scan of every override under the same rules, over
+// random patterns and keys of a small alphabet (so that they meet).
+func TestOverrideGlobsAgainstScan(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	word := func(alphabet string, max int) string {
+		b := make([]byte, rng.IntN(max+1))
+		for i := range b {
+			b[i] = alphabet[rng.IntN(len(alphabet))]
+		}
+		return string(b)
+	}
+	for trial := range 300 {
+		var o Overrides
+		var entries []string
+		for range 1 + rng.IntN(40) {
+			k := word(`ab:*?*\`, 5)
+			if checkPattern(k) != nil || o.add(k, &Limit{Pattern: k}, false) != nil {
+				continue
+			}
+			entries = append(entries, k)
+		}
+		for range 100 {
+			key := []byte(word("ab:", 6))
+			var best string
+			var bestRank [4]int
+			for seq, e := range entries {
+				prefix, rest, literals, stars := splitPattern(e)
+				if rest == "" {
+					if prefix == string(key) {
+						best, bestRank = e, [4]int{1 << 30}
+						break
+					}
+					continue
+				}
+				if !MatchKey(e, key) {
+					continue
+				}
+				r := [4]int{len(prefix), literals, -stars, -seq}
+				if best == "" || slices.Compare(r[:], bestRank[:]) > 0 {
+					best, bestRank = e, r
+				}
+			}
+			got := ""
+			if f := o.Find(key); f != nil {
+				got = f.Key
+			}
+			if got != best {
+				t.Fatalf("trial %d, entries %q, key %q: %q, want %q", trial, entries, key, got, best)
+			}
+		}
 	}
 }

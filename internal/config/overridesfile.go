@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -59,6 +60,9 @@ func (s *Set) applyOverrides(file string, side []byte) error {
 		l, ok := s.limits[k.Value]
 		if !ok {
 			return p.errorf(k, field, "no limit of that name in the config file")
+		}
+		if s.rls != nil && slices.Contains(s.rls.LimitNames(), k.Value) {
+			return p.errorf(k, field, "a rate_limit of the rls section names this limit: a descriptor's bucket has no request key for an override to match")
 		}
 		return p.mapping(v, field, func(key, val *yaml.Node, f string) error {
 			return p.override(l, key, val, f, true)

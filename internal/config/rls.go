@@ -198,6 +198,10 @@ func (p *parser) rlsConfig(s *Set, ds []*rls.Domain, at *yaml.Node, field string
 			return p.errorf(at, field, "a rate_limit names the limit %q, which the file does not define", name)
 		case l.Bucket.Algorithm == bucket.Concurrency:
 			return p.errorf(at, field, "a rate_limit names the limit %q, a concurrency limit, which takes leases and cannot decide a descriptor", name)
+		case len(l.More) > 0:
+			return p.errorf(at, field, "a rate_limit names the limit %q, a list of limits, which cannot decide a descriptor: give each descriptor one limit", name)
+		case l.Overrides.Len() > 0:
+			return p.errorf(at, field, "a rate_limit names the limit %q, which has overrides: a descriptor's bucket has no request key for them to match", name)
 		}
 	}
 	s.rls = c

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -24,6 +26,9 @@ func TestParse_rlsErrors(t *testing.T) {
 		{"limits:\n  c: \"concurrency:limit=2,lease=1s\"\nrls:\n  - domain: a\n    descriptors:\n      - key: k\n        rate_limit:\n          limit: c\n", "a concurrency limit"},
 		{"limits:\n  w: \"fixed_window:limit=2,window=1s\"\nrls:\n  - domain: a\n    descriptors:\n      - key: k\n        rate_limit:\n          limit: w\n          unit: second\n", "not both"},
 		{"domain: a\ndescriptors:\n  - key: k\n    share_threshold: true\n", "share_threshold applies to a wildcard value only"},
+		// A list would decide only its first limit, an override would never match.
+		{"limits:\n  l: [\"fixed_window:limit=2,window=1s\", \"quota:limit=5,period=day\"]\nrls:\n  - domain: a\n    descriptors:\n      - key: k\n        rate_limit:\n          limit: l\n", "a list of limits, which cannot decide a descriptor"},
+		{"limits:\n  o:\n    limit: \"fixed_window:limit=2,window=1s\"\n    overrides: {\"k*\": \"fixed_window:limit=9,window=1s\"}\nrls:\n  - domain: a\n    descriptors:\n      - key: k\n        rate_limit:\n          limit: o\n", "which has overrides"},
 	}
 	for _, tc := range cases {
 		_, err := Parse("f.yaml", []byte(tc.text))
@@ -58,5 +63,21 @@ func TestParse_rls(t *testing.T) {
 	kept, _ := next.keep(s)
 	if kept.RLS() != next.RLS() || kept.Len() != 2 {
 		t.Errorf("a reload keeping limits: %d limits, domains %p, want %p", kept.Len(), kept.RLS(), next.RLS())
+	}
+}
+
+// An override of a limit that decides descriptors is refused in the
+// overrides file too, which sluice override set checks before writing.
+func TestOverridesFile_rlsLimit(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sluice.yaml")
+	text := "limits:\n  w: \"fixed_window:limit=2,window=1s\"\nrls:\n  - domain: a\n    descriptors:\n      - key: k\n        rate_limit:\n          limit: w\n"
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := SetOverride(path, "w", "k*", "fixed_window:limit=9,window=1s"); err == nil || !strings.Contains(err.Error(), "a rate_limit of the rls section names this limit") {
+		t.Errorf("override of a descriptor's limit: %v", err)
+	}
+	if _, err := os.Stat(OverridesPath(path)); err == nil {
+		t.Error("the refused override was written")
 	}
 }

@@ -70,7 +70,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstHistogram(d, n, sum, b, labels...)
 	}
 
-	limits := *r.limits.Load()
+	limits := r.limits.load()
 	names := make([]string, 0, len(limits))
 	for name := range limits {
 		names = append(names, name)
@@ -111,7 +111,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descKept, float64(r.kept.Load()))
 	// The counter table, with the connections and peers denied the
 	// Recorder counted.
-	snap := Snapshot{Server: ServerStats{Conns: r.conns.Load(), PeersDenied: int64(r.peersDenied.Load())}}
+	snap := Snapshot{Server: ServerStats{Conns: r.conns.Load(), PeersDenied: int64(r.peersDenied.Load())}, Overrides: r.Overrides()}
 	table := r.table.Load()
 	if table != nil {
 		snap.Table = (*table)()

@@ -12,6 +12,9 @@ type Snapshot struct {
 	Table  TableStats
 	Server ServerStats
 	Global *GlobalStats // nil without global limits
+	// Overrides are the overrides' counts, nil without metrics (the
+	// Recorder counts them).
+	Overrides *Overrides
 }
 
 // ServerStats are the server's counters of connections and requests.
@@ -37,9 +40,10 @@ const (
 type source uint8
 
 const (
-	fromTable  source = iota // present once the table is known
-	fromServer               // a scrape reads the Recorder's own connections and peers denied
-	fromGlobal               // present with global limits
+	fromTable     source = iota // present once the table is known
+	fromServer                  // a scrape reads the Recorder's own connections and peers denied
+	fromGlobal                  // present with global limits
+	fromOverrides               // present with metrics
 )
 
 // Counter is one row of Counters.
@@ -52,8 +56,12 @@ type Counter struct {
 	Label   [2]string
 	Gauge   bool
 	Help    string // Prometheus help; rows of one metric spell it once
-	src     source
-	value   func(*Snapshot) uint64
+	// Labels, for a row of series: the labels of its Prometheus series,
+	// which series gives, value being their sum (what STATS and INFO show).
+	Labels []string
+	series func(s *Snapshot, emit func(v uint64, labels ...string))
+	src    source
+	value  func(*Snapshot) uint64
 }
 
 // tableRow, serverRow and globalRow make a row of c reading f of its part
@@ -70,6 +78,19 @@ func serverRow(c Counter, f func(t *ServerStats) int64) Counter {
 
 func globalRow(c Counter, f func(t *GlobalStats) uint64) Counter {
 	c.src, c.value = fromGlobal, func(s *Snapshot) uint64 { return f(s.Global) }
+	return c
+}
+
+// overrideRow makes a row of c reading the overrides' counts: series
+// gives each series, value their sum.
+func overrideRow(c Counter, series func(o *Overrides, emit func(v uint64, labels ...string))) Counter {
+	c.src = fromOverrides
+	c.series = func(s *Snapshot, emit func(v uint64, labels ...string)) { series(s.Overrides, emit) }
+	c.value = func(s *Snapshot) uint64 {
+		var sum uint64
+		series(s.Overrides, func(v uint64, _ ...string) { sum += v })
+		return sum
+	}
 	return c
 }
 
@@ -167,6 +188,23 @@ var Counters = []Counter{
 		Help: "Sidecars sharing this Redis, as last counted: the default outage share of a limit is 1/hosts."}, func(g *GlobalStats) uint64 { return uint64(g.Hosts) }),
 	globalRow(Counter{Name: "lease_tokens_recovered", In: InStats | InProm, Prom: "sluice_global_lease_tokens_recovered_total",
 		Help: "Unused tokens of the leases a killed sidecar held, returned to Redis from its lease journal at start."}, func(g *GlobalStats) uint64 { return g.LeaseRecovered }),
+
+	overrideRow(Counter{Name: "overrides", In: InStats | InProm, Gauge: true, Labels: []string{"limit"},
+		Help: "Overrides of a named limit in the config in force, by limit."},
+		func(o *Overrides, emit func(uint64, ...string)) {
+			for _, l := range o.Limits {
+				emit(uint64(l.N), l.Limit)
+			}
+		}),
+	overrideRow(Counter{Name: "override_decisions", In: InStats | InProm, Labels: []string{"limit", "override", "outcome"},
+		Help: "Decisions made under an override of a named limit, by limit, override (its key or key pattern as the config writes it, never a request's key) and outcome."},
+		func(o *Overrides, emit func(uint64, ...string)) {
+			for _, d := range o.Decisions {
+				for out, v := range d.Decisions {
+					emit(v, d.Limit, d.Override, Outcome(out).String())
+				}
+			}
+		}),
 }
 
 // InfoName is the counter's INFO field.
@@ -193,10 +231,21 @@ func (c *Counter) PromName() string {
 func (s *Snapshot) Stats(f func(name string, v uint64)) {
 	for i := range Counters {
 		c := &Counters[i]
-		if c.In&InStats != 0 && (c.src != fromGlobal || s.Global != nil) {
+		if c.In&InStats != 0 && s.has(c.src) {
 			f(c.Name, c.value(s))
 		}
 	}
+}
+
+// has reports whether s has the part src (its table is always there).
+func (s *Snapshot) has(src source) bool {
+	switch src {
+	case fromGlobal:
+		return s.Global != nil
+	case fromOverrides:
+		return s.Overrides != nil
+	}
+	return true
 }
 
 // Info calls f with the INFO field and value of each row of section, in
@@ -230,7 +279,7 @@ var promDescs, promRowDescs = func() ([]*prometheus.Desc, []*prometheus.Desc) {
 			rows[i] = rows[j]
 			continue
 		}
-		var labels []string
+		labels := c.Labels
 		if c.Label[0] != "" {
 			labels = []string{c.Label[0]}
 		}
@@ -247,12 +296,18 @@ var promDescs, promRowDescs = func() ([]*prometheus.Desc, []*prometheus.Desc) {
 func collectCounters(ch chan<- prometheus.Metric, s *Snapshot, haveTable bool) {
 	for i := range Counters {
 		c := &Counters[i]
-		if c.In&InProm == 0 || (c.src == fromTable && !haveTable) || (c.src == fromGlobal && s.Global == nil) {
+		if c.In&InProm == 0 || (c.src == fromTable && !haveTable) || !s.has(c.src) {
 			continue
 		}
 		kind := prometheus.CounterValue
 		if c.Gauge {
 			kind = prometheus.GaugeValue
+		}
+		if c.series != nil {
+			c.series(s, func(v uint64, labels ...string) {
+				ch <- prometheus.MustNewConstMetric(promRowDescs[i], kind, float64(v), labels...)
+			})
+			continue
 		}
 		var labels []string
 		if c.Label[0] != "" {

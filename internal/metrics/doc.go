@@ -12,7 +12,9 @@
 // docs/metrics.md lists every metric with its labels and meaning. Label
 // values are bounded: limit is a name from the config file, or "spec" for
 // a request that brought an inline spec (SpecLimit), so a caller cannot
-// create series; algorithm, outcome and protocol are small enums.
+// create series; override is an override's key or pattern as the config
+// writes it, never a request's key, at most MaxOverrides per limit;
+// algorithm, outcome and protocol are small enums.
 //
 // # Adding a metric
 //

@@ -327,11 +327,26 @@ func TestRecorder_boundedLimits(t *testing.T) {
 	for i := range 40 {
 		r.Limit("l" + strconv.Itoa(i))
 	}
-	if n := len(*r.limits.Load()); n != 31 {
+	if n := len(r.limits.load()); n != 31 {
 		t.Fatalf("%d limit labels, want 31", n)
 	}
 	if r.Limit("new") != r.Limit(OtherLimit) {
 		t.Fatal("a name beyond MaxLimits is not counted as other")
+	}
+}
+
+// Ensure an override label per pattern: more than MaxOverrides patterns of
+// one limit fold into "other", and a pattern keeps its counters.
+func TestRecorder_boundedOverrides(t *testing.T) {
+	l := New().Limit("api")
+	for i := range MaxOverrides + 10 {
+		l.Override("tenant:" + strconv.Itoa(i) + "*")
+	}
+	if n := len(l.over.m.load()); n != MaxOverrides+1 {
+		t.Fatalf("%d override labels, want %d", n, MaxOverrides+1)
+	}
+	if l.Override("tenant:new*") != l.Override(OtherOverride) || l.Override("tenant:0*") == l.Override(OtherOverride) {
+		t.Fatal("a pattern beyond MaxOverrides is not counted as other, or one before is")
 	}
 }
 

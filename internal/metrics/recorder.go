@@ -1,7 +1,6 @@
 package metrics
 
 import (
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -58,6 +57,7 @@ type Limit struct {
 	name      string
 	decisions [numAlgorithms][numOutcomes]atomic.Uint64
 	shadow    atomic.Uint64 // denials a shadow limit turned into allows
+	over      overrides     // its overrides' counters
 }
 
 // Decision counts a decision of algorithm alg with outcome o.
@@ -92,9 +92,8 @@ type TableStats struct {
 // Recorder holds the sidecar's counters. Make it with New; the zero value
 // is not usable.
 type Recorder struct {
-	limits    atomic.Pointer[map[string]*Limit] // copy on write
-	mu        sync.Mutex                        // serialises writers of limits
-	maxLimits int                               // MaxLimits; tests lower it
+	limits    cowMap[Limit] // by label
+	maxLimits int           // MaxLimits; tests lower it
 
 	decisionDur [numAlgorithms]histogram // by algorithm
 	requestDur  [numProtocols]histogram  // by protocol
@@ -114,8 +113,6 @@ type Recorder struct {
 // New returns a Recorder with no counts.
 func New() *Recorder {
 	r := &Recorder{maxLimits: MaxLimits}
-	m := map[string]*Limit{}
-	r.limits.Store(&m)
 	for i := range r.decisionDur {
 		r.decisionDur[i].init(latencyBounds)
 	}
@@ -130,29 +127,7 @@ func New() *Recorder {
 // Limit returns the counters of the limit label name (a config name, or
 // SpecLimit), creating them on first use.
 func (r *Recorder) Limit(name string) *Limit {
-	if l, ok := (*r.limits.Load())[name]; ok {
-		return l
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	old := *r.limits.Load()
-	if l, ok := old[name]; ok {
-		return l
-	}
-	if len(old) >= r.maxLimits {
-		if l, ok := old[OtherLimit]; ok {
-			return l
-		}
-		name = OtherLimit
-	}
-	m := make(map[string]*Limit, len(old)+1)
-	for k, v := range old {
-		m[k] = v
-	}
-	l := &Limit{name: name}
-	m[name] = l
-	r.limits.Store(&m)
-	return l
+	return r.limits.get(name, OtherLimit, r.maxLimits, func(label string) *Limit { return &Limit{name: label} })
 }
 
 // Decision counts a decision under the limit label limit, of algorithm

@@ -92,8 +92,7 @@ func status(it *Item, r *Result, now int64) *rlspb.RateLimitResponse_DescriptorS
 		st.CurrentLimit = rate(it, it.Per)
 		return st
 	}
-	n, period := perPeriod(l)
-	u, mult, per := unitOf(n, period)
+	u, mult, per := rateOf(l)
 	st.CurrentLimit = &rlspb.RateLimitResponse_RateLimit{Name: r.Name, RequestsPerUnit: per, Unit: u}
 	if it.Rule.Name != "" {
 		st.CurrentLimit.Name = it.Rule.Name
@@ -114,6 +113,23 @@ func rate(it *Item, per uint32) *rlspb.RateLimitResponse_RateLimit {
 		rl.UnitMultiplier = wrapperspb.UInt32(uint32(it.Mult))
 	}
 	return rl
+}
+
+// quotaUnits are the units of a quota's calendar periods.
+var quotaUnits = map[bucket.CalendarUnit]Unit{
+	bucket.CalDay: rlspb.RateLimitResponse_RateLimit_DAY, bucket.CalWeek: rlspb.RateLimitResponse_RateLimit_WEEK,
+	bucket.CalMonth: rlspb.RateLimitResponse_RateLimit_MONTH, bucket.CalYear: rlspb.RateLimitResponse_RateLimit_YEAR,
+}
+
+// rateOf is a named limit's rate as a unit, a multiplier and the requests
+// per that many units: a quota's limit per its calendar period (a month is
+// MONTH, whatever its length), another limit's as perPeriod and unitOf
+// say.
+func rateOf(l *bucket.Limit) (Unit, uint32, uint32) {
+	if u, ok := quotaUnits[l.Calendar]; ok && l.Algorithm == bucket.Quota {
+		return u, uint32(min(max(l.Every, 1), math.MaxUint32)), uint32(min(l.Max, math.MaxUint32))
+	}
+	return unitOf(perPeriod(l))
 }
 
 // perPeriod is a limit's rate as requests per period (ns): a window's

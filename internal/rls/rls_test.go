@@ -160,6 +160,35 @@ func TestUnitOf(t *testing.T) {
 	}
 }
 
+// Ensure a quota's rate is its limit per its calendar period, a month
+// being MONTH whatever its length (its window is none: it was "per 0
+// weeks").
+func TestRateOf_quota(t *testing.T) {
+	for _, tc := range []struct {
+		cal  bucket.CalendarUnit
+		n    int64
+		unit Unit
+	}{
+		{bucket.CalDay, 1, rlspb.RateLimitResponse_RateLimit_DAY},
+		{bucket.CalWeek, 2, rlspb.RateLimitResponse_RateLimit_WEEK},
+		{bucket.CalMonth, 1, rlspb.RateLimitResponse_RateLimit_MONTH},
+		{bucket.CalMonth, 3, rlspb.RateLimitResponse_RateLimit_MONTH},
+		{bucket.CalYear, 1, rlspb.RateLimitResponse_RateLimit_YEAR},
+	} {
+		l := bucket.Limit{Algorithm: bucket.Quota, Max: 100, Calendar: tc.cal, Every: tc.n}
+		if err := l.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		if u, mult, per := rateOf(&l); u != tc.unit || int64(mult) != tc.n || per != 100 {
+			t.Errorf("%d %v: %v x%d, %d; want %v x%d, 100", tc.n, tc.cal, u, mult, per, tc.unit, tc.n)
+		}
+	}
+	tb := bucket.Limit{Algorithm: bucket.TokenBucket, Max: 10, RefillTime: 3600e9, RefillAmount: 10}
+	if u, mult, per := rateOf(&tb); u != rlspb.RateLimitResponse_RateLimit_HOUR || mult != 1 || per != 10 {
+		t.Errorf("a token bucket: %v x%d, %d", u, mult, per)
+	}
+}
+
 // Ensure a shared wildcard's pattern, one byte longer than the value it
 // matched, cannot make a key longer than the engine takes: the request
 // is invalid, not an internal error.

@@ -62,6 +62,9 @@ func (s *server) snapshot(withGlobal bool) metrics.Snapshot {
 		gs := g.stats()
 		snap.Global = &gs
 	}
+	if s.rec != nil {
+		snap.Overrides = s.rec.Overrides()
+	}
 	return snap
 }
 

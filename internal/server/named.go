@@ -36,6 +36,9 @@ type namedLimit struct {
 	cfg     *config.Limit
 	parts   []engine.Limit // its limits: one, or a list's (listOp)
 	metrics *metrics.Limit // nil without metrics
+	// override counts the decisions of an override (its key or pattern)
+	// besides its limit's; nil for a limit itself, or without metrics.
+	override *metrics.Override
 	// over are its overrides, by their config entry; nil if none.
 	over map[*config.Limit]*namedLimit
 }
@@ -45,6 +48,13 @@ func newNamedLimit(l *config.Limit, m *metrics.Limit) *namedLimit {
 	nl := &namedLimit{cfg: l, metrics: m}
 	for _, p := range l.Parts() {
 		nl.parts = append(nl.parts, p.Engine)
+	}
+	if m != nil {
+		if l.Pattern != "" {
+			nl.override = m.Override(l.Pattern)
+		} else {
+			m.SetOverrides(l.Overrides.Len())
+		}
 	}
 	for _, o := range l.Overrides.All() {
 		if nl.over == nil {
@@ -145,6 +155,9 @@ func (s *server) record(nl *namedLimit, alg bucket.Algorithm, allowed, shadowed 
 	l := s.specMetrics
 	if nl != nil {
 		l = nl.metrics
+		if nl.override != nil {
+			nl.override.Decision(o)
+		}
 	}
 	l.Decision(alg, o)
 	if !start.IsZero() {
@@ -173,6 +186,9 @@ func (s *server) recordError(nl *namedLimit, l *engine.Limit, err error) {
 	m := s.specMetrics
 	if nl != nil {
 		m = nl.metrics
+		if nl.override != nil {
+			nl.override.Decision(o)
+		}
 	}
 	m.Decision(l.Bucket().Algorithm, o)
 }

@@ -86,16 +86,7 @@ func TestNamed_limitsShadowAndMetrics(t *testing.T) {
 	if r := c.acquire("x", proto.Named("nope"), 1, 0); r.Status != proto.StatusInvalidLimit || !strings.Contains(string(r.Message), "nope") {
 		t.Errorf("unknown name: %+v", r)
 	}
-	stats := c.do(proto.AppendStats)
-	got := map[string]uint64{}
-	for b := stats.Stats; len(b) > 0; {
-		name, v, rest, err := proto.NextStat(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got[string(name)] = v
-		b = rest
-	}
+	got := statsOf(t, c.do(proto.AppendStats).Stats)
 	if got["shadow_denied"] != 3 {
 		t.Errorf("STATS shadow_denied = %d, want 3", got["shadow_denied"])
 	}
@@ -124,14 +115,101 @@ func TestNamed_limitsShadowAndMetrics(t *testing.T) {
 	if !strings.Contains(body, "sluice_probe_length_count ") {
 		t.Error("metrics lack sluice_probe_length")
 	}
+	promtoolCheck(t, w.Body.Bytes())
+}
+
+// promtoolCheck checks an exposition with promtool.
+func promtoolCheck(t *testing.T, body []byte) {
+	t.Helper()
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
 		t.Fatal("promtool is required (apt-get install prometheus; .ci/run installs it)")
 	}
 	cmd := exec.Command(promtool, "check", "metrics")
-	cmd.Stdin = bytes.NewReader(w.Body.Bytes())
+	cmd.Stdin = bytes.NewReader(body)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Errorf("promtool check metrics: %v\n%s", err, out)
+	}
+}
+
+// statsOf decodes a STATS result.
+func statsOf(t *testing.T, b []byte) map[string]uint64 {
+	t.Helper()
+	got := map[string]uint64{}
+	for len(b) > 0 {
+		name, v, rest, err := proto.NextStat(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[string(name)] = v
+		b = rest
+	}
+	return got
+}
+
+// Decisions are counted by the override that made them, under its
+// pattern (never the request's key), in STATS (the sums) and the metrics,
+// which promtool accepts; a reload keeps the counts and updates how many
+// overrides a limit has.
+func TestNamed_overrideMetrics(t *testing.T) {
+	const text = `limits:
+  api:
+    limit: "gcra:burst=0,count=1,period=1h"
+    overrides:
+      "tenant:acme": "gcra:burst=2,count=1,period=1h"
+      "tenant:*:admin": "gcra:burst=1,count=1,period=1h"
+      "tenant:*": "gcra:burst=0,count=1,period=1h"
+`
+	sc, w, rec := startNamed(t, text)
+	c := dial(t, sc)
+	for _, key := range []string{"tenant:acme", "tenant:acme", "tenant:acme", "tenant:acme", "tenant:a:admin", "tenant:b:admin", "tenant:b:admin", "tenant:c", "user"} {
+		if r := c.acquire(key, proto.Named("api"), 1, 0); r.Status != proto.StatusOK {
+			t.Fatalf("%s: %+v", key, r)
+		}
+	}
+	got := statsOf(t, c.do(proto.AppendStats).Stats)
+	if got["overrides"] != 3 || got["override_decisions"] != 8 {
+		t.Errorf("STATS overrides %d, override_decisions %d, want 3 and 8", got["overrides"], got["override_decisions"])
+	}
+	scrape := func() string {
+		rw := httptest.NewRecorder()
+		rec.Handler().ServeHTTP(rw, httptest.NewRequest("GET", "/metrics", nil))
+		promtoolCheck(t, rw.Body.Bytes())
+		return rw.Body.String()
+	}
+	body := scrape()
+	for _, want := range []string{
+		`sluice_overrides{limit="api"} 3`,
+		`sluice_override_decisions_total{limit="api",outcome="allowed",override="tenant:acme"} 3`,
+		`sluice_override_decisions_total{limit="api",outcome="denied",override="tenant:acme"} 1`,
+		`sluice_override_decisions_total{limit="api",outcome="allowed",override="tenant:*:admin"} 3`,
+		`sluice_override_decisions_total{limit="api",outcome="allowed",override="tenant:*"} 1`,
+		`sluice_decisions_total{algorithm="gcra",limit="api",outcome="allowed"} 8`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	if strings.Contains(body, `override="tenant:a:admin"`) || strings.Contains(body, `override="user"`) {
+		t.Error("a request's key is a label")
+	}
+	if err := os.WriteFile(w.Path, []byte(strings.Replace(text, `      "tenant:*": "gcra:burst=0,count=1,period=1h"`+"\n", "", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Reload(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if r := c.acquire("tenant:acme", proto.Named("api"), 1, 0); r.Status != proto.StatusOK {
+		t.Fatal(r)
+	}
+	body = scrape()
+	for _, want := range []string{
+		`sluice_overrides{limit="api"} 2`,
+		`sluice_override_decisions_total{limit="api",outcome="denied",override="tenant:acme"} 2`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("after the reload, metrics lack %s", want)
+		}
 	}
 }
 

@@ -1,6 +1,7 @@
 package sluice
 
 import (
+	"fmt"
 	"log/slog"
 	"math"
 	"math/bits"
@@ -14,8 +15,11 @@ import (
 
 // The HTTP header fields the middleware sets. RateLimit-Policy and RateLimit
 // follow draft-ietf-httpapi-ratelimit-headers-11 (May 2026; the field syntax
-// is unchanged since -08): each is a Structured Fields list (RFC 9651) of one
-// item, the policy's name as a String with Integer parameters:
+// is unchanged since -08): each is a Structured Fields list (RFC 9651) of
+// items, each a policy's name as a String with Integer parameters (one
+// item, or, for a request decided under several policies, WithPolicy,
+// RateLimit-Policy lists each and RateLimit names the closest to its
+// limit):
 //
 //	RateLimit-Policy: "default";q=10;w=3600   q: the quota; w: its window, seconds
 //	RateLimit: "default";r=9;t=360            r: the quota left; t: seconds, see below
@@ -75,6 +79,22 @@ type middleware struct {
 	ban     http.Handler // WithShadowBan: answers shadow-denied requests
 	lease   bool         // a concurrency limit, or WithLease: requests lease a slot
 	log     failureLog   // the requests whose decision failed
+	also    []Policy     // WithPolicy: the other limits, decided with l (their Decision unused)
+}
+
+// WithPolicy decides every request under l too, all or nothing with the
+// middleware's limit and the other WithPolicy limits (Client.Multi: one
+// item each, on the request's key, at its cost): a request passes only if
+// each allows it, and then each consumes. Its RateLimit fields describe
+// every policy (SetRateLimitHeadersOf): RateLimit-Policy lists them, the
+// middleware's own first (named by WithPolicyName), and RateLimit names
+// the one closest to its limit. name names l's policy; give each a
+// different name. A request under several policies cannot lease a slot
+// nor be shadowed (a MULTI has neither): Middleware panics if WithPolicy
+// meets a concurrency limit, WithLease or WithShadow, or makes more than
+// proto.MaxMulti policies.
+func WithPolicy(name string, l Limit) MiddlewareOption {
+	return func(m *middleware) { m.also = append(m.also, Policy{Name: name, Limit: l}) }
 }
 
 // WithLease makes every request hold a slot of the limit, a concurrency
@@ -141,6 +161,9 @@ func Middleware(c *Client, l Limit, key func(*http.Request) (string, bool), opts
 	if m.onError == nil {
 		m.onError = defaultOnError
 	}
+	if len(m.also) > 0 && (m.lease || m.shadow || l.Algorithm == proto.Concurrency || len(m.also) >= proto.MaxMulti) {
+		panic(fmt.Sprintf("sluice.WithPolicy: several policies are decided as one MULTI of at most %d, which cannot lease a slot (a concurrency limit, WithLease) or be shadowed (WithShadow)", proto.MaxMulti))
+	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			k, ok := m.key(r)
@@ -157,18 +180,27 @@ func Middleware(c *Client, l Limit, key func(*http.Request) (string, bool), opts
 				cost = m.cost(r)
 			}
 			var d Decision
+			var ps []Policy
 			var err error
-			if m.shadow {
+			switch {
+			case len(m.also) > 0:
+				d, ps, err = m.acquireAll(r, k, cost)
+			case m.shadow:
 				d, err = m.c.Acquire(r.Context(), m.l, k, cost, Shadow())
-			} else {
+			default:
 				d, err = m.c.Acquire(r.Context(), m.l, k, cost)
 			}
 			if err != nil {
 				if d, ok = m.failed(w, r, err); !ok {
 					return
 				}
+				ps = nil
 			}
-			SetRateLimitHeaders(w.Header(), m.name, m.l, d)
+			if ps != nil {
+				SetRateLimitHeadersOf(w.Header(), ps)
+			} else {
+				SetRateLimitHeaders(w.Header(), m.name, m.l, d)
+			}
 			if !d.Allowed {
 				m.denied.ServeHTTP(w, r)
 				return
@@ -192,6 +224,38 @@ func Middleware(c *Client, l Limit, key func(*http.Request) (string, bool), opts
 			next.ServeHTTP(w, r)
 		})
 	}
+}
+
+// acquireAll decides a request of key k and cost under the middleware's
+// limit and its WithPolicy limits, all or nothing: each policy's decision,
+// and the request's (allowed iff each allows; otherwise the closest
+// policy's, with the longest pacer delay of them).
+func (m *middleware) acquireAll(r *http.Request, k string, cost int64) (Decision, []Policy, error) {
+	items := make([]Item, 0, 1+len(m.also))
+	items = append(items, Item{Limit: m.l, Key: k, Cost: cost})
+	for _, p := range m.also {
+		items = append(items, Item{Limit: p.Limit, Key: k, Cost: cost})
+	}
+	allowed, ds, err := m.c.Multi(r.Context(), items)
+	if err != nil {
+		return Decision{}, nil, err
+	}
+	ps := make([]Policy, len(ds))
+	for i := range ds {
+		ps[i] = Policy{Name: m.name, Limit: m.l, Decision: ds[i]}
+		if i > 0 {
+			ps[i].Name, ps[i].Limit = m.also[i-1].Name, m.also[i-1].Limit
+		}
+	}
+	d := ds[closest(ps)]
+	d.Allowed = allowed
+	for i := range ds {
+		d.Delay = max(d.Delay, ds[i].Delay)
+	}
+	if !allowed {
+		d.Delay = 0
+	}
+	return d, ps, nil
 }
 
 // serveLeased serves a request under a concurrency limit: it leases a slot
@@ -410,4 +474,94 @@ func sfString(s string) string {
 	}
 	b.WriteByte('"')
 	return b.String()
+}
+
+// A Policy is one of several limits a request is decided under together,
+// all or nothing (WithPolicy, Client.Multi): the policy's name in the
+// RateLimit fields, its limit, and its decision of the request.
+type Policy struct {
+	Name     string
+	Limit    Limit
+	Decision Decision
+}
+
+// RateLimitFieldsOf returns the values of the RateLimit-Policy and
+// RateLimit fields for a request decided under several policies at once
+// (draft-ietf-httpapi-ratelimit-headers-11: each field is a list, and a
+// server may describe several policies). RateLimit-Policy lists every
+// policy, in the order of ps, each as RateLimitFields writes it;
+// RateLimit names one, the policy closest to its limit, whose numbers bind
+// the client: if any denied the request, the denied one that allows last
+// (the largest RetryAfter, one that never allows counting as the largest),
+// else the one with the least Remaining; the first of equals. That is the
+// limit a sidecar reports for a named limit that lists several. ps must
+// not be empty.
+func RateLimitFieldsOf(ps []Policy) (policy, ratelimit string) {
+	var b strings.Builder
+	for i := range ps {
+		p, _ := RateLimitFields(ps[i].Name, ps[i].Limit, ps[i].Decision)
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(p)
+	}
+	c := &ps[closest(ps)]
+	_, ratelimit = RateLimitFields(c.Name, c.Limit, c.Decision)
+	return b.String(), ratelimit
+}
+
+// SetRateLimitHeadersOf sets the header fields of a request decided under
+// several policies: RateLimit-Policy and RateLimit (RateLimitFieldsOf),
+// and Retry-After, the closest policy's, as SetRateLimitHeaders sets it
+// for that policy alone (the request passes when it does: every other
+// denied policy allows sooner). If a decision is Degraded only Retry-After
+// is set, from the first degraded decision. The Python client's
+// sluice.headers.response_headers_of gives the same fields (the vectors'
+// "several").
+func SetRateLimitHeadersOf(h http.Header, ps []Policy) {
+	for i := range ps {
+		if ps[i].Decision.Degraded {
+			SetRateLimitHeaders(h, ps[i].Name, ps[i].Limit, ps[i].Decision)
+			return
+		}
+	}
+	c := &ps[closest(ps)]
+	d := c.Decision
+	if !d.Allowed && d.RetryAfter > 0 && !isConcurrency(c.Limit) {
+		h.Set(HeaderRetryAfter, strconv.FormatInt(RetryAfterSeconds(d), 10))
+	}
+	policy, rl := RateLimitFieldsOf(ps)
+	h.Set(HeaderRateLimitPolicy, policy)
+	h.Set(HeaderRateLimit, rl)
+}
+
+// closest returns the index of the policy closest to its limit (see
+// RateLimitFieldsOf).
+func closest(ps []Policy) int {
+	which := 0
+	for i := 1; i < len(ps); i++ {
+		a, b := &ps[i].Decision, &ps[which].Decision
+		switch {
+		case a.Allowed != b.Allowed:
+			if !a.Allowed {
+				which = i
+			}
+		case !a.Allowed:
+			if retryRank(a.RetryAfter) > retryRank(b.RetryAfter) {
+				which = i
+			}
+		case a.Remaining < b.Remaining:
+			which = i
+		}
+	}
+	return which
+}
+
+// retryRank orders denials by when they allow: a denial that never allows
+// (RetryAfter negative) last.
+func retryRank(d time.Duration) time.Duration {
+	if d < 0 {
+		return math.MaxInt64
+	}
+	return d
 }

@@ -2,6 +2,7 @@ package sluice_test
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/sluicehq/sluice/clients/go/sluice"
@@ -10,12 +11,18 @@ import (
 )
 
 // namedLimits is the config of the sidecars of the middleware tests: a
-// named limit of each kind.
+// named limit of each kind, a list, and a quota with overrides.
 const namedLimits = `limits:
   api:
     limit: "gcra:burst=1,count=1,period=1m"
   jobs:
     limit: "concurrency:limit=1,lease=1m"
+  login: ["token_bucket:max=5,refill_time=1m,refill_amount=5", "quota:limit=2,period=day"]
+  plan:
+    limit: "quota:limit=1,period=day"
+    overrides:
+      "path:/pl?n": "quota:limit=2,period=day"
+      "tenant:*:admin": ["gcra:burst=9,count=1,period=1h", "quota:limit=3,period=week"]
 `
 
 // startNamed runs a sidecar whose config defines namedLimits.
@@ -79,6 +86,12 @@ func TestMiddleware_everyAlgorithm(t *testing.T) {
 		{"api", nil, // a named limit: its window is in the sidecar's config
 			response{200, "", `"p";q=2`, `"p";r=1;t=60`},
 			response{429, "60", `"p";q=2`, `"p";r=0;t=60`}},
+		{"login", nil, // a list: its quota binds, and the bucket is fresh when both are
+			response{200, "", `"p";q=2`, `"p";r=1;t=6400`},
+			response{429, "6400", `"p";q=2`, `"p";r=0;t=6400`}},
+		{"plan", nil, // the override of the key path:/plan (the limit's own is 1 a day)
+			response{200, "", `"p";q=2`, `"p";r=1;t=6400`},
+			response{429, "6400", `"p";q=2`, `"p";r=0;t=6400`}},
 		{"concurrency:limit=1,lease=1m", nil,
 			response{200, "", `"p";q=1;qu="concurrent-requests"`, `"p";r=0`},
 			response{429, "", `"p";q=1;qu="concurrent-requests"`, `"p";r=0`}},
@@ -113,5 +126,50 @@ func TestMiddleware_everyAlgorithm(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A named list, a named quota and its overrides through the client's
+// every operation on a name: the override of the key decides, a list is
+// decided all or nothing, and what a list cannot do is a clear error.
+func TestClient_listsAndOverrides(t *testing.T) {
+	sc := startNamed(t)
+	c := dial(t, sc.cfg.SocketPath)
+	login, err := sluice.ParseLimit("login")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := sluice.ParseLimit("plan")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []bool{true, true, false} {
+		if d, err := c.Acquire(ctx(t), login, "alice", 1); err != nil || d.Allowed != want || d.Limit != 2 {
+			t.Fatalf("login %d: %+v %v", i, d, err)
+		}
+	}
+	if d, err := c.Refund(ctx(t), login, "alice", 1); err != nil || d.Remaining != 1 {
+		t.Errorf("refund: %+v %v", d, err)
+	}
+	if existed, err := c.Reset(ctx(t), login, "alice"); err != nil || !existed {
+		t.Errorf("reset: %v %v", existed, err)
+	}
+	if d, err := c.Peek(ctx(t), login, "alice"); err != nil || d.Remaining != 2 {
+		t.Errorf("peek after the reset: %+v %v", d, err)
+	}
+	if _, _, err := c.Multi(ctx(t), []sluice.Item{{Limit: login, Key: "alice", Cost: 1}}); err == nil || !strings.Contains(err.Error(), "cannot name a list") {
+		t.Errorf("a MULTI item naming a list: %v", err)
+	}
+	if _, err := c.Lease(ctx(t), login, "alice"); err == nil || !strings.Contains(err.Error(), "cannot be leased") {
+		t.Errorf("a lease of a list: %v", err)
+	}
+	for key, limit := range map[string]int64{"someone": 1, "path:/plan": 2, "path:/plain": 1, "tenant:acme:admin": 3} {
+		if d, err := c.Peek(ctx(t), plan, key); err != nil || d.Limit != limit {
+			t.Errorf("plan, key %s: %+v %v, want limit %d", key, d, err, limit)
+		}
+	}
+	allowed, ds, err := c.Multi(ctx(t), []sluice.Item{{Limit: plan, Key: "path:/plan", Cost: 2}, {Limit: plan, Key: "someone", Cost: 1}})
+	if err != nil || !allowed || ds[0].Limit != 2 || ds[0].Remaining != 0 || ds[1].Remaining != 0 {
+		t.Errorf("a MULTI under the overrides: %v %+v %v", allowed, ds, err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -85,60 +86,96 @@ func TestMiddleware(t *testing.T) {
 // headerVector is one of the shared header vectors: a limit and a
 // decision, and the fields both clients set for them.
 type headerVector struct {
+	Name     string            `json:"name"`
+	Limit    string            `json:"limit"`
+	Policy   string            `json:"policy"`
+	Decision vectorDecision    `json:"decision"`
+	Headers  map[string]string `json:"headers"`
+}
+
+// vectorDecision is a decision of the shared header vectors.
+type vectorDecision struct {
+	Allowed      bool  `json:"allowed"`
+	Remaining    int64 `json:"remaining"`
+	Limit        int64 `json:"limit"`
+	RetryAfterNs int64 `json:"retry_after_ns"`
+	ResetAfterNs int64 `json:"reset_after_ns"`
+	DelayNs      int64 `json:"delay_ns"`
+	Degraded     bool  `json:"degraded"`
+	ShadowDenied bool  `json:"shadow_denied"`
+}
+
+func (w vectorDecision) decision() sluice.Decision {
+	return sluice.Decision{Allowed: w.Allowed, Remaining: w.Remaining, Limit: w.Limit,
+		RetryAfter: time.Duration(w.RetryAfterNs), ResetAfter: time.Duration(w.ResetAfterNs),
+		Delay: time.Duration(w.DelayNs), Degraded: w.Degraded, ShadowDenied: w.ShadowDenied}
+}
+
+// severalVector is one of the shared vectors of a request decided under
+// several policies.
+type severalVector struct {
 	Name     string `json:"name"`
-	Limit    string `json:"limit"`
-	Policy   string `json:"policy"`
-	Decision struct {
-		Allowed      bool  `json:"allowed"`
-		Remaining    int64 `json:"remaining"`
-		Limit        int64 `json:"limit"`
-		RetryAfterNs int64 `json:"retry_after_ns"`
-		ResetAfterNs int64 `json:"reset_after_ns"`
-		DelayNs      int64 `json:"delay_ns"`
-		Degraded     bool  `json:"degraded"`
-		ShadowDenied bool  `json:"shadow_denied"`
-	} `json:"decision"`
+	Policies []struct {
+		Limit    string         `json:"limit"`
+		Policy   string         `json:"policy"`
+		Decision vectorDecision `json:"decision"`
+	} `json:"policies"`
 	Headers map[string]string `json:"headers"`
+}
+
+// headerFile reads the shared header vectors.
+func headerFile(t *testing.T) (vs []headerVector, several []severalVector) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "testdata", "ratelimit-headers.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file struct {
+		Vectors []headerVector  `json:"vectors"`
+		Several []severalVector `json:"several"`
+	}
+	if err := json.Unmarshal(b, &file); err != nil {
+		t.Fatal(err)
+	}
+	return file.Vectors, file.Several
+}
+
+// headersOf returns the fields of h, one value each.
+func headersOf(h http.Header) map[string]string {
+	got := map[string]string{}
+	for k := range h {
+		got[k] = h.Get(k)
+	}
+	return got
+}
+
+// canonical returns the vector's fields by their canonical names.
+func canonical(fields map[string]string) map[string]string {
+	want := map[string]string{}
+	for k, val := range fields {
+		want[http.CanonicalHeaderKey(k)] = val
+	}
+	return want
 }
 
 // The header fields of a decision are the ones the shared vectors say,
 // which the Python client's tests check too: both clients set the same
 // fields for the same limit and decision.
 func TestRateLimitFields_vectors(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("..", "..", "testdata", "ratelimit-headers.json"))
-	if err != nil {
-		t.Fatal(err)
+	vectors, _ := headerFile(t)
+	if len(vectors) < 20 {
+		t.Fatalf("%d vectors, want at least 20", len(vectors))
 	}
-	var file struct {
-		Vectors []headerVector `json:"vectors"`
-	}
-	if err := json.Unmarshal(b, &file); err != nil {
-		t.Fatal(err)
-	}
-	if len(file.Vectors) < 20 {
-		t.Fatalf("%d vectors, want at least 20", len(file.Vectors))
-	}
-	for _, v := range file.Vectors {
+	for _, v := range vectors {
 		l, err := sluice.ParseLimit(v.Limit)
 		if err != nil {
 			t.Errorf("%s: %v", v.Name, err)
 			continue
 		}
-		w := v.Decision
-		d := sluice.Decision{Allowed: w.Allowed, Remaining: w.Remaining, Limit: w.Limit,
-			RetryAfter: time.Duration(w.RetryAfterNs), ResetAfter: time.Duration(w.ResetAfterNs),
-			Delay: time.Duration(w.DelayNs), Degraded: w.Degraded, ShadowDenied: w.ShadowDenied}
+		d := v.Decision.decision()
 		h := http.Header{}
 		sluice.SetRateLimitHeaders(h, v.Policy, l, d)
-		got := map[string]string{}
-		for k := range h {
-			got[k] = h.Get(k)
-		}
-		want := map[string]string{}
-		for k, val := range v.Headers {
-			want[http.CanonicalHeaderKey(k)] = val
-		}
-		if !maps.Equal(got, want) {
+		if got, want := headersOf(h), canonical(v.Headers); !maps.Equal(got, want) {
 			t.Errorf("%s: %v\nwant %v", v.Name, got, want)
 		}
 		if !d.Degraded {
@@ -147,6 +184,78 @@ func TestRateLimitFields_vectors(t *testing.T) {
 				t.Errorf("%s: RateLimitFields %q %q", v.Name, policy, ratelimit)
 			}
 		}
+	}
+}
+
+// A request decided under several policies: RateLimit-Policy lists each,
+// RateLimit names the closest to its limit, as the shared vectors say.
+func TestRateLimitFieldsOf_vectors(t *testing.T) {
+	_, several := headerFile(t)
+	if len(several) < 5 {
+		t.Fatalf("%d vectors of several policies, want at least 5", len(several))
+	}
+	for _, v := range several {
+		var ps []sluice.Policy
+		for _, p := range v.Policies {
+			l, err := sluice.ParseLimit(p.Limit)
+			if err != nil {
+				t.Fatalf("%s: %v", v.Name, err)
+			}
+			ps = append(ps, sluice.Policy{Name: p.Policy, Limit: l, Decision: p.Decision.decision()})
+		}
+		h := http.Header{}
+		sluice.SetRateLimitHeadersOf(h, ps)
+		if got, want := headersOf(h), canonical(v.Headers); !maps.Equal(got, want) {
+			t.Errorf("%s: %v\nwant %v", v.Name, got, want)
+		}
+		if !ps[0].Decision.Degraded {
+			policy, ratelimit := sluice.RateLimitFieldsOf(ps)
+			if policy != v.Headers["RateLimit-Policy"] || ratelimit != v.Headers["RateLimit"] {
+				t.Errorf("%s: RateLimitFieldsOf %q %q", v.Name, policy, ratelimit)
+			}
+		}
+	}
+}
+
+// WithPolicy decides a request under several limits all or nothing, and
+// its fields describe each; the named limits of a config work as well.
+func TestMiddleware_policies(t *testing.T) {
+	sc := startSidecar(t)
+	c := dial(t, sc.cfg.SocketPath)
+	burst := sluice.TokenBucket(2, time.Hour, 2)
+	daily, err := sluice.ParseLimit("quota:limit=3,period=day")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var served int
+	h := sluice.Middleware(c, burst, byPath, sluice.WithPolicyName("burst"),
+		sluice.WithPolicy("daily", daily))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { served++ }))
+	res := serve(h, "/p")
+	if res.StatusCode != 200 || res.Header.Get("RateLimit-Policy") != `"burst";q=2;w=3600, "daily";q=3;w=86400` ||
+		!strings.HasPrefix(res.Header.Get("RateLimit"), `"burst";r=1;t=`) {
+		t.Fatalf("first: %d %v", res.StatusCode, res.Header)
+	}
+	serve(h, "/p")
+	res = serve(h, "/p") // the burst is empty: denied, and nothing consumed of the quota
+	if res.StatusCode != 429 || !strings.HasPrefix(res.Header.Get("RateLimit"), `"burst";r=0;t=`) || res.Header.Get("Retry-After") == "" || served != 2 {
+		t.Fatalf("third: %d %v, served %d", res.StatusCode, res.Header, served)
+	}
+	d, err := c.Peek(t.Context(), daily, "path:/p")
+	if err != nil || d.Remaining != 1 {
+		t.Errorf("the quota after a denied request: %+v %v, want 1 remaining", d, err)
+	}
+	for _, bad := range [][]sluice.MiddlewareOption{
+		{sluice.WithPolicy("d", daily), sluice.WithShadow()},
+		{sluice.WithPolicy("d", daily), sluice.WithLease()},
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Error("WithPolicy with a lease or a shadow did not panic")
+				}
+			}()
+			sluice.Middleware(c, burst, byPath, bad...)
+		}()
 	}
 }
 

@@ -10,14 +10,14 @@ import pytest
 from conftest import REPO
 
 from sluice import Concurrency, Decision, FixedWindow, GCRA, Lease, Limit, Named, Pacer, SlidingLog, TokenBucket
-from sluice import WindowCounters, policy, ratelimit_headers, response_headers, retry_after
+from sluice import WindowCounters, policy, ratelimit_headers, response_headers, response_headers_of, retry_after
 
 VECTORS = os.path.join(REPO, "clients", "testdata", "ratelimit-headers.json")
 
 
-def vectors() -> Any:
+def vectors(part: str = "vectors") -> Any:
     with open(VECTORS) as f:
-        return json.load(f)["vectors"]
+        return json.load(f)[part]
 
 
 def decision(d: Dict[str, Any]) -> Decision:
@@ -30,6 +30,17 @@ def decision(d: Dict[str, Any]) -> Decision:
 def test_vectors(v: Dict[str, Any]) -> None:
     got = dict(response_headers(decision(v["decision"]), Limit.parse(v["limit"]), v["policy"]))
     assert got == v["headers"]
+
+
+@pytest.mark.parametrize("v", vectors("several"), ids=lambda v: v["name"])
+def test_several_policies(v: Dict[str, Any]) -> None:
+    ps = [(p["policy"], Limit.parse(p["limit"]), decision(p["decision"])) for p in v["policies"]]
+    assert dict(response_headers_of(ps)) == v["headers"]
+
+
+def test_no_policies() -> None:
+    with pytest.raises(ValueError, match="no policies"):
+        response_headers_of([])
 
 
 def test_enough_vectors() -> None:

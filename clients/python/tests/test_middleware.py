@@ -496,3 +496,29 @@ def test_asgi_concurrency_shadow(sidecar: Sidecar) -> None:
             assert await client.release("ip:10.4.0.1", one, held)
 
     asyncio.run(asyncio.wait_for(main(), 20))
+
+
+def test_wsgi_and_asgi_policies(sidecar: Sidecar) -> None:
+    # Several policies, all or nothing: the headers list each and name the closest to its limit.
+    client = Client(sidecar.socket, on_unavailable="raise")
+    daily = "quota:limit=3,period=day"
+    app = WSGIMiddleware(wsgi_app, client, TokenBucket(2, 3600, 2), key=key, name="burst", policies=[("daily", daily)])
+    status, headers, _ = call_wsgi(app, "10.0.0.9")
+    assert status == "200 OK" and headers["ratelimit-policy"] == '"burst";q=2;w=3600, "daily";q=3;w=86400'
+    assert headers["ratelimit"].startswith('"burst";r=1;t=')
+    call_wsgi(app, "10.0.0.9")
+    status, headers, _ = call_wsgi(app, "10.0.0.9")
+    assert status == "429 Too Many Requests" and headers["ratelimit"].startswith('"burst";r=0;t=') and headers["retry-after"]
+    assert client.peek("ip:10.0.0.9", daily).remaining == 1  # the denied request took nothing of the quota
+    with pytest.raises(ValueError, match="cannot be shadowed"):
+        WSGIMiddleware(wsgi_app, client, LIMIT, key=key, shadow=True, policies=[("daily", daily)])
+
+    async def main() -> None:
+        aclient = AsyncClient(sidecar.socket, on_unavailable="raise")
+        aapp = ASGIMiddleware(asgi_app, aclient, GCRA(burst=5, count=1, period=60), key=scope_key,
+                              policies=[("daily", daily)])
+        status, headers, _ = await call_asgi(aapp, "10.0.0.10")
+        assert status == 200 and headers[b"ratelimit-policy"] == b'"default";q=6;w=360, "daily";q=3;w=86400'
+        assert headers[b"ratelimit"].startswith(b'"daily";r=2;t=')
+        await aclient.close()
+    asyncio.run(main())

@@ -23,11 +23,16 @@ CONFIG = """limits:
 """
 
 
-def test_named_limits(make_sidecar: Callable[..., Any], tmp_path: Any) -> None:
+def with_config(make_sidecar: Callable[..., Any], tmp_path: Any, text: str) -> Any:
+    """A sidecar of the config file text."""
     path = os.path.join(str(tmp_path), "sluice.yaml")
     with open(path, "w") as f:
-        f.write(CONFIG)
-    sc = make_sidecar(args=["--config", path])
+        f.write(text)
+    return make_sidecar(args=["--config", path])
+
+
+def test_named_limits(make_sidecar: Callable[..., Any], tmp_path: Any) -> None:
+    sc = with_config(make_sidecar, tmp_path, CONFIG)
     with Client(sc.socket, on_unavailable="raise") as c:
         got = [c.acquire("alice", "login").allowed for _ in range(4)]
         assert got == [True, True, True, False]
@@ -103,3 +108,64 @@ def test_shadow_spec_async(sidecar: Any) -> None:
             assert not (await c.peek("a", SHADOW_SPEC)).allowed
             assert not (await c.multi([("a", SHADOW_SPEC)])).allowed
     asyncio.run(asyncio.wait_for(main(), 20))
+
+
+QUOTAS = """limits:
+  login: ["token_bucket:max=5,refill_time=1h,refill_amount=5", "quota:limit=3,period=day,tz=Europe/Paris"]
+  api:
+    limit: "quota:limit=1,period=month,tz=America/New_York,anchor=31"
+    overrides:
+      "tenant:acme": "quota:limit=4,period=month"
+      "tenant:*:admin": ["gcra:burst=9,count=1,period=1h", "quota:limit=2,period=week"]
+      "tenant:*": "token_bucket:max=3,refill_time=1h"
+"""
+
+
+def test_lists_quotas_and_overrides(make_sidecar: Callable[..., Any], tmp_path: Any) -> None:
+    # A named list, a named quota and its overrides (exact, glob, prefix) through the client,
+    # sync and async, and a middleware.
+    from sluice.wsgi import RateLimitMiddleware
+    from sluice.errors import SluiceError
+    sc = with_config(make_sidecar, tmp_path, QUOTAS)
+    with Client(sc.socket, on_unavailable="raise") as c:
+        # The list: the day's quota of 3 binds before the bucket of 5; nothing is taken on a denial.
+        got = [(d.allowed, d.remaining, d.limit) for d in (c.acquire("alice", "login") for _ in range(4))]
+        assert got == [(True, 2, 3), (True, 1, 3), (True, 0, 3), (False, 0, 3)]
+        assert c.peek("alice", "login").remaining == 0
+        assert c.refund("alice", "login", 1).remaining == 1
+        assert c.reset("alice", "login") and c.peek("alice", "login").remaining == 3
+        with pytest.raises(SluiceError, match="cannot name a list"):
+            c.multi([("alice", "login", 1)])
+        with pytest.raises(SluiceError, match="cannot be leased"):
+            c.lease("alice", "login")
+        # The quota and its overrides: the most specific wins.
+        assert [c.acquire("someone", "api").allowed for _ in range(2)] == [True, False]
+        assert c.acquire("tenant:acme", "api").limit == 4
+        assert c.acquire("tenant:acme:admin", "api").limit == 2  # the glob, a list: its quota binds
+        assert c.acquire("tenant:beta", "api").limit == 3
+        m = c.multi([("tenant:acme", "api", 1), ("tenant:beta", "api", 1)])
+        assert m.allowed and [d.limit for d in m] == [4, 3]
+
+    async def main() -> None:
+        async with AsyncClient(sc.socket, on_unavailable="raise") as ac:
+            assert (await ac.acquire("bob", "login")).limit == 3
+            assert (await ac.acquire("tenant:acme", "api")).remaining == 1
+    asyncio.run(main())
+
+    # A middleware on the list names its binding limit; on the quota, each key's override.
+    with Client(sc.socket, on_unavailable="raise") as c:
+        def app(environ: Any, start_response: Any) -> Any:
+            start_response("200 OK", [])
+            return [b"ok"]
+        got: Any = {}
+
+        def call(mw: Any, key: str) -> Any:
+            def start_response(status: str, headers: Any, exc_info: Any = None) -> Any:
+                got["status"], got["headers"] = status, dict(headers)
+            b"".join(mw({"REQUEST_METHOD": "GET", "PATH_INFO": "/", "KEY": key}, start_response))
+            return got["status"], got["headers"]
+        mw = RateLimitMiddleware(app, c, "login", key=lambda e: e["KEY"], name="login")
+        status, headers = call(mw, "carol")
+        assert status == "200 OK" and headers["RateLimit-Policy"] == '"login";q=3' and headers["RateLimit"].startswith('"login";r=2;t=')
+        mw = RateLimitMiddleware(app, c, "api", key=lambda e: e["KEY"], name="api")
+        assert call(mw, "tenant:gamma")[1]["RateLimit-Policy"] == '"api";q=3'

@@ -41,7 +41,7 @@ from .errors import (
     Status, StatusError, TableFull, TooManyItems, Unavailable, UnknownOpcode, Unsupported,
 )
 from .guard import AsyncConcurrencyGuard, AsyncGuard, ConcurrencyGuard, Guard
-from .headers import policy, ratelimit_headers, response_headers, retry_after
+from .headers import policy, ratelimit_headers, response_headers, response_headers_of, retry_after
 from .limits import (
     GCRA, Algorithm, Concurrency, FixedWindow, Limit, Named, Pacer, Quota, SlidingLog, SlidingWindow, TokenBucket,
     WindowCounters, duration_ns,
@@ -56,7 +56,7 @@ __all__ = [
     "Limit", "Algorithm", "TokenBucket", "GCRA", "FixedWindow", "SlidingWindow", "Pacer", "SlidingLog",
     "WindowCounters", "Concurrency", "Quota", "Named", "duration_ns",
     "Decision", "Lease", "Released", "MultiDecision", "MultiItem", "Hello", "ScanEntry", "ScanPage",
-    "policy", "ratelimit_headers", "response_headers", "retry_after",
+    "policy", "ratelimit_headers", "response_headers", "response_headers_of", "retry_after",
     "SluiceError", "StatusError", "Status", "Malformed", "BadVersion", "FrameTooLarge",
     "BatchTooLarge", "UnknownOpcode", "InvalidLimit", "InvalidKey", "InvalidCost", "TableFull",
     "TooManyItems", "Contended", "Unsupported", "ShuttingDown", "Internal", "Busy", "Denied",

@@ -29,13 +29,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable, Dict, Generator, List, NamedTuple, Optional, Tuple, Union
+import dataclasses
+from typing import Any, Callable, Dict, Generator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from ._calls import Call, Key, LimitLike, leasable, limit_of, name_of
 from .errors import Internal, ProtocolError, SluiceError, TableFull, Unavailable
-from .headers import check_name, ratelimit_headers, response_headers
+from .headers import check_name, closest, ratelimit_headers, response_headers, response_headers_of
 from .limits import Concurrency, Limit
-from .proto import Opcode
+from .proto import MAX_MULTI, Opcode
 from ._policy import release_failed
 from .results import Decision
 
@@ -161,7 +162,8 @@ class MiddlewareCore:
     def __init__(self, app: Any, client: Any, limit: Optional[LimitLike], key: Callable[[Any], Any], *,
                  cost: int = 1, name: str = "default", headers: bool = True, shadow: bool = False,
                  shadow_ban: Any = None, concurrency: Optional[LimitLike] = None,
-                 concurrency_key: Optional[Callable[[Any], Any]] = None) -> None:
+                 concurrency_key: Optional[Callable[[Any], Any]] = None,
+                 policies: Sequence[Tuple[str, LimitLike]] = ()) -> None:
         self.app = app
         self.shadow = shadow
         self.shadow_ban = shadow_ban
@@ -174,6 +176,19 @@ class MiddlewareCore:
         self.headers = headers
         check_name(name)  # fail at start-up, not per request
         self.failures = Failures(name)
+        self.policies = [(n, limit_of(p)) for n, p in policies]
+        for n, _ in self.policies:
+            check_name(n)
+        if self.policies and (self.limit is None or shadow or len(self.policies) >= MAX_MULTI):
+            raise ValueError(f"policies: several policies are decided as one multi of at most {MAX_MULTI} limits, "
+                             "beside a limit, and cannot be shadowed")
+
+    def _acquire_all(self, m: Any, limit: Limit) -> Tuple[Decision, List[Tuple[str, Limit, Decision]]]:
+        """The request's decision and each policy's, from the multi's answer ``m``."""
+        ps = [(self.name, limit, m.decisions[0])] + [(n, p, d) for (n, p), d in zip(self.policies, m.decisions[1:])]
+        d = m.decisions[closest(m.decisions)]
+        delay = max(x.delay_ns for x in m.decisions) if m.allowed else 0
+        return dataclasses.replace(d, allowed=m.allowed, delay_ns=delay), ps
 
     def _steps(self, request: Any) -> Generator[Step, Any, None]:
         """One request (a WSGI environ, an ASGI scope), as the steps the adapter takes (see the
@@ -183,8 +198,15 @@ class MiddlewareCore:
         extra: Headers = []
         add: Optional[Headers] = None
         if k is not None and limit is not None:
-            d = yield CALL, (lambda: client.acquire(k, limit, self.cost, shadow=True)) if self.shadow \
-                else (lambda: client.acquire(k, limit, self.cost))
+            ps: Optional[List[Tuple[str, Limit, Decision]]] = None
+            if self.policies:
+                items = [(k, limit, self.cost)] + [(k, p, self.cost) for _, p in self.policies]
+                d = yield CALL, lambda: client.multi(items)
+                if not isinstance(d, SluiceError):
+                    d, ps = self._acquire_all(d, limit)
+            else:
+                d = yield CALL, (lambda: client.acquire(k, limit, self.cost, shadow=True)) if self.shadow \
+                    else (lambda: client.acquire(k, limit, self.cost))
             if isinstance(d, SluiceError):
                 d = self.failures.answer(client, d, Opcode.ACQUIRE, limit)
                 if isinstance(d, Failed):
@@ -196,12 +218,13 @@ class MiddlewareCore:
                     yield SHADOW_BAN, None
                     return
             if not d.allowed:
-                yield RESPOND, _response(429, "Too Many Requests", _TOO_MANY, response_headers(d, limit, name))
+                yield RESPOND, _response(429, "Too Many Requests", _TOO_MANY,
+                                         response_headers_of(ps) if ps else response_headers(d, limit, name))
                 return
             if d.delay_ns > 0:
                 yield SLEEP, d.delay_ns / 1e9
             if self.headers:
-                extra = ratelimit_headers(d, limit, name)
+                extra = response_headers_of(ps) if ps else ratelimit_headers(d, limit, name)
             if extra:
                 add = extra
         if conc is None:

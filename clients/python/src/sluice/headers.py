@@ -39,14 +39,25 @@ which nothing foresees). A degraded decision (the sidecar was not asked)
 has no RateLimit fields, only ``Retry-After`` when it denies with a retry
 time.
 
-The Go client's ``SetRateLimitHeaders`` gives the same fields for the same
-limit and decision: both are checked against one set of vectors,
-``clients/testdata/ratelimit-headers.json``.
+A request decided under several policies at once, all or nothing (a
+``multi`` of one item per policy), gets :func:`response_headers_of`: the
+draft's fields are lists, so ``RateLimit-Policy`` lists every policy, in
+order, and ``RateLimit`` names the one closest to its limit, whose numbers
+bind the client: if any denied, the denied one that allows last (one that
+never allows counting as last), else the one with the least remaining; the
+first of equals. ``Retry-After`` is that policy's::
+
+    RateLimit-Policy: "burst";q=5;w=1, "daily";q=1000;w=86400
+    RateLimit: "daily";r=0;t=36000
+
+The Go client's ``SetRateLimitHeaders`` and ``SetRateLimitHeadersOf`` give
+the same fields for the same limits and decisions: both are checked
+against one set of vectors, ``clients/testdata/ratelimit-headers.json``.
 """
 
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from .limits import Algorithm, Concurrency, Limit, Named
 from .results import Decision, Lease
@@ -172,6 +183,46 @@ def response_headers(decision: Decision, limit: Limit, name: str = "default") ->
     """Every header for a response: the RateLimit pair and, for a denial, ``Retry-After``."""
     headers = ratelimit_headers(decision, limit, name)
     ra = retry_after(decision, limit)
+    if ra is not None:
+        headers.append(("Retry-After", ra))
+    return headers
+
+
+def _binds(a: Decision, b: Decision) -> bool:
+    """Whether a is closer to its limit than b (see response_headers_of)."""
+    if a.allowed != b.allowed:
+        return not a.allowed
+    if not a.allowed:
+        def rank(ns: int) -> int:
+            return _MAX_I64 if ns < 0 else ns
+        return rank(a.retry_after_ns) > rank(b.retry_after_ns)
+    return a.remaining < b.remaining
+
+
+def closest(decisions: Sequence[Decision]) -> int:
+    """The index of the decision closest to its limit (see the module doc)."""
+    which = 0
+    for i in range(1, len(decisions)):
+        if _binds(decisions[i], decisions[which]):
+            which = i
+    return which
+
+
+def response_headers_of(policies: Sequence[Tuple[str, Limit, Decision]]) -> List[Tuple[str, str]]:
+    """Every header for a request decided under several policies, each a (name, limit,
+    decision): ``RateLimit-Policy`` lists each, ``RateLimit`` and ``Retry-After`` are the
+    closest policy's (see the module doc). A degraded decision gives only the first degraded
+    one's ``Retry-After``."""
+    if not policies:
+        raise ValueError("no policies: want at least one (name, limit, decision)")
+    for name, limit, d in policies:
+        if d.degraded:
+            return response_headers(d, limit, name)
+    which = closest([d for _, _, d in policies])
+    items = [dict(ratelimit_headers(d, limit, name))["RateLimit-Policy"] for name, limit, d in policies]
+    name, limit, d = policies[which]
+    headers = [("RateLimit-Policy", ", ".join(items)), ("RateLimit", dict(ratelimit_headers(d, limit, name))["RateLimit"])]
+    ra = retry_after(d, limit)
     if ra is not None:
         headers.append(("Retry-After", ra))
     return headers

@@ -96,6 +96,11 @@ class RateLimitMiddleware(MiddlewareCore):
             closed or exhausted, or ``app`` raises.
         concurrency_key: environ -> the concurrency limit's key, or None for
             no slot; by default the key ``key`` gave.
+        policies: (name, limit) pairs decided with ``limit``, all or nothing
+            (one multi: each on the request's key, at ``cost``): a request
+            passes only if each allows it. Its RateLimit headers describe
+            every policy (:func:`sluice.headers.response_headers_of`),
+            ``limit``'s first, named ``name``. Not with ``shadow``.
     """
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
