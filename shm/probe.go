@@ -45,17 +45,28 @@ func (t *Table) next(i uint64) uint64 {
 
 // find returns the slot in fp's probe sequence that holds fp, without
 // locking. ok is false if the sequence reaches an empty slot or passes the
-// home slot's reach.
+// home slot's reach. It reads the sequence's tags, and a slot only where
+// its tag is fp's; the home slot's reach only for a sequence longer than
+// tagScan, so that looking for an absent bucket usually costs the one
+// cache line of tags.
 func (t *Table) find(fp Fingerprint) (p unsafe.Pointer, idx uint64, ok bool) {
-	i := t.home(fp)
-	for range t.reach(i) + 1 {
-		p := t.slotPtr(i)
-		got := loadFP(p)
-		if got == fp {
-			return p, i, true
+	h := t.home(fp)
+	tag := tagOf(fp)
+	limit := t.probeCap // no bucket lies further from its home
+	i := h
+	for d := uint64(0); d < limit; d++ {
+		if d == tagScan {
+			if limit = min(limit, t.reach(h)+1); d >= limit {
+				break
+			}
 		}
-		if got == (Fingerprint{}) {
+		switch t.tagAt(i) {
+		case 0:
 			return nil, 0, false
+		case tag:
+			if p := t.slotPtr(i); loadFP(p) == fp {
+				return p, i, true
+			}
 		}
 		i = t.next(i)
 	}
@@ -217,6 +228,9 @@ func (t *Table) fill(p unsafe.Pointer, i uint64, fp Fingerprint, kind vocab.Algo
 		*u16at(p, slotKeyLen) = 0
 		*u32at(p, slotKeySum) = 0
 	}
+	// The tag before the fingerprint: a slot that holds a fingerprint has
+	// its tag at every instant (format.go).
+	t.setTag(i, tagOf(fp))
 	atomic.StoreUint64(u64at(p, slotFP0), fp.Lo)
 	atomic.StoreUint64(u64at(p, slotFP1), fp.Hi)
 	*u32at(p, slotSum) = checksumOf(p) // so Release leaves a consistent slot

@@ -107,6 +107,43 @@ func TestInsert_adversarialKeys(t *testing.T) {
 	}
 }
 
+// Ensure that a lookup finds every bucket of a probe sequence longer than
+// the tags it reads before it also bounds itself by the home slot's reach
+// (the last bucket lies exactly at the reach), through tags shared by
+// several of them, around the end of the table; that an absent bucket of
+// the same home is not found; and that every slot's tag is its
+// fingerprint's.
+func TestFind_longSequence(t *testing.T) {
+	tb := newHeap(t, Options{SlotCount: 1024})
+	n := tagScan + 90
+	keys := keysWithHome(tb, 1000, n+1)
+	tags := map[uint8]int{}
+	for _, k := range keys[:n] {
+		put(t, tb, k, 1, math.MaxInt64, 0)
+		tags[tagOf(fp(tb, k))]++
+	}
+	if len(tags) == n {
+		t.Fatal("no two keys share a tag: the test does not exercise a tag match on another bucket")
+	}
+	if r := tb.reach(1000); r != uint64(n-1) {
+		t.Fatalf("reach %d, want %d", r, n-1)
+	}
+	for i, k := range keys[:n] {
+		s, ok := tb.lookup(fp(tb, k))
+		if !ok || s.Index() != uint64(1000+i)%1024 {
+			t.Fatalf("key %d: ok=%v slot %d", i, ok, s.Index())
+		}
+		s.Release()
+	}
+	if s, ok := tb.lookup(fp(tb, keys[n])); ok {
+		s.Release()
+		t.Errorf("an absent key found in slot %d", s.Index())
+	}
+	if err := tb.Verify(); err != nil {
+		t.Error(err)
+	}
+}
+
 // Ensure that probe sequences wrap around the end of the table.
 func TestInsert_wraps(t *testing.T) {
 	tb := newHeap(t, Options{SlotCount: 8})
