@@ -74,7 +74,8 @@ func (t *Table) findBySlots(fp Fingerprint) (p unsafe.Pointer, idx uint64, ok bo
 // (64-byte slots at a load of 0.7), through the tags and, for comparison,
 // through the slots alone, on the same table, in alternating batches so
 // that a shared machine's load falls on both alike: the metrics tags-ns/op
-// and slots-ns/op, and their ratio. Misses look for absent keys.
+// and slots-ns/op, and their ratio. hot looks for one bucket, over and
+// over; miss for absent keys.
 func BenchmarkFind(b *testing.B) {
 	const keys = 1 << 20
 	tb := newHeap(b, Options{SlotCount: keys * 10 / 7})
@@ -89,10 +90,13 @@ func BenchmarkFind(b *testing.B) {
 	for i := range order {
 		order[i] = fps[rng.IntN(keys)]
 	}
-	for _, miss := range []bool{false, true} {
-		name := "hit"
-		if miss {
-			name = "miss"
+	for _, name := range []string{"hit", "hot", "miss"} {
+		miss := name == "miss"
+		switch name {
+		case "hot":
+			order = []Fingerprint{fps[0]}
+		case "miss":
+			order = make([]Fingerprint, 1<<22)
 			for i := range order {
 				order[i] = fp(tb, fmt.Sprintf("absent-%d", i))
 			}
