@@ -144,9 +144,12 @@ import "github.com/sluicehq/sluice/vocab"
 // lookup reads them there instead of each slot's fingerprint. A slot's tag
 // is 0 while the slot has never held a fingerprint, else 0x80 | (fp1 >>
 // 57), the top 7 bits of the second half of its fingerprint with the high
-// bit set. Tags are derived: whoever claims a slot writes its new tag before
-// its fingerprint (so a slot that holds a fingerprint always has its tag,
-// and a tag of 0 always means an empty slot), and the owner rewrites every
+// bit set. Tags are derived: whoever claims an empty slot writes its tag
+// before its fingerprint (so a tag of 0 always means an empty slot), and
+// whoever reclaims a slot, holding the new bucket's insert stripe, writes
+// the fingerprint before the tag; a creator that takes an insert stripe
+// over from a holder that died looks for its bucket by fingerprint, not by
+// tag, and corrects the tag of the slot it finds. The owner rewrites every
 // tag from the slots each time it opens the file, after any upgrade and
 // recovery and before it serves: tags on disk are never trusted, so a tag
 // damaged on disk or left behind by a crash costs nothing. Bytes past T+N

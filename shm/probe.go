@@ -73,6 +73,24 @@ func (t *Table) find(fp Fingerprint) (p unsafe.Pointer, idx uint64, ok bool) {
 	return nil, 0, false
 }
 
+// findByFingerprint is find without the tags: it compares the
+// fingerprint of every slot of fp's probe sequence, up to an empty slot or
+// the probe cap. Claim uses it after a holder died creating a bucket.
+func (t *Table) findByFingerprint(fp Fingerprint) (p unsafe.Pointer, idx uint64, ok bool) {
+	i := t.home(fp)
+	for range t.probeCap {
+		p := t.slotPtr(i)
+		switch loadFP(p) {
+		case fp:
+			return p, i, true
+		case Fingerprint{}:
+			return nil, 0, false
+		}
+		i = t.next(i)
+	}
+	return nil, 0, false
+}
+
 // Probe is a look for a bucket that found it absent: its fingerprint, and
 // the sequence of its insert stripe when the look began, from which Claim
 // can create the bucket without looking again.
@@ -124,15 +142,21 @@ func (t *Table) Find(fp Fingerprint, w *Wait) (s Slot, ok bool, pr Probe, err er
 // may have grown).
 func (t *Table) Claim(pr *Probe, kind vocab.Algorithm, key []byte, now int64, w *Wait) (s Slot, created bool, err error) {
 	l := t.stripe(pr.FP)
-	seq, err := t.lockStripe(l, w)
+	seq, stale, err := t.lockStripe(l, w)
 	if err != nil {
 		return Slot{}, false, err
 	}
-	if seq != pr.seq {
+	if seq != pr.seq || stale {
 		// With the stripe held no other caller can create the bucket, so
-		// a look that does not find it now is final.
+		// a look that does not find it now is final. A holder that died
+		// holding the stripe may have left the bucket's fingerprint in a
+		// slot under another bucket's tag (fill): look by fingerprint.
+		look := t.find
+		if stale {
+			look = t.findByFingerprint
+		}
 		for {
-			p, i, found := t.find(pr.FP)
+			p, i, found := look(pr.FP)
 			if !found {
 				break
 			}
@@ -141,6 +165,7 @@ func (t *Table) Claim(pr *Probe, kind vocab.Algorithm, key []byte, now int64, w 
 				return Slot{}, false, err
 			}
 			if loadFP(p) == pr.FP {
+				t.setTag(i, tagOf(pr.FP))
 				unlockStripe(l, seq, false)
 				return Slot{p, i, t}, false, nil
 			}
@@ -228,11 +253,21 @@ func (t *Table) fill(p unsafe.Pointer, i uint64, fp Fingerprint, kind vocab.Algo
 		*u16at(p, slotKeyLen) = 0
 		*u32at(p, slotKeySum) = 0
 	}
-	// The tag before the fingerprint: a slot that holds a fingerprint has
-	// its tag at every instant (format.go).
-	t.setTag(i, tagOf(fp))
+	// An empty slot gets its tag before its fingerprint, so that a tag of 0
+	// always means an empty slot. A reclaimed one gets its fingerprint
+	// first: a holder that dies in between leaves the new fingerprint under
+	// the old bucket's tag, which the next creator of the new bucket finds
+	// by fingerprint, since it takes the insert stripe over from the dead
+	// holder (Claim); the old bucket was fresh, so losing it loses nothing.
+	empty := loadFP(p) == (Fingerprint{})
+	if empty {
+		t.setTag(i, tagOf(fp))
+	}
 	atomic.StoreUint64(u64at(p, slotFP0), fp.Lo)
 	atomic.StoreUint64(u64at(p, slotFP1), fp.Hi)
+	if !empty {
+		t.setTag(i, tagOf(fp))
+	}
 	*u32at(p, slotSum) = checksumOf(p) // so Release leaves a consistent slot
 	return Slot{p, i, t}
 }

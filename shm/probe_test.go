@@ -7,7 +7,9 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // Ensure the slot lifecycle: claim (not live), Commit (live), Release
@@ -139,6 +141,46 @@ func TestFind_longSequence(t *testing.T) {
 		s.Release()
 		t.Errorf("an absent key found in slot %d", s.Index())
 	}
+	if err := tb.Verify(); err != nil {
+		t.Error(err)
+	}
+}
+
+// Ensure that a holder that died reclaiming a slot for a bucket, between
+// its fingerprint and its tag, leaves no second copy of the bucket: the
+// next creator takes the insert stripe over from it, finds the bucket by
+// its fingerprint, not its stale tag, and gets that slot back (repaired,
+// its tag corrected), though a slot before it has become reclaimable.
+func TestClaim_afterHolderDiedMidReclaim(t *testing.T) {
+	tb := newHeap(t, Options{SlotCount: 64})
+	const dead = 0x1234 // a tag no registered holder has
+	keys := keysWithHome(tb, 10, 3)
+	z, y, x := keys[0], keys[1], keys[2]
+	put(t, tb, z, 1, 100, 0) // slot 10, fresh from 100
+	put(t, tb, y, 2, 0, 0)   // slot 11, fresh already
+	// At 50 a holder claimed slot 11 (the first reclaimable) for x, wrote
+	// its fingerprint and died.
+	l := tb.stripe(fp(tb, x))
+	atomic.StoreUint32(l, atomic.LoadUint32(l)|dead<<genShift|lockHeld)
+	p := tb.slotPtr(11)
+	atomic.StoreUint32(u32at(p, slotLock), atomic.LoadUint32(u32at(p, slotLock))|dead<<genShift|lockHeld)
+	*u8at(p, slotFlags) = 0
+	*stateAt(p) = [StateWords]int64{}
+	atomic.StoreInt64(i64at(p, slotFreshAt), math.MinInt64)
+	f := fp(tb, x)
+	atomic.StoreUint64(u64at(p, slotFP0), f.Lo)
+	atomic.StoreUint64(u64at(p, slotFP1), f.Hi)
+	if tb.tagAt(11) == tagOf(f) {
+		t.Skip("x and y share a tag")
+	}
+	s, found, err := tb.LookupOrInsert(f, 1, nil, 200, &Wait{Budget: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !found || s.Index() != 11 {
+		t.Fatalf("found=%v in slot %d, want the dead holder's slot 11", found, s.Index())
+	}
+	s.Release()
 	if err := tb.Verify(); err != nil {
 		t.Error(err)
 	}
