@@ -52,17 +52,26 @@ func registryOffset(n uint64, slotSize int, cells uint64) int64 {
 	return alignPage(arenaEnd(n, slotSize, cells))
 }
 
+// tagsOffset is the offset of the tags (version 7) in a file of n slots of
+// size slotSize and an arena of cells cells.
+func tagsOffset(n uint64, slotSize int, cells uint64) int64 {
+	return registryOffset(n, slotSize, cells) + registrySize
+}
+
 // fileSize is the size of a file of FormatVersion with n slots of size
 // slotSize and an arena of cells cells.
 func fileSize(n uint64, slotSize int, cells uint64) int64 {
-	return registryOffset(n, slotSize, cells) + registrySize
+	return tagsOffset(n, slotSize, cells) + alignPage(int64(n))
 }
 
 // versionSize is fileSize for a file of format version v (whose cells are
 // 0 before version 5).
 func versionSize(v uint32, n uint64, slotSize int, cells uint64) int64 {
-	if v < holdersVersion {
+	switch {
+	case v < holdersVersion:
 		return arenaEnd(n, slotSize, cells)
+	case v < tagsVersion:
+		return tagsOffset(n, slotSize, cells)
 	}
 	return fileSize(n, slotSize, cells)
 }

@@ -30,6 +30,14 @@
 // displacement of any bucket whose home it is, kept in its lock word. The
 // probe cap (512 by default) bounds displacement when inserting.
 //
+// A lookup reads the probe sequence's tags, not its slots: a byte per slot,
+// 7 bits of the fingerprint, kept apart from the slots so that the tags of
+// 64 consecutive slots share a cache line. It reads a slot only where the
+// tag matches, so a hit usually costs the line of tags and the bucket's
+// slot, and a miss the line of tags alone; the home slot's reach is read
+// only for sequences longer than 64. Tags are derived from the slots: the
+// owner rewrites them all whenever it opens the file.
+//
 // A slot whose bucket is back to its new state (FreshAt <= now) carries no
 // information and is reclaimed in place by the next insert that passes it.
 // now is the server's clock, handed in by the caller: a time a client sent

@@ -9,17 +9,18 @@ import "github.com/sluicehq/sluice/vocab"
 // The file is a header page, SlotCount fixed-size slots, the arena (version
 // 5): a bitmap of its cells and ArenaCells cells of 64 bytes, where buckets
 // whose state does not fit a slot keep the rest (their block), then the
-// holders registry (version 6):
+// holders registry (version 6), then the tags (version 7):
 //
-//	offset 0          4096            4096+N*S   A        A+B      E          E+0x14000
-//	+-----------------+---------------+-----+----+--------+--------+----------+
-//	| header (4096 B) | slot 0 .. N-1 (S bytes) | bitmap | cells  | holders  |
-//	+-----------------+---------------+-----+----+--------+--------+----------+
+//	offset 0          4096            4096+N*S   A        A+B      E          T=E+0x14000   T+G
+//	+-----------------+---------------+-----+----+--------+--------+----------+-------------+
+//	| header (4096 B) | slot 0 .. N-1 (S bytes) | bitmap | cells  | holders  | tags (N B)  |
+//	+-----------------+---------------+-----+----+--------+--------+----------+-------------+
 //
 // where A = 4096+N*S rounded up to a multiple of 4096 (the gap is zero), B
-// = ceil(C/64)*8 rounded up to a multiple of 4096, C = ArenaCells, and E =
-// A+B+C*64 rounded up to a multiple of 4096. A file with C = 0 has no arena
-// and E = 4096+N*S rounded up to a multiple of 4096.
+// = ceil(C/64)*8 rounded up to a multiple of 4096, C = ArenaCells, E =
+// A+B+C*64 rounded up to a multiple of 4096, and G = N rounded up to a
+// multiple of 4096. A file with C = 0 has no arena and E = 4096+N*S rounded
+// up to a multiple of 4096.
 //
 // The header page:
 //
@@ -138,6 +139,25 @@ import "github.com/sluicehq/sluice/vocab"
 // a slot are freed then. A slot whose block is out of the arena, overlaps
 // another's, or fails its checksum loses it and becomes conservative.
 //
+// The tags (version 7; T as above, G bytes): one byte per slot, slot i's at
+// T+i, so that the tags of 64 consecutive slots share a cache line and a
+// lookup reads them there instead of each slot's fingerprint. A slot's tag
+// is 0 while the slot has never held a fingerprint, else 0x80 | (fp1 >>
+// 57), the top 7 bits of the second half of its fingerprint with the high
+// bit set. Tags are derived: whoever claims an empty slot writes its tag
+// before its fingerprint (so a tag of 0 always means an empty slot), and
+// whoever reclaims a slot, holding the new bucket's insert stripe, writes
+// the fingerprint before the tag; a creator that takes an insert stripe
+// over from a holder that died looks for its bucket by fingerprint, not by
+// tag, and corrects the tag of the slot it finds. The owner rewrites every
+// tag from the slots each time it opens the file, after any upgrade and
+// recovery and before it serves: tags on disk are never trusted, so a tag
+// damaged on disk or left behind by a crash costs nothing. Bytes past T+N
+// are zero. A lookup of fingerprint fp from home slot h reads the tags from
+// h on: a tag of 0 ends it (fp is absent), a tag equal to fp's sends it to
+// the slot to compare the whole fingerprint; after 64 tags it also stops
+// past h's reach.
+//
 // The fingerprint's halves are xxhash64 (seed 0) of seed0^ident, respectively
 // seed1^ident (8 bytes, little-endian), followed by the key, where ident is
 // a 64-bit digest of the bucket's identity besides its key; an all-zero
@@ -181,6 +201,12 @@ import "github.com/sluicehq/sluice/vocab"
 //	   it) and repairs its slot. A file of an earlier version that is
 //	   already that long is an upgrade a crash interrupted, as for version
 //	   5. Every bucket is kept.
+//	7  the tags, after the holders registry. Open first extends the file by
+//	   them (zeros), then the upgrade writes the version; Open then writes
+//	   every tag, as it does on every open. A file of an earlier version
+//	   that is already as long as its version-7 size (or that of any
+//	   version between) is an upgrade a crash interrupted, as for version
+//	   5. The slots do not move: every bucket is kept.
 //
 // An interrupted upgrade leaves the new version number under the old
 // header checksum (the two are written in that order); Open recognises it
@@ -188,7 +214,7 @@ import "github.com/sluicehq/sluice/vocab"
 
 const (
 	magic         = "SLUICE\x1a\n" // identifies a Sluice state file
-	FormatVersion = 6              // the file format this package writes; it reads 1 to FormatVersion
+	FormatVersion = 7              // the file format this package writes; it reads 1 to FormatVersion
 	byteOrderMark = 0x01020304     // written little-endian; reads differently on a foreign order
 	HeaderSize    = 4096           // bytes before slot 0; one page, so slots are page-aligned
 	cleanMagic    = 0xC1EA7C1E     // cleanFlag value after a graceful close
@@ -296,6 +322,14 @@ const (
 	registrySize   = offBusy + NumHolders*busyStride // 0x14000
 	maxTag         = genMask >> genShift             // 32767: tags are 1 to maxTag
 	holdersVersion = 6                               // the first version with this registry
+)
+
+// The tags (version 7), after the holders registry.
+const (
+	tagsVersion = 7    // the first version with tags
+	tagUsed     = 0x80 // the bit every tag of a used slot has
+	tagShift    = 57   // a used slot's tag is tagUsed | fp.Hi>>tagShift
+	tagScan     = 64   // tags a lookup reads before it also bounds itself by the home slot's reach
 )
 
 // Lock word bits, for slots and insert stripes alike.

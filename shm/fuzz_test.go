@@ -98,7 +98,7 @@ func FuzzValidateHeader(f *testing.F) {
 			cells = le.Uint64(hdr[offArenaCells:])
 		}
 		own := versionSize(v, n, ss, cells)
-		upgraded := v < FormatVersion && (size == upgradedSize(hdr, v) || v < arenaVersion && size == v5Size(hdr))
+		upgraded := grownSize(hdr, v, size)
 		if size != own && !upgraded || pc < 1 || pc > n {
 			t.Fatalf("validated header: %d slots of %d bytes, probe cap %d, file of %d bytes", n, ss, pc, size)
 		}

@@ -95,9 +95,9 @@ func validateHeader(hdr []byte, size int64) (uint32, error) {
 		}
 	}
 	want := versionSize(v, n, int(ss), cells)
-	if v < FormatVersion && size > want && (size == upgradedSize(hdr, v) || v < arenaVersion && size == v5Size(hdr)) {
+	if size > want && grownSize(hdr, v, size) {
 		// Extended by an upgrade a crash interrupted (this build's, or an
-		// earlier build's to version 5).
+		// earlier build's to a version between).
 		return v, nil
 	}
 	if size < want {
@@ -113,22 +113,30 @@ func validateHeader(hdr []byte, size int64) (uint32, error) {
 const arenaVersion = 5
 
 // upgradedSize is the size of a validated file of version v once upgraded
-// to FormatVersion: a file of a version before arenaVersion gets the
-// default arena, and every file the holders registry.
-func upgradedSize(hdr []byte, v uint32) int64 {
+// to FormatVersion.
+func upgradedSize(hdr []byte, v uint32) int64 { return sizeAs(hdr, v, FormatVersion) }
+
+// sizeAs is the size of a validated file of version v once upgraded to
+// version u: a file of a version before arenaVersion gets the default arena.
+func sizeAs(hdr []byte, v, u uint32) int64 {
 	n := binary.LittleEndian.Uint64(hdr[offSlotCount:])
 	cells := DefaultArenaCells(n)
 	if v >= arenaVersion {
 		cells = binary.LittleEndian.Uint64(hdr[offArenaCells:])
 	}
-	return fileSize(n, int(binary.LittleEndian.Uint32(hdr[offSlotSize:])), cells)
+	return versionSize(u, n, int(binary.LittleEndian.Uint32(hdr[offSlotSize:])), cells)
 }
 
-// v5Size is the size of a validated file of a version before arenaVersion
-// once upgraded to version 5 (by an earlier build).
-func v5Size(hdr []byte) int64 {
-	n := binary.LittleEndian.Uint64(hdr[offSlotCount:])
-	return arenaEnd(n, int(binary.LittleEndian.Uint32(hdr[offSlotSize:])), DefaultArenaCells(n))
+// grownSize reports whether size is that of a validated file of version v
+// once upgraded to a later version: Open extended it for an upgrade (by
+// this build, or an earlier one) that a crash interrupted.
+func grownSize(hdr []byte, v uint32, size int64) bool {
+	for u := v + 1; u <= FormatVersion; u++ {
+		if size == sizeAs(hdr, v, u) {
+			return true
+		}
+	}
+	return false
 }
 
 // sumWithVersion is the header checksum hdr would have with version v.
@@ -166,8 +174,13 @@ func (t *Table) upgrade(v uint32) {
 			// the old registry: recovery frees them (format.go).
 			le.PutUint32(hdr[offLastTag:], 0)
 			atomic.StoreUint32(t.cleanFlag(), dirtyMagic)
+		case tagsVersion - 1:
+			// Open extended the file by the tags and writes them all
+			// (writeTags) after the upgrade, as on every open.
 		}
+		crashPoint()
 		le.PutUint32(hdr[offVersion:], v+1)
+		crashPoint()
 		le.PutUint64(hdr[offChecksum:], headerSum(hdr))
 	}
 }

@@ -226,13 +226,14 @@ func (t *Table) stripe(fp Fingerprint) *uint32 {
 // stripeSeq returns the sequence of the stripe lock word at l.
 func stripeSeq(l *uint32) uint32 { return atomic.LoadUint32(l) >> seqShift }
 
-// lockStripe takes the stripe lock at l and returns its sequence.
-func (t *Table) lockStripe(l *uint32, w *Wait) (uint32, error) {
-	// A stripe guards no data: taking it over needs no repair.
-	if _, err := t.lockWord(l, w); err != nil {
-		return 0, err
+// lockStripe takes the stripe lock at l and returns its sequence, and
+// whether it took the lock over from a holder that is gone (which may have
+// died creating a bucket: see Claim).
+func (t *Table) lockStripe(l *uint32, w *Wait) (seq uint32, stale bool, err error) {
+	if stale, err = t.lockWord(l, w); err != nil {
+		return 0, false, err
 	}
-	return atomic.LoadUint32(l) >> seqShift, nil
+	return atomic.LoadUint32(l) >> seqShift, stale, nil
 }
 
 // unlockStripe releases the stripe lock at l, whose sequence was seq,

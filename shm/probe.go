@@ -45,16 +45,45 @@ func (t *Table) next(i uint64) uint64 {
 
 // find returns the slot in fp's probe sequence that holds fp, without
 // locking. ok is false if the sequence reaches an empty slot or passes the
-// home slot's reach.
+// home slot's reach. It reads the sequence's tags, and a slot only where
+// its tag is fp's; the home slot's reach only for a sequence longer than
+// tagScan, so that looking for an absent bucket usually costs the one
+// cache line of tags.
 func (t *Table) find(fp Fingerprint) (p unsafe.Pointer, idx uint64, ok bool) {
-	i := t.home(fp)
-	for range t.reach(i) + 1 {
-		p := t.slotPtr(i)
-		got := loadFP(p)
-		if got == fp {
-			return p, i, true
+	h := t.home(fp)
+	tag := tagOf(fp)
+	limit := t.probeCap // no bucket lies further from its home
+	i := h
+	for d := uint64(0); d < limit; d++ {
+		if d == tagScan {
+			if limit = min(limit, t.reach(h)+1); d >= limit {
+				break
+			}
 		}
-		if got == (Fingerprint{}) {
+		switch t.tagAt(i) {
+		case 0:
+			return nil, 0, false
+		case tag:
+			if p := t.slotPtr(i); loadFP(p) == fp {
+				return p, i, true
+			}
+		}
+		i = t.next(i)
+	}
+	return nil, 0, false
+}
+
+// findByFingerprint is find without the tags: it compares the
+// fingerprint of every slot of fp's probe sequence, up to an empty slot or
+// the probe cap. Claim uses it after a holder died creating a bucket.
+func (t *Table) findByFingerprint(fp Fingerprint) (p unsafe.Pointer, idx uint64, ok bool) {
+	i := t.home(fp)
+	for range t.probeCap {
+		p := t.slotPtr(i)
+		switch loadFP(p) {
+		case fp:
+			return p, i, true
+		case Fingerprint{}:
 			return nil, 0, false
 		}
 		i = t.next(i)
@@ -113,15 +142,21 @@ func (t *Table) Find(fp Fingerprint, w *Wait) (s Slot, ok bool, pr Probe, err er
 // may have grown).
 func (t *Table) Claim(pr *Probe, kind vocab.Algorithm, key []byte, now int64, w *Wait) (s Slot, created bool, err error) {
 	l := t.stripe(pr.FP)
-	seq, err := t.lockStripe(l, w)
+	seq, stale, err := t.lockStripe(l, w)
 	if err != nil {
 		return Slot{}, false, err
 	}
-	if seq != pr.seq {
+	if seq != pr.seq || stale {
 		// With the stripe held no other caller can create the bucket, so
-		// a look that does not find it now is final.
+		// a look that does not find it now is final. A holder that died
+		// holding the stripe may have left the bucket's fingerprint in a
+		// slot under another bucket's tag (fill): look by fingerprint.
+		look := t.find
+		if stale {
+			look = t.findByFingerprint
+		}
 		for {
-			p, i, found := t.find(pr.FP)
+			p, i, found := look(pr.FP)
 			if !found {
 				break
 			}
@@ -130,6 +165,7 @@ func (t *Table) Claim(pr *Probe, kind vocab.Algorithm, key []byte, now int64, w 
 				return Slot{}, false, err
 			}
 			if loadFP(p) == pr.FP {
+				t.setTag(i, tagOf(pr.FP))
 				unlockStripe(l, seq, false)
 				return Slot{p, i, t}, false, nil
 			}
@@ -217,8 +253,21 @@ func (t *Table) fill(p unsafe.Pointer, i uint64, fp Fingerprint, kind vocab.Algo
 		*u16at(p, slotKeyLen) = 0
 		*u32at(p, slotKeySum) = 0
 	}
+	// An empty slot gets its tag before its fingerprint, so that a tag of 0
+	// always means an empty slot. A reclaimed one gets its fingerprint
+	// first: a holder that dies in between leaves the new fingerprint under
+	// the old bucket's tag, which the next creator of the new bucket finds
+	// by fingerprint, since it takes the insert stripe over from the dead
+	// holder (Claim); the old bucket was fresh, so losing it loses nothing.
+	empty := loadFP(p) == (Fingerprint{})
+	if empty {
+		t.setTag(i, tagOf(fp))
+	}
 	atomic.StoreUint64(u64at(p, slotFP0), fp.Lo)
 	atomic.StoreUint64(u64at(p, slotFP1), fp.Hi)
+	if !empty {
+		t.setTag(i, tagOf(fp))
+	}
 	*u32at(p, slotSum) = checksumOf(p) // so Release leaves a consistent slot
 	return Slot{p, i, t}
 }

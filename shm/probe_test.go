@@ -7,7 +7,9 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // Ensure the slot lifecycle: claim (not live), Commit (live), Release
@@ -104,6 +106,83 @@ func TestInsert_adversarialKeys(t *testing.T) {
 	put(t, tb, "innocent", 1, math.MaxInt64, 0)
 	if st := tb.Stats(); st.TableFull != 3 {
 		t.Errorf("TableFull = %d, want 3", st.TableFull)
+	}
+}
+
+// Ensure that a lookup finds every bucket of a probe sequence longer than
+// the tags it reads before it also bounds itself by the home slot's reach
+// (the last bucket lies exactly at the reach), through tags shared by
+// several of them, around the end of the table; that an absent bucket of
+// the same home is not found; and that every slot's tag is its
+// fingerprint's.
+func TestFind_longSequence(t *testing.T) {
+	tb := newHeap(t, Options{SlotCount: 1024})
+	n := tagScan + 90
+	keys := keysWithHome(tb, 1000, n+1)
+	tags := map[uint8]int{}
+	for _, k := range keys[:n] {
+		put(t, tb, k, 1, math.MaxInt64, 0)
+		tags[tagOf(fp(tb, k))]++
+	}
+	if len(tags) == n {
+		t.Fatal("no two keys share a tag: the test does not exercise a tag match on another bucket")
+	}
+	if r := tb.reach(1000); r != uint64(n-1) {
+		t.Fatalf("reach %d, want %d", r, n-1)
+	}
+	for i, k := range keys[:n] {
+		s, ok := tb.lookup(fp(tb, k))
+		if !ok || s.Index() != uint64(1000+i)%1024 {
+			t.Fatalf("key %d: ok=%v slot %d", i, ok, s.Index())
+		}
+		s.Release()
+	}
+	if s, ok := tb.lookup(fp(tb, keys[n])); ok {
+		s.Release()
+		t.Errorf("an absent key found in slot %d", s.Index())
+	}
+	if err := tb.Verify(); err != nil {
+		t.Error(err)
+	}
+}
+
+// Ensure that a holder that died reclaiming a slot for a bucket, between
+// its fingerprint and its tag, leaves no second copy of the bucket: the
+// next creator takes the insert stripe over from it, finds the bucket by
+// its fingerprint, not its stale tag, and gets that slot back (repaired,
+// its tag corrected), though a slot before it has become reclaimable.
+func TestClaim_afterHolderDiedMidReclaim(t *testing.T) {
+	tb := newHeap(t, Options{SlotCount: 64})
+	const dead = 0x1234 // a tag no registered holder has
+	keys := keysWithHome(tb, 10, 3)
+	z, y, x := keys[0], keys[1], keys[2]
+	put(t, tb, z, 1, 100, 0) // slot 10, fresh from 100
+	put(t, tb, y, 2, 0, 0)   // slot 11, fresh already
+	// At 50 a holder claimed slot 11 (the first reclaimable) for x, wrote
+	// its fingerprint and died.
+	l := tb.stripe(fp(tb, x))
+	atomic.StoreUint32(l, atomic.LoadUint32(l)|dead<<genShift|lockHeld)
+	p := tb.slotPtr(11)
+	atomic.StoreUint32(u32at(p, slotLock), atomic.LoadUint32(u32at(p, slotLock))|dead<<genShift|lockHeld)
+	*u8at(p, slotFlags) = 0
+	*stateAt(p) = [StateWords]int64{}
+	atomic.StoreInt64(i64at(p, slotFreshAt), math.MinInt64)
+	f := fp(tb, x)
+	atomic.StoreUint64(u64at(p, slotFP0), f.Lo)
+	atomic.StoreUint64(u64at(p, slotFP1), f.Hi)
+	if tb.tagAt(11) == tagOf(f) {
+		t.Skip("x and y share a tag")
+	}
+	s, found, err := tb.LookupOrInsert(f, 1, nil, 200, &Wait{Budget: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !found || s.Index() != 11 {
+		t.Fatalf("found=%v in slot %d, want the dead holder's slot 11", found, s.Index())
+	}
+	s.Release()
+	if err := tb.Verify(); err != nil {
+		t.Error(err)
 	}
 }
 

@@ -100,6 +100,7 @@ type Table struct {
 	cells     uint64         // arena cells; 0 without an arena
 	bitmap    unsafe.Pointer // the arena's bitmap
 	cellBase  unsafe.Pointer // cell 0
+	tags      unsafe.Pointer // slot 0's tag (version 7)
 	lastSweep atomic.Int64   // when an allocation failure last swept (sweepIfDue's clock)
 
 	file *os.File  // nil for heap tables
@@ -271,12 +272,13 @@ func Open(path string) (*Table, error) {
 		return fail(fmt.Errorf("allocating the file's blocks: %w", err))
 	}
 	if version < FormatVersion {
-		// The upgrades to versions 5 and 6 add the arena after the slots
-		// and the holders registry after it: extend the file (with zeros)
-		// before mapping it.
+		// The upgrades to versions 5, 6 and 7 add the arena after the
+		// slots, the holders registry after it and the tags after that:
+		// extend the file (with zeros) before mapping it.
 		if err := allocate(f, upgradedSize(hdr, version)); err != nil {
 			return fail(fmt.Errorf("extending the file for its upgrade: %w", err))
 		}
+		crashPoint()
 	}
 	return mapTable(f, version, false)
 }
@@ -315,6 +317,7 @@ func mapTable(f *os.File, version uint32, created bool) (*Table, error) {
 	} else if !created {
 		t.checkOnUse.Store(true)
 	}
+	t.writeTags()
 	t.recoverArena()
 	// Record that the file is in use before anything else is written, so a
 	// crash from here on is detected by the next Open.
@@ -407,6 +410,10 @@ func (t *Table) load(hdr []byte, v uint32) {
 		t.loadArena(le.Uint64(hdr[offArenaCells:]))
 	}
 	t.loadHolders()
+	t.tags = nil
+	if v >= tagsVersion {
+		t.tags = unsafe.Add(t.base, tagsOffset(t.n, int(t.slotSize), t.cells))
+	}
 }
 
 // Sync writes every modified page of the table to disk and waits for the

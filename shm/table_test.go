@@ -57,8 +57,9 @@ func TestCreate_allocates(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Slots rounded up to a page, the bitmap's page, the cells (rounded up
-	// to a page), the holders registry.
-	if want := int64(327680 + 4096 + 81920 + 0x14000); fi.Size() != o.FileSize() || fi.Size() != want {
+	// to a page), the holders registry, the tags (a byte per slot, rounded
+	// up to a page).
+	if want := int64(327680 + 4096 + 81920 + 0x14000 + 8192); fi.Size() != o.FileSize() || fi.Size() != want {
 		t.Errorf("size %d, want %d (FileSize %d)", fi.Size(), want, o.FileSize())
 	}
 	if blocks := fi.Sys().(*syscall.Stat_t).Blocks * 512; blocks < fi.Size() {

@@ -24,6 +24,8 @@ const maxProblems = 10
 //   - inline keys fit the slot and match their checksum;
 //   - a slot that is not live has no state and FreshAt math.MinInt64;
 //   - no fingerprint occupies two slots;
+//   - on a table (not an image: tags on disk are rewritten by the next
+//     open) every slot's tag is that of its fingerprint, 0 if it is empty;
 //   - every bucket is reachable: it lies within the probe cap and the reach
 //     of its home slot, with no empty slot in between;
 //   - every block lies in the arena, overlaps no other, matches its
@@ -119,6 +121,11 @@ func (t *Table) checkSlot(i uint64, im *Image, seen map[Fingerprint]uint64) []er
 	}
 	if got, want := *u32at(p, slotSum), checksumOf(p); got != want {
 		report("checksum %#08x, want %#08x (a torn write or a flipped bit)", got, want)
+	}
+	if im == nil && t.tags != nil {
+		if got, want := t.tagAt(i), t.slotTag(i); got != want {
+			report("tag %#02x, want %#02x", got, want)
+		}
 	}
 	fp := s.Fingerprint()
 	if fp == (Fingerprint{}) {

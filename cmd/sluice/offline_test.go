@@ -124,7 +124,7 @@ func TestInspect_offline(t *testing.T) {
 	}{
 		{clean, []string{"state          clean\n", "load           0.039 (40 of 1,024 slots used)\n",
 			"live buckets   40 (0 back to new, reclaimable)\n", "token_bucket    20\n", "gcra            20\n",
-			"geometry       1,024 slots of 64 bytes, probe cap 512, 216.0 KiB\n",
+			"geometry       1,024 slots of 64 bytes, probe cap 512, 220.0 KiB\n",
 			"arena          1,024 cells of 64 bytes, 0 in blocks (0.0%), 0 blocks refused (arena full)\n", "counters       inserts 40,"}},
 		{dirty, []string{"state          dirty: not closed cleanly, and no owner; the next open recovers it\n", "holders        1 of at most 1,024: pids "}},
 	} {

@@ -16,10 +16,11 @@ import (
 // The files in testdata were written by earlier releases: v1-* by the first
 // (state file format version 1), v4-* by the last release of format version
 // 4, the one before the arena, v5-* by the last release of format version
-// 5, the one whose holders registry had 64 entries. Each is a table of 64
-// slots of 128 bytes holding three buckets of each limit below (v5-*: and
-// of each of fixtureExtLimits, in the arena), created at t0 with costs 1 to
-// 4; *-clean.state was closed cleanly, *-dirty.state copied while its owner
+// 5, the one whose holders registry had 64 entries, v6-* by the last
+// release of format version 6, the one before the tags. Each is a table of
+// 64 slots of 128 bytes holding three buckets of each limit below (v5-* and
+// v6-*: and of each of fixtureExtLimits, in the arena), created at t0 with
+// costs 1 to 4; *-clean.state was closed cleanly, *-dirty.state copied while its owner
 // still had it open.
 var fixtureLimits = []bucket.Limit{
 	{Algorithm: bucket.TokenBucket, Max: 5, RefillTime: 3600e9, RefillAmount: 1},
@@ -89,7 +90,7 @@ func TestUpgrade(t *testing.T) {
 		version uint32
 	}{
 		{"v1-clean.state", 1}, {"v1-dirty.state", 1}, {"v4-clean.state", 4}, {"v4-dirty.state", 4},
-		{"v5-clean.state", 5}, {"v5-dirty.state", 5},
+		{"v5-clean.state", 5}, {"v5-dirty.state", 5}, {"v6-clean.state", 6}, {"v6-dirty.state", 6},
 	} {
 		name := fx.name
 		t.Run(name, func(t *testing.T) {
@@ -112,8 +113,8 @@ func TestUpgrade(t *testing.T) {
 				t.Errorf("opened: %+v, want upgraded from %d, nothing torn or dropped", o, fx.version)
 			}
 			// The slots (rounded up to a page), the arena's bitmap page and
-			// cells, the holders registry.
-			if g := tb.Geometry(); g.ArenaCells != shm.DefaultArenaCells(64) || g.FileSize != int64(12288+4096+1024*64+0x14000) {
+			// cells, the holders registry, the tags' page.
+			if g := tb.Geometry(); g.ArenaCells != shm.DefaultArenaCells(64) || g.FileSize != int64(12288+4096+1024*64+0x14000+4096) {
 				t.Errorf("geometry after the upgrade: %+v", g)
 			}
 			if h, ok := tb.HighTime(); h != 0 || !ok {
@@ -125,7 +126,7 @@ func TestUpgrade(t *testing.T) {
 			e := New(tb)
 			at := []int64{t0, t0 + 500e6, t0 + 30*sec, t0 + 2*3600*sec}
 			sameBuckets(t, e, model, fixtureLimits, at...)
-			if fx.version == 5 {
+			if fx.version >= 5 {
 				sameBuckets(t, e, model, fixtureExtLimits, at...)
 			}
 			if err := tb.Verify(); err != nil {
@@ -262,6 +263,53 @@ func TestUpgrade_registryInterrupted(t *testing.T) {
 			tb := openBytes(t, b)
 			if o := tb.Opened(); o.UpgradedFrom != 5 || !o.Recovered || o.Torn != 0 || o.Dropped != 0 {
 				t.Errorf("opened: %+v, want upgraded from 5 and recovered, nothing torn or dropped", o)
+			}
+			e := New(tb)
+			sameBuckets(t, e, model, append(fixtureLimits[:len(fixtureLimits):len(fixtureLimits)], fixtureExtLimits...), t0, t0+30*sec)
+			if err := tb.Verify(); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+// Ensure the upgrade to the tags' version, interrupted after Open extended
+// the file (and perhaps after the version was written, with whatever the
+// tags then held), is redone and keeps the buckets; so is a version-5 file
+// this build extended by the registry and the tags at once.
+func TestUpgrade_tagsInterrupted(t *testing.T) {
+	model := newEngine(t, 64)
+	fixtureOps(t, model)
+	fixtureExtOps(t, model)
+	garbage := make([]byte, 4096)
+	for i := range garbage {
+		garbage[i] = byte(i*7 + 1)
+	}
+	for _, c := range []struct {
+		step    string
+		fixture string
+		from    uint32
+		grow    []byte
+		version uint32 // written under the old checksum; 0: none
+	}{
+		{"extended", "v6-clean.state", 6, make([]byte, 4096), 0},
+		{"extended, dirty", "v6-dirty.state", 6, make([]byte, 4096), 0},
+		{"version written", "v6-clean.state", 6, make([]byte, 4096), 7},
+		{"version written, tags damaged", "v6-clean.state", 6, garbage, 7},
+		{"from version 5", "v5-clean.state", 5, append(make([]byte, 0x14000), garbage...), 0},
+	} {
+		t.Run(c.step, func(t *testing.T) {
+			b, err := os.ReadFile(filepath.Join("testdata", c.fixture))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b = append(b, c.grow...)
+			if c.version != 0 {
+				binary.LittleEndian.PutUint32(b[8:], c.version)
+			}
+			tb := openBytes(t, b)
+			if o := tb.Opened(); o.UpgradedFrom != c.from || o.Torn != 0 || o.Dropped != 0 {
+				t.Errorf("opened: %+v, want upgraded from %d, nothing torn or dropped", o, c.from)
 			}
 			e := New(tb)
 			sameBuckets(t, e, model, append(fixtureLimits[:len(fixtureLimits):len(fixtureLimits)], fixtureExtLimits...), t0, t0+30*sec)
