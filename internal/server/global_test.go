@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -308,6 +309,58 @@ func waitHeld(t *testing.T, rc *redis.Client) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("Redis never held the sidecar's call:\n%s", info)
+		}
+	}
+}
+
+// Ensure an operation decideGlobals decoded is answered as the frame's own
+// decoding would give it: keep and load carry every field of proto.Op, of
+// every operation (a MULTI's items too, and no item of an earlier MULTI
+// is left behind).
+func TestScannedOp(t *testing.T) {
+	head := reflect.TypeFor[scannedOp]()
+	for f := range reflect.TypeFor[proto.Op]().Fields() {
+		if f.Name == "Items" {
+			continue // frameGlobals.items
+		}
+		if _, ok := head.FieldByNameFunc(func(n string) bool { return strings.EqualFold(n, f.Name) }); !ok &&
+			!(f.Name == "N" || f.Name == "At") {
+			t.Errorf("proto.Op.%s is not kept by scannedOp", f.Name)
+		}
+	}
+	tb := proto.TokenBucketLimit(10, time.Minute, 10)
+	items := []proto.MultiItem{
+		{Limit: tb, Cost: 1, Key: []byte("a")},
+		{Limit: proto.Named("login"), Cost: 2, Key: []byte("b"), Flags: proto.FlagStrict},
+		{Limit: tb, Cost: 3, Key: []byte("c")},
+	}
+	var body []byte
+	body = proto.AppendItem(body, proto.OpAcquire, proto.FlagDeadline|proto.FlagShadow, proto.Named("login"), 2, 1_700_000_000_000_000_000, []byte("alice"))
+	body = proto.AppendMulti(body, proto.FlagAt, 1_700_000_000_000_000_001, items)
+	body = proto.AppendItem(body, proto.OpPeek, proto.FlagAt, tb, 0, 1_700_000_000_000_000_002, []byte("bob"))
+	body = proto.AppendMulti(body, 0, 0, items[:1])
+	body = proto.AppendItem(body, proto.OpRefund, proto.FlagSmyte, tb, 4, 0, []byte("carol"))
+	body = proto.AppendItem(body, proto.OpReset, 0, proto.Named("login"), 0, 0, []byte("dave"))
+	body = proto.AppendLease(body, 0, proto.Named("jobs"), []byte("eve"))
+	body = proto.AppendRelease(body, 0, proto.Named("jobs"), 77, []byte("eve"))
+	body = proto.AppendScan(body, 5, 100, []byte("user:"))
+	body = proto.AppendPing(body)
+	body = proto.AppendStats(body)
+	body = proto.AppendHello(body)
+	var fg frameGlobals
+	var decoded, loaded proto.Op
+	loaded.Items[2].Key = []byte("stale") // as an earlier frame's MULTI leaves it
+	loaded.NItems = 3
+	for n := 0; len(body) > 0; n++ {
+		rest, err := proto.DecodeOpVersion(body, proto.Version, &decoded)
+		if err != nil {
+			t.Fatalf("operation %d: %v", n, err)
+		}
+		body = rest
+		fg.keep(&decoded)
+		fg.load(&loaded)
+		if !reflect.DeepEqual(decoded, loaded) {
+			t.Errorf("operation %d (%v): loaded\n%+v\nwant\n%+v", n, decoded.Code, loaded, decoded)
 		}
 	}
 }

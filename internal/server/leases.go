@@ -154,7 +154,13 @@ func (s *server) leaseOp(b []byte, op *proto.Op, c *conn, req *engine.Request, n
 	if id := res.Lease; id != 0 {
 		expires := c.now + min(l.Bucket().Lease, math.MaxInt64-c.now)
 		key := string(op.Key)
-		c.leases = append(c.leases, heldLease{limit: *l, key: key, id: id, expires: expires})
+		h := heldLease{key: key, id: id, expires: expires}
+		if req.Remote != nil {
+			h.global = nl.cfg
+		} else {
+			h.limit = *l
+		}
+		c.leases = append(c.leases, h)
 		s.holders.add(id, &c.stream, key, expires)
 		if until := time.Now().Add(time.Duration(l.Bucket().Lease)); until.After(c.leasedUntil) {
 			c.leasedUntil = until
