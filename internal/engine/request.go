@@ -94,7 +94,7 @@ type Result struct {
 // Do decides r and writes the outcome to *res, or returns why it cannot:
 // an error of this package's vocabulary (Status says its wire status).
 func (e *Engine) Do(r *Request, res *Result) (err error) {
-	res.Shadowed = false
+	res.Shadowed, res.Outage = false, proto.OutageNone
 	if r.Remote != nil {
 		return remote(*r, res)
 	}
@@ -151,8 +151,6 @@ func remote(r Request, res *Result) error {
 	*res = out
 	if r.Op == proto.OpAcquire && r.Shadow {
 		res.Shadowed = Shadow(&res.Decision)
-	} else {
-		res.Shadowed = false
 	}
 	return nil
 }

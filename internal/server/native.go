@@ -194,13 +194,13 @@ func (s *server) do(b []byte, op *proto.Op, c *conn) []byte {
 	if err != nil {
 		return c.fail(b, op.Code, err)
 	}
-	global := nl != nil && nl.cfg.Scope == config.Global
-	if global && s.global == nil {
+	remote := nl != nil && nl.cfg.Scope == config.Global
+	if remote && s.global == nil {
 		return c.fail(b, op.Code, errNoGlobal)
 	}
 	req := &c.req
 	c.request(req, op, l, nl)
-	if global {
+	if remote {
 		return s.globalOp(b, op, nl, c, req)
 	}
 	var start time.Time
