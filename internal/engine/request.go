@@ -96,7 +96,7 @@ type Result struct {
 func (e *Engine) Do(r *Request, res *Result) (err error) {
 	res.Shadowed, res.Outage = false, proto.OutageNone
 	if r.Remote != nil {
-		return remote(*r, res)
+		return remote(r, res)
 	}
 	switch r.Op {
 	case proto.OpAcquire:
@@ -124,7 +124,7 @@ func (e *Engine) Do(r *Request, res *Result) (err error) {
 // remote decides r by its Remote: the checks a request on the table gets,
 // in the order a global limit has always made them, then the Remote's
 // decision, then the shadow rewrite.
-func remote(r Request, res *Result) error {
+func remote(r *Request, res *Result) error {
 	alg := r.Limit.b.Algorithm
 	switch r.Op {
 	case proto.OpAcquire, proto.OpPeek, proto.OpRefund, proto.OpReset:
@@ -144,7 +144,7 @@ func remote(r Request, res *Result) error {
 	default:
 		return fmt.Errorf("%w: %d", proto.ErrUnknownOpcode, r.Op)
 	}
-	out, err := r.Remote.Decide(r)
+	out, err := r.Remote.Decide(*r)
 	if err != nil {
 		return err
 	}
