@@ -21,10 +21,12 @@
 // The request path (request.go) is what the front ends call: a Request is
 // one decision as any protocol decodes it (Wire reads the native
 // protocol's), Do decides it (the operation switch, the checks, shadow
-// mode), and Status words its errors in the wire's statuses. A new front
-// end translates its requests into Requests and its answers from Results
-// and statuses, and nothing else; MULTI and Redis transactions hand their
-// items to Multi and Each.
+// mode), and Status words its errors in the wire's statuses. A request
+// with a Remote (the server's global limits) is checked and put in shadow
+// mode by Do the same way, and decided by the Remote instead of the table.
+// A new front end translates its requests into Requests and its answers
+// from Results and statuses, and nothing else; MULTI and Redis
+// transactions hand their items to Multi and Each.
 //
 // Limits (limit.go) come validated: NewLimit from bucket.Limit, FromProto
 // from the wire's proto.Limit, the one place where the wire's parameter

@@ -73,7 +73,7 @@ func check(key []byte, l *Limit, cost int64, t Time) error {
 	if l == nil || !l.valid {
 		return ErrInvalidLimit
 	}
-	if err := CheckKeyCost(key, cost); err != nil {
+	if err := checkKeyCost(key, cost); err != nil {
 		return err
 	}
 	if !bucket.ValidTime(t.At) {

@@ -51,6 +51,10 @@ var (
 	// waiting for a bucket's lock (Time.Wait): another process keeps it,
 	// alive but not going on (stopped, or stuck in a debugger).
 	ErrLocked = errors.New("the bucket is locked by another process")
+	// ErrRemoteTime is returned for a request that brings its own time
+	// (Request.OwnTime) to a Remote: a global limit is decided at Redis's
+	// clock. It is an ErrInvalidLimit.
+	ErrRemoteTime error = invalidLimit{errors.New("a global limit is decided at Redis's clock: a request time (AT) is refused")}
 )
 
 // LockedError is the error of a request that waited longer than its

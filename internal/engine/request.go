@@ -36,6 +36,24 @@ type Request struct {
 	// Time is when the request is decided: the server's clock, the
 	// request's own time if it sent one (Wire), and its lock waits.
 	Time Time
+	// OwnTime says the request brought its own time (the wire's AT): a
+	// Remote decides at its own clock, and refuses it (ErrRemoteTime).
+	OwnTime bool
+	// Remote, if not nil, decides the request instead of the table: a
+	// global limit, decided in Redis. Do checks the request and applies
+	// the shadow rewrite as for the table; the Remote only decides.
+	Remote Remote
+}
+
+// Remote decides requests elsewhere than in the table: the server's global
+// limits, in Redis. Do hands Decide a copy of a request it has checked
+// (key, cost, time, the operation against the algorithm) and turns a
+// denial Decide returns into a shadow limit's answer; Decide returns the
+// decision (or Existed, Lease, Released) and Outage, or why it could not
+// decide. (The request and its result travel by value, so that neither
+// leaves the stack of a front end that decides on the table.)
+type Remote interface {
+	Decide(r Request) (Result, error)
 }
 
 // Wire sets r's operation, key, cost and flags from a request as the native
@@ -47,6 +65,7 @@ func (r *Request) Wire(code proto.Opcode, key []byte, n int64, f proto.Flags, at
 	r.Op, r.Key, r.N = code, key, n
 	r.Flags = FlagsFromProto(f)
 	r.Shadow = f&proto.FlagShadow != 0
+	r.OwnTime = f&proto.FlagAt != 0
 	r.Time.Wire(f, at)
 }
 
@@ -66,12 +85,19 @@ type Result struct {
 	Existed  bool            // RESET: the bucket existed
 	Lease    int64           // LEASE: the lease's id, 0 if denied
 	Released bool            // RELEASE: the lease was held
+	// Outage is, for a request a Remote decided, the outage policy that
+	// decided it when the Remote could not (proto.OutageNone: the Remote
+	// did).
+	Outage proto.Outage
 }
 
 // Do decides r and writes the outcome to *res, or returns why it cannot:
 // an error of this package's vocabulary (Status says its wire status).
 func (e *Engine) Do(r *Request, res *Result) (err error) {
-	res.Shadowed = false
+	res.Shadowed, res.Outage = false, proto.OutageNone
+	if r.Remote != nil {
+		return remote(r, res)
+	}
 	switch r.Op {
 	case proto.OpAcquire:
 		if err = e.Acquire(&res.Decision, r.Key, r.Limit, r.N, r.Time, r.Flags); err == nil && r.Shadow {
@@ -95,17 +121,50 @@ func (e *Engine) Do(r *Request, res *Result) (err error) {
 	return fmt.Errorf("%w: %d", proto.ErrUnknownOpcode, r.Op)
 }
 
-// CheckKeyCost validates a request's key and cost as every operation does
-// (ErrEmptyKey, ErrKeyTooLong, ErrNegativeCost), for a front end that
-// decides elsewhere than in the table (global limits, in Redis).
-func CheckKeyCost[K string | []byte](key K, cost int64) error {
+// remote decides r by its Remote: the checks a request on the table gets,
+// in the order a global limit has always made them, then the Remote's
+// decision, then the shadow rewrite.
+func remote(r *Request, res *Result) error {
+	alg := r.Limit.b.Algorithm
+	switch r.Op {
+	case proto.OpAcquire, proto.OpPeek, proto.OpRefund, proto.OpReset:
+		if r.OwnTime {
+			return ErrRemoteTime
+		}
+		if err := checkKeyCost(r.Key, r.N); err != nil {
+			return err
+		}
+		if alg == bucket.Concurrency && (r.Op == proto.OpAcquire || r.Op == proto.OpRefund) {
+			return ErrLeaseOnly
+		}
+	case proto.OpLease, proto.OpRelease:
+		if alg != bucket.Concurrency {
+			return ErrNotConcurrency
+		}
+	default:
+		return fmt.Errorf("%w: %d", proto.ErrUnknownOpcode, r.Op)
+	}
+	out, err := r.Remote.Decide(*r)
+	if err != nil {
+		return err
+	}
+	*res = out
+	if r.Op == proto.OpAcquire && r.Shadow {
+		res.Shadowed = Shadow(&res.Decision)
+	}
+	return nil
+}
+
+// checkKeyCost validates a request's key and cost as every operation does,
+// on the table or by a Remote (ErrEmptyKey, ErrKeyTooLong, ErrNegativeCost).
+func checkKeyCost(key []byte, cost int64) error {
 	if len(key) == 0 || len(key) > MaxKeyLen || cost < 0 {
 		return keyCostError(len(key), cost)
 	}
 	return nil
 }
 
-// keyCostError is CheckKeyCost's error for a key of n bytes and cost, one
+// keyCostError is checkKeyCost's error for a key of n bytes and cost, one
 // of which is refused.
 func keyCostError(n int, cost int64) error {
 	switch {
@@ -120,8 +179,7 @@ func keyCostError(n int, cost int64) error {
 // Shadow turns a denial into the answer a shadow limit gives: allowed, no
 // retry, no delay; what the denial consumed, if anything, stays consumed.
 // It reports whether d was a denial. Do applies it to an ACQUIRE with
-// Request.Shadow; a front end that decides elsewhere (global limits)
-// applies it to what it decided.
+// Request.Shadow; a named list applies it to its limits' combination.
 func Shadow(d *bucket.Decision) bool {
 	if d.Allowed {
 		return false

@@ -110,3 +110,89 @@ func TestStatus(t *testing.T) {
 		}
 	}
 }
+
+// fakeRemote decides every request as denied (or fails with err), and
+// records what it was handed.
+type fakeRemote struct {
+	got []proto.Opcode
+	err error
+}
+
+func (f *fakeRemote) Decide(r Request) (Result, error) {
+	f.got = append(f.got, r.Op)
+	if f.err != nil {
+		return Result{}, f.err
+	}
+	return Result{Decision: bucket.Decision{Allowed: false, Limit: 5, RetryAfter: sec}, Outage: proto.OutageClosed}, nil
+}
+
+// Ensure Do hands a request with a Remote to it, never to the table, after
+// the checks of a global limit, in their order (its time, then key and
+// cost, then the operation against the algorithm), and applies shadow mode
+// to what the Remote decided.
+func TestDoRemote(t *testing.T) {
+	e := newEngine(t, 64)
+	tb := lim(bucket.Limit{Algorithm: bucket.TokenBucket, Max: 2, RefillTime: 60 * sec, RefillAmount: 2})
+	conc := lim(bucket.Limit{Algorithm: bucket.Concurrency, Max: 2, Lease: 60 * sec})
+	now := int64(1_700_000_000) * sec
+	for _, c := range []struct {
+		name string
+		r    Request
+		want error // nil: handed to the Remote
+	}{
+		{"acquire", Request{Op: proto.OpAcquire, Key: []byte("k"), Limit: tb, N: 1}, nil},
+		{"own time", Request{Op: proto.OpAcquire, Key: []byte("k"), Limit: tb, N: 1, OwnTime: true}, ErrRemoteTime},
+		{"own time before the key", Request{Op: proto.OpPeek, Limit: tb, OwnTime: true}, ErrRemoteTime},
+		{"empty key", Request{Op: proto.OpPeek, Limit: tb}, ErrEmptyKey},
+		{"long key", Request{Op: proto.OpReset, Key: make([]byte, MaxKeyLen+1), Limit: tb}, ErrKeyTooLong},
+		{"negative cost", Request{Op: proto.OpRefund, Key: []byte("k"), Limit: tb, N: -1}, ErrNegativeCost},
+		{"acquire of concurrency", Request{Op: proto.OpAcquire, Key: []byte("k"), Limit: conc, N: 1}, ErrLeaseOnly},
+		{"refund of concurrency", Request{Op: proto.OpRefund, Key: []byte("k"), Limit: conc, N: 1}, ErrLeaseOnly},
+		{"peek of concurrency", Request{Op: proto.OpPeek, Key: []byte("k"), Limit: conc}, nil},
+		{"lease", Request{Op: proto.OpLease, Key: []byte("k"), Limit: conc, Lease: 7}, nil},
+		{"lease of a token bucket", Request{Op: proto.OpLease, Key: []byte("k"), Limit: tb, Lease: 7}, ErrNotConcurrency},
+		{"release of a token bucket", Request{Op: proto.OpRelease, Key: []byte("k"), Limit: tb, Lease: 7}, ErrNotConcurrency},
+		{"unknown operation", Request{Op: proto.OpScan, Key: []byte("k"), Limit: tb}, proto.ErrUnknownOpcode},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := &fakeRemote{}
+			r := c.r
+			r.Remote, r.Time = f, At(now)
+			res := Result{Outage: proto.OutageOpen, Shadowed: true}
+			err := e.Do(&r, &res)
+			if !errors.Is(err, c.want) || c.want == nil && err != nil {
+				t.Fatalf("Do: %v, want %v", err, c.want)
+			}
+			if handed := len(f.got) == 1; handed != (c.want == nil) {
+				t.Fatalf("handed to the Remote: %v, want %v", handed, c.want == nil)
+			}
+			if c.want == nil && (res.Outage != proto.OutageClosed || res.Shadowed) {
+				t.Errorf("result %+v: want the Remote's, not shadowed", res)
+			}
+		})
+	}
+	if st := e.Stats(); st.Used != 0 {
+		t.Errorf("%d slots used after remote requests only", st.Used)
+	}
+
+	// Shadow mode applies to the Remote's denial of an ACQUIRE, and to
+	// nothing else; an error of the Remote is Do's.
+	f := &fakeRemote{}
+	var res Result
+	r := Request{Op: proto.OpAcquire, Key: []byte("k"), Limit: tb, N: 1, Shadow: true, Time: At(now), Remote: f}
+	if err := e.Do(&r, &res); err != nil || !res.Shadowed || !res.Decision.Allowed || res.Decision.RetryAfter != -1 {
+		t.Errorf("shadow acquire: %+v, %v", res, err)
+	}
+	r.Op = proto.OpPeek
+	if err := e.Do(&r, &res); err != nil || res.Shadowed || res.Decision.Allowed {
+		t.Errorf("shadow peek: %+v, %v", res, err)
+	}
+	boom := errors.New("redis is down")
+	r.Remote = &fakeRemote{err: boom}
+	if err := e.Do(&r, &res); !errors.Is(err, boom) {
+		t.Errorf("the Remote's error: got %v", err)
+	}
+	if st := Status(ErrRemoteTime); st != proto.StatusInvalidLimit {
+		t.Errorf("ErrRemoteTime's status %v, want invalid limit", st)
+	}
+}

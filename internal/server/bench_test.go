@@ -238,29 +238,12 @@ func respSerial(b *testing.B, path string, cmd []byte, lines int) {
 // respPipelined writes commands pipelineDepth at a time while the reader
 // counts reply lines.
 func respPipelined(b *testing.B, path string, cmd []byte, lines int) {
-	c, err := net.Dial("unix", path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
-	var batch []byte
-	for range pipelineDepth {
-		batch = append(batch, cmd...)
-	}
+	c, batch := dialBatch(b, path, cmd)
 	b.ReportAllocs()
 	b.ResetTimer()
 	start := time.Now()
-	errc := make(chan error, 1)
 	sent := (b.N + pipelineDepth - 1) / pipelineDepth * pipelineDepth
-	go func() {
-		for n := 0; n < sent; n += pipelineDepth {
-			if _, err := c.Write(batch); err != nil {
-				errc <- err
-				return
-			}
-		}
-		errc <- nil
-	}()
+	errc := writeBatches(c, batch, sent/pipelineDepth)
 	if err := readLines(c, make([]byte, 256<<10), sent*lines); err != nil {
 		b.Fatal(err)
 	}
@@ -268,6 +251,38 @@ func respPipelined(b *testing.B, path string, cmd []byte, lines int) {
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "decisions/s")
+}
+
+// dialBatch connects to path, closed at the benchmark's end, and returns
+// the batch of pipelineDepth copies of req that the pipelined benchmarks
+// write.
+func dialBatch(b *testing.B, path string, req []byte) (net.Conn, []byte) {
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	var batch []byte
+	for range pipelineDepth {
+		batch = append(batch, req...)
+	}
+	return c, batch
+}
+
+// writeBatches writes batch to c n times, on a goroutine of its own, and
+// sends the first error (or nil) on the channel it returns.
+func writeBatches(c net.Conn, batch []byte, n int) <-chan error {
+	errc := make(chan error, 1)
+	go func() {
+		for range n {
+			if _, err := c.Write(batch); err != nil {
+				errc <- err
+				return
+			}
+		}
+		errc <- nil
+	}()
+	return errc
 }
 
 // readLines reads until n reply lines have arrived.

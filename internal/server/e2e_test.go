@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/proto"
 )
 
@@ -452,6 +453,43 @@ func TestServer_noAllocs(t *testing.T) {
 	roundTrip(rc, cmd, reply)
 	if n := testing.AllocsPerRun(200, func() { roundTrip(rc, cmd, reply[:len(":999999999\r\n")]) }); n > 0.05 {
 		t.Errorf("RL.REDUCE: %v allocs per request", n)
+	}
+}
+
+// Ensure that a request on a named limit allocates nothing either: finding
+// the config's compiled limits is a load and a comparison.
+func TestServer_noAllocsNamed(t *testing.T) {
+	set, err := config.Parse("sluice.yaml", []byte("limits:\n  api: {limit: \"gcra:burst=1000000000,count=1000000000,period=1s\"}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := start(t, Config{Now: func() int64 { return 1_700_000_000 * 1e9 }, Limits: config.NewHolder(set)})
+	c := dial(t, sc)
+	req := frameOf(1, proto.AppendItem(nil, proto.OpAcquire, 0, proto.Named("api"), 1, 0, []byte("user:1")))
+	c.c.Write(req)
+	c.recv() // warm the connection's buffers
+	buf := make([]byte, 0, 256)
+	if n := testing.AllocsPerRun(200, func() {
+		if _, err := c.c.Write(req); err != nil {
+			t.Fatal(err)
+		}
+		buf = buf[:0]
+		for {
+			frame, _, _, err := proto.SplitFrame(buf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if frame != nil {
+				return
+			}
+			m, err := c.c.Read(buf[len(buf):cap(buf)])
+			if err != nil {
+				t.Fatal(err)
+			}
+			buf = buf[:len(buf)+m]
+		}
+	}); n > 0.05 {
+		t.Errorf("native acquire by name: %v allocs per request", n)
 	}
 }
 

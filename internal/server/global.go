@@ -27,9 +27,6 @@ var (
 	// errNoGlobal answers a request on a global limit when the sidecar
 	// has no Redis to decide it in.
 	errNoGlobal = errors.New("this sidecar decides no global limits: start it with --global-redis")
-	// errGlobalAt answers a request on a global limit that brings its own
-	// time: Redis's clock is the only clock of a global limit.
-	errGlobalAt = errors.New("a global limit is decided at Redis's clock: a request time (AT) is refused")
 	// errGlobalMulti answers a MULTI naming a global limit.
 	errGlobalMulti = errors.New("a MULTI cannot include a global limit")
 )
@@ -276,32 +273,80 @@ func (g *globalLimits) stats() metrics.GlobalStats {
 	return out
 }
 
-// globalResult is what a global operation decided.
-type globalResult struct {
-	d       bucket.Decision
-	outage  proto.Outage // the outage policy that decided, if one did
-	existed bool         // RESET
-	err     error
-	frame   int // its frame, counted from the first that handle answers
-	op      int // its index in the frame
-}
-
-// globalArgs is a global operation, copied out of its frame.
-type globalArgs struct {
-	code     proto.Opcode
-	flags    proto.Flags
-	n        int64
-	deadline int64 // the client's, with FlagDeadline
-	key      string
-	nl       *namedLimit
+// globalCall is a request on a global limit as this sidecar hands it to
+// Redis: the front ends set it as their engine.Request's Remote, and
+// engine.Do checks the request, calls Decide and applies shadow mode.
+type globalCall struct {
+	g        *globalLimits // nil: this sidecar has no Redis (errNoGlobal)
+	l        *config.Limit // the limit: its lease settings and outage policy
+	flags    proto.Flags   // the wire's; with DEADLINE, deadline is the client's
+	deadline int64
 	arrived  time.Time // when its frame was read; zero: read the clock when needed
+	blocking func()    // called before waiting for Redis (an event loop hands itself over), if not nil
 }
 
-// frameGlobals holds the decisions of the global operations of the
-// frames a call of handle answers, in the order it answers them.
+// by returns when Redis's answer is due (answerBy).
+func (a *globalCall) by() time.Time {
+	if a.arrived.IsZero() {
+		a.arrived = time.Now()
+	}
+	return a.g.answerBy(a.arrived, a.flags, a.deadline)
+}
+
+// Decide decides r in Redis, or by the limit's outage policy if Redis does
+// not answer in time (Result.Outage says so).
+func (a *globalCall) Decide(r engine.Request) (res engine.Result, err error) {
+	g, l := a.g, a.l
+	if g == nil {
+		return res, errNoGlobal
+	}
+	key := string(r.Key)
+	switch r.Op {
+	case proto.OpAcquire:
+		res.Decision, res.Outage, err = g.acquireBlocking(l, key, r.N, r.Flags, a.by, a.blocking)
+	case proto.OpPeek:
+		res.Decision, res.Outage, err = g.peek(l, key, a.by)
+	case proto.OpRefund:
+		res.Decision, res.Outage, err = g.refundBlocking(l, key, r.N, a.by, a.blocking)
+	case proto.OpReset:
+		res.Existed, err = g.reset(l, key, a.by)
+	case proto.OpLease:
+		ctx, cancel := context.WithDeadline(context.Background(), a.by())
+		defer cancel()
+		var src global.Source
+		res.Decision, res.Lease, src, err = g.fallback.Hold(ctx, global.Request{Limit: l.Bucket, Key: key, Lease: r.Lease}, l.Policy())
+		res.Outage = leaseOutage(src, l)
+	case proto.OpRelease:
+		ctx, cancel := context.WithDeadline(context.Background(), a.by())
+		defer cancel()
+		var src global.Source
+		res.Decision, res.Released, src, err = g.fallback.Release(ctx, global.Request{Limit: l.Bucket, Key: key, Lease: r.Lease}, l.Policy())
+		res.Outage = leaseOutage(src, l)
+	}
+	return res, err
+}
+
+// globalResult is what engine.Do answered for a global operation the scan
+// decided.
+type globalResult struct {
+	res   engine.Result
+	err   error
+	frame int // its frame, counted from the first that handle answers
+	op    int // its index in the frame
+}
+
+// frameGlobals holds what handle's scan of the complete frames at the front
+// of the input found: every operation, decoded once (frame answers from
+// here), and the decisions of the global ones, made before any is answered.
 type frameGlobals struct {
+	ops    []scannedOp
+	items  []proto.MultiItem // the MULTI items of ops
+	frames int               // frames whose every operation is in ops
+	nextOp int               // the next of ops to answer
+
 	res     []globalResult
-	args    []globalArgs
+	reqs    []engine.Request // of res, as engine.Do takes them
+	calls   []globalCall     // their Remotes
 	next    int              // the next result to answer
 	buckets map[string][]int // operations (indexes of res) by bucket, in order
 }
@@ -309,24 +354,41 @@ type frameGlobals struct {
 // pending reports whether decisions remain to be answered.
 func (fg *frameGlobals) pending() bool { return fg != nil && fg.next < len(fg.res) }
 
-// decideGlobals decides the global operations of the complete frames at
-// the front of in before any is answered: those of one frame on one
-// bucket one after the other, in the frame's order, and all others at
-// once, so that they travel to Redis in shared pipelines instead of a
-// round trip each, and a frame waiting for Redis does not hold up the
-// frames behind it. (Frames in flight at once on one bucket are decided in
-// the order their requests reach Redis, as those of different connections
-// are.) An operation that does not decode (or a frame that is not a
-// request) ends the scan: the connection closes after answering it.
+// scanned reports whether frame n's operations were decoded by the scan.
+func (fg *frameGlobals) scanned(n int) bool { return fg != nil && n < fg.frames }
+
+// take returns the decision of operation op of frame n, if the scan made
+// it, else nil (decide it now).
+func (fg *frameGlobals) take(n, op int) *globalResult {
+	for fg.pending() && (fg.res[fg.next].frame < n || fg.res[fg.next].frame == n && fg.res[fg.next].op < op) {
+		fg.next++ // a limit a config reload made local between the scan and now: decided, not answered
+	}
+	if !fg.pending() || fg.res[fg.next].frame != n || fg.res[fg.next].op != op {
+		return nil
+	}
+	fg.next++
+	return &fg.res[fg.next-1]
+}
+
+// decideGlobals decodes the operations of the complete frames at the front
+// of in (frame then answers them from there, without decoding them again)
+// and decides their global operations before any is answered: those of
+// one frame on one bucket one after the other, in the frame's order, and
+// all others at once, so that they travel to Redis in shared pipelines
+// instead of a round trip each, and a frame waiting for Redis does not
+// hold up the frames behind it. (Frames in flight at once on one bucket
+// are decided in the order their requests reach Redis, as those of
+// different connections are.) An operation that does not decode (or a
+// frame that is not a request) ends the scan: frame decodes that frame
+// itself, and the connection closes after answering it.
 func (c *conn) decideGlobals(in []byte) {
 	fg := c.globals
 	if fg == nil {
 		fg = &frameGlobals{buckets: make(map[string][]int)}
 		c.globals = fg
 	}
-	fg.res, fg.args, fg.next = fg.res[:0], fg.args[:0], 0
-	clear(fg.buckets)
-	var op proto.Op
+	fg.reset()
+	op := &c.op // frame loads each operation back into it
 scan:
 	for n := 0; ; n++ {
 		frame, rest, h, err := proto.SplitFrame(in)
@@ -334,13 +396,15 @@ scan:
 			break
 		}
 		in = rest
-		body := frame[proto.HeaderLen:]
+		body, first := frame[proto.HeaderLen:], len(fg.ops)
 		for i := 0; i < int(h.Count); i++ {
-			rest, err := proto.DecodeOpVersion(body, h.Version, &op)
+			rest, err := proto.DecodeOpVersion(body, h.Version, op)
 			if err != nil {
+				fg.ops = fg.ops[:first] // frame decodes this frame, and fails it
 				break scan
 			}
 			body = rest
+			fg.keep(op)
 			if op.Name == nil || op.Code < proto.OpAcquire || op.Code > proto.OpReset {
 				continue
 			}
@@ -355,15 +419,21 @@ scan:
 			k := strconv.Itoa(n) + "\x00" + string(op.Name) + "\x00" + string(op.Key)
 			fg.buckets[k] = append(fg.buckets[k], len(fg.res))
 			fg.res = append(fg.res, globalResult{frame: n, op: i})
-			fg.args = append(fg.args, globalArgs{code: op.Code, flags: op.Flags, n: op.N, deadline: op.Deadline,
-				key: string(op.Key), nl: nl, arrived: c.arrived})
+			fg.reqs = append(fg.reqs, engine.Request{})
+			c.request(&fg.reqs[len(fg.reqs)-1], op, &nl.cfg.Engine, nl)
+			fg.calls = append(fg.calls, c.globalCall(op, nl))
 		}
+		if len(body) != 0 {
+			fg.ops = fg.ops[:first] // bytes after the last operation: frame fails it
+			break
+		}
+		fg.frames = n + 1
 	}
 	decide := func(idx []int) {
 		for _, i := range idx {
-			r := c.s.global.decide(&fg.args[i])
-			r.frame, r.op = fg.res[i].frame, fg.res[i].op
-			fg.res[i] = r
+			r := &fg.reqs[i]
+			r.Remote = &fg.calls[i]
+			fg.res[i].err = c.s.engine.Do(r, &fg.res[i].res)
 		}
 	}
 	// A goroutine per bucket but the last, which this one decides: it
@@ -382,78 +452,55 @@ scan:
 		decide(last)
 	}
 	wg.Wait()
-	clear(fg.args) // drop the keys and limits
+	clear(fg.reqs) // drop the keys and limits
+	clear(fg.calls)
 }
 
-// decide decides one global operation.
-func (g *globalLimits) decide(a *globalArgs) globalResult {
-	l := a.nl.cfg
-	if a.flags&proto.FlagAt != 0 {
-		return globalResult{err: errGlobalAt}
-	}
-	if err := engine.CheckKeyCost(a.key, a.n); err != nil {
-		return globalResult{err: err}
-	}
-	if l.Bucket.Algorithm == bucket.Concurrency && (a.code == proto.OpAcquire || a.code == proto.OpRefund) {
-		return globalResult{err: engine.ErrLeaseOnly}
-	}
-	by := func() time.Time {
-		if a.arrived.IsZero() {
-			a.arrived = time.Now()
-		}
-		return g.answerBy(a.arrived, a.flags, a.deadline)
-	}
-	var r globalResult
-	switch a.code {
-	case proto.OpAcquire:
-		r.d, r.outage, r.err = g.acquire(l, a.key, a.n, engine.FlagsFromProto(a.flags), by)
-	case proto.OpPeek:
-		r.d, r.outage, r.err = g.peek(l, a.key, by)
-	case proto.OpRefund:
-		r.d, r.outage, r.err = g.refund(l, a.key, a.n, by)
-	case proto.OpReset:
-		r.existed, r.err = g.reset(l, a.key, by)
-	}
-	return r
+// reset empties fg for a new scan, dropping its references to the last
+// one's frames.
+func (fg *frameGlobals) reset() {
+	clear(fg.ops)
+	clear(fg.items)
+	clear(fg.res)
+	fg.ops, fg.items, fg.frames, fg.nextOp = fg.ops[:0], fg.items[:0], 0, 0
+	fg.res, fg.reqs, fg.calls, fg.next = fg.res[:0], fg.reqs[:0], fg.calls[:0], 0
+	clear(fg.buckets)
 }
 
-// globalOp answers an ACQUIRE, PEEK, REFUND or RESET on a global limit,
-// decided by decideGlobals, or now.
-func (s *server) globalOp(b []byte, op *proto.Op, nl *namedLimit, c *conn) []byte {
-	if s.global == nil {
-		return c.fail(b, op.Code, errNoGlobal)
+// globalCall returns the Remote of op, an operation on nl, a global limit.
+func (c *conn) globalCall(op *proto.Op, nl *namedLimit) globalCall {
+	return globalCall{g: c.s.global, l: nl.cfg, flags: op.Flags, deadline: op.Deadline, arrived: c.arrived}
+}
+
+// globalOp answers an operation on a global limit, req, with the decision
+// decideGlobals made, or deciding it now.
+func (s *server) globalOp(b []byte, op *proto.Op, nl *namedLimit, c *conn, req *engine.Request) []byte {
+	c.call = c.globalCall(op, nl)
+	req.Remote = &c.call
+	switch op.Code {
+	case proto.OpLease:
+		return s.leaseOp(b, op, c, req, nl, time.Time{})
+	case proto.OpRelease:
+		return s.releaseOp(b, op, c, req)
 	}
-	switch conc := nl.cfg.Bucket.Algorithm == bucket.Concurrency; {
-	case op.Code == proto.OpLease && conc:
-		return s.globalLeaseOp(b, op, nl, c)
-	case op.Code == proto.OpRelease && conc:
-		return s.globalReleaseOp(b, op, nl, c)
-	case op.Code == proto.OpLease || op.Code == proto.OpRelease:
-		return c.fail(b, op.Code, engine.ErrNotConcurrency)
-	}
-	var r globalResult
-	fg := c.globals
-	for fg.pending() && (fg.res[fg.next].frame < c.frameNo || fg.res[fg.next].frame == c.frameNo && fg.res[fg.next].op < c.opIndex) {
-		fg.next++ // a limit a config reload made local between the scan and now: decided, not answered
-	}
-	if fg.pending() && fg.res[fg.next].frame == c.frameNo && fg.res[fg.next].op == c.opIndex {
-		r = fg.res[fg.next]
-		fg.res[fg.next] = globalResult{}
-		fg.next++
+	res := &c.res
+	var err error
+	if r := c.globals.take(c.frameNo, c.opIndex); r != nil {
+		*res, err = r.res, r.err
+		*r = globalResult{}
 	} else {
-		r = s.global.decide(&globalArgs{code: op.Code, flags: op.Flags, n: op.N, deadline: op.Deadline, key: string(op.Key), nl: nl, arrived: c.arrived})
+		err = s.engine.Do(req, res)
 	}
-	if r.err != nil {
-		s.recordError(nl, &nl.cfg.Engine, r.err)
-		return c.fail(b, op.Code, r.err)
+	if err != nil {
+		s.recordError(nl, &nl.cfg.Engine, err)
+		return c.fail(b, op.Code, err)
 	}
 	if op.Code == proto.OpReset {
-		return proto.AppendReset(b, r.existed)
+		return proto.AppendReset(b, res.Existed)
 	}
-	shadowed := op.Code == proto.OpAcquire && (op.Flags&proto.FlagShadow != 0 || nl.cfg.Shadow) && engine.Shadow(&r.d)
-	b = c.answer(b, op, nl, nl.cfg.Bucket.Algorithm, &r.d, shadowed, time.Time{})
+	b = c.answer(b, op, nl, nl.cfg.Bucket.Algorithm, &res.Decision, res.Shadowed, time.Time{})
 	if c.version >= 4 { // older clients cannot read the marks
-		b = proto.MarkOutage(b, r.outage)
+		b = proto.MarkOutage(b, res.Outage)
 		if nl.cfg.OnUnavailable == global.Closed {
 			// Whoever decided: the client's own failure policy must then
 			// deny what this sidecar does not answer in time.
@@ -461,4 +508,42 @@ func (s *server) globalOp(b []byte, op *proto.Op, nl *namedLimit, c *conn) []byt
 		}
 	}
 	return b
+}
+
+// scannedOp is an operation decideGlobals decoded, kept for frame to answer
+// without decoding it again: proto.Op's fields but its MULTI items, which
+// are frameGlobals.items[items:items+NItems]. Its slices alias the frame.
+type scannedOp struct {
+	code     proto.Opcode
+	flags    proto.Flags
+	limit    proto.Limit
+	name     []byte
+	n, at    int64
+	deadline int64
+	key      []byte
+	lease    uint64
+	nItems   int
+	items    int
+	cursor   uint64
+	count    uint16
+	prefix   []byte
+}
+
+// keep appends op to the scanned operations.
+func (fg *frameGlobals) keep(op *proto.Op) {
+	fg.ops = append(fg.ops, scannedOp{code: op.Code, flags: op.Flags, limit: op.Limit, name: op.Name, n: op.N, at: op.At,
+		deadline: op.Deadline, key: op.Key, lease: op.Lease, nItems: op.NItems, items: len(fg.items),
+		cursor: op.Cursor, count: op.Count, prefix: op.Prefix})
+	fg.items = append(fg.items, op.Items[:op.NItems]...)
+}
+
+// load sets *op to the next scanned operation, as DecodeOpVersion would.
+func (fg *frameGlobals) load(op *proto.Op) {
+	k := &fg.ops[fg.nextOp]
+	fg.nextOp++
+	old := op.NItems
+	op.Code, op.Flags, op.Limit, op.Name, op.N, op.At, op.Deadline = k.code, k.flags, k.limit, k.name, k.n, k.at, k.deadline
+	op.Key, op.Lease, op.NItems, op.Cursor, op.Count, op.Prefix = k.key, k.lease, k.nItems, k.cursor, k.count, k.prefix
+	copy(op.Items[:k.nItems], fg.items[k.items:])
+	clear(op.Items[min(k.nItems, old):old]) // drop references to an earlier frame's keys
 }

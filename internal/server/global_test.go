@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -309,5 +310,121 @@ func waitHeld(t *testing.T, rc *redis.Client) {
 		if time.Now().After(deadline) {
 			t.Fatalf("Redis never held the sidecar's call:\n%s", info)
 		}
+	}
+}
+
+// Ensure an operation decideGlobals decoded is answered as the frame's own
+// decoding would give it: keep and load carry every field of proto.Op, of
+// every operation (a MULTI's items too, and no item of an earlier MULTI
+// is left behind).
+func TestScannedOp(t *testing.T) {
+	head := reflect.TypeFor[scannedOp]()
+	for f := range reflect.TypeFor[proto.Op]().Fields() {
+		if f.Name == "Items" {
+			continue // frameGlobals.items
+		}
+		if _, ok := head.FieldByNameFunc(func(n string) bool { return strings.EqualFold(n, f.Name) }); !ok &&
+			!(f.Name == "N" || f.Name == "At") {
+			t.Errorf("proto.Op.%s is not kept by scannedOp", f.Name)
+		}
+	}
+	tb := proto.TokenBucketLimit(10, time.Minute, 10)
+	items := []proto.MultiItem{
+		{Limit: tb, Cost: 1, Key: []byte("a")},
+		{Limit: proto.Named("login"), Cost: 2, Key: []byte("b"), Flags: proto.FlagStrict},
+		{Limit: tb, Cost: 3, Key: []byte("c")},
+	}
+	var body []byte
+	body = proto.AppendItem(body, proto.OpAcquire, proto.FlagDeadline|proto.FlagShadow, proto.Named("login"), 2, 1_700_000_000_000_000_000, []byte("alice"))
+	body = proto.AppendMulti(body, proto.FlagAt, 1_700_000_000_000_000_001, items)
+	body = proto.AppendItem(body, proto.OpPeek, proto.FlagAt, tb, 0, 1_700_000_000_000_000_002, []byte("bob"))
+	body = proto.AppendMulti(body, 0, 0, items[:1])
+	body = proto.AppendItem(body, proto.OpRefund, proto.FlagSmyte, tb, 4, 0, []byte("carol"))
+	body = proto.AppendItem(body, proto.OpReset, 0, proto.Named("login"), 0, 0, []byte("dave"))
+	body = proto.AppendLease(body, 0, proto.Named("jobs"), []byte("eve"))
+	body = proto.AppendRelease(body, 0, proto.Named("jobs"), 77, []byte("eve"))
+	body = proto.AppendScan(body, 5, 100, []byte("user:"))
+	body = proto.AppendPing(body)
+	body = proto.AppendStats(body)
+	body = proto.AppendHello(body)
+	var fg frameGlobals
+	var decoded, loaded proto.Op
+	loaded.Items[2].Key = []byte("stale") // as an earlier frame's MULTI leaves it
+	loaded.NItems = 3
+	for n := 0; len(body) > 0; n++ {
+		rest, err := proto.DecodeOpVersion(body, proto.Version, &decoded)
+		if err != nil {
+			t.Fatalf("operation %d: %v", n, err)
+		}
+		body = rest
+		fg.keep(&decoded)
+		fg.load(&loaded)
+		if !reflect.DeepEqual(decoded, loaded) {
+			t.Errorf("operation %d (%v): loaded\n%+v\nwant\n%+v", n, decoded.Code, loaded, decoded)
+		}
+	}
+}
+
+// Ensure that frames with global operations, which the scan decodes before
+// they are answered, are answered as the frames say, in one write: global
+// and local operations mixed in a frame, an error among them, a MULTI and
+// a PING; and a frame with bytes after its last operation, which the scan
+// leaves for the frame's own decoding to refuse, still has its global
+// operation answered before the connection closes.
+func TestGlobal_framesScanned(t *testing.T) {
+	redis := redistest.Start(t)
+	sc := startGlobal(t, redis.Addr, `limits:
+  g: {limit: "token_bucket:max=3,refill_time=1h", scope: global}
+  l: {limit: "token_bucket:max=3,refill_time=1h"}
+`, func(o *global.Options) { o.Timeout = 5 * time.Second })
+	c := dial(t, sc)
+	frame := func(b []byte, id uint32, n int, ops func([]byte) []byte) []byte {
+		b, start := proto.BeginFrame(b, proto.KindRequest, id)
+		return proto.EndFrame(ops(b), start, n)
+	}
+	acq := func(b []byte, f proto.Flags, name, key string) []byte {
+		return proto.AppendItem(b, proto.OpAcquire, f, proto.Named(name), 1, 0, []byte(key))
+	}
+	tb := proto.TokenBucketLimit(3, time.Hour, 3)
+	var b []byte
+	b = frame(b, 1, 6, func(b []byte) []byte {
+		b = acq(b, 0, "g", "k")
+		b = acq(b, 0, "l", "k")
+		b = proto.AppendItem(b, proto.OpAcquire, proto.FlagAt, proto.Named("g"), 1, 1_700_000_000_000_000_000, []byte("k"))
+		b = proto.AppendMulti(b, 0, 0, []proto.MultiItem{{Limit: tb, Cost: 1, Key: []byte("m")}, {Limit: tb, Cost: 1, Key: []byte("n")}})
+		b = proto.AppendPing(b)
+		return acq(b, 0, "g", "k")
+	})
+	// Frames in flight at once are decided at once: a bucket of their own.
+	b = frame(b, 2, 2, func(b []byte) []byte { return acq(acq(b, 0, "g", "k2"), 0, "g", "k2") })
+	b = frame(b, 3, 1, func(b []byte) []byte { return append(acq(b, 0, "g", "k3"), 0) }) // a byte too many
+	if _, err := c.c.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	h, rs := c.recv()
+	if h.ID != 1 || len(rs) != 6 {
+		t.Fatalf("frame %d with %d results, want frame 1 with 6", h.ID, len(rs))
+	}
+	for i, want := range []struct {
+		st        proto.Status
+		allowed   bool
+		remaining int64
+	}{{proto.StatusOK, true, 2}, {proto.StatusOK, true, 2}, {proto.StatusInvalidLimit, false, 0}, {proto.StatusOK, false, 0}, {proto.StatusOK, false, 0}, {proto.StatusOK, true, 1}} {
+		r := rs[i]
+		if r.Status != want.st || r.Code == proto.OpAcquire && r.Status == proto.StatusOK && (r.Decision.Allowed != want.allowed || r.Decision.Remaining != want.remaining) {
+			t.Errorf("frame 1, result %d: %v %+v (%s), want %v allowed %v remaining %d", i, r.Status, r.Decision, r.Message, want.st, want.allowed, want.remaining)
+		}
+	}
+	if rs[3].Code != proto.OpMulti || !rs[3].Allowed || rs[4].Code != proto.OpPing {
+		t.Errorf("frame 1's MULTI and PING: %+v, %+v", rs[3], rs[4])
+	}
+	if h, rs = c.recv(); h.ID != 2 || len(rs) != 2 || rs[0].Decision.Remaining != 2 || rs[1].Decision.Remaining != 1 {
+		t.Fatalf("frame %d: %+v, want frame 2: two tokens of three, in order", h.ID, rs)
+	}
+	if h, rs = c.recv(); h.ID != 3 || len(rs) != 1 || rs[0].Status != proto.StatusOK || rs[0].Decision.Remaining != 2 {
+		t.Fatalf("frame %d: %+v, want frame 3's token", h.ID, rs)
+	}
+	if _, _, err := c.tryRecv(); err == nil {
+		t.Fatal("the connection stays open after a frame with bytes after its last operation")
 	}
 }

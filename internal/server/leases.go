@@ -154,7 +154,13 @@ func (s *server) leaseOp(b []byte, op *proto.Op, c *conn, req *engine.Request, n
 	if id := res.Lease; id != 0 {
 		expires := c.now + min(l.Bucket().Lease, math.MaxInt64-c.now)
 		key := string(op.Key)
-		c.leases = append(c.leases, heldLease{limit: *l, key: key, id: id, expires: expires})
+		h := heldLease{key: key, id: id, expires: expires}
+		if req.Remote != nil {
+			h.global = nl.cfg
+		} else {
+			h.limit = *l
+		}
+		c.leases = append(c.leases, h)
 		s.holders.add(id, &c.stream, key, expires)
 		if until := time.Now().Add(time.Duration(l.Bucket().Lease)); until.After(c.leasedUntil) {
 			c.leasedUntil = until
@@ -164,7 +170,7 @@ func (s *server) leaseOp(b []byte, op *proto.Op, c *conn, req *engine.Request, n
 		c.n.denied++
 	}
 	s.record(nl, l.Bucket().Algorithm, res.Decision.Allowed, false, start)
-	return proto.AppendLeaseResult(b, &res.Decision, uint64(res.Lease))
+	return c.markLease(proto.AppendLeaseResult(b, &res.Decision, uint64(res.Lease)), proto.OpLease, res.Outage)
 }
 
 // releaseOp answers RELEASE: from the connection that holds the lease, or
@@ -180,8 +186,10 @@ func (s *server) releaseOp(b []byte, op *proto.Op, c *conn, req *engine.Request)
 	}
 	req.Time, req.Lease = c.at(c.now), id
 	res := &c.res
-	err := s.engine.Do(req, res)
-	return s.released(b, op, c, &res.Decision, res.Released, err)
+	if err := s.engine.Do(req, res); err != nil {
+		return s.released(b, op, c, &res.Decision, res.Released, err)
+	}
+	return c.markLease(s.released(b, op, c, &res.Decision, res.Released, nil), proto.OpRelease, res.Outage)
 }
 
 // released answers a RELEASE of lease op.Lease: the connection and the

@@ -80,9 +80,12 @@ func (nl *namedLimit) forKey(key []byte) *namedLimit {
 // define.
 var errUnknownName = errors.New("no limit of that name")
 
+// noLimits is the Set of a server without a config file.
+var noLimits = config.Empty()
+
 // named returns the current Set's compiled limits.
 func (s *server) named() *namedLimits {
-	set := config.Empty()
+	set := noLimits
 	if s.cfg.Limits != nil {
 		set = s.cfg.Limits.Load()
 	}

@@ -28,6 +28,7 @@ type conn struct {
 	list  listScratch
 	req   engine.Request
 	res   engine.Result
+	call  globalCall // req's Remote, for an operation on a global limit
 
 	frameStart int           // where the response frame being built starts in out
 	version    uint8         // the protocol version of the frame being answered
@@ -121,7 +122,17 @@ func (c *conn) frame(frame []byte, h proto.Header) {
 	b, start := proto.BeginFrameVersion(c.out, h.Version, proto.KindResponse, h.ID)
 	c.frameStart, c.version = start, h.Version
 	body := frame[proto.HeaderLen:]
-	for i := 0; i < int(h.Count); i++ {
+	scanned := c.globals.scanned(c.frameNo)
+	if scanned {
+		// decideGlobals decoded the frame's operations, and found it whole.
+		for i := 0; i < int(h.Count); i++ {
+			c.opIndex, c.opsLeft = i, int(h.Count)-i-1
+			c.globals.load(&c.op)
+			b = c.s.do(b, &c.op, c)
+		}
+		body = nil
+	}
+	for i := 0; !scanned && i < int(h.Count); i++ {
 		c.opIndex = i
 		c.opsLeft = int(h.Count) - i - 1
 		rest, err := proto.DecodeOpVersion(body, h.Version, &c.op)
@@ -185,15 +196,14 @@ func (s *server) do(b []byte, op *proto.Op, c *conn) []byte {
 	if err != nil {
 		return c.fail(b, op.Code, err)
 	}
-	if nl != nil && nl.cfg.Scope == config.Global {
-		return s.globalOp(b, op, nl, c)
+	remote := nl != nil && nl.cfg.Scope == config.Global
+	if remote && s.global == nil {
+		return c.fail(b, op.Code, errNoGlobal)
 	}
 	req := &c.req
-	*req = engine.Request{Limit: l, Time: c.at(c.now)}
-	req.Wire(op.Code, op.Key, op.N, op.Flags, op.At)
-	req.Shadow = req.Shadow || nl != nil && nl.cfg.Shadow
-	if op.Flags&proto.FlagDeadline != 0 {
-		req.Time.Wait = c.waitUntil(op.Deadline)
+	c.request(req, op, l, nl)
+	if remote {
+		return s.globalOp(b, op, nl, c, req)
 	}
 	var start time.Time
 	if s.rec != nil && c.n.ops&sampleMask == 0 {
@@ -219,6 +229,17 @@ func (s *server) do(b []byte, op *proto.Op, c *conn) []byte {
 		return proto.AppendReset(b, res.Existed)
 	}
 	return c.answer(b, op, nl, l.Bucket().Algorithm, &res.Decision, res.Shadowed, start)
+}
+
+// request decodes op, an operation on l (of nl, if named), into *req as
+// engine.Do takes it.
+func (c *conn) request(req *engine.Request, op *proto.Op, l *engine.Limit, nl *namedLimit) {
+	*req = engine.Request{Limit: l, Time: c.at(c.now)}
+	req.Wire(op.Code, op.Key, op.N, op.Flags, op.At)
+	req.Shadow = req.Shadow || nl != nil && nl.cfg.Shadow
+	if op.Flags&proto.FlagDeadline != 0 {
+		req.Time.Wait = c.waitUntil(op.Deadline)
+	}
 }
 
 // answer appends a decision's result (shadowed: a shadow limit's denial
@@ -363,7 +384,7 @@ func wireMessage(st proto.Status, err error) string {
 // server's own, then the engine's (engine.Status).
 func statusFor(err error) proto.Status {
 	switch {
-	case errors.Is(err, errUnknownName), errors.Is(err, errGlobalAt), errors.Is(err, errGlobalMulti),
+	case errors.Is(err, errUnknownName), errors.Is(err, errGlobalMulti),
 		errors.Is(err, errListLease), errors.Is(err, errListMulti):
 		return proto.StatusInvalidLimit
 	case errors.Is(err, errNoGlobal):

@@ -4,9 +4,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/internal/config"
-	"github.com/sluicehq/sluice/proto/resp"
 )
 
 // Redis-protocol commands decided fleet-wide. The config's resp section
@@ -31,39 +29,12 @@ func (s *server) route(key []byte) *config.Route {
 	return nil
 }
 
-// runGlobal decides req by route r in Redis and appends its reply.
-func (rc *respConn) runGlobal(req *rlRequest, r *config.Route) {
-	if req.at {
-		msg := "AT is not accepted for the key " + strconv.Quote(string(req.key)) + ": it is decided fleet-wide, in Redis, whose clock is the only clock"
-		if req.cell {
-			msg = cellPrefix + msg
-		}
-		rc.out = resp.AppendError(rc.out, msg)
-		rc.n.errors++
-		return
-	}
-	g := rc.s.global
-	if g == nil {
-		rc.failRequest(req, errNoGlobal)
-		return
-	}
-	l := r.Limit // a copy: the route's settings, the command's parameters
+// globalCall returns the Remote that decides req by route r in Redis: the
+// route's settings, the command's parameters.
+func (rc *respConn) globalCall(req *rlRequest, r *config.Route) *globalCall {
+	l := r.Limit
 	l.Bucket = *req.limit.Bucket()
-	arrived := time.Now()
-	by := func() time.Time { return g.answerBy(arrived, 0, 0) }
-	key := string(req.key)
-	var d bucket.Decision
-	var err error
-	if req.refund {
-		d, _, err = g.refundBlocking(&l, key, req.cost, by, rc.handOff)
-	} else {
-		d, _, err = g.acquireBlocking(&l, key, req.cost, req.flags, by, rc.handOff)
-	}
-	if err != nil {
-		rc.failRequest(req, err)
-		return
-	}
-	rc.reply(req, &d)
+	return &globalCall{g: rc.s.global, l: &l, arrived: time.Now(), blocking: rc.handOff}
 }
 
 // globalInTx is the error reply to a command queued in a transaction whose

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"math"
 	"os"
 	"strconv"
@@ -43,13 +44,12 @@ type rlRequest struct {
 
 // run decides a parsed request on its own and appends its reply.
 func (rc *respConn) run(req *rlRequest) {
-	if r := rc.s.route(req.key); r != nil {
-		rc.runGlobal(req, r)
-		return
-	}
-	r := engine.Request{Op: proto.OpAcquire, Key: req.key, Limit: &req.limit, N: req.cost, Flags: req.flags, Time: req.when}
+	r := engine.Request{Op: proto.OpAcquire, Key: req.key, Limit: &req.limit, N: req.cost, Flags: req.flags, Time: req.when, OwnTime: req.at}
 	if req.refund {
 		r.Op, r.Flags = proto.OpRefund, bucket.Cell
+	}
+	if route := rc.s.route(req.key); route != nil {
+		r.Remote = rc.globalCall(req, route)
 	}
 	var res engine.Result
 	if err := rc.s.engine.Do(&r, &res); err != nil {
@@ -212,11 +212,20 @@ func (rc *respConn) reply(req *rlRequest, d *bucket.Decision) {
 
 // failRequest answers an error of the engine for req.
 func (rc *respConn) failRequest(req *rlRequest, err error) {
-	if !req.cell {
+	var msg string
+	switch {
+	case errors.Is(err, engine.ErrRemoteTime):
+		msg = "AT is not accepted for the key " + strconv.Quote(string(req.key)) + ": it is decided fleet-wide, in Redis, whose clock is the only clock"
+	case !req.cell:
 		rc.fail(err)
 		return
+	default:
+		msg = errtext.String(err)
 	}
-	rc.out = resp.AppendError(rc.out, cellPrefix+errtext.String(err))
+	if req.cell {
+		msg = cellPrefix + msg
+	}
+	rc.out = resp.AppendError(rc.out, msg)
 	rc.n.errors++
 }
 
