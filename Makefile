@@ -51,9 +51,10 @@ test-go: setup
 	@# The race detector makes sync.Pool drop items, so the allocation tests
 	@# skip under it: run them again without it.
 	$(GO) test -count=1 -run '(?i)allocs$$' $(GOMODS)
-	@# The server's suite again over the epoll transport.
-	SLUICE_TEST_TRANSPORT=epoll $(GO) test -race -shuffle=on -count=1 ./internal/server
-	SLUICE_TEST_TRANSPORT=epoll $(GO) test -count=1 -run '(?i)allocs$$' ./internal/server
+	@# The server's suite again over the goroutine transport (the first run was
+	@# the default, auto: event loops; the loop tests name epoll themselves).
+	SLUICE_TEST_TRANSPORT=goroutines $(GO) test -race -shuffle=on -count=1 ./internal/server
+	SLUICE_TEST_TRANSPORT=goroutines $(GO) test -count=1 -run '(?i)allocs$$' ./internal/server
 
 # pytest-asyncio (limits' asyncio tests run with it) asks for its fixtures' loop scope, in
 # every pytest run of the virtual environment.
