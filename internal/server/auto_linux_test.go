@@ -184,3 +184,22 @@ func TestBufferedBytes_givenBackWhenGrown(t *testing.T) {
 		})
 	}
 }
+
+// Ensure each transport's loops poll for their own default at most, and
+// that a negative LoopSpin (sluiced's --loop-spin 0) stays no polling.
+func TestLoopSpin_defaults(t *testing.T) {
+	for _, c := range []struct {
+		cfg  Config
+		want time.Duration
+	}{
+		{Config{}, DefaultAutoLoopSpin},
+		{Config{Transport: TransportAuto}, DefaultAutoLoopSpin},
+		{Config{Transport: TransportEpoll}, DefaultLoopSpin},
+		{Config{Transport: TransportAuto, LoopSpin: 30 * time.Microsecond}, 30 * time.Microsecond},
+		{Config{Transport: TransportAuto, LoopSpin: -1}, -1},
+	} {
+		if got := c.cfg.withDefaults(); got.LoopSpin != c.want || (c.cfg.Transport == "" && got.Transport != TransportAuto) {
+			t.Errorf("%+v: transport %s, loop spin %v, want auto's default transport and %v", c.cfg.Transport, got.Transport, got.LoopSpin, c.want)
+		}
+	}
+}
