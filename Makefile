@@ -87,8 +87,8 @@ bench-global:
 bench-python: build
 	SLUICED=$(BIN)/sluiced python3 clients/python/bench/bench.py
 
-## bench-compare: Sluice against Redis + Lua, redis-py and in-process limiters, side by side
-## (about 4 minutes; installs redis-server and redis-py when missing; writes bench/results/compare.*)
+## bench-compare: Sluice against Redis + Lua, redis-py and in-process limiters, side by side,
+## the native protocol on the default transport and on each other (about 5 minutes; installs redis-server and redis-py when missing; writes bench/results/compare.*)
 bench-compare: build
 	$(BIN)/sluice-bench compare -sluiced $(BIN)/sluiced -python $$(./bench/setup.sh) $(COMPARE_FLAGS)
 
@@ -99,8 +99,9 @@ bench-ext: build
 	@command -v redis-server >/dev/null 2>&1 || ./bench/setup.sh >/dev/null
 	$(BIN)/sluice-bench memory-ext $(EXT_FLAGS)
 
-## bench-resp: redis-benchmark against Redis 7, Sluice on each transport and the event-loop
-## floor, interleaved (about 2 minutes; needs redis-server and redis-benchmark)
+## bench-resp: redis-benchmark against Redis 7, Sluice in its default configuration (auto) and
+## on each other transport, and the event-loop floor, interleaved (about 3 minutes; needs
+## redis-server and redis-benchmark)
 bench-resp: build
 	./bench/resp-bench.sh $(RESP_ROUNDS)
 
