@@ -72,6 +72,28 @@ func TestAuto_multiplexedConnectionDetached(t *testing.T) {
 	if n := stat(t, single, "loop_detached"); n != 1 {
 		t.Errorf("loop_detached = %d after a client sending %d requests a write, want 1", n, perWrite)
 	}
+	// A multiplexing client answered at once often sends one request: one
+	// read in ten carrying two still makes it multiplexed.
+	mixed := dial(t, sc)
+	for round := range detachAfter {
+		for i, n := range []int{2, 1, 1, 1, 1, 1, 1, 1, 1, 1} {
+			var out []byte
+			for j := range n {
+				out = append(out, frame(uint32(1000*round+10*i+j))...)
+			}
+			if _, err := mixed.c.Write(out); err != nil {
+				t.Fatal(err)
+			}
+			for range n {
+				if _, rs := mixed.recv(); len(rs) != 1 || rs[0].Status != proto.StatusOK {
+					t.Fatalf("mixed client: %d results", len(rs))
+				}
+			}
+		}
+	}
+	if n := stat(t, single, "loop_detached"); n != 2 {
+		t.Errorf("loop_detached = %d after a client sending two requests on one read in ten, want 2", n)
+	}
 	// The detached connection is served as any other: a lock wait does not
 	// concern the loop, and shutdown closes it.
 	if r := m.acquire("m-after", tb10, 1, 0); r.Status != proto.StatusOK || r.Decision.Remaining != 9 {
