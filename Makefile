@@ -49,8 +49,9 @@ check-tools:
 test-go: setup
 	$(GO) test -race -shuffle=on -count=1 $(GOMODS)
 	@# The race detector makes sync.Pool drop items, so the allocation tests
-	@# skip under it: run them again without it.
-	$(GO) test -count=1 -run '(?i)allocs$$' $(GOMODS)
+	@# skip under it, and the global scripts' conformance tests (serial calls
+	@# to Redis) take several times as long under it: run them without it.
+	$(GO) test -count=1 -run '(?i)allocs$$|Conformance$$' $(GOMODS)
 	@# The server's suite again over the goroutine transport (the first run was
 	@# the default, auto: event loops; the loop tests name epoll themselves).
 	SLUICE_TEST_TRANSPORT=goroutines $(GO) test -race -shuffle=on -count=1 ./internal/server
