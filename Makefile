@@ -52,9 +52,10 @@ test-go: setup
 	@# skip under it, and the global scripts' conformance tests (serial calls
 	@# to Redis) take several times as long under it: run them without it.
 	$(GO) test -count=1 -run '(?i)allocs$$|Conformance$$' $(GOMODS)
-	@# The server's suite again over the epoll transport.
-	SLUICE_TEST_TRANSPORT=epoll $(GO) test -race -shuffle=on -count=1 ./internal/server
-	SLUICE_TEST_TRANSPORT=epoll $(GO) test -count=1 -run '(?i)allocs$$' ./internal/server
+	@# The server's suite again over the goroutine transport (the first run was
+	@# the default, auto: event loops; the loop tests name epoll themselves).
+	SLUICE_TEST_TRANSPORT=goroutines $(GO) test -race -shuffle=on -count=1 ./internal/server
+	SLUICE_TEST_TRANSPORT=goroutines $(GO) test -count=1 -run '(?i)allocs$$' ./internal/server
 
 # pytest-asyncio (limits' asyncio tests run with it) asks for its fixtures' loop scope, in
 # every pytest run of the virtual environment.
@@ -87,8 +88,8 @@ bench-global:
 bench-python: build
 	SLUICED=$(BIN)/sluiced python3 clients/python/bench/bench.py
 
-## bench-compare: Sluice against Redis + Lua, redis-py and in-process limiters, side by side
-## (about 4 minutes; installs redis-server and redis-py when missing; writes bench/results/compare.*)
+## bench-compare: Sluice against Redis + Lua, redis-py and in-process limiters, side by side,
+## the native protocol on the default transport and on each other (about 5 minutes; installs redis-server and redis-py when missing; writes bench/results/compare.*)
 bench-compare: build
 	$(BIN)/sluice-bench compare -sluiced $(BIN)/sluiced -python $$(./bench/setup.sh) $(COMPARE_FLAGS)
 
@@ -99,8 +100,9 @@ bench-ext: build
 	@command -v redis-server >/dev/null 2>&1 || ./bench/setup.sh >/dev/null
 	$(BIN)/sluice-bench memory-ext $(EXT_FLAGS)
 
-## bench-resp: redis-benchmark against Redis 7, Sluice on each transport and the event-loop
-## floor, interleaved (about 2 minutes; needs redis-server and redis-benchmark)
+## bench-resp: redis-benchmark against Redis 7, Sluice in its default configuration (auto) and
+## on each other transport, and the event-loop floor, interleaved (about 3 minutes; needs
+## redis-server and redis-benchmark)
 bench-resp: build
 	./bench/resp-bench.sh $(RESP_ROUNDS)
 

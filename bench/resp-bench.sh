@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # resp-bench.sh: Redis's own client (redis-benchmark) against Redis 7,
-# Sluice on each transport and the event-loop floor (bench/cmd/resp-floor),
+# Sluice in its default configuration (--transport auto) and on each
+# transport it can be given, and the event-loop floor (bench/cmd/resp-floor),
 # all on Unix sockets, interleaved in one run. Prints a Markdown table of
 # requests per second (the median of the rounds) and each Sluice cell's
 # ratio to Redis's PING in the same run.
@@ -28,12 +29,13 @@ redis-server --port 0 --unixsocket "$d/redis.sock" --save "" --appendonly no --d
 pids+=($!)
 bin/resp-floor -socket "$d/floor.sock" &
 pids+=($!)
-for t in goroutines epoll; do
+transports=(auto goroutines epoll) # the default first
+for t in "${transports[@]}"; do
   bin/sluiced --transport $t --state "$d/$t.state" --socket "$d/$t.sock" --resp-socket "$d/$t-resp.sock" \
     --slots 262144 --log-level warn &
   pids+=($!)
 done
-for s in redis.sock floor.sock goroutines-resp.sock epoll-resp.sock; do
+for s in redis.sock floor.sock auto-resp.sock goroutines-resp.sock epoll-resp.sock; do
   for _ in $(seq 100); do [ -S "$d/$s" ] && break; sleep 0.05; done
   [ -S "$d/$s" ] || { echo "resp-bench: $s did not come up" >&2; exit 1; }
 done
@@ -62,20 +64,21 @@ for r in $(seq "$rounds"); do
     # Redis answers only PING: its cells are its PING rate at that concurrency.
     res["redis $cell $r"]=$(rps "$d/redis.sock" "$2" "$3" PING)
     res["floor $cell $r"]=$(rps "$d/floor.sock" "$2" "$3" $cmd)
-    res["goroutines $cell $r"]=$(rps "$d/goroutines-resp.sock" "$2" "$3" $cmd)
-    res["epoll $cell $r"]=$(rps "$d/epoll-resp.sock" "$2" "$3" $cmd)
+    for t in "${transports[@]}"; do
+      res["$t $cell $r"]=$(rps "$d/$t-resp.sock" "$2" "$3" $cmd)
+    done
   done
 done
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-echo "| command, connections, pipeline | Redis 7 PING | floor | Sluice goroutines | Sluice epoll | goroutines / Redis | epoll / Redis |"
-echo "|---|--:|--:|--:|--:|--:|--:|"
+echo "| command, connections, pipeline | Redis 7 PING | floor | Sluice (default: auto) | Sluice goroutines | Sluice epoll | default / Redis | goroutines / Redis | epoll / Redis |"
+echo "|---|--:|--:|--:|--:|--:|--:|--:|--:|"
 for cell in "${cells[@]}"; do
   declare -A m=()
-  for tgt in redis floor goroutines epoll; do
+  for tgt in redis floor "${transports[@]}"; do
     vals=()
     for r in $(seq "$rounds"); do vals+=("${res["$tgt $cell $r"]}"); done
     m[$tgt]=$(median "${vals[@]}")
   done
-  awk -v c="$cell" -v r="${m[redis]}" -v f="${m[floor]}" -v g="${m[goroutines]}" -v e="${m[epoll]}" 'BEGIN {
-    printf "| %s | %.0f | %.0f | %.0f | %.0f | %.2fx | %.2fx |\n", c, r, f, g, e, g/r, e/r }'
+  awk -v c="$cell" -v r="${m[redis]}" -v f="${m[floor]}" -v a="${m[auto]}" -v g="${m[goroutines]}" -v e="${m[epoll]}" 'BEGIN {
+    printf "| %s | %.0f | %.0f | %.0f | %.0f | %.0f | %.2fx | %.2fx | %.2fx |\n", c, r, f, a, g, e, a/r, g/r, e/r }'
 done

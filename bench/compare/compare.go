@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -61,6 +62,10 @@ func StandardScenarios(clients, depth int) []Scenario {
 	}
 }
 
+// overrideTransports are sluiced's --transport values besides its default
+// (auto), measured with the native protocol beside it.
+var overrideTransports = []string{"goroutines", "epoll"}
+
 // slotsFor sizes a state file for n live buckets at a load of 0.7, the
 // load the sidecar's default is sized for.
 func slotsFor(n int) uint64 { return uint64(math.Ceil(float64(n)/0.7)) + 1 }
@@ -90,6 +95,17 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		&sluiceNative{srv: srv, limits: w.Limits},
 		&sluiceRESP{srv: srv, limits: w.Limits},
 		&sluiceDirect{sluiceNative{srv: srv, limits: w.Limits}},
+	}
+	// The default configuration first, then each transport it can be
+	// given, each on a sidecar of its own.
+	for _, tr := range overrideTransports {
+		dir := filepath.Join(cfg.Dir, tr)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, err
+		}
+		tsrv := &sluiced{bin: cfg.Sluiced, dir: dir, slots: slots, transport: tr}
+		defer tsrv.close()
+		targets = append(targets, &sluiceNative{srv: tsrv, limits: w.Limits})
 	}
 	var rs *redisServer
 	if cfg.RedisServer != "" {

@@ -192,9 +192,10 @@ func TestRunSmall(t *testing.T) {
 			t.Errorf("%s %s %s: p50 %d, p99 %d, max %d out of order", c.Target, c.Limit, c.Scenario, c.P50, c.P99, c.Max)
 		}
 	}
-	// Every scenario has the floor and both Sluice transports.
+	// Every scenario has the floor, both Sluice protocols, and the native
+	// one on each transport beside the default.
 	for _, sc := range cfg.Scenarios {
-		for _, want := range []string{"echo (floor)", "sluice native", "sluice RESP"} {
+		for _, want := range []string{"echo (floor)", "sluice native", "sluice RESP", "sluice native (goroutines)", "sluice native (epoll)"} {
 			found := false
 			for _, c := range r.Cells {
 				found = found || (c.Scenario == sc.Name && c.Target == want)

@@ -105,9 +105,10 @@ func freeLoopbackPort() (int, error) {
 
 // sluiced runs the sidecar on a private state file and sockets.
 type sluiced struct {
-	bin, dir string
-	slots    uint64
-	proc     *process
+	bin, dir  string
+	slots     uint64
+	transport string // --transport, or "" for the default
+	proc      *process
 }
 
 func (s *sluiced) statePath() string  { return filepath.Join(s.dir, "sluice.state") }
@@ -124,10 +125,14 @@ func (s *sluiced) restart(ctx context.Context) error {
 	if err := os.Remove(s.statePath()); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	p, err := startProcess(ctx, "sluiced", []string{s.bin,
+	args := []string{s.bin,
 		"--state", s.statePath(), "--socket", s.socketPath(), "--resp-socket", s.respPath(),
 		"--slots", strconv.FormatUint(s.slots, 10), "--socket-mode", "0600",
-	}, func() error {
+	}
+	if s.transport != "" {
+		args = append(args, "--transport", s.transport)
+	}
+	p, err := startProcess(ctx, "sluiced", args, func() error {
 		if err := dialable("unix", s.socketPath())(); err != nil {
 			return err
 		}

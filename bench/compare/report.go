@@ -255,7 +255,8 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		}
 		b.WriteString("\n")
 	}
-	b.WriteString("**Targets.** *sluice native*: the Go client, one connection per client; depth D sends a Pipeline of D requests (one write, one wait). " +
+	b.WriteString("**Targets.** *sluice native*: the Go client, one connection per client, against sluiced's default configuration (`--transport auto`); depth D sends a Pipeline of D requests (one write, one wait). " +
+		"*sluice native (goroutines)*, *(epoll)*: the same against a sluiced given that `--transport`. " +
 		"*sluice RESP*: go-redis sending RL.PREDUCE (token bucket) and CL.THROTTLE (GCRA) to Sluice's Redis-protocol socket. " +
 		"*redis*: redis-server (persistence off) running `bench/lua/token_bucket.lua` or `gcra.lua` by EVALSHA, or INCR + EXPIRE NX for the fixed window, over its Unix socket or TCP loopback; pipelines of depth D for depth D. " +
 		"*sluice engine*: the same engine and state file called in-process, the floor under the socket. " +

@@ -13,13 +13,19 @@ import (
 
 // sluiceNative is Sluice over its native protocol with the Go client: one
 // Client (one connection) per benchmark client; a batch is a Pipeline,
-// one write and one wait, as a Redis pipeline is.
+// one write and one wait, as a Redis pipeline is. Its sidecar runs the
+// default configuration, or the transport srv.transport names.
 type sluiceNative struct {
 	srv    *sluiced
 	limits Limits
 }
 
-func (t *sluiceNative) Name() string                    { return "sluice native" }
+func (t *sluiceNative) Name() string {
+	if t.srv.transport != "" {
+		return "sluice native (" + t.srv.transport + ")"
+	}
+	return "sluice native"
+}
 func (t *sluiceNative) Family() string                  { return "sluice" }
 func (t *sluiceNative) Supports(LimitKind) bool         { return true }
 func (t *sluiceNative) Multiplexed() bool               { return false }

@@ -4,6 +4,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -17,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/errtext"
 	"github.com/sluicehq/sluice/internal/server"
@@ -63,9 +65,17 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 	mode := fs.String("socket-mode", "0660", "permissions of the socket files (native, Redis and metrics), octal")
 	fs.IntVar(&c.MaxConns, "max-conns", server.DefaultMaxConns, "connections served at once; more are refused with Busy")
 	fs.IntVar(&c.MaxConnsPerUID, "max-conns-per-uid", 0, "connections one user (peer uid) may hold at once; 0 for no cap")
-	fs.StringVar(&c.Transport, "transport", server.TransportGoroutines, "how connections are served: goroutines (one each) or epoll (event loops, Linux)")
-	fs.IntVar(&c.Loops, "loops", 0, "event loops of --transport epoll (default half the CPUs, at least one)")
-	fs.TextVar((*proto.Duration)(&c.LoopSpin), "loop-spin", proto.Duration(server.DefaultLoopSpin), "an event loop polls for the next request for `duration` before it sleeps (0: sleep at once)")
+	fs.StringVar(&c.Transport, "transport", server.TransportAuto, "how connections are served: auto (event loops, and a goroutine for a connection with several requests in flight; goroutines where there is no epoll), goroutines (one each) or epoll (event loops only, Linux)")
+	fs.IntVar(&c.Loops, "loops", 0, "event loops of --transport auto and epoll (default half the CPUs, at least one)")
+	fs.Func("loop-spin", fmt.Sprintf("an event loop polls for the next request for `duration` before it sleeps (0: sleep at once); --transport auto polls at most this long, as long as recent requests took to come (default %v under auto, %v under epoll)", server.DefaultAutoLoopSpin, server.DefaultLoopSpin), func(s string) error {
+		var d proto.Duration
+		if err := d.UnmarshalText([]byte(s)); err != nil {
+			return err
+		}
+		// The flag's 0 is no polling; the Config's, the transport's default.
+		c.LoopSpin = cmp.Or(time.Duration(d), -1)
+		return nil
+	})
 	fs.TextVar((*proto.Duration)(&c.IdleTimeout), "idle-timeout", proto.Duration(server.DefaultIdleTimeout), "close a connection idle for `duration` (one holding concurrency leases: not before they expire)")
 	fs.TextVar((*proto.Duration)(&c.LockWait), "lock-wait", proto.Duration(server.DefaultLockWait), "a request waits at most `duration` for a bucket's lock that another process keeps (a stopped direct client) before it is answered with an error naming that process")
 	fs.Func("allow-uid", "serve only peers with these uids (comma-separated), or with an --allow-gid", ids(&c.AllowUIDs))
@@ -120,9 +130,6 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 		return usage("--socket-mode %q: want octal permissions such as 0660", *mode)
 	}
 	c.SocketMode = iofs.FileMode(m)
-	if c.LoopSpin == 0 {
-		c.LoopSpin = -1 // the flag's 0 is no polling; the Config's, the default
-	}
 	// Every flag holds a value, its default or the one given: a zero is
 	// refused where the Config would take it for the default.
 	if err := c.ValidateGiven(hasFlag); err != nil {

@@ -54,7 +54,7 @@ func TestRun_badFlags(t *testing.T) {
 		{[]string{"--sync-interval", "48h"}, nil, "--sync-interval 48h0m0s: want a duration from 1ms to 24h0m0s"},
 		{[]string{"--max-conns", "-5"}, nil, "--max-conns -5: want a number of connections from 1 to 1000000"},
 		{[]string{"--max-conns-per-uid", "-1"}, nil, "--max-conns-per-uid -1: want 0 (no cap)"},
-		{[]string{"--transport", "threads"}, nil, "--transport threads: want goroutines or epoll"},
+		{[]string{"--transport", "threads"}, nil, "--transport threads: want auto, goroutines or epoll"},
 		{[]string{"--loops", "-1"}, nil, "--loops -1: want 0 (half the CPUs)"},
 		{[]string{"--loop-spin", "2ms"}, nil, "--loop-spin 2ms: want a duration up to 1ms"},
 		{[]string{"--idle-timeout", "-1s"}, nil, "--idle-timeout -1s: want a duration"},

@@ -5,13 +5,16 @@
 //
 // # Connections
 //
-// Each connection has one goroutine that reads whatever has arrived,
-// answers every complete request in it into one buffer, and writes that
-// once (the stream type, shared by both protocols). The requests of one
-// read share one reading of the server clock. Serving allocates nothing.
-// With Config.Transport epoll, event loops (loop_linux.go) run the same
+// With Config.Transport goroutines, each connection has one goroutine that
+// reads whatever has arrived, answers every complete request in it into one
+// buffer, and writes that once (the stream type, shared by both protocols).
+// The requests of one read share one reading of the server clock. Serving
+// allocates nothing. With epoll, event loops (loop_linux.go) run the same
 // streams and handlers instead: each wake-up serves every ready connection
-// with one non-blocking read and one non-blocking write.
+// with one non-blocking read and one non-blocking write. With auto, the
+// default on Linux, the loops learn how long to poll, and a connection
+// that sends several requests at once moves to a goroutine of its own
+// (loop.detach).
 //
 // A request waits at most Config.LockWait for a bucket's lock that another
 // process keeps (a direct client stopped mid-decision), sleeping, then is

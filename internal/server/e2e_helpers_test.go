@@ -26,16 +26,16 @@ type sidecar struct {
 var shortDir = sidecartest.ShortDir
 
 // testTransport is the transport the tests' servers use unless a test
-// names one: SLUICE_TEST_TRANSPORT (goroutines or epoll), which CI sets to
-// run the suite over each.
+// names one: SLUICE_TEST_TRANSPORT (auto, the default, goroutines or
+// epoll), which CI sets to run the suite over more than one.
 func testTransport() string {
 	switch t := os.Getenv("SLUICE_TEST_TRANSPORT"); t {
-	case "", TransportGoroutines:
-		return TransportGoroutines
-	case TransportEpoll:
+	case "", TransportAuto:
+		return TransportAuto
+	case TransportGoroutines, TransportEpoll:
 		return t
 	default:
-		panic("SLUICE_TEST_TRANSPORT=" + t + ": want goroutines or epoll")
+		panic("SLUICE_TEST_TRANSPORT=" + t + ": want auto, goroutines or epoll")
 	}
 }
 

@@ -81,7 +81,7 @@ func TestLockWait_loopServesOthers(t *testing.T) {
 // after their first spin: 64 of them use a small part of one CPU, on
 // either transport.
 func TestLockWait_waitersSleep(t *testing.T) {
-	for _, tr := range []string{TransportGoroutines, TransportEpoll} {
+	for _, tr := range []string{TransportAuto, TransportGoroutines, TransportEpoll} {
 		t.Run(tr, func(t *testing.T) {
 			sc := start(t, Config{Transport: tr, LockWait: time.Minute})
 			c := dial(t, sc)
@@ -173,7 +173,7 @@ func TestLockWait_deadline(t *testing.T) {
 // either transport, once the holder has gone on: the owner's final sync
 // waits for a decision in progress in another process (package shm).
 func TestLockWait_stopWhileWaiting(t *testing.T) {
-	for _, tr := range []string{TransportGoroutines, TransportEpoll} {
+	for _, tr := range []string{TransportAuto, TransportGoroutines, TransportEpoll} {
 		t.Run(tr, func(t *testing.T) {
 			sc := start(t, Config{Transport: tr, LockWait: 300 * time.Millisecond})
 			c := dial(t, sc)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -38,6 +39,16 @@ const haveEpoll = true
 // other connections do not notice it. A connection the loop closes while it
 // holds leases has them given back on a goroutine of its own
 // (releaseLeasesThen): that too may wait for a lock.
+//
+// With TransportAuto (adaptive), two things change. A connection that
+// keeps sending several requests at once (multiplexed: detachAfter reads
+// in a row that each carried more than one) is given a goroutine of its
+// own (detach) for the rest of its life: its client answers a batch with
+// the next only after waking its own goroutines, a gap the loop would
+// spend polling on a CPU that client needs, while Go's poller wakes a
+// goroutine on whichever CPU is free. And the loop polls only as long as
+// recent requests took to come (spinBudget), so a loop whose clients are
+// slow, or starved of CPU by its polling, soon sleeps at once.
 type loops struct {
 	all  []*loop
 	n    atomic.Uint32 // round robin over all
@@ -64,7 +75,21 @@ type loop struct {
 	draining  bool
 	nextCheck time.Time // the earliest deadline of a connection, zero if none
 	spinning  bool      // the last wait found events
+
+	// adaptive is set with TransportAuto: multiplexed connections are
+	// detached, and the loop polls for up to budget (learned, see
+	// spinBudget) instead of Config.LoopSpin.
+	adaptive bool
+	budget   time.Duration
 }
+
+// detachAfter is how many reads carrying more than one request make a
+// connection multiplexed (TransportAuto), however many reads of one come
+// between them. A client with one request in flight never sends two at
+// once; one that pipelines or multiplexes does, though not on every read:
+// a Go Client whose 64 goroutines share its connection, answered at once,
+// was seen sending one request on ten reads of eleven.
+const detachAfter = 8
 
 // lconn is a connection served by a loop.
 type lconn struct {
@@ -79,6 +104,9 @@ type lconn struct {
 	// once a request of it has handed the loop over: its batch is answered
 	// off the loop, and the loop leaves it alone until it is given back.
 	handling, away bool
+	// multi counts the reads that carried more than one request
+	// (TransportAuto: see detachAfter)
+	multi int
 }
 
 // startLoops starts n event loops for s.
@@ -93,6 +121,8 @@ func startLoops(s *server, n int) (*loops, error) {
 			ls.done.Wait()
 			return nil, fmt.Errorf("server: cannot start an event loop: %w", err)
 		}
+		lp.adaptive = s.cfg.Transport == TransportAuto
+		lp.budget = max(0, s.cfg.LoopSpin)
 		ls.all = append(ls.all, lp)
 		ls.done.Add(1)
 		lp.done = &ls.done
@@ -232,6 +262,38 @@ func (lp *loop) handleBatch(lc *lconn) bool {
 	return true
 }
 
+// detach gives a multiplexed connection (TransportAuto) a goroutine of its
+// own for the rest of its life: it leaves the loop, and the goroutine
+// serves it as the goroutine transport does, from what it has read and
+// not answered. Its answers are written (not lc.writing).
+func (lp *loop) detach(lc *lconn) {
+	delete(lp.conns, int32(lc.fd))
+	unix.EpollCtl(lp.epfd, unix.EPOLL_CTL_DEL, lc.fd, nil)
+	f := os.NewFile(uintptr(lc.fd), "")
+	c, err := net.FileConn(f) // a duplicate of the descriptor, in Go's poller
+	f.Close()
+	if err != nil {
+		lp.s.log.Warn("cannot give a connection a goroutine of its own; closing it", "err", err)
+		lp.s.stats.buffered.Add(-int64(lc.st.accounted))
+		lc.st.accounted = 0
+		lc.release()
+		return
+	}
+	lp.s.stats.detached.Add(1)
+	st := lc.st
+	st.c, st.handOff = c, nil // a goroutine may wait for a lock
+	lp.s.mu.Lock()
+	lp.s.conns[c] = struct{}{} // drain wakes and closes it as any other
+	lp.s.mu.Unlock()
+	go func() {
+		st.run(lc.handle)
+		lp.s.mu.Lock()
+		delete(lp.s.conns, c)
+		lp.s.mu.Unlock()
+		lc.release()
+	}()
+}
+
 // dupConn returns a duplicate of c's descriptor (non-blocking, as c's is:
 // the flag belongs to the open file both share).
 func dupConn(c net.Conn) (int, error) {
@@ -330,22 +392,66 @@ func (lp *loop) serve() bool {
 // with one request in flight sends its next within microseconds, and
 // waking a sleeping thread costs more than that on a virtual machine.
 func (lp *loop) wait(timeout int) (int, error) {
-	if spin := lp.s.cfg.LoopSpin; lp.spinning && timeout != 0 && spin > 0 {
-		until := time.Now().Add(spin)
+	spin := lp.s.cfg.LoopSpin
+	if lp.adaptive {
+		spin = lp.budget
+	}
+	if lp.spinning && timeout != 0 && spin > 0 {
+		began := time.Now()
+		until := began.Add(spin)
 		for {
 			n, err := unix.EpollWait(lp.epfd, lp.events, 0)
 			if n > 0 || (err != nil && err != unix.EINTR) {
+				if lp.adaptive && n > 0 {
+					lp.budget = spinBudget(lp.budget, time.Since(began), lp.s.cfg.LoopSpin)
+				}
 				return n, err
 			}
 			if !time.Now().Before(until) {
 				break
 			}
 		}
+		if lp.adaptive {
+			lp.budget = spinBudget(lp.budget, -1, lp.s.cfg.LoopSpin)
+		}
 	}
+	if !lp.adaptive {
+		n, err := unix.EpollWait(lp.epfd, lp.events, timeout)
+		lp.spinning = n > 0
+		return n, err
+	}
+	slept := time.Now()
 	n, err := unix.EpollWait(lp.epfd, lp.events, timeout)
 	lp.spinning = n > 0
+	if n > 0 {
+		// A request that came while the loop slept: had it polled as long,
+		// it would have saved the wake-up.
+		lp.budget = spinBudget(lp.budget, time.Since(slept), lp.s.cfg.LoopSpin)
+	}
 	return n, err
 }
+
+// spinBudget is an adaptive loop's next polling budget, given the last
+// (budget) and how long the last request took to come (gap; negative when
+// a poll of budget found nothing), never more than limit: it moves a
+// quarter of the way towards twice the gap (a request later than limit
+// counts as none), and halves when polling found nothing. Under minSpin
+// it is zero: the loop sleeps at once until a request that comes soon
+// after the loop went to sleep raises it again.
+func spinBudget(budget, gap, limit time.Duration) time.Duration {
+	if gap < 0 || gap >= limit {
+		budget /= 2
+	} else {
+		budget += (min(2*gap, limit) - budget) / 4
+	}
+	if budget < minSpin {
+		return 0
+	}
+	return budget
+}
+
+// minSpin is the shortest polling budget worth a turn: a few empty polls.
+const minSpin = 2 * time.Microsecond
 
 // woken takes new connections, connections given back, and the server's
 // requests; it reports whether the loop is to exit, and whether the calling
@@ -467,6 +573,12 @@ func (lp *loop) pump(lc *lconn, now time.Time, readable bool) bool {
 			}
 			if !lp.write(lc, now) {
 				return true
+			}
+			if lp.adaptive && !lp.draining && lc.st.batchFrames > 1 {
+				if lc.multi++; lc.multi >= detachAfter && !lc.writing {
+					lp.detach(lc)
+					return true
+				}
 			}
 		case err == unix.EAGAIN:
 			readable = false

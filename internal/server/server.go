@@ -105,7 +105,7 @@ func Run(ctx context.Context, cfg Config) error {
 			SlotCount: g.SlotCount, SlotSize: uint16(g.SlotSize),
 		},
 	}
-	if c.Transport == TransportEpoll {
+	if c.Transport == TransportEpoll || c.Transport == TransportAuto {
 		if s.loops, err = startLoops(s, c.Loops); err != nil {
 			for _, l := range lns {
 				l.ln.Close()

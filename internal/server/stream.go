@@ -49,6 +49,9 @@ type stream struct {
 	// there did)
 	started time.Time
 	n       connCounters // statistics of the batch being handled
+	// batchFrames is how many requests the last batch answered (frames of
+	// the native protocol, commands of RESP)
+	batchFrames int64
 	// more is set by a handler that stopped at maxPending with complete
 	// requests left in in: they are handled after out is written, before
 	// anything more is read.
@@ -66,9 +69,16 @@ type stream struct {
 // at the front of st.in, appending to st.out, and leaves the rest (a
 // partial request) at the front of st.in, growing it if needed.
 func (st *stream) serve(handle func()) {
-	defer st.c.Close()
 	st.begin()
-	defer st.s.stats.buffered.Add(-int64(st.accounted))
+	st.run(handle)
+}
+
+// run is serve on a connection that has its buffers already: a new one
+// (serve), or one an event loop gave a goroutine of its own (loop.detach),
+// with what it has read and not answered.
+func (st *stream) run(handle func()) {
+	defer st.c.Close()
+	defer func() { st.s.stats.buffered.Add(-int64(st.accounted)); st.accounted = 0 }()
 	for !st.closed {
 		if st.more {
 			// Answers were written; handle the requests left behind.
@@ -133,6 +143,10 @@ func (st *stream) handleBatch(handle func()) {
 		// Requests were answered and a new one has begun: its time runs
 		// from this batch.
 		st.started = time.Now()
+	}
+	st.batchFrames = st.n.frames
+	if st.batchFrames == 0 {
+		st.batchFrames = st.n.ops // RESP counts commands only
 	}
 	st.s.stats.add(&st.n)
 	st.account()

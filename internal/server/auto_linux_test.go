@@ -1,0 +1,227 @@
+//go:build linux
+
+package server
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/proto"
+	"github.com/sluicehq/sluice/proto/resp"
+)
+
+// Ensure the auto transport gives a connection that keeps sending several
+// requests at once a goroutine of its own, and that it is answered through
+// the move: every answer, in order, a request split across the move
+// included; a connection with one request in flight stays on the loop.
+func TestAuto_multiplexedConnectionDetached(t *testing.T) {
+	sc := start(t, Config{Transport: TransportAuto, Loops: 1})
+	single := dial(t, sc)
+	for range 2 * detachAfter {
+		if r := single.acquire("single", tb10, 0, 0); r.Status != proto.StatusOK {
+			t.Fatalf("acquire: %+v", r)
+		}
+	}
+	if n := stat(t, single, "loop_detached"); n != 0 {
+		t.Fatalf("loop_detached = %d after a client with one request in flight, want 0", n)
+	}
+
+	// Each write ends half-way through a frame that the next write
+	// completes: wherever the move comes, it carries a partial request.
+	m := dial(t, sc)
+	frame := func(id uint32) []byte {
+		b, start := proto.BeginFrame(nil, proto.KindRequest, id)
+		b = proto.AppendItem(b, proto.OpAcquire, 0, tb10, 0, 0, fmt.Appendf(nil, "m%d", id))
+		return proto.EndFrame(b, start, 1)
+	}
+	const perWrite, writes = 4, 4 * detachAfter
+	var pending []byte
+	var id, want uint32
+	for range writes {
+		out := append([]byte(nil), pending...)
+		for range perWrite - 1 {
+			id++
+			out = append(out, frame(id)...)
+		}
+		id++
+		f := frame(id)
+		out = append(out, f[:len(f)/2]...)
+		pending = f[len(f)/2:]
+		if _, err := m.c.Write(out); err != nil {
+			t.Fatal(err)
+		}
+		for want < id-1 {
+			want++
+			h, rs := m.recv()
+			if h.ID != want || len(rs) != 1 || rs[0].Status != proto.StatusOK {
+				t.Fatalf("answer %d: id %d with %d results", want, h.ID, len(rs))
+			}
+		}
+	}
+	if _, err := m.c.Write(pending); err != nil {
+		t.Fatal(err)
+	}
+	if h, rs := m.recv(); h.ID != id || len(rs) != 1 || rs[0].Status != proto.StatusOK {
+		t.Fatalf("last answer: id %d with %d results, want id %d", h.ID, len(rs), id)
+	}
+	if n := stat(t, single, "loop_detached"); n != 1 {
+		t.Errorf("loop_detached = %d after a client sending %d requests a write, want 1", n, perWrite)
+	}
+	// A multiplexing client answered at once often sends one request: one
+	// read in ten carrying two still makes it multiplexed.
+	mixed := dial(t, sc)
+	for round := range detachAfter {
+		for i, n := range []int{2, 1, 1, 1, 1, 1, 1, 1, 1, 1} {
+			var out []byte
+			for j := range n {
+				out = append(out, frame(uint32(1000*round+10*i+j))...)
+			}
+			if _, err := mixed.c.Write(out); err != nil {
+				t.Fatal(err)
+			}
+			for range n {
+				if _, rs := mixed.recv(); len(rs) != 1 || rs[0].Status != proto.StatusOK {
+					t.Fatalf("mixed client: %d results", len(rs))
+				}
+			}
+		}
+	}
+	if n := stat(t, single, "loop_detached"); n != 2 {
+		t.Errorf("loop_detached = %d after a client sending two requests on one read in ten, want 2", n)
+	}
+	// The detached connection is served as any other: a lock wait does not
+	// concern the loop, and shutdown closes it.
+	if r := m.acquire("m-after", tb10, 1, 0); r.Status != proto.StatusOK || r.Decision.Remaining != 9 {
+		t.Errorf("acquire on the detached connection: %+v", r)
+	}
+	if r := single.acquire("single-after", tb10, 1, 0); r.Status != proto.StatusOK {
+		t.Errorf("acquire on the loop's connection: %+v", r)
+	}
+	sc.stop(t)
+	m.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if !m.closed() {
+		t.Error("the detached connection is open after shutdown")
+	}
+}
+
+// Ensure an adaptive loop's polling budget follows how long requests take
+// to come: towards twice the gap, halving when polling finds nothing, zero
+// (sleep at once) under minSpin, and never past the limit.
+func TestSpinBudget(t *testing.T) {
+	const limit = 50 * time.Microsecond
+	us := time.Microsecond
+	b := limit
+	for range 40 {
+		b = spinBudget(b, 5*us, limit)
+	}
+	if b < 9*us || b > 11*us {
+		t.Errorf("after requests 5µs apart the budget is %v, want about 10µs", b)
+	}
+	if got := spinBudget(b, -1, limit); got != b/2 {
+		t.Errorf("a poll that found nothing took the budget from %v to %v, want half", b, got)
+	}
+	if got := spinBudget(b, limit, limit); got != b/2 {
+		t.Errorf("a request %v late took the budget from %v to %v, want half", limit, b, got)
+	}
+	for range 10 {
+		b = spinBudget(b, -1, limit)
+	}
+	if b != 0 {
+		t.Errorf("after ten empty polls the budget is %v, want 0", b)
+	}
+	for range 40 {
+		b = spinBudget(b, 20*us, limit)
+	}
+	if b < 38*us || b > limit {
+		t.Errorf("requests 20µs apart after the loop slept raised the budget to %v, want about 40µs", b)
+	}
+	for range 40 {
+		b = spinBudget(b, limit-us, limit)
+	}
+	if b > limit {
+		t.Errorf("budget %v past the limit %v", b, limit)
+	}
+}
+
+// Ensure a connection closed while its buffers are grown past their first
+// size gives all of them back to buffered_bytes, whichever transport
+// serves it (a goroutine counted back only the first size), and one the
+// auto transport detached too.
+func TestBufferedBytes_givenBackWhenGrown(t *testing.T) {
+	for _, tr := range []string{TransportAuto, TransportGoroutines, TransportEpoll} {
+		t.Run(tr, func(t *testing.T) {
+			sc := start(t, Config{Transport: tr, Loops: 1})
+			watch := dial(t, sc)
+			idle := stat(t, watch, "buffered_bytes")
+			c, err := net.Dial("unix", sc.cfg.RESPSocket)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tr == TransportAuto {
+				// Several commands a write: the loop gives it a goroutine.
+				for range detachAfter + 1 {
+					if _, err := c.Write([]byte("PING\r\nPING\r\n")); err != nil {
+						t.Fatal(err)
+					}
+					if _, err := io.ReadFull(c, make([]byte, 2*len("+PONG\r\n"))); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			// Part of a command larger than the first buffer, then close.
+			arg := fmt.Appendf(nil, "$%d\r\n%s\r\n", resp.MaxBulkLen, bytes.Repeat([]byte("x"), resp.MaxBulkLen))
+			part := []byte("*64\r\n$4\r\nECHO\r\n")
+			for len(part) < 2*initialBuffer {
+				part = append(part, arg...)
+			}
+			if _, err := c.Write(part); err != nil {
+				t.Fatal(err)
+			}
+			for deadline := time.Now().Add(10 * time.Second); stat(t, watch, "buffered_bytes") <= idle; {
+				if time.Now().After(deadline) {
+					t.Fatal("the server's buffers did not grow for a large command")
+				}
+				runtime.Gosched()
+			}
+			c.Close()
+			for deadline := time.Now().Add(10 * time.Second); stat(t, watch, "connections") > 1; {
+				if time.Now().After(deadline) {
+					t.Fatal("the closed connection is still served")
+				}
+				runtime.Gosched()
+			}
+			if n := stat(t, watch, "buffered_bytes"); n != idle {
+				t.Errorf("buffered_bytes = %d after the connection closed, want %d as before it", n, idle)
+			}
+			if tr == TransportAuto {
+				if n := stat(t, watch, "loop_detached"); n != 1 {
+					t.Errorf("loop_detached = %d, want 1", n)
+				}
+			}
+		})
+	}
+}
+
+// Ensure each transport's loops poll for their own default at most, and
+// that a negative LoopSpin (sluiced's --loop-spin 0) stays no polling.
+func TestLoopSpin_defaults(t *testing.T) {
+	for _, c := range []struct {
+		cfg  Config
+		want time.Duration
+	}{
+		{Config{}, DefaultAutoLoopSpin},
+		{Config{Transport: TransportAuto}, DefaultAutoLoopSpin},
+		{Config{Transport: TransportEpoll}, DefaultLoopSpin},
+		{Config{Transport: TransportAuto, LoopSpin: 30 * time.Microsecond}, 30 * time.Microsecond},
+		{Config{Transport: TransportAuto, LoopSpin: -1}, -1},
+	} {
+		if got := c.cfg.withDefaults(); got.LoopSpin != c.want || (c.cfg.Transport == "" && got.Transport != TransportAuto) {
+			t.Errorf("%+v: transport %s, loop spin %v, want auto's default transport and %v", c.cfg.Transport, got.Transport, got.LoopSpin, c.want)
+		}
+	}
+}
