@@ -527,13 +527,14 @@ type scannedOp struct {
 	cursor   uint64
 	count    uint16
 	prefix   []byte
+	old, ttl int64
 }
 
 // keep appends op to the scanned operations.
 func (fg *frameGlobals) keep(op *proto.Op) {
 	fg.ops = append(fg.ops, scannedOp{code: op.Code, flags: op.Flags, limit: op.Limit, name: op.Name, n: op.N, at: op.At,
 		deadline: op.Deadline, key: op.Key, lease: op.Lease, nItems: op.NItems, items: len(fg.items),
-		cursor: op.Cursor, count: op.Count, prefix: op.Prefix})
+		cursor: op.Cursor, count: op.Count, prefix: op.Prefix, old: op.Old, ttl: op.TTL})
 	fg.items = append(fg.items, op.Items[:op.NItems]...)
 }
 
@@ -544,6 +545,7 @@ func (fg *frameGlobals) load(op *proto.Op) {
 	old := op.NItems
 	op.Code, op.Flags, op.Limit, op.Name, op.N, op.At, op.Deadline = k.code, k.flags, k.limit, k.name, k.n, k.at, k.deadline
 	op.Key, op.Lease, op.NItems, op.Cursor, op.Count, op.Prefix = k.key, k.lease, k.nItems, k.cursor, k.count, k.prefix
+	op.Old, op.TTL = k.old, k.ttl
 	copy(op.Items[:k.nItems], fg.items[k.items:])
 	clear(op.Items[min(k.nItems, old):old]) // drop references to an earlier frame's keys
 }

@@ -347,6 +347,8 @@ func TestScannedOp(t *testing.T) {
 	body = proto.AppendPing(body)
 	body = proto.AppendStats(body)
 	body = proto.AppendHello(body)
+	body = proto.AppendRegister(body, proto.OpRegCAS, 5, 6, int64(time.Minute), []byte("frank"))
+	body = proto.AppendRegister(body, proto.OpRegSet, 0, 7, int64(time.Hour), []byte("grace"))
 	var fg frameGlobals
 	var decoded, loaded proto.Op
 	loaded.Items[2].Key = []byte("stale") // as an earlier frame's MULTI leaves it
