@@ -178,6 +178,47 @@ func TestDirect_oneBucket(t *testing.T) {
 	}
 }
 
+// An acquire's options reach the engine: a plain acquire takes a shorter
+// path than one with flags, and each answers as the socket does (Shadow:
+// a denial answered as allowed and marked; Smyte: a denial drains the
+// bucket; Strict: a denial restarts the refill clock).
+func TestDirect_acquireOptions(t *testing.T) {
+	d, s := directAndSocket(t)
+	l := sluice.TokenBucket(2, time.Hour, 1)
+	for name, opts := range map[string][]sluice.RequestOption{
+		"none":   nil,
+		"shadow": {sluice.Shadow()},
+		"smyte":  {sluice.Smyte()},
+		"strict": {sluice.Strict()},
+		"cost 0": nil,
+	} {
+		cost := int64(2)
+		if name == "cost 0" {
+			cost = 0
+		}
+		for i := range 3 {
+			viaFile, err := d.Acquire(ctx, l, "file:"+name, cost, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			viaSocket, err := s.Acquire(ctx, l, "socket:"+name, cost, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The two acquires are a moment apart: their times differ.
+			for _, dec := range []*sluice.Decision{&viaFile, &viaSocket} {
+				dec.RetryAfter, dec.ResetAfter = dec.RetryAfter.Round(time.Minute), dec.ResetAfter.Round(time.Minute)
+			}
+			if viaFile != viaSocket {
+				t.Errorf("%s, acquire %d: in the file %+v, through the socket %+v", name, i+1, viaFile, viaSocket)
+			}
+			if want := name == "shadow" && i > 0; viaFile.ShadowDenied != want {
+				t.Errorf("%s, acquire %d: ShadowDenied %v, want %v", name, i+1, viaFile.ShadowDenied, want)
+			}
+		}
+	}
+}
+
 // sliding_log and window_counters, whose buckets keep a block in the
 // file's arena, are one bucket through the socket and in the file; a
 // concurrency limit is leased through the socket only, and the direct path
