@@ -13,3 +13,7 @@ func WireOptions(opts []RequestOption) (proto.Flags, int64) { return requestFlag
 // WireDecision returns a decision as the wire carries it as the client's
 // Decision: the same fields, durations in nanoseconds.
 func WireDecision(w *proto.Decision) Decision { return decisionOf(w) }
+
+// SetWireDecision is WireDecision in place: it sets the fields of *d that
+// w carries and leaves the others (Degraded, ShadowDenied, Outage, ...).
+func SetWireDecision(d *Decision, w *proto.Decision) { setDecision(d, w) }

@@ -340,7 +340,7 @@ func (c *Client) decide(ctx context.Context, op proto.Opcode, l *sluice.Limit, k
 		if err != nil {
 			return opError(err)
 		}
-		*out = sluice.WireDecision(&res.Decision)
+		sluice.SetWireDecision(out, &res.Decision) // in place: a copy of a Decision just built stalls
 		out.ShadowDenied = res.Shadowed
 		return nil
 	}
