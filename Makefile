@@ -49,8 +49,9 @@ check-tools:
 test-go: setup
 	$(GO) test -race -shuffle=on -count=1 $(GOMODS)
 	@# The race detector makes sync.Pool drop items, so the allocation tests
-	@# skip under it: run them again without it.
-	$(GO) test -count=1 -run '(?i)allocs$$' $(GOMODS)
+	@# skip under it, and the global scripts' conformance tests (serial calls
+	@# to Redis) take several times as long under it: run them without it.
+	$(GO) test -count=1 -run '(?i)allocs$$|Conformance$$' $(GOMODS)
 	@# The server's suite again over the epoll transport.
 	SLUICE_TEST_TRANSPORT=epoll $(GO) test -race -shuffle=on -count=1 ./internal/server
 	SLUICE_TEST_TRANSPORT=epoll $(GO) test -count=1 -run '(?i)allocs$$' ./internal/server

@@ -17,7 +17,9 @@
 // This section is the protocol's specification, version 5: an
 // implementation in another language needs nothing else. Version 5 is
 // version 4 with one more algorithm, 9 quota, whose limit field carries a
-// time zone after its three parameters (see below). Version 4 is
+// time zone after its three parameters (see below), and the outage mark
+// (bits 2-3 of a decision's first byte) on the decisions of LEASE and
+// RELEASE too. Version 4 is
 // version 3 with the client's deadline (flag bit 5, DEADLINE, of ACQUIRE,
 // PEEK, REFUND and RESET), the mark of a decision that a global limit's
 // outage policy made (bits 2-3 of a decision's first byte) and the mark of
@@ -294,8 +296,9 @@
 //	                         decision), 1 local (this host's share), 2 open, 3 closed. Version 4,
 //	                         ACQUIRE, PEEK and REFUND: bit 4, fails closed: the limit is a global
 //	                         limit whose outage policy is closed, set on each of its decisions,
-//	                         whoever made it (see below). Bits 5-7 are 0; in other results
-//	                         (MULTI, LEASE, RELEASE) the byte is a boolean
+//	                         whoever made it (see below). Version 5, LEASE and RELEASE: bits
+//	                         2-3 as well (bit 4 stays 0). Bits 5-7 are 0; in other results
+//	                         (MULTI; LEASE and RELEASE before version 5) the byte is a boolean
 //	1      8    remaining    i64: cost-1 requests still allowed now (after this request, if it took any), 0..limit
 //	9      8    limit        i64: the largest remaining can be
 //	17     8    retry_after  i64 ns until this request would be allowed; -1 if allowed or never

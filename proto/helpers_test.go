@@ -81,9 +81,9 @@ func encodeResult(dst []byte, r *Result) []byte {
 	case OpReset:
 		return AppendReset(dst, r.Existed)
 	case OpLease:
-		return AppendLeaseResult(dst, &r.Decision, r.Lease)
+		return MarkLeaseOutage(AppendLeaseResult(dst, &r.Decision, r.Lease), r.Code, r.Outage)
 	case OpRelease:
-		return AppendReleaseResult(dst, r.Released, &r.Decision)
+		return MarkLeaseOutage(AppendReleaseResult(dst, r.Released, &r.Decision), r.Code, r.Outage)
 	case OpMulti:
 		return AppendMultiResult(dst, r.Allowed, r.Decisions[:r.NDecisions])
 	case OpScan:

@@ -490,11 +490,23 @@ func TestOutageDecision(t *testing.T) {
 			t.Errorf("decision byte %#02x = %v, want ErrMalformed", c, err)
 		}
 	}
-	for _, c := range []byte{byte(OutageClosed) << outageShift, failsClosedBit} {
+	for _, c := range []byte{failsClosedBit, shadowDeniedBit, 0x20} {
 		b = AppendLeaseResult(nil, &d, 0)
-		b[2] = c // a LEASE's decision byte is a boolean
+		b[2] = c // a LEASE's decision carries allowed and an outage policy only
 		if _, err := DecodeResult(b, &r); !errors.Is(err, ErrMalformed) {
 			t.Errorf("a LEASE decision byte %#02x = %v, want ErrMalformed", c, err)
+		}
+	}
+	// Version 5: a LEASE's or RELEASE's decision says which outage policy
+	// made it.
+	for _, o := range []Outage{OutageNone, OutageLocal, OutageOpen, OutageClosed} {
+		lease := MarkLeaseOutage(AppendLeaseResult(nil, &allowed, 7), OpLease, o)
+		if rest, err := DecodeResult(lease, &r); err != nil || len(rest) != 0 || r.Outage != o || r.Decision != allowed || r.Lease != 7 {
+			t.Fatalf("a LEASE marked %q: decoded %+v, %v", o, r, err)
+		}
+		release := MarkLeaseOutage(AppendReleaseResult(nil, true, &d), OpRelease, o)
+		if rest, err := DecodeResult(release, &r); err != nil || len(rest) != 0 || r.Outage != o || r.Decision != d || !r.Released {
+			t.Fatalf("a RELEASE marked %q: decoded %+v, %v", o, r, err)
 		}
 	}
 	if got := OutageClosed.String(); got != "closed" {

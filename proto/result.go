@@ -94,8 +94,9 @@ type Result struct {
 	// shadow limit, or FlagShadow) and would have been denied; Decision
 	// says allowed.
 	ShadowDenied bool
-	// Outage (ACQUIRE, PEEK, REFUND; version 4): the global limit's outage
-	// policy made the decision, Redis not answering in time.
+	// Outage (ACQUIRE, PEEK, REFUND: version 4; LEASE, RELEASE: version 5):
+	// the global limit's outage policy made the decision, Redis not
+	// answering in time.
 	Outage Outage
 	// FailsClosed (ACQUIRE, PEEK, REFUND; version 4): the limit is a global
 	// limit whose outage policy is closed, whoever made the decision; a
@@ -171,6 +172,18 @@ func AppendReleaseResult(dst []byte, released bool, d *Decision) []byte {
 	return appendDecision(append(dst, byte(OpRelease), byte(StatusOK), boolByte(released)), d)
 }
 
+// MarkLeaseOutage marks the decision of the LEASE or RELEASE result (op)
+// that ends dst, the one AppendLeaseResult or AppendReleaseResult just
+// appended, as made by outage policy o (version 5), and returns dst.
+func MarkLeaseOutage(dst []byte, op Opcode, o Outage) []byte {
+	end := len(dst)
+	if op == OpLease {
+		end -= 8 // the lease's id follows the decision
+	}
+	dst[end-decisionLen] |= byte(o&outageMask) << outageShift
+	return dst
+}
+
 // AppendShadowDecision appends the OK result of an ACQUIRE that a shadow
 // limit (or FlagShadow) answered as allowed although it would have been
 // denied (version 2): d says allowed, and the decision's first byte has
@@ -199,7 +212,8 @@ func MarkFailsClosed(dst []byte) []byte {
 
 // The bits of a decision's first byte: bit 0 says allowed; bit 1 that the
 // decision was shadowed (version 2, ACQUIRE); bits 2-3 the outage policy
-// that made it and bit 4 that the limit fails closed (version 4; ACQUIRE,
+// that made it (version 4: ACQUIRE, PEEK, REFUND; version 5: LEASE,
+// RELEASE) and bit 4 that the limit fails closed (version 4; ACQUIRE,
 // PEEK, REFUND). The others are 0.
 const (
 	shadowDeniedBit = 2
@@ -383,7 +397,7 @@ func decodeResultBody(b []byte, r *Result) ([]byte, error) {
 		if len(b) < leaseResLen {
 			return nil, truncated("LEASE result", leaseResLen, len(b))
 		}
-		rest, err := decodeDecision(b, &r.Decision, r.Code)
+		rest, err := decodeLeaseDecision(b, r)
 		if err != nil {
 			return nil, err
 		}
@@ -397,7 +411,7 @@ func decodeResultBody(b []byte, r *Result) ([]byte, error) {
 		if r.Released, err = decodeBool(b[0], "RELEASE released"); err != nil {
 			return nil, err
 		}
-		return decodeDecision(b[1:], &r.Decision, r.Code)
+		return decodeLeaseDecision(b[1:], r)
 	case OpReset:
 		if len(b) < 1 {
 			return nil, truncated("RESET result", 1, 0)
@@ -428,6 +442,20 @@ func decodeFlaggedDecision(b []byte, r *Result) ([]byte, error) {
 		return nil, errorf(ErrMalformed, "%v decision's first byte %#02x", r.Code, c)
 	}
 	r.ShadowDenied, r.Outage, r.FailsClosed = shadow, Outage(c>>outageShift&outageMask), c&failsClosedBit != 0
+	return decodeDecisionAllowed(b, &r.Decision, r.Code, c&1 == 1)
+}
+
+// decodeLeaseDecision decodes the decision of a LEASE or RELEASE result,
+// whose first byte may carry an outage policy besides allowed (version 5).
+func decodeLeaseDecision(b []byte, r *Result) ([]byte, error) {
+	if len(b) < 1 {
+		return nil, truncated(r.Code.String()+" decision", decisionLen, len(b))
+	}
+	c := b[0]
+	if c&^(1|outageMask<<outageShift) != 0 {
+		return nil, errorf(ErrMalformed, "%v decision's first byte %#02x", r.Code, c)
+	}
+	r.Outage = Outage(c >> outageShift & outageMask)
 	return decodeDecisionAllowed(b, &r.Decision, r.Code, c&1 == 1)
 }
 

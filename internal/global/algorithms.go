@@ -46,6 +46,9 @@ type algorithm struct {
 	script *redis.Script
 	// function is its function in the library (FCALL): the same text.
 	function string
+	// index is its block's place in the library, from 1: what a batch
+	// (lua/batch.lua) names it by.
+	index int
 }
 
 // algorithms are the algorithms a global limit can use. Adding one is
@@ -252,11 +255,12 @@ var luaFiles embed.FS
 
 // The function library: each algorithm's script in a block of its own
 // (the text its EVAL form runs), which registers its run as the function
-// <library>_<algorithm>. The library's name, sluice_ and the first 12
-// hex digits of the SHA-1 of its blocks, changes with any change of a
-// script, so processes of different versions sharing a Redis each find
-// their own.
-var library, libraryName string
+// <library>_<algorithm> and keeps it in the table runs; then
+// lua/batch.lua, registered as <library>_batch, which runs several
+// requests in one call. The library's name, sluice_ and the first 12 hex
+// digits of the SHA-1 of its blocks, changes with any change of a script,
+// so processes of different versions sharing a Redis each find their own.
+var library, libraryName, batchFunction string
 
 // loadScript returns the text of lua/name with its includes resolved: a
 // line "-- #include FILE" is replaced by lua/FILE (its own includes
@@ -303,16 +307,23 @@ func init() {
 			panic(err)
 		}
 		texts[i] = text
-		algorithms[a].script = redis.NewScript(text + "return run(KEYS, ARGV)\n")
+		algorithms[a].script = redis.NewScript("local batch_time\n" + text + "return run(KEYS, ARGV)\n")
 		io.WriteString(h, text)
 	}
+	batch, err := loadScript("batch.lua")
+	if err != nil {
+		panic(err)
+	}
+	io.WriteString(h, batch)
 	libraryName = "sluice_" + hex.EncodeToString(h.Sum(nil)[:6])
 	var b strings.Builder
-	b.WriteString("#!lua name=" + libraryName + "\n")
+	b.WriteString("#!lua name=" + libraryName + "\nlocal runs, batch_time = {}, nil\n")
 	for i, a := range algs {
 		g := algorithms[a]
-		g.function = libraryName + "_" + a.String()
-		fmt.Fprintf(&b, "do\n%sredis.register_function('%s', run)\nend\n", texts[i], g.function)
+		g.function, g.index = libraryName+"_"+a.String(), i+1
+		fmt.Fprintf(&b, "do\n%sredis.register_function('%s', run)\nruns[%d] = run\nend\n", texts[i], g.function, g.index)
 	}
+	batchFunction = libraryName + "_batch"
+	fmt.Fprintf(&b, "do\n%sredis.register_function{function_name = '%s', callback = batch, flags = {'allow-cross-slot-keys'}}\nend\n", batch, batchFunction)
 	library = b.String()
 }

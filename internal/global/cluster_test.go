@@ -357,3 +357,63 @@ func TestClusterRedirect(t *testing.T) {
 		t.Fatalf("the bucket is not on the slot's new master %s: %d, %v", target.Addr, n, err)
 	}
 }
+
+// Ensure that a batch sent to one master with a key of another master's
+// slot (the slot moved since the Store read the map) decides that request
+// through the Cluster client, which follows the redirection, and every
+// other request of the batch on its master, each once.
+func TestClusterBatchOtherMaster(t *testing.T) {
+	c := redistest.StartCluster(t)
+	ctx := context.Background()
+	s := newStore(t, Options{Addrs: c.Addrs(), Timeout: 10 * time.Second})
+	l := tokenBucket(10, hour)
+	p := s.prepare(l, 0)
+	rkey := func(k string) string { return string(AppendKey(nil, s.Prefix(), &l, k)) }
+	keys := spreadKeys(t, s, 12)
+	home, err := s.cluster.MasterForKey(ctx, rkey(keys[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh, err := s.shardFor(ctx, rkey(keys[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The batch: keys of the first key's master, and one of another.
+	var batch []*call
+	var elsewhere string
+	for _, k := range keys {
+		m, err := s.cluster.MasterForKey(ctx, rkey(k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Options().Addr != home.Options().Addr {
+			if elsewhere != "" {
+				continue
+			}
+			elsewhere = k
+		}
+		r := Request{Limit: l, Key: k, Cost: 1}
+		key, args := r.args(s.prefix, p, 0)
+		batch = append(batch, &call{ctx: ctx, alg: p.g, key: [1]string{key}, args: args, base: len(args), done: make(chan struct{})})
+	}
+	if elsewhere == "" || len(batch) < 3 {
+		t.Fatalf("keys %v: want some on the first key's master and one elsewhere", keys)
+	}
+	s.send(sh, batch)
+	for _, c := range batch {
+		<-c.done
+		var d bucket.Decision
+		if c.err == nil {
+			c.err = parseReply(c.v, &l, &d)
+		}
+		if c.err != nil || !d.Allowed || d.Remaining != 9 {
+			t.Fatalf("%s: %+v, %v; want allowed with 9 left", c.key[0], d, c.err)
+		}
+	}
+	if st := s.Stats(); st.Redirects != 1 || st.RoundTrips != 1+st.ScriptLoads {
+		t.Fatalf("stats %+v, want one round trip (and the library's load) and one redirect", st)
+	}
+	if n, err := s.cluster.Exists(ctx, rkey(elsewhere)).Result(); err != nil || n != 1 {
+		t.Fatalf("the bucket of %s is not on its master: %d, %v", elsewhere, n, err)
+	}
+}

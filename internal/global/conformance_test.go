@@ -65,16 +65,23 @@ func stored(t *testing.T, rdb redis.Cmdable, key string) (s bucket.State, ok boo
 	if err != nil {
 		t.Fatal(err)
 	}
+	return parseStored(t, key, v), true
+}
+
+// parseStored reads a bucket's words from v, the value of Redis's key.
+func parseStored(t *testing.T, key, v string) (s bucket.State) {
+	t.Helper()
 	f := strings.Fields(v)
 	if len(f) != 3 {
 		t.Fatalf("bucket %s holds %q, want three words", key, v)
 	}
 	for i, w := range f {
+		var err error
 		if s[i], err = strconv.ParseInt(w, 10, 64); err != nil {
 			t.Fatalf("bucket %s holds %q: %v", key, v, err)
 		}
 	}
-	return s, true
+	return s
 }
 
 // limitGen draws a random limit of one algorithm at one scale.
@@ -167,10 +174,12 @@ func mustZone(name string) *time.Location {
 	return loc
 }
 
-// forms are the two ways an algorithm's script runs: as its function in
-// the library (FCALL), as a Store sends it, and as a script (EVAL), as
-// Eval and a Store on a Redis that refuses functions send it.
-var forms = []string{"function", "script"}
+// forms are the ways an algorithm's script runs: as its function in the
+// library (FCALL), as a Store sends a request alone; in the library's
+// batch, between two other requests, as a Store sends concurrent ones; and
+// as a script (EVAL), as Eval and a Store on a Redis that refuses
+// functions send it.
+var forms = []string{"function", "batch", "script"}
 
 // loadLibrary loads the function library into rdb.
 func loadLibrary(t *testing.T, rdb *redis.Client) {
@@ -182,8 +191,17 @@ func loadLibrary(t *testing.T, rdb *redis.Client) {
 
 // runForm runs the script of g with keys and args in form.
 func runForm(ctx context.Context, rdb *redis.Client, form string, g *algorithm, keys []string, args []any) *redis.Cmd {
-	if form == "function" {
+	switch form {
+	case "function":
 		return rdb.FCall(ctx, g.function, keys, args...)
+	case "batch":
+		// Around it, acquires of a token bucket on a key of its own.
+		other := &call{alg: algorithms[bucket.TokenBucket], key: [1]string{keys[0] + ":other"},
+			args: []any{"a", 1, 10, int64(time.Second), 1, 0}}
+		calls := []*call{other, {alg: g, key: [1]string{keys[0]}, args: args}, other}
+		cmds := make([]*redis.Cmd, len(calls))
+		splitBatch(ctx, rdb.FCall(ctx, batchFunction, keys, batchArgs(calls)...), cmds)
+		return cmds[1]
 	}
 	return g.script.Run(ctx, rdb, keys, args...)
 }
@@ -216,17 +234,20 @@ func decideForm(ctx context.Context, rdb *redis.Client, form, prefix string, r R
 // small parameters and with the largest a global limit accepts, run as
 // functions and as scripts.
 func TestConformance(t *testing.T) {
+	skipUnderRace(t)
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	loadLibrary(t, rdb)
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d", seed)
+	// The forms in parallel, each on keys of its own: Redis works while
+	// package bucket does.
 	for _, form := range forms {
-		t.Run(form, func(t *testing.T) { conformance(t, rdb, form, seed, t0, 1e12, 12) })
+		t.Run(form, func(t *testing.T) { t.Parallel(); conformance(t, rdb, form, seed, t0, 1e12, 12) })
 	}
 	// Times in the first second of 1970 and just after, where a stored
 	// time has fewer than 10 digits.
-	t.Run("function/1970", func(t *testing.T) { conformance(t, rdb, "function", seed, 1e8, 8e8, 4) })
+	t.Run("function/1970", func(t *testing.T) { t.Parallel(); conformance(t, rdb, "function", seed, 1e8, 8e8, 4) })
 }
 
 // bucketModel is package bucket's side of a conformance test: a bucket as

@@ -8,7 +8,8 @@
 // leases (Store.Hold, Store.Release). A Store sends them as functions of one library (FCALL),
 // loaded where Redis lacks it, and as scripts (EVALSHA) where Redis refuses
 // functions (before Redis 7.0, or an ACL without them). A Store batches
-// the concurrent requests for each shard into one pipeline (exact mode);
+// the concurrent requests for each shard into one call of the library's
+// batch function (lua/batch.lua; exact mode);
 // Eval is one script call, as an application calling Redis + Lua itself
 // makes. Leases take tokens from a global bucket in leases and decide from
 // them locally (leased mode), journaled (Journal) so that a killed
@@ -64,7 +65,10 @@
 // nothing). Its value is three decimal integers separated by single
 // spaces, package bucket's State words, times in Unix ns, or for the
 // three extended algorithms a binary string of their block (the scripts'
-// headers, docs/global.md); anything else is refused as malformed. It expires (PX) when the bucket is full again. docs/global.md
+// headers, docs/global.md); anything else is refused as malformed. It
+// expires no sooner than when the bucket is fresh again, and at most a
+// quarter of that time later (a write keeps a late enough expiry: moving
+// it costs Redis more than the rest of a decision). docs/global.md
 // describes the layout and the scripts' arguments. The function library
 // is named sluice_ and 12 hex digits of its code's SHA-1: every version
 // has its own, so processes of different versions can share a Redis.
@@ -83,7 +87,7 @@
 // about 104 days ahead is denied (package bucket: past year 2262).
 //
 // The lease journal is a file of its own, <state file>.leases; its layout
-// is documented in journal.go (version 1).
+// is documented in journal.go (version 2; version 1 is read too).
 //
 // # Concurrency
 //

@@ -60,7 +60,8 @@ func classify(err error) error {
 			return fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}
 	}
-	if strings.Contains(err.Error(), "connection refused") || strings.Contains(err.Error(), "no such file") {
+	if msg := err.Error(); strings.Contains(msg, "connection refused") || strings.Contains(msg, "no such file") ||
+		isNonLocal(err) || strings.Contains(msg, "cluster is down") {
 		return fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	return fmt.Errorf("%w: %v", ErrScript, err)

@@ -140,15 +140,16 @@ var extGens = []limitGen{
 // word 0 and every word of the extension), as conformance does for the
 // others.
 func TestExtConformance(t *testing.T) {
+	skipUnderRace(t)
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	loadLibrary(t, rdb)
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d", seed)
-	for _, form := range forms {
-		t.Run(form, func(t *testing.T) { extConformance(t, rdb, form, seed, t0, 1e12, 12) })
+	for _, form := range forms { // in parallel, as TestConformance
+		t.Run(form, func(t *testing.T) { t.Parallel(); extConformance(t, rdb, form, seed, t0, 1e12, 12) })
 	}
-	t.Run("function/1970", func(t *testing.T) { extConformance(t, rdb, "function", seed, 1e8, 8e8, 4) })
+	t.Run("function/1970", func(t *testing.T) { t.Parallel(); extConformance(t, rdb, "function", seed, 1e8, 8e8, 4) })
 }
 
 func extConformance(t *testing.T, rdb *redis.Client, form string, seed, start, spread int64, limits int) {
@@ -226,6 +227,7 @@ func (m *extModel) lease(l *bucket.Limit, now, want, need, ret, until, life int6
 // bucket's decisions and refunds, as TestLeaseConformance does for the
 // others, with the stored state compared after each.
 func TestExtLeaseConformance(t *testing.T) {
+	skipUnderRace(t)
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	loadLibrary(t, rdb)
@@ -239,6 +241,7 @@ func TestExtLeaseConformance(t *testing.T) {
 	}
 	for _, form := range forms {
 		t.Run(form, func(t *testing.T) {
+			t.Parallel()
 			leaseConformanceOf(t, rdb, form, seed, gens, func() leaseModel { return new(extModel) }, true)
 		})
 	}
@@ -251,6 +254,7 @@ func TestExtLeaseConformance(t *testing.T) {
 // functions and as scripts; every field of every reply, the lease ids and
 // the stored entries compared.
 func TestConcurrencyConformance(t *testing.T) {
+	skipUnderRace(t)
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	loadLibrary(t, rdb)

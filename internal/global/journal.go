@@ -27,7 +27,7 @@ import (
 //
 //	header
 //	0    8  magic "SLUICELJ"
-//	8    4  version 1 (JournalVersion)
+//	8    4  version 2 (JournalVersion); 1 is read too (below)
 //	12   4  record size, 512
 //	16   4  records
 //	20   44 zero
@@ -41,39 +41,56 @@ import (
 //	        window, max_delay (i64 each)
 //	104  2  the key's length, 1..MaxJournalKey
 //	106  k  the key
+//	496  8  the limit's counters (window_counters), i64
+//	504  8  the limit's flags: bit 0 count_denied (window_counters); the others 0
+//
+// Version 1 is version 2 without the last two words: its keys are up to
+// 406 bytes, and it cannot hold a window_counters lease. A journal of
+// version 1 is read as such: its leases are returned by Recover, and if it
+// holds none when it is opened it is made a journal of version 2 (its
+// header's version rewritten; every record is free). One that holds some
+// stays of version 1 until a process opens it with none held (one that
+// stopped cleanly): meanwhile its process journals what version 1 holds,
+// and not its window_counters leases.
 //
 // A process writes a record's fields before it sets held, and clears held
 // before the call that returns the tokens to Redis, so that tokens a
 // record holds are never returned twice (a return whose reply is lost
 // counts as made: under-admission, never over). A lease whose key is
 // longer than MaxJournalKey, or that finds every record held, is not
-// journaled: it is lost with its process, as before.
+// journaled: it is lost with its process, as before. Nor is a quota's: a
+// record has no room for its calendar and time zone.
 //
 // The file is the sidecar's state file's path with ".leases" appended; the
 // state file's instance lock keeps a second process off it.
 
 // Journal constants.
 const (
-	JournalVersion = 1
+	JournalVersion = 2
 	journalMagic   = "SLUICELJ"
 	journalHeader  = 64
 	recordSize     = 512
 	recordFixed    = 106
 	// MaxJournalKey is the longest key whose lease is journaled.
-	MaxJournalKey = recordSize - recordFixed
+	MaxJournalKey = offCounters - offKey
+	maxKeyV1      = recordSize - offKey // version 1: the key runs to the record's end
 	// DefaultJournalRecords is the leases a journal holds at once.
 	DefaultJournalRecords = 16384
 )
 
 // Record field offsets.
 const (
-	offHeld    = 0
-	offTokens  = 8
-	offUntil   = 16
-	offExpires = 24
-	offLimit   = 32
-	offKeyLen  = 104
-	offKey     = 106
+	offHeld     = 0
+	offTokens   = 8
+	offUntil    = 16
+	offExpires  = 24
+	offLimit    = 32
+	offKeyLen   = 104
+	offKey      = 106
+	offCounters = 496 // version 2
+	offFlags    = 504 // version 2
+
+	flagCountDenied = 1
 )
 
 // ErrJournal: a lease journal that cannot be used (another version, a size
@@ -87,9 +104,10 @@ var ErrJournal = errors.New("the lease journal cannot be used")
 // A Journal is safe for simultaneous use; a record is written by the one
 // lease that holds it, under that lease's lock.
 type Journal struct {
-	f    *os.File
-	data []byte // the mapping
-	n    int
+	f       *os.File
+	data    []byte // the mapping
+	n       int
+	version int // of the file's layout: 1 or JournalVersion
 
 	mu      sync.Mutex
 	free    []int // records free for a new lease
@@ -138,15 +156,15 @@ func OpenJournal(path string, records int) (*Journal, error) {
 		binary.LittleEndian.PutUint32(data[12:], recordSize)
 		binary.LittleEndian.PutUint32(data[16:], uint32(records))
 	}
-	switch n := int(binary.LittleEndian.Uint32(data[16:])); {
+	switch n, v := int(binary.LittleEndian.Uint32(data[16:])), binary.LittleEndian.Uint32(data[8:]); {
 	case string(data[:8]) != journalMagic:
 		err = fmt.Errorf("%w: %s is not a lease journal", ErrJournal, path)
-	case binary.LittleEndian.Uint32(data[8:]) != JournalVersion:
-		err = fmt.Errorf("%w: %s is of version %d, this sidecar reads %d", ErrJournal, path, binary.LittleEndian.Uint32(data[8:]), JournalVersion)
+	case v != 1 && v != JournalVersion:
+		err = fmt.Errorf("%w: %s is of version %d, this sidecar reads 1 to %d", ErrJournal, path, v, JournalVersion)
 	case binary.LittleEndian.Uint32(data[12:]) != recordSize || int64(journalHeader+n*recordSize) != size:
 		err = fmt.Errorf("%w: %s has a size its header does not describe", ErrJournal, path)
 	default:
-		j.n = n
+		j.n, j.version = n, int(v)
 	}
 	if err != nil {
 		j.Close()
@@ -159,7 +177,21 @@ func OpenJournal(path string, records int) (*Journal, error) {
 			j.pending = append(j.pending, i)
 		}
 	}
+	if j.version == 1 && len(j.pending) == 0 {
+		// Nothing of version 1 to read: the records are free, and their
+		// new words are written with their next lease.
+		binary.LittleEndian.PutUint32(data[8:], JournalVersion)
+		j.version = JournalVersion
+	}
 	return j, nil
+}
+
+// maxKey is the longest key a record of j holds.
+func (j *Journal) maxKey() int {
+	if j.version == 1 {
+		return maxKeyV1
+	}
+	return MaxJournalKey
 }
 
 // record returns record i's bytes.
@@ -174,7 +206,7 @@ func (j *Journal) word(i, off int) int64 { return loadWord(j.record(i), off) }
 // put journals a new lease and returns its record, -1 if it cannot be
 // journaled (a long key, no record free).
 func (j *Journal) put(l *bucket.Limit, key string, tokens int64, until string, expires time.Time) int {
-	if j == nil || len(key) > MaxJournalKey {
+	if j == nil || len(key) > j.maxKey() || l.Algorithm == bucket.Quota || j.version == 1 && l.Algorithm == bucket.WindowCounters {
 		return -1
 	}
 	u, err := strconv.ParseInt(until, 10, 64)
@@ -198,6 +230,14 @@ func (j *Journal) put(l *bucket.Limit, key string, tokens int64, until string, e
 	}
 	binary.LittleEndian.PutUint16(r[offKeyLen:], uint16(len(key)))
 	copy(r[offKey:], key)
+	if j.version != 1 {
+		flags := int64(0)
+		if l.CountDenied {
+			flags |= flagCountDenied
+		}
+		storeWord(r, offCounters, l.Counters)
+		storeWord(r, offFlags, flags)
+	}
 	storeWord(r, offHeld, 1) // last: the record is complete
 	return i
 }
@@ -249,9 +289,12 @@ func (j *Journal) Recover(ctx context.Context, s *Store) (returned int64, err er
 		}
 		l := bucket.Limit{Algorithm: bucket.Algorithm(w[0]), Max: w[1], RefillTime: w[2], RefillAmount: w[3],
 			Burst: w[4], Count: w[5], Period: w[6], Window: w[7], MaxDelay: w[8]}
+		if j.version != 1 {
+			l.Counters, l.CountDenied = loadWord(r, offCounters), loadWord(r, offFlags)&flagCountDenied != 0
+		}
 		n := int(binary.LittleEndian.Uint16(r[offKeyLen:]))
 		tokens, until := loadWord(r, offTokens), strconv.FormatInt(loadWord(r, offUntil), 10)
-		key := string(r[offKey : offKey+min(n, MaxJournalKey)])
+		key := string(r[offKey : offKey+min(n, j.maxKey())])
 		j.release(i)
 		if tokens <= 0 || Check(l) != nil || n == 0 {
 			continue

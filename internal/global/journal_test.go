@@ -16,14 +16,7 @@ import (
 // Leases) are returned by the next process on the same journal: their
 // unused tokens, once, and only theirs.
 func TestJournal(t *testing.T) {
-	srv := redistest.Start(t)
-	s := newStore(t, Options{Addrs: []string{srv.Addr}})
-	path := filepath.Join(t.TempDir(), "state.leases")
-	j, err := OpenJournal(path, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ls := NewLeases(s, LeaseOptions{Size: 10, TTL: time.Hour, Journal: j})
+	s, ls, j, path := journaled(t)
 	ctx := context.Background()
 	tb, gcra := tokenBucket(100, hour), bucket.Limit{Algorithm: bucket.GCRA, Burst: 99, Count: 1, Period: hour}
 	for range 3 {
@@ -37,16 +30,7 @@ func TestJournal(t *testing.T) {
 	if got := globalRemaining(t, s, tb, "a") + globalRemaining(t, s, gcra, "b"); got != 180 {
 		t.Fatalf("%d left in Redis with two leases of 10 out, want 180", got)
 	}
-	// The process dies: the leases stay in the journal.
-	ls.mu.Lock()
-	ls.closed = true
-	ls.mu.Unlock()
-	close(ls.stop)
-	ls.swept.Wait()
-	if err := j.Close(); err != nil {
-		t.Fatal(err)
-	}
-
+	die(t, ls, j)
 	j2, err := OpenJournal(path, 0) // the size is the file's
 	if err != nil {
 		t.Fatal(err)
@@ -64,6 +48,123 @@ func TestJournal(t *testing.T) {
 	}
 	if n, err := j2.Recover(ctx, s); n != 0 || err != nil || j2.Pending() != 0 {
 		t.Fatalf("a second Recover returned %d, %v: a lease is returned once", n, err)
+	}
+}
+
+// journaled returns a Store on a Redis of its own, and Leases of 10 tokens
+// for an hour journaled in j, a journal of 8 records at path.
+func journaled(t *testing.T) (*Store, *Leases, *Journal, string) {
+	t.Helper()
+	srv := redistest.Start(t)
+	s := newStore(t, Options{Addrs: []string{srv.Addr}})
+	path := filepath.Join(t.TempDir(), "state.leases")
+	j, err := OpenJournal(path, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, NewLeases(s, LeaseOptions{Size: 10, TTL: time.Hour, Journal: j}), j, path
+}
+
+// die stops ls as a process killed with kill -9 does: its leases are not
+// returned and stay in its journal j, which it closes.
+func die(t *testing.T, ls *Leases, j *Journal) {
+	t.Helper()
+	ls.mu.Lock()
+	ls.closed = true
+	ls.mu.Unlock()
+	close(ls.stop)
+	ls.swept.Wait()
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Ensure that a window_counters lease is journaled with every word of its
+// limit (its counters and count_denied): the next process returns its
+// unused tokens to the same bucket, once.
+func TestJournal_windowCounters(t *testing.T) {
+	s, ls, j, path := journaled(t)
+	ctx := context.Background()
+	// Sub-windows of a day: the lease, which ends with its sub-window,
+	// outlives the test.
+	wc := bucket.Limit{Algorithm: bucket.WindowCounters, Max: 100, Window: 48 * hour, Counters: 2, CountDenied: true}
+	for range 3 {
+		if d, err := ls.Decide(ctx, wc, "w", 1); err != nil || !d.Allowed {
+			t.Fatal(d, err)
+		}
+	}
+	if got := globalRemaining(t, s, wc, "w"); got != 90 {
+		t.Fatalf("%d left in Redis with a lease of 10 out, want 90", got)
+	}
+	die(t, ls, j)
+	j2, err := OpenJournal(path, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j2.Close()
+	if n, err := j2.Recover(ctx, s); err != nil || n != 7 {
+		t.Fatalf("Recover returned %d tokens, %v; want the lease's 7", n, err)
+	}
+	if got := globalRemaining(t, s, wc, "w"); got != 97 {
+		t.Fatalf("after the recovery %d left in Redis, want 97 (what was admitted is spent)", got)
+	}
+	if n, err := j2.Recover(ctx, s); n != 0 || err != nil {
+		t.Fatalf("a second Recover returned %d, %v: a lease is returned once", n, err)
+	}
+}
+
+// Ensure that a journal of version 1 is read: its leases are returned; it
+// then journals what version 1 can hold (not a window_counters lease),
+// and is made a version-2 journal once it is opened with nothing held.
+func TestJournal_version1(t *testing.T) {
+	s, ls, j, path := journaled(t)
+	ctx := context.Background()
+	tb := tokenBucket(100, hour)
+	if d, err := ls.Decide(ctx, tb, "a", 1); err != nil || !d.Allowed {
+		t.Fatal(d, err)
+	}
+	die(t, ls, j)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[8] = 1 // what a sidecar of version 1 left: the same words, none after the key
+	rec := b[journalHeader:]
+	clear(rec[offCounters:recordSize])
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	j1, err := OpenJournal(path, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j1.version != 1 || j1.Pending() != 1 {
+		t.Fatalf("version %d with %d pending, want a journal of version 1 holding one lease", j1.version, j1.Pending())
+	}
+	wc := bucket.Limit{Algorithm: bucket.WindowCounters, Max: 100, Window: 48 * hour, Counters: 2}
+	if i := j1.put(&wc, "w", 5, "1", time.Now()); i != -1 {
+		t.Errorf("a version-1 journal took a window_counters lease (record %d): it cannot hold its counters", i)
+	}
+	if n, err := j1.Recover(ctx, s); err != nil || n != 9 {
+		t.Fatalf("Recover of a version-1 journal returned %d tokens, %v; want 9", n, err)
+	}
+	if got := globalRemaining(t, s, tb, "a"); got != 99 {
+		t.Fatalf("%d left in Redis after the recovery, want 99", got)
+	}
+	if err := j1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	j2, err := OpenJournal(path, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j2.Close()
+	if b, _ := os.ReadFile(path); j2.version != JournalVersion || b[8] != JournalVersion {
+		t.Fatalf("a version-1 journal with nothing held is of version %d (header %d) once opened, want %d", j2.version, b[8], JournalVersion)
+	}
+	if i := j2.put(&wc, "w", 5, "1", time.Now()); i == -1 {
+		t.Error("the upgraded journal did not take a window_counters lease")
 	}
 }
 

@@ -85,6 +85,7 @@ func evalLease(ctx context.Context, rdb *redis.Client, form string, l bucket.Lim
 // random sequences of lease takes and returns, at explicit times, for the
 // algorithms that can be leased, run as functions and as scripts.
 func TestLeaseConformance(t *testing.T) {
+	skipUnderRace(t)
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	loadLibrary(t, rdb)

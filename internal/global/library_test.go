@@ -38,8 +38,8 @@ func TestStoreLibrary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(libs) != 1 || libs[0].Name != libraryName || len(libs[0].Functions) != len(algorithms) {
-		t.Fatalf("Redis holds %+v, want the library %s with %d functions", libs, libraryName, len(algorithms))
+	if len(libs) != 1 || libs[0].Name != libraryName || len(libs[0].Functions) != len(algorithms)+1 {
+		t.Fatalf("Redis holds %+v, want the library %s with %d functions (one per algorithm, and the batch)", libs, libraryName, len(algorithms)+1)
 	}
 	if st := s.Stats(); st.ScriptLoads != 1 {
 		t.Fatalf("%d loads, want 1", st.ScriptLoads)

@@ -568,14 +568,19 @@ func (s *Store) pipeline(ctx context.Context, sh *shard, calls []*call, how send
 		s.stats.commands.Add(1)
 	}
 	cmds := make([]*redis.Cmd, len(calls))
-	for i, c := range calls {
-		switch how {
-		case asFunction, asLoad:
-			cmds[i] = pipe.FCall(ctx, c.alg.function, c.key[:], c.args...)
-		case asScript:
-			cmds[i] = c.alg.script.EvalSha(ctx, pipe, c.key[:], c.args...)
-		default:
-			cmds[i] = c.alg.script.Eval(ctx, pipe, c.key[:], c.args...)
+	var batch *redis.Cmd
+	if (how == asFunction || how == asLoad) && len(calls) > 1 {
+		batch = pipe.FCall(ctx, batchFunction, calls[0].key[:], batchArgs(calls)...)
+	} else {
+		for i, c := range calls {
+			switch how {
+			case asFunction, asLoad:
+				cmds[i] = pipe.FCall(ctx, c.alg.function, c.key[:], c.args...)
+			case asScript:
+				cmds[i] = c.alg.script.EvalSha(ctx, pipe, c.key[:], c.args...)
+			default:
+				cmds[i] = c.alg.script.Eval(ctx, pipe, c.key[:], c.args...)
+			}
 		}
 	}
 	var wait *redis.IntCmd
@@ -588,11 +593,14 @@ func (s *Store) pipeline(ctx context.Context, sh *shard, calls []*call, how send
 	if _, err := pipe.Exec(ctx); err != nil {
 		// Each command carries its own error, except when the pipeline
 		// never ran (a connection that failed to authenticate).
-		for _, c := range cmds {
-			if c.Err() == nil && c.Val() == nil {
+		for _, c := range append(cmds, batch) {
+			if c != nil && c.Err() == nil && c.Val() == nil {
 				c.SetErr(err)
 			}
 		}
+	}
+	if batch != nil {
+		splitBatch(ctx, batch, cmds)
 	}
 	if load != nil {
 		// Loaded here or by another process: either way the calls run. A
@@ -604,7 +612,11 @@ func (s *Store) pipeline(ctx context.Context, sh *shard, calls []*call, how send
 		}
 	}
 	s.stats.roundTrips.Add(1)
-	s.stats.commands.Add(uint64(len(calls)))
+	if batch != nil {
+		s.stats.commands.Add(1)
+	} else {
+		s.stats.commands.Add(uint64(len(calls)))
+	}
 	s.stats.batch(len(calls))
 	if wait == nil {
 		return cmds, nil
@@ -615,6 +627,46 @@ func (s *Store) pipeline(ctx context.Context, sh *shard, calls []*call, how send
 		return cmds, fmt.Errorf("%w: %d of %d replicas acknowledged the decisions in time (%v)", ErrUnavailable, n, s.wait, err)
 	}
 	return cmds, nil
+}
+
+// batchArgs returns the ARGV of one call of the library's batch function
+// that runs calls (lua/batch.lua): for each, its algorithm's place in the
+// library, its key, the number of its arguments and its arguments.
+func batchArgs(calls []*call) []any {
+	n := 0
+	for _, c := range calls {
+		n += 3 + len(c.args)
+	}
+	args := make([]any, 0, n)
+	for _, c := range calls {
+		args = append(append(args, c.alg.index, c.key[0], len(c.args)), c.args...)
+	}
+	return args
+}
+
+// splitBatch gives each of cmds, the commands of the calls batch ran, its
+// own reply from batch's: the reply at its place, or its error. The
+// batch's own error (the pipeline failed, Redis has no such function,
+// MOVED for the first key's slot) is each call's.
+func splitBatch(ctx context.Context, batch *redis.Cmd, cmds []*redis.Cmd) {
+	v, err := batch.Result()
+	replies, ok := v.([]any)
+	if err == nil && (!ok || len(replies) != len(cmds)) {
+		err = fmt.Errorf("%w: unexpected reply to a batch of %d: %v", ErrScript, len(cmds), v)
+	}
+	for i := range cmds {
+		cmds[i] = redis.NewCmd(ctx)
+		switch {
+		case err != nil:
+			cmds[i].SetErr(err)
+		default:
+			if e, ok := replies[i].(error); ok {
+				cmds[i].SetErr(e)
+			} else {
+				cmds[i].SetVal(replies[i])
+			}
+		}
+	}
 }
 
 // deadline returns ctx's deadline (every context here has one).
@@ -637,9 +689,16 @@ func (s *Store) reload() {
 	}()
 }
 
-// isRedirect reports whether err is a Cluster's MOVED or ASK.
+// isRedirect reports whether err is a Cluster's MOVED or ASK, or a batch's
+// refusal of a key whose slot its master does not serve (lua/batch.lua).
 func isRedirect(err error) bool {
-	return err != nil && (redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK"))
+	return err != nil && (redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK") || isNonLocal(err))
+}
+
+// isNonLocal reports whether err is a script's refusal of a key that
+// another master serves, or that is migrating away.
+func isNonLocal(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "non local key")
 }
 
 // useScripts makes the Store send its calls as scripts (EVAL) from now on:

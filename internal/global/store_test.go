@@ -60,8 +60,10 @@ func TestStoreRedisClock(t *testing.T) {
 	}
 	key := string(AppendKey(nil, s.Prefix(), &l, "k"))
 	pttl, err := srv.Client(t).PTTL(ctx, key).Result()
-	if err != nil || pttl <= 0 || pttl > 2*time.Second {
-		t.Fatalf("PTTL %s: %v, %v; want in (0, 2 s]", key, pttl, err)
+	// Full again 2 s after the first request; the expiry set then is a
+	// quarter more, and kept by the requests that follow.
+	if err != nil || pttl <= 0 || pttl > 2500*time.Millisecond {
+		t.Fatalf("PTTL %s: %v, %v; want in (0, 2.5 s]", key, pttl, err)
 	}
 }
 
@@ -125,9 +127,9 @@ func TestStoreBatching(t *testing.T) {
 	}
 	t.Logf("%d requests in %d round trips (%.1f per pipeline), batches by size %v", st.Requests, st.RoundTrips,
 		float64(st.Requests)/float64(st.RoundTrips), st.Batches)
-	// Commands: one per request, and again for those sent before the
-	// script was loaded (at most one pipeline's worth).
-	if st.Requests != goroutines*each || st.Commands < st.Requests || st.Commands > st.Requests+DefaultMaxBatch ||
+	// Commands: one per round trip (a pipeline's requests in one call of
+	// the batch function), and the library's load.
+	if st.Requests != goroutines*each || st.Commands != st.RoundTrips+st.ScriptLoads ||
 		batches != st.RoundTrips || st.Errors != 0 {
 		t.Fatalf("stats %+v", st)
 	}
@@ -165,7 +167,10 @@ func TestStoreUnavailable(t *testing.T) {
 	srv.Restart(t)
 	var d bucket.Decision
 	var err error
-	for range 20 { // the pool may hold a dead connection or two
+	// The shard is down until a probe finds Redis again (within 100 ms of
+	// its answering), and the pool may hold a dead connection or two:
+	// requests fail until then.
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		if d, err = s.Decide(ctx, Request{Limit: l, Key: "k", Cost: 1}); err == nil {
 			break
 		}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,11 +20,13 @@ import (
 var fleetLeases = flag.Int("fleet.leases", 8, "leases each client process takes in TestFleet_concurrency (the long form: 500)")
 
 // fleetHolder is a concurrency client's part. With Rounds > 0 it takes
-// Rounds leases of Limit on Key, one after another, and while it holds
-// each, counts itself in the witness (a Redis of the test's own: INCR
-// after the grant, DECR before the release), then prints "max N U", the
-// largest count it saw and how many of its releases found no lease held. With Rounds 0 it takes one lease, prints "held"
-// and holds it until it is killed or stdin closes.
+// Rounds leases of Limit on Key, one after another (with Rounds -1, until
+// stdin closes), and while it holds each, counts itself in the witness (a
+// Redis of the test's own: INCR "holders" after the grant, DECR before the
+// release; INCR "leases" per grant), then prints "max N U", the largest
+// count it saw and how many of its releases found no lease held. With
+// Rounds 0 it takes one lease, prints "held" and holds it until it is
+// killed or stdin closes.
 type fleetHolder struct {
 	Socket, Limit, Key string
 	Rounds             int
@@ -39,14 +42,19 @@ func (p *fleetHolder) run() int {
 	defer c.Close()
 	ctx := context.Background()
 	limit := sluice.Limit{Name: p.Limit}
+	var done atomic.Bool
+	if p.Rounds < 0 {
+		go func() { io.Copy(io.Discard, os.Stdin); done.Store(true) }()
+	}
 	lease := func() (sluice.Lease, error) {
-		for {
+		for !done.Load() {
 			ls, err := c.Lease(ctx, limit, p.Key)
 			if err != nil || ls.Allowed {
 				return ls, err
 			}
 			time.Sleep(time.Millisecond)
 		}
+		return sluice.Lease{}, nil
 	}
 	if p.Rounds == 0 {
 		if _, err := lease(); err != nil {
@@ -60,11 +68,14 @@ func (p *fleetHolder) run() int {
 	w := redis.NewClient(&redis.Options{Network: "unix", Addr: p.Witness})
 	defer w.Close()
 	most, unreleased := int64(0), 0
-	for range p.Rounds {
+	for i := 0; (p.Rounds < 0 || i < p.Rounds) && !done.Load(); i++ {
 		ls, err := lease()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
+		}
+		if !ls.Allowed {
+			break // stdin closed while waiting
 		}
 		n, err := w.Incr(ctx, "holders").Result()
 		if err != nil {
@@ -72,6 +83,7 @@ func (p *fleetHolder) run() int {
 			return 1
 		}
 		most = max(most, n)
+		w.Incr(ctx, "leases")
 		time.Sleep(time.Millisecond)
 		if err := w.Decr(ctx, "holders").Err(); err != nil {
 			fmt.Fprintln(os.Stderr, err)

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -168,15 +169,23 @@ func TestFleet_stallContention(t *testing.T) {
 
 // Ensure that a sidecar killed with kill -9 while it holds a lease does
 // not take the lease's unused tokens with it: restarted on its state file,
-// it returns them (its lease journal), and the fleet admits the limit.
+// it returns them (its lease journal), and the fleet admits the limit. A
+// token bucket, and window counters (sub-windows of 100 h: the lease,
+// which ends with its sub-window, outlives the test).
 func TestFleet_kill9Leases(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts 2 sidecars and Redis")
 	}
+	for _, limit := range []string{"token_bucket:max=100,refill_time=1h", "window_counters:limit=100,window=600h,counters=6"} {
+		t.Run(limit[:strings.IndexByte(limit, ':')], func(t *testing.T) { kill9Leases(t, limit) })
+	}
+}
+
+func kill9Leases(t *testing.T, limit string) {
 	redis := redistest.Start(t)
 	cfgPath := filepath.Join(t.TempDir(), "sluice.yaml")
 	if err := os.WriteFile(cfgPath, []byte(`limits:
-  ltb: {limit: "token_bucket:max=100,refill_time=1h", scope: global, lease: 20, lease_ttl: 1h, on_unavailable: closed}
+  leased: {limit: "`+limit+`", scope: global, lease: 20, lease_ttl: 1h, on_unavailable: closed}
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +203,7 @@ func TestFleet_kill9Leases(t *testing.T) {
 		defer c.Close()
 		n := 0
 		for ; n < most; n++ {
-			d, err := c.Acquire(context.Background(), sluice.Limit{Name: "ltb"}, "k", 1)
+			d, err := c.Acquire(context.Background(), sluice.Limit{Name: "leased"}, "k", 1)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/clients/go/sluice"
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/global"
@@ -36,6 +37,24 @@ type fleetSidecar struct {
 	Cluster      bool
 	WaitReplicas int
 	Timeout      time.Duration
+}
+
+// masterOf returns the master of cl that holds the buckets of key.
+func masterOf(t *testing.T, cl *redistest.Cluster, key string) *redistest.Node {
+	t.Helper()
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
+	defer c.Close()
+	mc, err := c.MasterForKey(context.Background(), "{"+key+"}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range cl.Masters() {
+		if n.Addr == mc.Options().Addr {
+			return n
+		}
+	}
+	t.Fatalf("no master of the cluster is at %s, which holds key %s", mc.Options().Addr, key)
+	return nil
 }
 
 // fleetClient is a client's part: acquire each limit Attempts times on
@@ -320,24 +339,52 @@ func TestFleet_globalLimits(t *testing.T) {
 }
 
 // Four sidecars on a Redis Cluster of three masters with one replica
-// each, with client processes hammering eight keys (spread over the
-// masters) of three exact limits (token_bucket, sliding_log,
-// window_counters); a master is killed under load: no sidecar
-// fails, the closed outage policy denies what the dead master's keys ask
-// meanwhile, decisions resume once its replica is promoted, and no key is
-// admitted beyond its limit.
+// each (--global-wait-replicas 1), with client processes hammering eight
+// keys (spread over the masters) of three exact limits (token_bucket,
+// sliding_log, window_counters), and a holder process per sidecar taking
+// leases of a global concurrency limit of 2 in turn; the master of the
+// concurrency key is killed under load: no sidecar fails, the closed
+// outage policy denies what the dead master's keys ask meanwhile,
+// decisions and leases resume once its replica is promoted, no key is
+// admitted beyond its limit, and the holders' witness never counts more
+// than 2 holders at once.
 func TestFleet_clusterFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts Redis Cluster and 12 processes")
 	}
 	cl := redistest.StartCluster(t)
-	const hosts, clients, limit = 4, 2, 300
+	witness := redistest.Start(t)
+	const hosts, clients, limit, slots = 4, 2, 300, 2
 	text := fmt.Sprintf(`limits:
   tb: {limit: "token_bucket:max=%[1]d,refill_time=1h", scope: global, on_unavailable: closed}
   sl: {limit: "sliding_log:limit=%[1]d,window=1h", scope: global, on_unavailable: closed}
   wc: {limit: "window_counters:limit=%[1]d,window=1h,counters=60", scope: global, on_unavailable: closed}
-`, limit)
+  cc: {limit: "concurrency:limit=%[2]d,lease=3s", scope: global, on_unavailable: closed}
+`, limit, slots)
 	socks, sidecars := startFleet(t, hosts, text, fleetSidecar{Addrs: cl.Addrs(), WaitReplicas: 1, Timeout: 300 * time.Millisecond})
+	// The holders: one per sidecar, on a key of the master to be killed.
+	m := masterOf(t, cl, "jobs")
+	var holders sync.WaitGroup
+	var holderStops []io.WriteCloser
+	var mostHeld atomic.Int64
+	for h := range hosts {
+		cmd, in, out := startPart(t, "SLUICE_FLEET_HOLDER", fleetHolder{Socket: socks[h], Limit: "cc", Key: "jobs",
+			Rounds: -1, Witness: witness.Addr})
+		holderStops = append(holderStops, in)
+		holders.Go(func() {
+			for out.Scan() {
+				var n int64
+				fmt.Sscanf(out.Text(), "max %d", &n)
+				for cur := mostHeld.Load(); n > cur && !mostHeld.CompareAndSwap(cur, n); cur = mostHeld.Load() {
+				}
+			}
+			if err := cmd.Wait(); err != nil {
+				t.Errorf("a holder exited with %v", err)
+			}
+		})
+	}
+	w := witness.Client(t)
+	leases := func() int64 { n, _ := w.Get(context.Background(), "leases").Int64(); return n }
 	keys := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
 	var admitted sync.Map // key -> *atomic.Int64
 	var total atomic.Int64
@@ -364,24 +411,32 @@ func TestFleet_clusterFailover(t *testing.T) {
 			})
 		}
 	}
-	for deadline := time.Now().Add(30 * time.Second); total.Load() < int64(3*len(keys)*limit/5); time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); total.Load() < int64(3*len(keys)*limit/5) || leases() < 20; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("only %d admitted before the kill", total.Load())
+			t.Fatalf("only %d admitted and %d leases taken before the kill", total.Load(), leases())
 		}
 	}
-	m := cl.Masters()[0]
 	r := cl.KillMaster(t, m)
-	t.Logf("killed master %s with %d admitted", m.Addr, total.Load())
+	t.Logf("killed master %s with %d admitted, %d leases taken", m.Addr, total.Load(), leases())
 	t.Logf("replica %s promoted after %v", r.Addr, cl.WaitFailover(t, r))
 	cl.Rejoin(t, m) // its decisions need a replica to acknowledge them (WaitReplicas)
 	promoted.Store(true)
-	for deadline := time.Now().Add(20 * time.Second); afterFailover.Load() < int64(3*limit/2) && time.Now().Before(deadline); {
+	leasesBefore := leases()
+	for deadline := time.Now().Add(20 * time.Second); (afterFailover.Load() < int64(3*limit/2) || leases() < leasesBefore+10) && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 	}
-	for _, in := range stops {
+	for _, in := range append(stops, holderStops...) {
 		in.Close()
 	}
 	wg.Wait()
+	holders.Wait()
+	if n := mostHeld.Load(); n > slots || n < 1 {
+		t.Errorf("the witness counted at most %d holders at once, want 1 to %d", n, slots)
+	}
+	if leases() == leasesBefore {
+		t.Error("no lease was taken after the failover: leases did not resume")
+	}
+	t.Logf("%d leases in all, %d after the failover, at most %d holders at once", leases(), leases()-leasesBefore, mostHeld.Load())
 	admitted.Range(func(k, v any) bool {
 		if n := v.(*atomic.Int64).Load(); n > limit {
 			t.Errorf("%s: admitted %d, above the limit %d", k, n, limit)

@@ -29,7 +29,7 @@ func (s *server) globalLeaseOp(b []byte, op *proto.Op, nl *namedLimit, c *conn) 
 	l := nl.cfg
 	ctx, cancel := s.global.opContext(c, op)
 	defer cancel()
-	d, id, _, err := s.global.fallback.Hold(ctx, global.Request{Limit: l.Bucket, Key: string(op.Key), Lease: c.leaseID()}, l.Policy())
+	d, id, src, err := s.global.fallback.Hold(ctx, global.Request{Limit: l.Bucket, Key: string(op.Key), Lease: c.leaseID()}, l.Policy())
 	if err != nil {
 		s.recordError(nl, &l.Engine, err)
 		return c.fail(b, op.Code, err)
@@ -48,7 +48,17 @@ func (s *server) globalLeaseOp(b []byte, op *proto.Op, nl *namedLimit, c *conn) 
 	}
 	s.record(nl, bucket.Concurrency, d.Allowed, false, time.Time{})
 	w := proto.Decision(d)
-	return proto.AppendLeaseResult(b, &w, uint64(id))
+	return c.markLease(proto.AppendLeaseResult(b, &w, uint64(id)), proto.OpLease, l, src)
+}
+
+// markLease marks the LEASE or RELEASE result (op) that ends b with the
+// outage policy of l that made it, if one did (src), for a client that
+// reads the mark (version 5).
+func (c *conn) markLease(b []byte, op proto.Opcode, l *config.Limit, src global.Source) []byte {
+	if src != global.FromPolicy || c.version < 5 {
+		return b
+	}
+	return proto.MarkLeaseOutage(b, op, outageOf(l))
 }
 
 // globalReleaseOp answers RELEASE on a global concurrency limit, with the
@@ -62,8 +72,11 @@ func (s *server) globalReleaseOp(b []byte, op *proto.Op, nl *namedLimit, c *conn
 	}
 	ctx, cancel := s.global.opContext(c, op)
 	defer cancel()
-	d, released, _, err := s.global.fallback.Release(ctx, global.Request{Limit: nl.cfg.Bucket, Key: string(op.Key), Lease: id}, nl.cfg.Policy())
-	return s.released(b, op, c, &d, released, err)
+	d, released, src, err := s.global.fallback.Release(ctx, global.Request{Limit: nl.cfg.Bucket, Key: string(op.Key), Lease: id}, nl.cfg.Policy())
+	if err != nil {
+		return s.released(b, op, c, &d, released, err)
+	}
+	return c.markLease(s.released(b, op, c, &d, released, nil), proto.OpRelease, nl.cfg, src)
 }
 
 // opContext is the context of a global operation: Redis's answer is

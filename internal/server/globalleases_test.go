@@ -3,11 +3,14 @@ package server
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/clients/go/sluice"
+	"github.com/sluicehq/sluice/internal/global"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/proto"
 )
 
 // Ensure that a global concurrency limit holds its leases in Redis: two
@@ -137,4 +140,183 @@ func dialStrict(t *testing.T, sc *sidecar) *sluice.Client {
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// Ensure that a LEASE and a RELEASE of a global concurrency limit that
+// its outage policy decided (Redis stopped) say so, closed or local, in
+// frames of version 5 as an ACQUIRE's decision does, and in no older
+// frame (whose clients read the byte as a boolean); and that the Go client
+// exposes it (a Lease's Decision.Outage, a pipelined Release's).
+func TestGlobal_leaseOutageMark(t *testing.T) {
+	redis := redistest.Start(t)
+	sc := startGlobal(t, redis.Addr, `limits:
+  closed: {limit: "concurrency:limit=8,lease=1h", scope: global, on_unavailable: closed}
+  local: {limit: "concurrency:limit=8,lease=1h", scope: global, on_unavailable: local, fallback_share: 0.5}
+`)
+	c := dial(t, sc)
+	key := []byte("k")
+	lease := func(v uint8, name string) proto.Result {
+		t.Helper()
+		_, rs := c.sendVersion(v, 1, func(b []byte) []byte { return proto.AppendLease(b, 0, proto.Named(name), key) })
+		if len(rs) != 1 || rs[0].Status != proto.StatusOK {
+			t.Fatalf("LEASE %s, version %d: %+v", name, v, rs)
+		}
+		return rs[0]
+	}
+	release := func(v uint8, name string, id uint64) proto.Result {
+		t.Helper()
+		_, rs := c.sendVersion(v, 1, func(b []byte) []byte { return proto.AppendRelease(b, 0, proto.Named(name), id, key) })
+		if len(rs) != 1 || rs[0].Status != proto.StatusOK {
+			t.Fatalf("RELEASE %s, version %d: %+v", name, v, rs)
+		}
+		return rs[0]
+	}
+	mark := func(v uint8, o proto.Outage) proto.Outage {
+		if v < 5 {
+			return proto.OutageNone
+		}
+		return o
+	}
+	inRedis := map[string]uint64{} // a lease each, taken in Redis
+	for _, name := range []string{"closed", "local"} {
+		r := lease(5, name)
+		if !r.Decision.Allowed || r.Outage != proto.OutageNone {
+			t.Fatalf("%s with Redis up: %+v, want granted, no outage mark", name, r)
+		}
+		inRedis[name] = r.Lease
+	}
+	redis.Kill()
+	for v := uint8(3); v <= 5; v++ {
+		if r := lease(v, "closed"); r.Decision.Allowed || r.Lease != 0 || r.Outage != mark(v, proto.OutageClosed) {
+			t.Errorf("LEASE closed, version %d, Redis stopped: %+v; want denied, outage %q", v, r, mark(v, proto.OutageClosed))
+		}
+		if r := release(v, "closed", inRedis["closed"]); r.Released || r.Outage != mark(v, proto.OutageClosed) {
+			t.Errorf("RELEASE closed, version %d, Redis stopped: %+v; want not released, outage %q", v, r, mark(v, proto.OutageClosed))
+		}
+		r := lease(v, "local") // this host's share: 4 slots
+		if !r.Decision.Allowed || r.Lease == 0 || r.Outage != mark(v, proto.OutageLocal) {
+			t.Fatalf("LEASE local, version %d, Redis stopped: %+v; want granted by the share, outage %q", v, r, mark(v, proto.OutageLocal))
+		}
+		if r := release(v, "local", r.Lease); !r.Released || r.Outage != mark(v, proto.OutageLocal) {
+			t.Errorf("RELEASE local, version %d, Redis stopped: %+v; want released from the share, outage %q", v, r, mark(v, proto.OutageLocal))
+		}
+	}
+
+	gc := dialStrict(t, sc)
+	ctx := context.Background()
+	if ls, err := gc.Lease(ctx, sluice.Limit{Name: "closed"}, "k"); err != nil || ls.Allowed || ls.Outage != "closed" {
+		t.Errorf("the Go client's Lease of closed, Redis stopped: %+v, %v; want denied, Outage closed", ls, err)
+	}
+	ls, err := gc.Lease(ctx, sluice.Limit{Name: "local"}, "k")
+	if err != nil || !ls.Allowed || ls.Outage != "local" {
+		t.Fatalf("the Go client's Lease of local, Redis stopped: %+v, %v; want granted, Outage local", ls, err)
+	}
+	p := gc.Pipeline()
+	p.Release(sluice.Limit{Name: "local"}, "k", ls.ID)
+	if res, err := p.Exec(ctx); err != nil || !res[0].Released || res[0].Decision.Outage != "local" {
+		t.Errorf("the Go client's pipelined Release of local, Redis stopped: %+v, %v; want released, Outage local", res, err)
+	}
+}
+
+// Ensure that with --global-wait-replicas 1 a global concurrency limit
+// never has more holders than its limit across a Cluster failover that
+// loses the master's last writes: a LEASE is answered granted only once a
+// replica holds it, so the promoted replica has every lease a client was
+// granted. The replica's link to its master is cut (it is given
+// credentials the master refuses, and its connection killed) while a
+// second LEASE is asked for, so that the master's write of it cannot
+// reach it; the master is then killed and the replica promoted. With the
+// wait, that LEASE was denied (the closed policy: no replica acknowledged
+// it), and the holders plus the slots the promoted master has free are
+// the limit.
+// (Without it, that LEASE is granted and lost with the master: the
+// promoted master grants its slot again, 3 holders of a limit of 2.)
+func TestGlobal_clusterWaitReplicas(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts Redis Cluster")
+	}
+	cl := redistest.StartCluster(t)
+	const text = `limits:
+  jobs: {limit: "concurrency:limit=2,lease=1h", scope: global, on_unavailable: closed}
+`
+	onCluster := func(wait int) func(*global.Options) {
+		return func(o *global.Options) {
+			o.Addrs, o.WaitReplicas, o.Timeout = cl.Addrs(), wait, 500*time.Millisecond
+		}
+	}
+	a := startGlobal(t, "", text, onCluster(1))
+	c := dialStrict(t, a)
+	ctx := context.Background()
+	limit := sluice.Limit{Name: "jobs"}
+	held := 0
+	lease := func() sluice.Lease {
+		t.Helper()
+		ls, err := c.Lease(ctx, limit, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ls.Allowed {
+			held++
+		}
+		return ls
+	}
+	// The first lease, once the Store has warmed up (its first call
+	// loads the scripts) and the cluster answers in time.
+	for deadline := time.Now().Add(time.Minute); !lease().Allowed; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no lease granted in a minute")
+		}
+	}
+	m := masterOf(t, cl, "k")
+	r := cl.ReplicaOf(m)
+	cutReplica(t, m, r)
+	ls := lease() // written on the master, never on its replica
+	m.Kill()
+	if ls.Allowed || ls.Outage != "closed" {
+		t.Errorf("a lease its master's replica could not acknowledge: %+v, want denied by the closed policy", ls)
+	}
+	t.Logf("replica %s promoted after %v", r.Addr, cl.WaitFailover(t, r))
+	// The promoted master has no replica: a sidecar without the wait
+	// reads what it holds.
+	b := startGlobal(t, "", text, onCluster(0))
+	var free int64
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		d, err := dialStrict(t, b).Peek(ctx, limit, "k")
+		if err == nil && d.Outage == "" {
+			free = d.Remaining
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the promoted master did not answer: %+v, %v", d, err)
+		}
+	}
+	t.Logf("%d leases held by clients, %d slots free on the promoted master", held, free)
+	if int64(held)+free > 2 {
+		t.Errorf("%d leases held and %d slots free after the failover: more holders than the limit, 2, can be granted", held, free)
+	}
+}
+
+// cutReplica cuts the replication link from master m to its replica r
+// until m dies: r is given credentials m refuses, and its connection is
+// killed; cutReplica returns once m has no replica connected.
+func cutReplica(t *testing.T, m, r *redistest.Node) {
+	t.Helper()
+	ctx := context.Background()
+	rc, mc := r.Client(t), m.Client(t)
+	if err := rc.ConfigSet(ctx, "masteruser", "nobody").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.ConfigSet(ctx, "masterauth", "refused").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		mc.Do(ctx, "client", "kill", "type", "replica")
+		info, err := mc.Info(ctx, "replication").Result()
+		if err == nil && strings.Contains(info, "connected_slaves:0") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("master %s keeps its replica: %s %v", m.Addr, info, err)
+		}
+	}
 }

@@ -66,7 +66,7 @@ func (c *Client) Lease(ctx context.Context, l Limit, key string) (Lease, error) 
 		d, err := c.degraded(err, l.Name)
 		return Lease{Decision: d}, err
 	}
-	ls := Lease{Decision: decisionOf(&cl.res.Decision), ID: cl.res.Lease, c: c, l: l, key: key}
+	ls := Lease{Decision: c.decided(cl, l.Name), ID: cl.res.Lease, c: c, l: l, key: key}
 	putCall(cl)
 	return ls, nil
 }

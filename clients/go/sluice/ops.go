@@ -41,7 +41,8 @@ type Decision struct {
 	// because Redis did not answer the sidecar in time: "local" (this
 	// host's share of the limit), "open" (allowed) or "closed" (denied;
 	// RetryAfter is when the sidecar asks Redis again). It needs a sidecar
-	// of protocol version 4 (outage.go). With Degraded, "closed" says the
+	// of protocol version 4 (outage.go), and of version 5 on a Lease (the
+	// Lease's Decision). With Degraded, "closed" says the
 	// sidecar did not answer a request on a limit that fails closed
 	// (FailsClosed), and the failure policy denied it.
 	Outage string
@@ -134,8 +135,9 @@ func checkLimit(op proto.Opcode, l Limit) error {
 // encode checks an ACQUIRE, PEEK, REFUND, RESET, LEASE or RELEASE (n the
 // lease id) and returns a call holding its request frame.
 // deadline, if not 0, is the client's deadline to tell the sidecar
-// (DEADLINE, outage.go); v4 asks for a frame of version 4 at least.
-func (c *Client) encode(op proto.Opcode, l Limit, key string, n int64, opts []RequestOption, deadline int64, v4 bool) (*call, error) {
+// (DEADLINE, outage.go); minV, if not 0, the oldest frame version to
+// write (deadlineFor).
+func (c *Client) encode(op proto.Opcode, l Limit, key string, n int64, opts []RequestOption, deadline int64, minV uint8) (*call, error) {
 	if err := checkKey(op, key); err != nil {
 		return nil, err
 	}
@@ -150,10 +152,7 @@ func (c *Client) encode(op proto.Opcode, l Limit, key string, n int64, opts []Re
 	cl.key = append(cl.key[:0], key...)
 	// Each frame in the oldest version that holds it: a sidecar of an
 	// older version keeps answering what it knows.
-	v := proto.ItemVersion(op, f, &l)
-	if v4 {
-		v = max(v, 4) // its answer says whether the limit fails closed
-	}
+	v := max(proto.ItemVersion(op, f, &l), minV) // its answer says which outage policy made it, and whether the limit fails closed
 	b, start := proto.BeginFrameVersion(cl.req[:0], v, proto.KindRequest, 0)
 	switch op {
 	case proto.OpLease:
@@ -171,8 +170,8 @@ func (c *Client) encode(op proto.Opcode, l Limit, key string, n int64, opts []Re
 // item sends an ACQUIRE, PEEK, REFUND, RESET, LEASE or RELEASE and returns
 // its call, or an error (then the call is not the caller's).
 func (c *Client) item(ctx context.Context, op proto.Opcode, l Limit, key string, n int64, opts []RequestOption) (*call, error) {
-	deadline, v4 := c.deadlineFor(ctx, op, &l)
-	cl, err := c.encode(op, l, key, n, opts, deadline, v4)
+	deadline, minV := c.deadlineFor(ctx, op, &l)
+	cl, err := c.encode(op, l, key, n, opts, deadline, minV)
 	if err != nil {
 		return nil, err
 	}

@@ -44,22 +44,27 @@ type sidecarVersion struct {
 }
 
 // deadlineFor returns the deadline (Unix ns) to tell the sidecar with a
-// request op on l, or 0 for none, and whether to send the request in a
-// frame of version 4: ACQUIRE, PEEK, REFUND and RESET of a named limit, to
-// a sidecar of protocol version 4 or later; the deadline if the call has
-// one (a timeout or the context's).
-func (c *Client) deadlineFor(ctx context.Context, op proto.Opcode, l *Limit) (deadline int64, v4 bool) {
-	if l.Name == "" || op < proto.OpAcquire || op > proto.OpReset {
-		return 0, false
+// request op on l, or 0 for none, and the oldest frame version to send it
+// in (0: the request's own). A named limit's ACQUIRE, PEEK, REFUND and
+// RESET go in frames of version 4 to a sidecar of version 4 or later,
+// with the deadline if the call has one (a timeout or the context's); its
+// LEASE and RELEASE in frames of version 5 to a sidecar of version 5 or
+// later, so that their answers say which outage policy made them.
+func (c *Client) deadlineFor(ctx context.Context, op proto.Opcode, l *Limit) (deadline int64, v uint8) {
+	lease := op == proto.OpLease || op == proto.OpRelease
+	if l.Name == "" || !lease && (op < proto.OpAcquire || op > proto.OpReset) {
+		return 0, 0
 	}
 	d, ok, _ := callDeadline(ctx, time.Now(), c.opt.timeout)
-	if c.sidecarSpeaks(ctx, d, ok) < 4 {
-		return 0, false
+	switch speaks := c.sidecarSpeaks(ctx, d, ok); {
+	case lease && speaks >= 5:
+		return 0, 5
+	case lease || speaks < 4:
+		return 0, 0
+	case !ok:
+		return 0, 4
 	}
-	if !ok {
-		return 0, true
-	}
-	return d.UnixNano(), true
+	return d.UnixNano(), 4
 }
 
 // sidecarSpeaks returns the protocol version of the sidecar on the

@@ -97,8 +97,8 @@ func (p *Pipeline) Exec(ctx context.Context) ([]Result, error) {
 		var cl *call
 		var err error
 		if it.op != proto.OpRelease || it.n != 0 { // lease 0 holds nothing
-			deadline, v4 := c.deadlineFor(ctx, it.op, &it.l)
-			cl, err = c.encode(it.op, it.l, it.key, it.n, it.opts, deadline, v4)
+			deadline, minV := c.deadlineFor(ctx, it.op, &it.l)
+			cl, err = c.encode(it.op, it.l, it.key, it.n, it.opts, deadline, minV)
 		}
 		if err != nil {
 			p.res[i].Err = err

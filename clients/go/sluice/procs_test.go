@@ -78,8 +78,11 @@ func (w witness) add(delta int64) error {
 func leaseWorker(spec string) int {
 	f := strings.Fields(spec)
 	fail := func(err error) int { fmt.Fprintln(os.Stderr, "worker:", err); return 1 }
-	// Patient: 32 processes start at once on a CI machine's few cores.
-	c, err := sluice.Dial(f[1], sluice.WithFailurePolicy(sluice.FailError), sluice.WithTimeout(10*time.Second),
+	// Patient: 32 processes start at once on a CI machine's few cores
+	// (the start check too: Dial's own second was not always enough).
+	start, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := sluice.DialContext(start, f[1], sluice.WithFailurePolicy(sluice.FailError), sluice.WithTimeout(10*time.Second),
 		sluice.WithDialTimeout(10*time.Second), sluice.WithLogger(quiet))
 	if err != nil {
 		return fail(err)

@@ -29,9 +29,20 @@ CONFIG = """limits:
 """
 
 
+class RedisServer:
+    """A redis-server on a Unix socket, without persistence."""
+
+    def __init__(self, path: str, proc: "subprocess.Popen[bytes]") -> None:
+        self.path, self.proc = path, proc
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
 @pytest.fixture
-def redis() -> Iterator[str]:
-    """A redis-server on a Unix socket, without persistence; its socket path."""
+def redis_server() -> Iterator[RedisServer]:
+    """A redis-server on a Unix socket, without persistence, killed at the end."""
     binary = shutil.which("redis-server")
     if binary is None:
         pytest.fail("redis-server is not installed; the global limit tests need it (apt-get install redis-server)")
@@ -46,11 +57,17 @@ def redis() -> Iterator[str]:
             if p.poll() is not None or time.monotonic() > deadline:
                 pytest.fail("redis-server did not start")
             time.sleep(0.005)
-        yield path
+        yield RedisServer(path, p)
     finally:
         p.kill()
         p.wait()
         shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def redis(redis_server: RedisServer) -> str:
+    """A redis-server's socket path."""
+    return redis_server.path
 
 
 class DelayProxy:
@@ -171,6 +188,33 @@ def test_slow_redis_never_fails_open(redis: str, make_sidecar: Callable[..., Any
             assert counts["closed"] > 0, counts
     finally:
         proxy.close()
+
+
+LEASES = """limits:
+  closed: {limit: "concurrency:limit=8,lease=1h", scope: global, on_unavailable: closed}
+  local: {limit: "concurrency:limit=8,lease=1h", scope: global, on_unavailable: local, fallback_share: 0.5}
+"""
+
+
+def test_a_lease_decided_by_the_outage_policy_says_so(redis_server: RedisServer,
+                                                       make_sidecar: Callable[..., Any]) -> None:
+    # With Redis stopped, a lease of a global concurrency limit is decided by its on_unavailable
+    # policy, and its answer says which (protocol version 5): closed denies, local grants from
+    # this host's share. With Redis up, no mark.
+    cfg = os.path.join(short_tmpdir(), "sluice.yaml")
+    with open(cfg, "w") as f:
+        f.write(LEASES)
+    sc = make_sidecar(args=["--config", cfg, "--global-redis", redis_server.path])
+    with Client(sc.socket, timeout=10.0, on_unavailable="raise") as c:
+        up = c.lease("k", Named("closed"))
+        assert up.allowed and up.outage is None, up
+        redis_server.kill()
+        d = c.lease("k", Named("closed"))
+        assert (d.allowed, d.id, d.outage) == (False, 0, "closed"), d
+        d = c.lease("k", Named("local"))
+        assert d.allowed and d.id != 0 and d.outage == "local", d
+        assert c.release("k", Named("local"), d) is True
+        assert c.release("k", Named("closed"), up) is False  # Redis holds it: back at its lease time
 
 
 class Version4Sidecar:

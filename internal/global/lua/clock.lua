@@ -29,7 +29,7 @@ local function clock(arg)
   end
   op, explicit, now_s, now_ns = arg, false, 0, 0
   if #arg == 1 then
-    local t = redis.call("TIME")
+    local t = batch_time or redis.call("TIME") -- one TIME for a batch's requests (batch.lua)
     now_s, now_ns = tonumber(t[1]), tonumber(t[2]) * 1000
     return
   end
@@ -74,15 +74,28 @@ local function absolute(off)
   return string.format("%d%09d", s, r)
 end
 
--- expire sets the expiry of a key written at now to when its bucket is
--- fresh again, fresh (an offset; at least 1 ms), or none at an explicit
--- time.
+-- expiry returns the least expiry, ms from now, of a key whose bucket is
+-- fresh again at fresh (an offset; at least 1 ms); and the expiry to give
+-- it when it has less: a quarter more, so that the requests that follow,
+-- each moving fresh a little later, keep it (moving an expiry costs Redis
+-- more than the rest of a decision: a key outlives its bucket's return to
+-- fresh by at most a quarter of the time it had to go).
+local function expiry(fresh)
+  local ms = 1
+  if fresh > 1000000 then ms = ceildiv(fresh, 1000000) end
+  return ms, ms + idiv(ms, 4)
+end
+
+-- expire makes the expiry of a key written at now no sooner than when its
+-- bucket is fresh again, fresh (an offset), or removes it at an explicit
+-- time. PTTL is whole ms of a clock that may be a ms behind TIME's: an
+-- expiry is kept only when more than one ms later than needed.
 local function expire(key, fresh)
   if explicit then
     redis.call("PERSIST", key)
     return
   end
-  local ms = 1
-  if fresh > 1000000 then ms = ceildiv(fresh, 1000000) end
-  redis.call("PEXPIRE", key, ms)
+  local ms, set = expiry(fresh)
+  if redis.call("PTTL", key) > ms then return end
+  redis.call("PEXPIRE", key, set)
 end

@@ -48,6 +48,7 @@ local function run(keys, argv)
   local key, n = keys[1], tonumber(argv[2])
   local s1, s2, s3
   local raw = redis.call("GET", key)
+  local stored = raw ~= false and raw ~= nil
   if raw then
     s1, s2, s3 = decode(raw)
     if not s1 then return redis.error_reply("ERR sluice: the bucket at " .. key .. " is malformed") end
@@ -86,17 +87,21 @@ local function run(keys, argv)
     reply = {granted, remaining, retry, reset, valid, absolute(valid)}
   end
 
-  -- Write it back if it changed, with an expiry at the time it becomes
-  -- fresh (at least 1 ms; none at an explicit time). A bucket left fresh is
-  -- kept that millisecond rather than deleted, so a request from a moment
+  -- Write it back if it changed, with an expiry no sooner than the time
+  -- it becomes fresh (at least 1 ms; none at an explicit time): the key's
+  -- own if that is later (clock.lua, expire). A bucket left fresh is kept
+  -- that millisecond rather than deleted, so a request from a moment
   -- earlier (time going backwards) still sees its state.
   if s1 ~= t1 or s2 ~= t2 or s3 ~= t3 then
     if explicit then
       redis.call("SET", key, encode(s1, s2, s3))
     else
-      local ms, fresh = 1, fresh_at(s1, s2, s3)
-      if fresh > 1000000 then ms = ceildiv(fresh, 1000000) end
-      redis.call("SET", key, encode(s1, s2, s3), "PX", ms)
+      local ms, set = expiry(fresh_at(s1, s2, s3))
+      if stored and redis.call("PTTL", key) > ms then
+        redis.call("SET", key, encode(s1, s2, s3), "KEEPTTL")
+      else
+        redis.call("SET", key, encode(s1, s2, s3), "PX", set)
+      end
     end
   end
   return reply

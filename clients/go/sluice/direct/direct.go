@@ -37,8 +37,17 @@ import (
 
 	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/clients/go/sluice"
+	"github.com/sluicehq/sluice/clients/go/sluice/internal/clientwire"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/proto"
+)
+
+// The client's reading of request options and writing of decisions, which
+// its exported API keeps to itself (package clientwire).
+var (
+	wireOptions  = clientwire.Options.(func([]sluice.RequestOption) (proto.Flags, int64))
+	wireDecision = clientwire.Decision.(func(*proto.Decision) sluice.Decision)
+	setDecision  = clientwire.SetDecision.(func(*sluice.Decision, *proto.Decision))
 )
 
 // Options configure a Client.
@@ -313,7 +322,7 @@ func (c *Client) decide(ctx context.Context, op proto.Opcode, l *sluice.Limit, k
 	if op != proto.OpPeek && leaseOnly(lim) {
 		return opError(errLeaseOnly)
 	}
-	f, at := sluice.WireOptions(opts)
+	f, at := wireOptions(opts)
 	var res engine.Result
 	for {
 		now := c.clock()
@@ -340,7 +349,7 @@ func (c *Client) decide(ctx context.Context, op proto.Opcode, l *sluice.Limit, k
 		if err != nil {
 			return opError(err)
 		}
-		sluice.SetWireDecision(out, &res.Decision) // in place: a copy of a Decision just built stalls
+		setDecision(out, &res.Decision) // in place: a copy of a Decision just built stalls
 		out.ShadowDenied = res.Shadowed
 		return nil
 	}
@@ -375,7 +384,7 @@ func (c *Client) Multi(ctx context.Context, items []sluice.Item, opts ...sluice.
 	if len(items) == 0 || len(items) > proto.MaxMulti {
 		return false, nil, opError(fmt.Errorf("%w: %d items, want 1 to %d", engine.ErrTooManyItems, len(items), proto.MaxMulti))
 	}
-	f, at := sluice.WireOptions(opts)
+	f, at := wireOptions(opts)
 	var (
 		limits [proto.MaxMulti]engine.Limit
 		its    [proto.MaxMulti]engine.Item
@@ -422,7 +431,7 @@ func (c *Client) Multi(ctx context.Context, items []sluice.Item, opts ...sluice.
 		}
 		res := make([]sluice.Decision, len(out))
 		for i := range out {
-			res[i] = sluice.WireDecision(&out[i])
+			res[i] = wireDecision(&out[i])
 		}
 		return allowed, res, nil
 	}

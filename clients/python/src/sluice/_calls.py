@@ -112,6 +112,23 @@ def cost_of(n: Any, what: str = "cost") -> int:
     raise InvalidCost(f"{what} {n} outside int64")
 
 
+def checked(code: int, key: Key, limit: LimitLike, n: Any, flags: int) -> Tuple[bytes, Limit, int, int]:
+    """The key's bytes, the limit, the cost and the flags of an ACQUIRE, PEEK, REFUND or RESET,
+    checked: InvalidKey, InvalidLimit and InvalidCost raise here, before any I/O. The flags are
+    request_flags' (STRICT, SHADOW; a bool is STRICT), SHADOW added to an acquire of a spec that
+    says shadow=true."""
+    k = key.encode() if type(key) is str else key_bytes(key)
+    if not 0 < len(k) <= MAX_KEY_LEN:
+        key_bytes(k)  # raises InvalidKey
+    lim = limit if isinstance(limit, Limit) else limit_of(limit)
+    if type(n) is not int or not -(1 << 63) <= n <= _MAX_I64:
+        n = cost_of(n)
+    f = int(flags)
+    if lim.shadow and code == _ACQUIRE:
+        f |= _SHADOW
+    return k, lim, n, f
+
+
 def decide_frame(fid: int, code: int, key: Key, limit: LimitLike, n: Any, at: At, flags: int,
                  deadline: int = 0, v4: bool = False) -> bytes:
     """The whole request frame of one ACQUIRE or PEEK: the hot path, packed in one go.
@@ -122,15 +139,7 @@ def decide_frame(fid: int, code: int, key: Key, limit: LimitLike, n: Any, at: At
     ``at`` is None, and goes in version 4 with ``v4`` (its answer then says whether the limit
     fails closed).
     """
-    k = key.encode() if type(key) is str else key_bytes(key)
-    if not 0 < len(k) <= MAX_KEY_LEN:
-        key_bytes(k)  # raises InvalidKey
-    lim = limit if isinstance(limit, Limit) else limit_of(limit)
-    if type(n) is not int or not -(1 << 63) <= n <= _MAX_I64:
-        n = cost_of(n)
-    f = int(flags)  # request_flags: STRICT, SHADOW (a bool is STRICT)
-    if lim.shadow and code == _ACQUIRE:  # the spec's shadow=true: a shadow request
-        f |= _SHADOW
+    k, lim, n, f = checked(code, key, limit, n, flags)
     a, p0, p1, p2 = lim._wire
     if type(lim) is Named or a == _QUOTA:
         t = 0
@@ -181,7 +190,7 @@ class Call(NamedTuple):
     decides: bool  #: acquire, peek, multi and lease: the on_unavailable policy may answer it
     n: int = 0  #: MULTI: its items
     version: int = 1  #: the frame holding it is in the highest version of its calls
-    name: Optional[str] = None  #: an ACQUIRE, PEEK, REFUND or RESET of a named limit: the name
+    name: Optional[str] = None  #: an operation on a named limit (not MULTI): the name
 
 
 _name = operator.itemgetter(5)  # Call.name
@@ -192,10 +201,23 @@ def any_named(calls: Sequence[Call]) -> bool:
     return any(map(_name, calls))
 
 
-def named_v4(calls: Sequence[Call]) -> List[Call]:
-    """calls, those on named limits in version 4 (for a sidecar that speaks it: their answers
-    then say whether the limit fails closed)."""
-    return [cl._replace(version=4) if cl.name is not None and cl.version < 4 else cl for cl in calls]
+_LEASE_OPS = (int(Opcode.LEASE), int(Opcode.RELEASE))
+
+
+def named_versions(calls: Sequence[Call], version: int) -> List[Call]:
+    """calls, for a sidecar of protocol ``version`` (4 or later): those on named limits in
+    version 4 at least (their answers then say whether the limit fails closed), and their
+    LEASE and RELEASE in version 5 if the sidecar speaks it (their answers then say which
+    outage policy made them)."""
+    lease_v = 5 if version >= 5 else 4
+    out = []
+    for cl in calls:
+        if cl.name is not None:
+            want = lease_v if cl.code in _LEASE_OPS else 4
+            if cl.version < want:
+                cl = cl._replace(version=want)
+        out.append(cl)
+    return out
 
 
 def hello_frame(fid: int) -> bytes:
@@ -205,15 +227,7 @@ def hello_frame(fid: int) -> bytes:
 
 def item_call(code: int, key: Key, limit: LimitLike, n: Any, at: At, flags: int) -> Call:
     """An ACQUIRE, PEEK, REFUND or RESET (checked as decide_frame checks)."""
-    k = key.encode() if type(key) is str else key_bytes(key)
-    if not 0 < len(k) <= MAX_KEY_LEN:
-        key_bytes(k)  # raises InvalidKey
-    lim = limit if isinstance(limit, Limit) else limit_of(limit)
-    if type(n) is not int or not -(1 << 63) <= n <= _MAX_I64:
-        n = cost_of(n)
-    flags = int(flags)  # request_flags: STRICT, SHADOW (a bool is STRICT)
-    if lim.shadow and code == _ACQUIRE:  # the spec's shadow=true: a shadow request
-        flags |= _SHADOW
+    k, lim, n, flags = checked(code, key, limit, n, flags)
     t = 0
     if at is not None:
         flags |= 4
@@ -242,7 +256,7 @@ def lease_call(key: Key, limit: LimitLike) -> Call:
     """A LEASE (protocol version 3): the on_unavailable policy may answer it, as an acquire."""
     lim = leasable(limit)
     return Call(proto.encode_lease(lim, key_bytes(key)), Opcode.LEASE, True, 0,
-                proto.item_version(Opcode.LEASE, 0, lim))
+                proto.item_version(Opcode.LEASE, 0, lim), name_of(lim))
 
 
 def lease_id(lease: Union[int, Lease]) -> int:
@@ -259,7 +273,7 @@ def release_call(key: Key, limit: LimitLike, lease: int) -> Call:
     """A RELEASE (protocol version 3) of lease ``lease`` (not 0)."""
     lim = leasable(limit)
     return Call(proto.encode_release(lim, lease, key_bytes(key)), Opcode.RELEASE, False, 0,
-                proto.item_version(Opcode.RELEASE, 0, lim))
+                proto.item_version(Opcode.RELEASE, 0, lim), name_of(lim))
 
 
 def multi_call(items: Iterable[Union[MultiItem, Sequence[Any]]], at: At) -> Call:

@@ -30,7 +30,7 @@ from typing import Any, Callable, FrozenSet, List, Optional, Sequence, Tuple, Un
 from . import proto
 from ._answers import DECISION_FRAME, DECISION_FRAME_LEN, DECISION_FRAME_SIZE, hello_version, results
 from ._calls import (
-    At, Call, Frames, Key, LimitLike, any_named, deadline_ns, decide_frame, hello_frame, name_of, named_v4, pack,
+    At, Call, Frames, Key, LimitLike, any_named, deadline_ns, decide_frame, hello_frame, name_of, named_versions, pack,
 )
 from ._policy import (
     BREAKER_MAX_OPEN, BREAKER_MIN_OPEN, BREAKER_THRESHOLD, CLOSED, DEFAULT_POLICY, DEFAULT_TIMEOUT,
@@ -178,9 +178,10 @@ class ProtocolCore:
 
     def _batch(self, calls: Sequence[Call], version: int) -> Frames:
         """The frames of calls (a pipeline, or one call) to a sidecar of protocol ``version``:
-        calls on named limits go in version 4 to a sidecar that speaks it."""
+        calls on named limits go in version 4 to a sidecar that speaks it, their leases and
+        releases in version 5 to one that speaks it."""
         if version >= 4 and any_named(calls):
-            calls = named_v4(calls)
+            calls = named_versions(calls, version)
         packed = pack(calls, (self._id + 1) & 0xFFFFFFFF)
         self._id = packed.frames[-1][0]
         return packed

@@ -411,7 +411,7 @@ class Client(ProtocolCore):
     def _one(self, call: Call) -> Any:
         def one() -> Any:
             with self._lock:
-                packed = self._batch((call,), 0)
+                packed = self._batch((call,), self._sidecar_version() if self._needs_version((call,)) else 0)
                 f = self._exchange(packed.payload, 1)[0]
                 return value(self._results(f, packed.frames[0][0], (call,))[0])
         return self._guarded(call, one)

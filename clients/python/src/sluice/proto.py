@@ -22,7 +22,8 @@ of version 1 has no named limits and no shadow requests, and only version 4
 and later have the client's deadline (DEADLINE) and the mark of a decision
 an outage policy made (``Decision.outage``), and only version 5 the quota
 algorithm, whose limit field carries its time zone after its parameters
-(a u8 length, 0 for UTC, and the zone's name). A server answers
+(a u8 length, 0 for UTC, and the zone's name), and that mark on a LEASE's
+and a RELEASE's decision. A server answers
 each request frame in its version, so a client that writes each frame in
 the oldest version that holds it (:func:`item_version`,
 :func:`multi_version`, :func:`op_version`) keeps working against a server
@@ -605,7 +606,8 @@ def _pack_decision(d: Decision) -> bytes:
     return DECISION.pack(decision_byte(d), d.remaining, d.limit, d.retry_after_ns, d.reset_after_ns, d.delay_ns)
 
 
-#: The outage policies a decision's first byte names in bits 2-3 (version 4), by their code.
+#: The outage policies a decision's first byte names in bits 2-3 (version 4; of a LEASE's and a
+#: RELEASE's decision, version 5), by their code.
 OUTAGES = (None, "local", "open", "closed")
 
 
@@ -686,6 +688,11 @@ def _decision(b: Buffer, off: int, end: int, code: int) -> Tuple[Decision, int]:
         ok, shadow, outage, closed = parse_decision_byte(allowed, code)
         return make_decision(ok, rem, lim, retry, reset, delay, shadow_denied=shadow, outage=outage,
                              fails_closed=closed), \
+            off + DECISION.size
+    if code == Opcode.LEASE or code == Opcode.RELEASE:  # outage (version 5)
+        if allowed & ~0x0D:
+            raise Malformed(f"malformed: {_name(code)} decision's first byte 0x{allowed:02x}")
+        return make_decision(allowed & 1 == 1, rem, lim, retry, reset, delay, outage=OUTAGES[allowed >> 2 & 3]), \
             off + DECISION.size
     return make_decision(_bool(allowed, "decision allowed"), rem, lim, retry, reset, delay), off + DECISION.size
 

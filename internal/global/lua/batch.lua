@@ -1,0 +1,51 @@
+-- batch: several requests in one call, FCALL <library>_batch: a host's
+-- concurrent requests for one Redis master in one command rather than one
+-- each, since what Redis spends per command (reading and looking it up,
+-- entering Lua, writing its reply) is most of what a decision costs it.
+-- Each request is decided by its algorithm's run, exactly as its own
+-- function decides it alone, and gets its own reply or its own error.
+--
+-- KEYS[1]  the first request's key: it names the call's slot, which routes
+--          the call to its master
+-- ARGV     for each request, in order: its algorithm (the place of its
+--          block in the library, from 1), its key, the number of its
+--          arguments, and its arguments (its function's ARGV)
+--
+-- Reply: an array of one reply per request, in order: its function's
+-- reply, or an error.
+--
+-- The keys of one call may lie in several slots (the function's flag
+-- allow-cross-slot-keys), all served by the master that runs it. Redis
+-- refuses a command on a key of a slot it does not serve (moved, or
+-- migrating and not here) with the error "Script attempted to access a
+-- non local key", before the command runs: a request's first command reads
+-- its key, so a request refused that way has changed nothing, and the
+-- caller sends it again on its own (which follows the redirection).
+--
+-- The requests are decided at one time, Redis's TIME when the call began
+-- (batch_time, which clock.lua reads instead of TIME while it is set): one
+-- atomic call, one moment.
+local function requests(argv)
+  local out, i, last = {}, 1, #argv
+  while i <= last do
+    local run, key, k = runs[tonumber(argv[i])], argv[i + 1], tonumber(argv[i + 2])
+    local a = {}
+    for j = 1, k do a[j] = argv[i + 2 + j] end
+    local ok, v = pcall(run, {key}, a)
+    if not ok and type(v) ~= "table" then v = redis.error_reply(tostring(v)) end
+    out[#out + 1] = v
+    i = i + 3 + k
+  end
+  return out
+end
+
+local function batch(keys, argv)
+  batch_time = redis.call("TIME")
+  local ok, out = pcall(requests, argv)
+  batch_time = nil -- whatever happened: the next call reads its own time
+  if not ok then
+    if type(out) == "table" then return out end
+    return redis.error_reply("ERR sluice: a malformed batch: " .. tostring(out))
+  end
+  return out
+end

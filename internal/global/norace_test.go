@@ -1,0 +1,7 @@
+//go:build !race
+
+package global
+
+import "testing"
+
+func skipUnderRace(*testing.T) {}
