@@ -56,18 +56,12 @@ type Decision struct {
 	FailsClosed bool
 }
 
-func decisionOf(w *proto.Decision) (d Decision) {
-	setDecision(&d, w)
-	return d
-}
-
-// setDecision sets the fields of *d that a decision on the wire carries,
-// one by one, and leaves the others. In place, so that a caller that
-// decides into its caller's Decision (package direct) copies none.
-func setDecision(d *Decision, w *proto.Decision) {
-	d.Allowed, d.Remaining, d.Limit = w.Allowed, w.Remaining, w.Limit
-	d.RetryAfter, d.ResetAfter = time.Duration(w.RetryAfter), time.Duration(w.ResetAfter)
-	d.Delay = time.Duration(w.Delay)
+func decisionOf(w *proto.Decision) Decision {
+	return Decision{
+		Allowed: w.Allowed, Remaining: w.Remaining, Limit: w.Limit,
+		RetryAfter: time.Duration(w.RetryAfter), ResetAfter: time.Duration(w.ResetAfter),
+		Delay: time.Duration(w.Delay),
+	}
 }
 
 // A RequestOption modifies one request. Options are values: passing them

@@ -7,5 +7,4 @@ import "github.com/sluicehq/sluice/clients/go/sluice/internal/clientwire"
 func init() {
 	clientwire.Options = requestFlags
 	clientwire.Decision = decisionOf
-	clientwire.SetDecision = setDecision
 }

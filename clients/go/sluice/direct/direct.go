@@ -47,7 +47,6 @@ import (
 var (
 	wireOptions  = clientwire.Options.(func([]sluice.RequestOption) (proto.Flags, int64))
 	wireDecision = clientwire.Decision.(func(*proto.Decision) sluice.Decision)
-	setDecision  = clientwire.SetDecision.(func(*sluice.Decision, *proto.Decision))
 )
 
 // Options configure a Client.
@@ -349,10 +348,19 @@ func (c *Client) decide(ctx context.Context, op proto.Opcode, l *sluice.Limit, k
 		if err != nil {
 			return opError(err)
 		}
-		setDecision(out, &res.Decision) // in place: a copy of a Decision just built stalls
+		setDecision(out, &res.Decision)
 		out.ShadowDenied = res.Shadowed
 		return nil
 	}
+}
+
+// setDecision sets the fields of *out that w carries, as the client's
+// decision (wireDecision) has them, in place and directly: a Decision
+// built and then copied stalls the copy's loads on the stores just made,
+// and one passed to a function value escapes to the heap.
+func setDecision(out *sluice.Decision, w *proto.Decision) {
+	out.Allowed, out.Remaining, out.Limit = w.Allowed, w.Remaining, w.Limit
+	out.RetryAfter, out.ResetAfter, out.Delay = time.Duration(w.RetryAfter), time.Duration(w.ResetAfter), time.Duration(w.Delay)
 }
 
 // fall sends an operation to the fallback client, or fails it.

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,9 +22,11 @@ import (
 
 	"github.com/sluicehq/sluice/clients/go/sluice"
 	"github.com/sluicehq/sluice/clients/go/sluice/direct"
+	"github.com/sluicehq/sluice/clients/go/sluice/internal/clientwire"
 	"github.com/sluicehq/sluice/internal/locktest"
 	"github.com/sluicehq/sluice/internal/server"
 	"github.com/sluicehq/sluice/internal/sidecartest"
+	"github.com/sluicehq/sluice/proto"
 	"github.com/sluicehq/sluice/shm"
 )
 
@@ -656,4 +659,37 @@ func benchWorker(mode, dir, count, id string) int {
 		}
 	}
 	return 0
+}
+
+// The decision the direct path writes in place is the client's decision of
+// the same wire decision, every field of which is set here (a field added
+// to the wire's decision fails the test until both carry it).
+func TestDirect_setDecision(t *testing.T) {
+	w := proto.Decision{Allowed: true, Remaining: 3, Limit: 7, RetryAfter: 11, ResetAfter: 5e9, Delay: 2e6}
+	v := reflect.ValueOf(w)
+	for i := range v.NumField() {
+		if v.Field(i).IsZero() {
+			t.Fatalf("field %s of the wire's decision is not set by the test", v.Type().Field(i).Name)
+		}
+	}
+	want := clientwire.Decision.(func(*proto.Decision) sluice.Decision)(&w)
+	got := sluice.Decision{Degraded: true, Outage: "local"}
+	direct.SetDecision(&got, &w)
+	want.Degraded, want.Outage = true, "local" // the client's own fields are left
+	if got != want {
+		t.Errorf("in place %+v, the client's %+v", got, want)
+	}
+}
+
+// An acquire in the file allocates nothing: the limit, the request and the
+// decision stay on the stack.
+func TestDirect_acquireAllocs(t *testing.T) {
+	d, _ := directAndSocket(t)
+	l := sluice.GCRA(1000, 1_000_000, time.Second)
+	if _, err := d.Acquire(ctx, l, "allocs", 1); err != nil { // validates and caches the limit
+		t.Fatal(err)
+	}
+	if n := testing.AllocsPerRun(100, func() { d.Acquire(ctx, l, "allocs", 1) }); n != 0 {
+		t.Errorf("an acquire allocates %v times", n)
+	}
 }

@@ -1,7 +1,7 @@
 // Package clientwire hands package direct, which decides without the
 // socket, what package sluice keeps out of its exported API: a request's
 // options as the wire carries them, and a decision as the client returns
-// it. Package sluice sets the functions when it is initialised;
+// it. Package sluice sets the two functions when it is initialised;
 // package direct imports sluice, so it finds them set when its own
 // variables are initialised, and asserts their types once there.
 package clientwire
@@ -14,9 +14,4 @@ var (
 	// Decision is a func(*proto.Decision) sluice.Decision: the same
 	// fields, durations in nanoseconds.
 	Decision any
-	// SetDecision is a func(*sluice.Decision, *proto.Decision): Decision
-	// in place, setting the fields the wire carries and leaving the others
-	// (Degraded, ShadowDenied, Outage, ...), so that a caller deciding into
-	// its caller's Decision copies none.
-	SetDecision any
 )
