@@ -136,19 +136,29 @@ type cachedLimit struct {
 }
 
 // limit returns the engine's limit for l, validating it only the first
-// time (or when another limit has taken its cache entry since).
-func (c *Client) limit(l sluice.Limit) (*engine.Limit, error) {
-	h := uint64(l.Algorithm) ^ uint64(l.P[0])*0x9e3779b97f4a7c15 ^ uint64(l.P[1])*0xc2b2ae3d27d4eb4f ^ uint64(l.P[2])
-	e := &c.limits[(h^h>>29)%limitCacheSize]
-	if cl := e.Load(); cl != nil && cl.w == l {
+// time (or when another limit has taken its cache entry since). It takes l
+// by pointer: a limit is copied only into the cache.
+func (c *Client) limit(l *sluice.Limit) (*engine.Limit, error) {
+	if cl := c.limits[limitSlot(l)].Load(); cl != nil && cl.w == *l {
 		return &cl.l, nil
 	}
-	v, err := engine.FromProto(l)
+	return c.newLimit(l)
+}
+
+// limitSlot is l's entry in the limit cache.
+func limitSlot(l *sluice.Limit) uint64 {
+	h := uint64(l.Algorithm) ^ uint64(l.P[0])*0x9e3779b97f4a7c15 ^ uint64(l.P[1])*0xc2b2ae3d27d4eb4f ^ uint64(l.P[2])
+	return (h ^ h>>29) % limitCacheSize
+}
+
+// newLimit validates l and caches it.
+func (c *Client) newLimit(l *sluice.Limit) (*engine.Limit, error) {
+	v, err := engine.FromProto(*l)
 	if err != nil {
 		return nil, err
 	}
-	cl := &cachedLimit{w: l, l: v}
-	e.Store(cl)
+	cl := &cachedLimit{w: *l, l: v}
+	c.limits[limitSlot(l)].Store(cl)
 	return &cl.l, nil
 }
 
@@ -257,25 +267,25 @@ func leaseOnly(l *engine.Limit) bool { return l.Bucket().Algorithm == bucket.Con
 // Acquire decides a request of cost against key's bucket under l, as the
 // socket client's Acquire does. A concurrency limit is refused
 // (sluice.ErrInvalidLimit): lease its slots with the socket client.
-func (c *Client) Acquire(ctx context.Context, l sluice.Limit, key string, cost int64, opts ...sluice.RequestOption) (sluice.Decision, error) {
-	return c.decide(ctx, proto.OpAcquire, l, key, cost, opts)
+func (c *Client) Acquire(ctx context.Context, l sluice.Limit, key string, cost int64, opts ...sluice.RequestOption) (d sluice.Decision, err error) {
+	return d, c.decide(ctx, proto.OpAcquire, &l, key, cost, opts, &d)
 }
 
 // Peek reports key's bucket under l as it stands, as the socket client's
 // Peek does.
-func (c *Client) Peek(ctx context.Context, l sluice.Limit, key string, opts ...sluice.RequestOption) (sluice.Decision, error) {
-	return c.decide(ctx, proto.OpPeek, l, key, 1, opts)
+func (c *Client) Peek(ctx context.Context, l sluice.Limit, key string, opts ...sluice.RequestOption) (d sluice.Decision, err error) {
+	return d, c.decide(ctx, proto.OpPeek, &l, key, 1, opts, &d)
 }
 
 // Refund gives amount tokens back to key's bucket under l, as the socket
 // client's Refund does. A concurrency limit is refused, as by Acquire.
-func (c *Client) Refund(ctx context.Context, l sluice.Limit, key string, amount int64, opts ...sluice.RequestOption) (sluice.Decision, error) {
-	return c.decide(ctx, proto.OpRefund, l, key, amount, opts)
+func (c *Client) Refund(ctx context.Context, l sluice.Limit, key string, amount int64, opts ...sluice.RequestOption) (d sluice.Decision, err error) {
+	return d, c.decide(ctx, proto.OpRefund, &l, key, amount, opts, &d)
 }
 
 // Reset forgets key's bucket under l and reports whether it existed.
 func (c *Client) Reset(ctx context.Context, l sluice.Limit, key string) (bool, error) {
-	lim, err := c.limit(l)
+	lim, err := c.limit(&l)
 	if err != nil {
 		return false, opError(err)
 	}
@@ -298,13 +308,18 @@ func (c *Client) Reset(ctx context.Context, l sluice.Limit, key string) (bool, e
 	}
 }
 
-func (c *Client) decide(ctx context.Context, op proto.Opcode, l sluice.Limit, key string, n int64, opts []sluice.RequestOption) (sluice.Decision, error) {
+// decide decides one operation into *out. The limit and the decision are
+// passed by pointer, and an acquire without options goes to the engine's
+// Acquire itself (as Do would send it): on a hot key, copying the limit and
+// the decision, and building the request, cost as much as the engine's
+// work.
+func (c *Client) decide(ctx context.Context, op proto.Opcode, l *sluice.Limit, key string, n int64, opts []sluice.RequestOption, out *sluice.Decision) error {
 	lim, err := c.limit(l)
 	if err != nil {
-		return sluice.Decision{}, opError(err)
+		return opError(err)
 	}
 	if op != proto.OpPeek && leaseOnly(lim) {
-		return sluice.Decision{}, opError(errLeaseOnly)
+		return opError(errLeaseOnly)
 	}
 	f, at := wireOptions(opts)
 	var res engine.Result
@@ -312,23 +327,40 @@ func (c *Client) decide(ctx context.Context, op proto.Opcode, l sluice.Limit, ke
 		now := c.clock()
 		e := c.engine(now)
 		if e == nil {
-			return c.fall(ctx, op, l, key, n, opts)
+			d, err := c.fall(ctx, op, *l, key, n, opts)
+			*out = d
+			return err
 		}
-		req := engine.Request{Limit: lim, Time: engine.At(now)}
-		req.Time.Wait = c.wait(ctx)
-		req.Wire(op, keyBytes(key), n, f, at) // a shadow request's denial is answered as the sidecar answers it
-		err = e.Do(&req, &res)
+		if op == proto.OpAcquire && f == 0 { // no flag: no shadow, no AT
+			t := engine.At(now)
+			t.Wait = c.wait(ctx)
+			err = e.Acquire(&res.Decision, keyBytes(key), lim, n, t, 0)
+		} else {
+			req := engine.Request{Limit: lim, Time: engine.At(now)}
+			req.Time.Wait = c.wait(ctx)
+			req.Wire(op, keyBytes(key), n, f, at) // a shadow request's denial is answered as the sidecar answers it
+			err = e.Do(&req, &res)
+		}
 		if errors.Is(err, engine.ErrNoOwner) {
 			c.detached(e, err)
 			continue
 		}
 		if err != nil {
-			return sluice.Decision{}, opError(err)
+			return opError(err)
 		}
-		out := wireDecision(&res.Decision)
+		setDecision(out, &res.Decision)
 		out.ShadowDenied = res.Shadowed
-		return out, nil
+		return nil
 	}
+}
+
+// setDecision sets the fields of *out that w carries, as the client's
+// decision (wireDecision) has them, in place and directly: a Decision
+// built and then copied stalls the copy's loads on the stores just made,
+// and one passed to a function value escapes to the heap.
+func setDecision(out *sluice.Decision, w *proto.Decision) {
+	out.Allowed, out.Remaining, out.Limit = w.Allowed, w.Remaining, w.Limit
+	out.RetryAfter, out.ResetAfter, out.Delay = time.Duration(w.RetryAfter), time.Duration(w.ResetAfter), time.Duration(w.Delay)
 }
 
 // fall sends an operation to the fallback client, or fails it.
@@ -368,7 +400,7 @@ func (c *Client) Multi(ctx context.Context, items []sluice.Item, opts ...sluice.
 	)
 	for i := range items {
 		it := &items[i]
-		l, err := c.limit(it.Limit)
+		l, err := c.limit(&it.Limit)
 		if err == nil && leaseOnly(l) {
 			err = errLeaseOnly
 		}

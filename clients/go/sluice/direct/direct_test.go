@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,9 +22,11 @@ import (
 
 	"github.com/sluicehq/sluice/clients/go/sluice"
 	"github.com/sluicehq/sluice/clients/go/sluice/direct"
+	"github.com/sluicehq/sluice/clients/go/sluice/internal/clientwire"
 	"github.com/sluicehq/sluice/internal/locktest"
 	"github.com/sluicehq/sluice/internal/server"
 	"github.com/sluicehq/sluice/internal/sidecartest"
+	"github.com/sluicehq/sluice/proto"
 	"github.com/sluicehq/sluice/shm"
 )
 
@@ -175,6 +178,47 @@ func TestDirect_oneBucket(t *testing.T) {
 	ok, ds, err := d.Multi(ctx, []sluice.Item{{Limit: l, Key: "m1", Cost: 5}, {Limit: l, Key: "m2", Cost: 6}})
 	if err != nil || ok || len(ds) != 2 || !ds[0].Allowed || ds[1].Allowed {
 		t.Errorf("Multi = %v, %+v, %v", ok, ds, err)
+	}
+}
+
+// An acquire's options reach the engine: a plain acquire takes a shorter
+// path than one with flags, and each answers as the socket does (Shadow:
+// a denial answered as allowed and marked; Smyte: a denial drains the
+// bucket; Strict: a denial restarts the refill clock).
+func TestDirect_acquireOptions(t *testing.T) {
+	d, s := directAndSocket(t)
+	l := sluice.TokenBucket(2, time.Hour, 1)
+	for name, opts := range map[string][]sluice.RequestOption{
+		"none":   nil,
+		"shadow": {sluice.Shadow()},
+		"smyte":  {sluice.Smyte()},
+		"strict": {sluice.Strict()},
+		"cost 0": nil,
+	} {
+		cost := int64(2)
+		if name == "cost 0" {
+			cost = 0
+		}
+		for i := range 3 {
+			viaFile, err := d.Acquire(ctx, l, "file:"+name, cost, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			viaSocket, err := s.Acquire(ctx, l, "socket:"+name, cost, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The two acquires are a moment apart: their times differ.
+			for _, dec := range []*sluice.Decision{&viaFile, &viaSocket} {
+				dec.RetryAfter, dec.ResetAfter = dec.RetryAfter.Round(time.Minute), dec.ResetAfter.Round(time.Minute)
+			}
+			if viaFile != viaSocket {
+				t.Errorf("%s, acquire %d: in the file %+v, through the socket %+v", name, i+1, viaFile, viaSocket)
+			}
+			if want := name == "shadow" && i > 0; viaFile.ShadowDenied != want {
+				t.Errorf("%s, acquire %d: ShadowDenied %v, want %v", name, i+1, viaFile.ShadowDenied, want)
+			}
+		}
 	}
 }
 
@@ -615,4 +659,37 @@ func benchWorker(mode, dir, count, id string) int {
 		}
 	}
 	return 0
+}
+
+// The decision the direct path writes in place is the client's decision of
+// the same wire decision, every field of which is set here (a field added
+// to the wire's decision fails the test until both carry it).
+func TestDirect_setDecision(t *testing.T) {
+	w := proto.Decision{Allowed: true, Remaining: 3, Limit: 7, RetryAfter: 11, ResetAfter: 5e9, Delay: 2e6}
+	v := reflect.ValueOf(w)
+	for i := range v.NumField() {
+		if v.Field(i).IsZero() {
+			t.Fatalf("field %s of the wire's decision is not set by the test", v.Type().Field(i).Name)
+		}
+	}
+	want := clientwire.Decision.(func(*proto.Decision) sluice.Decision)(&w)
+	got := sluice.Decision{Degraded: true, Outage: "local"}
+	direct.SetDecision(&got, &w)
+	want.Degraded, want.Outage = true, "local" // the client's own fields are left
+	if got != want {
+		t.Errorf("in place %+v, the client's %+v", got, want)
+	}
+}
+
+// An acquire in the file allocates nothing: the limit, the request and the
+// decision stay on the stack.
+func TestDirect_acquireAllocs(t *testing.T) {
+	d, _ := directAndSocket(t)
+	l := sluice.GCRA(1000, 1_000_000, time.Second)
+	if _, err := d.Acquire(ctx, l, "allocs", 1); err != nil { // validates and caches the limit
+		t.Fatal(err)
+	}
+	if n := testing.AllocsPerRun(100, func() { d.Acquire(ctx, l, "allocs", 1) }); n != 0 {
+		t.Errorf("an acquire allocates %v times", n)
+	}
 }

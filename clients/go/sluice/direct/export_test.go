@@ -1,0 +1,4 @@
+package direct
+
+// SetDecision is setDecision, for the tests.
+var SetDecision = setDecision
