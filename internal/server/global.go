@@ -27,8 +27,6 @@ var (
 	// errNoGlobal answers a request on a global limit when the sidecar
 	// has no Redis to decide it in.
 	errNoGlobal = errors.New("this sidecar decides no global limits: start it with --global-redis")
-	// errGlobalMulti answers a MULTI naming a global limit.
-	errGlobalMulti = errors.New("a MULTI cannot include a global limit")
 )
 
 // globalLimits decides the requests of global limits.

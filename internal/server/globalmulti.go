@@ -1,0 +1,150 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/global"
+	"github.com/sluicehq/sluice/proto"
+)
+
+// A MULTI of global limits: its items are decided together in one call of
+// Redis's multi script (global.Store.Multi), all or nothing, as a local
+// MULTI decides its items in the table. One script runs on one Redis
+// master, so every item's Redis key must lie in one Cluster slot: the keys
+// share a hash tag (the key's text up to its first "}", since a global
+// bucket's Redis key is prefix{key}:...). The rule is the same on one
+// Redis as on a Cluster, so that a configuration that works on the one
+// works on the other. A MULTI that mixes global and local items is
+// refused: no one call decides a bucket in Redis and one in the table
+// together.
+
+var (
+	// errMultiMixed answers a MULTI with global and local items.
+	errMultiMixed = errors.New("a MULTI cannot mix limits decided fleet-wide (scope: global) with limits decided on this host: send the global items in a MULTI of their own")
+	// errMultiSlots answers a MULTI of global items whose keys lie in
+	// different Redis Cluster slots.
+	errMultiSlots = errors.New("the global items of a MULTI must share a hash tag, so that one Redis decides them together")
+)
+
+// globalMultiScratch holds a global MULTI's requests between MULTIs.
+type globalMultiScratch struct {
+	reqs [proto.MaxMulti]global.Request
+	ps   [proto.MaxMulti]global.Policy
+	nls  [proto.MaxMulti]*namedLimit
+}
+
+// globalItems returns the named limits of op's items (nil for an item that
+// names none, or a name the config lacks) in nls, and reports whether any
+// is global: the MULTI is then a global MULTI.
+func (s *server) globalItems(op *proto.Op, nls []*namedLimit) bool {
+	any := false
+	for i := range op.NItems {
+		nls[i] = nil
+		it := &op.Items[i]
+		if it.Name == nil {
+			continue
+		}
+		if nl, err := s.lookup(it.Name); err == nil {
+			nls[i] = nl.forKey(it.Key)
+			any = any || nls[i].cfg.Scope == config.Global
+		}
+	}
+	return any
+}
+
+// checkGlobalMulti checks that the items of op, a MULTI with a global
+// item (named nls), are all global limits whose keys share a slot under
+// prefix, and each a request a global limit takes.
+func (s *server) checkGlobalMulti(op *proto.Op, nls []*namedLimit, prefix string) error {
+	if op.Flags&proto.FlagAt != 0 {
+		return engine.ErrRemoteTime
+	}
+	slot := 0
+	for i := range op.NItems {
+		it, nl := &op.Items[i], nls[i]
+		if it.Name != nil && nl == nil {
+			_, err := s.lookup(it.Name)
+			return fmt.Errorf("item %d: %w", i, err)
+		}
+		if nl == nil || nl.cfg.Scope != config.Global {
+			return fmt.Errorf("item %d: %w", i, errMultiMixed)
+		}
+		if len(nl.parts) > 1 {
+			return fmt.Errorf("item %d: %w", i, errListMulti)
+		}
+		if err := checkItem(it, nl); err != nil {
+			return fmt.Errorf("item %d: %w", i, err)
+		}
+		sl := global.KeySlot(prefix, &nl.cfg.Bucket, string(it.Key))
+		if i == 0 {
+			slot = sl
+		} else if sl != slot {
+			return fmt.Errorf("%w: item %d's key %q and item 0's key %q lie in different Redis Cluster slots; "+
+				"give the keys a common tag in braces, as {tenant42}:login and {tenant42}:signup", errMultiSlots, i, it.Key, op.Items[0].Key)
+		}
+	}
+	return nil
+}
+
+// checkItem checks a MULTI item on a global limit as a local MULTI checks
+// its items: its key, its cost, and a concurrency limit (leased only).
+func checkItem(it *proto.MultiItem, nl *namedLimit) error {
+	switch {
+	case len(it.Key) == 0:
+		return engine.ErrEmptyKey
+	case len(it.Key) > engine.MaxKeyLen:
+		return engine.ErrKeyTooLong
+	case it.Cost < 0:
+		return fmt.Errorf("%w: %d", engine.ErrNegativeCost, it.Cost)
+	case nl.cfg.Bucket.Algorithm == bucket.Concurrency:
+		return engine.ErrLeaseOnly
+	}
+	return nil
+}
+
+// globalMulti answers op, a MULTI whose items are global limits (nls):
+// decided in Redis together, or, if Redis does not answer in time, by the
+// strictest of the items' outage policies (global.Fallback.Multi).
+func (s *server) globalMulti(b []byte, op *proto.Op, c *conn, nls []*namedLimit) []byte {
+	g := s.global
+	if g == nil {
+		return c.fail(b, op.Code, errNoGlobal)
+	}
+	if err := s.checkGlobalMulti(op, nls, g.store.Prefix()); err != nil {
+		return c.fail(b, op.Code, err)
+	}
+	gm := &c.globalMulti
+	for i := range op.NItems {
+		it := &op.Items[i]
+		gm.reqs[i] = global.Request{Limit: nls[i].cfg.Bucket, Key: string(it.Key), Cost: it.Cost, Flags: engine.FlagsFromProto(it.Flags)}
+		gm.ps[i] = nls[i].cfg.Policy()
+	}
+	arrived := c.arrived
+	if arrived.IsZero() {
+		arrived = time.Now()
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), g.answerBy(arrived, op.Flags, op.Deadline))
+	defer cancel()
+	if c.handOff != nil {
+		c.handOff()
+	}
+	m := &c.multi
+	ds, allowed, _, err := g.fallback.Multi(ctx, gm.reqs[:op.NItems], gm.ps[:op.NItems], global.AllOrNothing, m.ds[:0])
+	clear(gm.reqs[:op.NItems]) // drop the keys
+	m.ds = ds
+	if err != nil {
+		return c.fail(b, op.Code, err)
+	}
+	if allowed {
+		c.n.allowed++
+	} else {
+		c.n.denied++
+	}
+	return proto.AppendMultiResult(b, allowed, ds)
+}
