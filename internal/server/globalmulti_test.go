@@ -59,10 +59,24 @@ func dialPatient(t *testing.T, sc *sidecar) *sluice.Client {
 // Ensure that two sidecars' native MULTIs of two global items on one hash
 // tag, 32 at once, admit exactly the tighter item's limit and never
 // consume the looser one's when denied; and that a global MULTI answers as
-// a local one would: every item's decision, all or nothing.
+// a local one would: every item's decision, all or nothing. On one Redis
+// and on the Cluster alike.
 func TestGlobalMulti_native(t *testing.T) {
-	r := redistest.Start(t)
-	scs := []*sidecar{startGlobal(t, r.Addr, multiConfig, patient), startGlobal(t, r.Addr, multiConfig, patient)}
+	t.Run("redis", func(t *testing.T) {
+		r := redistest.Start(t)
+		nativeMulti(t, func(o *global.Options) { o.Addrs = []string{r.Addr}; patient(o) })
+	})
+	t.Run("cluster", func(t *testing.T) {
+		if testing.Short() {
+			t.Skip("starts Redis Cluster")
+		}
+		cl := redistest.StartCluster(t)
+		nativeMulti(t, func(o *global.Options) { o.Addrs = cl.Addrs(); patient(o) })
+	})
+}
+
+func nativeMulti(t *testing.T, redis func(*global.Options)) {
+	scs := []*sidecar{startGlobal(t, "", multiConfig, redis), startGlobal(t, "", multiConfig, redis)}
 	cs := []*sluice.Client{dialPatient(t, scs[0]), dialPatient(t, scs[1])}
 	ctx := context.Background()
 	items := []sluice.Item{
