@@ -402,6 +402,14 @@ scan:
 				break scan
 			}
 			body = rest
+			if op.Code == proto.OpMulti && c.s.globalItems(op, c.globalMulti.nls[:op.NItems]) {
+				// A MULTI of global limits is decided when answered, and
+				// the operations after it after it: the scan ends here,
+				// and frame decodes this frame itself (answering the
+				// operations before it with the scan's decisions).
+				fg.ops = fg.ops[:first]
+				break scan
+			}
 			fg.keep(op)
 			if op.Name == nil || op.Code < proto.OpAcquire || op.Code > proto.OpReset {
 				continue

@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/clients/go/sluice"
 	"github.com/sluicehq/sluice/internal/global"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/proto"
 )
 
 // multiConfig has global limits of either outage policy, a local limit, a
@@ -278,4 +279,33 @@ func toString(v any) string {
 		return x.Error()
 	}
 	return fmt.Sprint(v)
+}
+
+// Ensure that a frame's operations on a bucket are decided in the frame's
+// order around a MULTI of global limits: the scan that decides a frame's
+// global operations ahead stops at the MULTI, so an ACQUIRE after it sees
+// what it consumed, and one before it what was there before.
+func TestGlobalMulti_frameOrder(t *testing.T) {
+	r := redistest.Start(t)
+	sc := startGlobal(t, r.Addr, multiConfig, patient)
+	c := dial(t, sc)
+	acq := func(b []byte, key string) []byte {
+		return proto.AppendItem(b, proto.OpAcquire, 0, proto.Named("tight"), 1, 0, []byte(key))
+	}
+	b, start := proto.BeginFrame(nil, proto.KindRequest, 1)
+	b = acq(b, "{f}:a")
+	b = proto.AppendMulti(b, 0, 0, []proto.MultiItem{{Limit: proto.Named("tight"), Cost: 3, Key: []byte("{f}:a")}, {Limit: proto.Named("loose"), Cost: 1, Key: []byte("{f}:b")}})
+	b = acq(b, "{f}:a")
+	b = proto.EndFrame(b, start, 3)
+	if _, err := c.c.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	h, rs := c.recv()
+	if h.ID != 1 || len(rs) != 3 {
+		t.Fatalf("frame %d with %d results, want frame 1 with 3", h.ID, len(rs))
+	}
+	if rs[0].Status != proto.StatusOK || rs[0].Decision.Remaining != 9 || rs[1].Code != proto.OpMulti || !rs[1].Allowed ||
+		rs[1].NDecisions != 2 || rs[1].Decisions[0].Remaining != 6 || rs[2].Decision.Remaining != 5 {
+		t.Fatalf("ACQUIRE, MULTI, ACQUIRE on one bucket: %+v", rs)
+	}
 }
