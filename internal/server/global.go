@@ -419,6 +419,12 @@ scan:
 				continue
 			}
 			nl = nl.forKey(op.Key) // the key's override, if it has one (of the same scope)
+			if len(nl.parts) > 1 {
+				// A global list is decided when answered (listOp), as a
+				// MULTI of global limits is: the scan ends here.
+				fg.ops = fg.ops[:first]
+				break scan
+			}
 			if op.Code == proto.OpAcquire && nl.cfg.Leased() && op.Flags&(proto.FlagStrict|proto.FlagSmyte) == 0 {
 				continue // decided from its lease, in place: Redis only now and then
 			}

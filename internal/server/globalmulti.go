@@ -32,11 +32,14 @@ var (
 	errMultiSlots = errors.New("the global items of a MULTI must share a hash tag, so that one Redis decides them together")
 )
 
-// globalMultiScratch holds a global MULTI's requests between MULTIs.
+// globalMultiScratch holds a global MULTI's or list's requests between
+// requests.
 type globalMultiScratch struct {
-	reqs [proto.MaxMulti]global.Request
-	ps   [proto.MaxMulti]global.Policy
-	nls  [proto.MaxMulti]*namedLimit
+	reqs   [proto.MaxMulti]global.Request
+	ps     [proto.MaxMulti]global.Policy
+	nls    [proto.MaxMulti]*namedLimit
+	limits [proto.MaxMulti]config.Limit // a global list's limits, each alone (listRemote)
+	calls  [proto.MaxMulti]globalCall
 }
 
 // globalItems returns the named limits of op's items (nil for an item that
@@ -95,15 +98,24 @@ func (s *server) checkGlobalMulti(op *proto.Op, nls []*namedLimit, prefix string
 // checkItem checks a MULTI item on a global limit as a local MULTI checks
 // its items: its key, its cost, and a concurrency limit (leased only).
 func checkItem(it *proto.MultiItem, nl *namedLimit) error {
-	switch {
-	case len(it.Key) == 0:
-		return engine.ErrEmptyKey
-	case len(it.Key) > engine.MaxKeyLen:
-		return engine.ErrKeyTooLong
-	case it.Cost < 0:
-		return fmt.Errorf("%w: %d", engine.ErrNegativeCost, it.Cost)
-	case nl.cfg.Bucket.Algorithm == bucket.Concurrency:
+	if err := checkKeyCost(it.Key, it.Cost); err != nil {
+		return err
+	}
+	if nl.cfg.Bucket.Algorithm == bucket.Concurrency {
 		return engine.ErrLeaseOnly
+	}
+	return nil
+}
+
+// checkKeyCost checks a key and a cost as the engine checks a request's.
+func checkKeyCost(key []byte, cost int64) error {
+	switch {
+	case len(key) == 0:
+		return engine.ErrEmptyKey
+	case len(key) > engine.MaxKeyLen:
+		return engine.ErrKeyTooLong
+	case cost < 0:
+		return fmt.Errorf("%w: %d", engine.ErrNegativeCost, cost)
 	}
 	return nil
 }
@@ -147,4 +159,74 @@ func (s *server) globalMulti(b []byte, op *proto.Op, c *conn, nls []*namedLimit)
 		c.n.denied++
 	}
 	return proto.AppendMultiResult(b, allowed, ds)
+}
+
+// A named list of scope global: its limits are decided in Redis on the
+// request's key, an ACQUIRE all or nothing in one call of the multi script
+// (one key: one slot), a PEEK, REFUND or RESET on each limit's bucket, as
+// a local list's are in the table; and by the list's outage policy when
+// Redis does not answer in time (an ACQUIRE all or nothing on this host's
+// share of each limit). A global list is never leased (the config refuses
+// it: leases cannot decide several limits all or nothing).
+
+// globalListAcquire decides op, an ACQUIRE of the global list nl (req as
+// the engine takes it), appending one decision per limit to ds, and says
+// which outage policy decided, if one did.
+func (s *server) globalListAcquire(ds []bucket.Decision, op *proto.Op, nl *namedLimit, c *conn, req *engine.Request) ([]bucket.Decision, proto.Outage, error) {
+	g := s.global
+	if g == nil {
+		return ds, proto.OutageNone, errNoGlobal
+	}
+	if req.OwnTime {
+		return ds, proto.OutageNone, engine.ErrRemoteTime
+	}
+	if err := checkKeyCost(op.Key, op.N); err != nil {
+		return ds, proto.OutageNone, err
+	}
+	gm := &c.globalMulti
+	parts := nl.parts
+	for i := range parts {
+		gm.reqs[i] = global.Request{Limit: *parts[i].Bucket(), Key: string(op.Key), Cost: op.N, Flags: req.Flags}
+		gm.ps[i] = nl.cfg.Policy()
+	}
+	arrived := c.arrived
+	if arrived.IsZero() {
+		arrived = time.Now()
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), g.answerBy(arrived, op.Flags, op.Deadline))
+	defer cancel()
+	if c.handOff != nil {
+		c.handOff()
+	}
+	ds, _, src, err := g.fallback.Multi(ctx, gm.reqs[:len(parts)], gm.ps[:len(parts)], global.AllOrNothing, ds)
+	clear(gm.reqs[:len(parts)])
+	if src == global.FromPolicy {
+		return ds, outageOf(nl.cfg), err
+	}
+	return ds, proto.OutageNone, err
+}
+
+// listRemote returns the Remote that decides op on limit i of the global
+// list nl in Redis (a PEEK, REFUND or RESET of that limit alone).
+func (c *conn) listRemote(op *proto.Op, nl *namedLimit, i int) engine.Remote {
+	gm := &c.globalMulti
+	gm.limits[i] = *nl.cfg
+	gm.limits[i].Bucket, gm.limits[i].Engine, gm.limits[i].More = *nl.parts[i].Bucket(), nl.parts[i], nil
+	gm.calls[i] = c.globalCall(op, nl)
+	gm.calls[i].l = &gm.limits[i]
+	return &gm.calls[i]
+}
+
+// markGlobal marks the answer that ends b, a decision of the global limit
+// nl that outage o decided (proto.OutageNone: Redis), for a client that
+// reads the marks (version 4), as globalOp marks a single limit's.
+func (c *conn) markGlobal(b []byte, nl *namedLimit, o proto.Outage) []byte {
+	if c.version < 4 || nl.cfg.Scope != config.Global {
+		return b
+	}
+	b = proto.MarkOutage(b, o)
+	if nl.cfg.OnUnavailable == global.Closed {
+		b = proto.MarkFailsClosed(b)
+	}
+	return b
 }

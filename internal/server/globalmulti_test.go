@@ -309,3 +309,126 @@ func TestGlobalMulti_frameOrder(t *testing.T) {
 		t.Fatalf("ACQUIRE, MULTI, ACQUIRE on one bucket: %+v", rs)
 	}
 }
+
+// listConfig has global lists of either outage policy, and the lists'
+// limits on their own (the same buckets: a bucket's Redis key is its
+// limit's, whatever the name).
+const listConfig = `limits:
+  login:
+    limit: ["token_bucket:max=10,refill_time=1h", "fixed_window:limit=1000,window=1h"]
+    scope: global
+  strict:
+    limit: ["token_bucket:max=2,refill_time=1h", "fixed_window:limit=1000,window=1h"]
+    scope: global
+    on_unavailable: closed
+  tb: {limit: "token_bucket:max=10,refill_time=1h", scope: global}
+  fw: {limit: "fixed_window:limit=1000,window=1h", scope: global}
+`
+
+// Ensure that a global named list decides its limits all or nothing in
+// Redis, shared by two sidecars: 32 concurrent ACQUIREs admit exactly the
+// tighter limit's 10, and the looser limit's bucket is charged for those
+// only; the decision reports the limit that denied and the least
+// remaining; PEEK, REFUND and RESET apply to each limit; LEASE and a MULTI
+// item naming it are refused.
+func TestGlobalList(t *testing.T) {
+	r := redistest.Start(t)
+	scs := []*sidecar{startGlobal(t, r.Addr, listConfig, patient), startGlobal(t, r.Addr, listConfig, patient)}
+	cs := []*sluice.Client{dialPatient(t, scs[0]), dialPatient(t, scs[1])}
+	ctx := context.Background()
+	login := sluice.Limit{Name: "login"}
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 32 {
+		wg.Go(func() {
+			d, err := cs[i%2].Acquire(ctx, login, "alice", 1)
+			switch {
+			case err != nil || d.Degraded:
+				t.Error(d, err)
+			case d.Allowed:
+				admitted.Add(1)
+			case d.Limit != 10 || d.Remaining != 0 || d.RetryAfter <= 0:
+				t.Errorf("a denial reports the token bucket: %+v", d)
+			}
+		})
+	}
+	wg.Wait()
+	if admitted.Load() != 10 {
+		t.Fatalf("admitted %d of 32, want exactly 10", admitted.Load())
+	}
+	d, err := cs[0].Peek(ctx, sluice.Limit{Name: "fw"}, "alice")
+	if err != nil || d.Remaining != 990 {
+		t.Fatalf("the window after 10 admitted: %+v, %v; want 990 remaining", d, err)
+	}
+	if d, err = cs[1].Peek(ctx, login, "alice"); err != nil || d.Allowed || d.Remaining != 0 || d.Limit != 10 {
+		t.Errorf("peek of the list: %+v, %v", d, err)
+	}
+	if d, err = cs[1].Refund(ctx, login, "alice", 2); err != nil || d.Remaining != 2 || d.Limit != 10 {
+		t.Errorf("refund of 2 to each: %+v, %v", d, err)
+	}
+	if d, err = cs[0].Peek(ctx, sluice.Limit{Name: "fw"}, "alice"); err != nil || d.Remaining != 992 {
+		t.Errorf("the window after the refund: %+v, %v; want 992", d, err)
+	}
+	if existed, err := cs[0].Reset(ctx, login, "alice"); err != nil || !existed {
+		t.Errorf("reset: %v, %v", existed, err)
+	}
+	if d, err = cs[0].Peek(ctx, sluice.Limit{Name: "tb"}, "alice"); err != nil || d.Remaining != 10 {
+		t.Errorf("the bucket after the reset: %+v, %v", d, err)
+	}
+	if _, err := cs[0].Lease(ctx, login, "alice"); err == nil || !strings.Contains(err.Error(), "a list of limits cannot be leased") {
+		t.Errorf("lease of a global list: %v", err)
+	}
+	if _, _, err := cs[0].Multi(ctx, []sluice.Item{{Limit: login, Key: "alice", Cost: 1}}); err == nil || !strings.Contains(err.Error(), "cannot name a list") {
+		t.Errorf("a MULTI item naming a global list: %v", err)
+	}
+}
+
+// Ensure what a global list does while Redis is down: closed denies; local
+// decides its limits all or nothing on this host's share (all of it, with
+// one sidecar alone).
+func TestGlobalList_outage(t *testing.T) {
+	r := redistest.Start(t)
+	sc := startGlobal(t, r.Addr, listConfig)
+	r.Kill()
+	c := dialPatient(t, sc)
+	ctx := context.Background()
+	if d, err := c.Acquire(ctx, sluice.Limit{Name: "strict"}, "bob", 1); err != nil || d.Allowed || d.Outage != "closed" || !d.FailsClosed {
+		t.Fatalf("a closed list, Redis down: %+v, %v", d, err)
+	}
+	for i := range 12 {
+		d, err := c.Acquire(ctx, sluice.Limit{Name: "login"}, "bob", 1)
+		if err != nil || d.Allowed != (i < 10) || d.Outage != "local" {
+			t.Fatalf("acquire %d of a local list, Redis down: %+v, %v", i, d, err)
+		}
+	}
+	if d, err := c.Acquire(ctx, sluice.Limit{Name: "fw"}, "bob", 0); err != nil || d.Remaining != 990 {
+		t.Fatalf("the window after 10 allowed and 2 denied by the policy: %+v, %v; want 990 remaining", d, err)
+	}
+}
+
+// Ensure that a global list in a frame is decided once, in the frame's
+// order: the scan that decides a frame's global operations ahead stops at
+// it (deciding it there would take its first limit alone, and again when
+// answered).
+func TestGlobalList_frameOrder(t *testing.T) {
+	r := redistest.Start(t)
+	sc := startGlobal(t, r.Addr, listConfig, patient)
+	c := dial(t, sc)
+	acq := func(b []byte, name string) []byte {
+		return proto.AppendItem(b, proto.OpAcquire, 0, proto.Named(name), 1, 0, []byte("carol"))
+	}
+	b, start := proto.BeginFrame(nil, proto.KindRequest, 1)
+	b = proto.EndFrame(acq(acq(acq(b, "tb"), "login"), "tb"), start, 3)
+	if _, err := c.c.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	h, rs := c.recv()
+	if h.ID != 1 || len(rs) != 3 {
+		t.Fatalf("frame %d with %d results, want frame 1 with 3", h.ID, len(rs))
+	}
+	for i, want := range []int64{9, 8, 7} {
+		if rs[i].Status != proto.StatusOK || !rs[i].Decision.Allowed || rs[i].Decision.Remaining != want {
+			t.Errorf("result %d: %+v, want %d remaining", i, rs[i], want)
+		}
+	}
+}

@@ -204,7 +204,7 @@ func (s *server) do(b []byte, op *proto.Op, c *conn) []byte {
 	}
 	req := &c.req
 	c.request(req, op, l, nl)
-	if remote {
+	if remote && len(nl.parts) == 1 { // a global list is listOp's
 		return s.globalOp(b, op, nl, c, req)
 	}
 	var start time.Time
