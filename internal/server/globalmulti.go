@@ -137,6 +137,17 @@ func (s *server) globalMulti(b []byte, op *proto.Op, c *conn, nls []*namedLimit)
 		gm.reqs[i] = global.Request{Limit: nls[i].cfg.Bucket, Key: string(it.Key), Cost: it.Cost, Flags: engine.FlagsFromProto(it.Flags)}
 		gm.ps[i] = nls[i].cfg.Policy()
 	}
+	ds, allowed, _, err := c.decideGlobalMulti(g, op, op.NItems, c.multi.ds[:0])
+	c.multi.ds = ds
+	return c.multiResult(b, op, ds, allowed, err)
+}
+
+// decideGlobalMulti decides the first n of c.globalMulti's requests
+// together, all or nothing, in Redis or by their policies (Fallback.Multi),
+// Redis answering by the time op's deadline says, and appends their
+// decisions to ds.
+func (c *conn) decideGlobalMulti(g *globalLimits, op *proto.Op, n int, ds []bucket.Decision) ([]bucket.Decision, bool, global.Source, error) {
+	gm := &c.globalMulti
 	arrived := c.arrived
 	if arrived.IsZero() {
 		arrived = time.Now()
@@ -146,19 +157,9 @@ func (s *server) globalMulti(b []byte, op *proto.Op, c *conn, nls []*namedLimit)
 	if c.handOff != nil {
 		c.handOff()
 	}
-	m := &c.multi
-	ds, allowed, _, err := g.fallback.Multi(ctx, gm.reqs[:op.NItems], gm.ps[:op.NItems], global.AllOrNothing, m.ds[:0])
-	clear(gm.reqs[:op.NItems]) // drop the keys
-	m.ds = ds
-	if err != nil {
-		return c.fail(b, op.Code, err)
-	}
-	if allowed {
-		c.n.allowed++
-	} else {
-		c.n.denied++
-	}
-	return proto.AppendMultiResult(b, allowed, ds)
+	ds, allowed, src, err := g.fallback.Multi(ctx, gm.reqs[:n], gm.ps[:n], global.AllOrNothing, ds)
+	clear(gm.reqs[:n]) // drop the keys
+	return ds, allowed, src, err
 }
 
 // A named list of scope global: its limits are decided in Redis on the
@@ -189,17 +190,7 @@ func (s *server) globalListAcquire(ds []bucket.Decision, op *proto.Op, nl *named
 		gm.reqs[i] = global.Request{Limit: *parts[i].Bucket(), Key: string(op.Key), Cost: op.N, Flags: req.Flags}
 		gm.ps[i] = nl.cfg.Policy()
 	}
-	arrived := c.arrived
-	if arrived.IsZero() {
-		arrived = time.Now()
-	}
-	ctx, cancel := context.WithDeadline(context.Background(), g.answerBy(arrived, op.Flags, op.Deadline))
-	defer cancel()
-	if c.handOff != nil {
-		c.handOff()
-	}
-	ds, _, src, err := g.fallback.Multi(ctx, gm.reqs[:len(parts)], gm.ps[:len(parts)], global.AllOrNothing, ds)
-	clear(gm.reqs[:len(parts)])
+	ds, _, src, err := c.decideGlobalMulti(g, op, len(parts), ds)
 	if src == global.FromPolicy {
 		return ds, outageOf(nl.cfg), err
 	}

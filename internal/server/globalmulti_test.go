@@ -46,17 +46,6 @@ resp:
 // test is left to the outage policy, so every count is exact.
 func patient(o *global.Options) { o.Timeout = 10 * time.Second }
 
-// dialPatient returns a Go client of sc that waits as long as Redis may.
-func dialPatient(t *testing.T, sc *sidecar) *sluice.Client {
-	t.Helper()
-	c, err := sluice.Dial(sc.cfg.SocketPath, sluice.WithTimeout(20*time.Second), sluice.WithFailurePolicy(sluice.FailClosed))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
 // Ensure that two sidecars' native MULTIs of two global items on one hash
 // tag, 32 at once, admit exactly the tighter item's limit and never
 // consume the looser one's when denied; and that a global MULTI answers as
@@ -78,7 +67,7 @@ func TestGlobalMulti_native(t *testing.T) {
 
 func nativeMulti(t *testing.T, redis func(*global.Options)) {
 	scs := []*sidecar{startGlobal(t, "", multiConfig, redis), startGlobal(t, "", multiConfig, redis)}
-	cs := []*sluice.Client{dialPatient(t, scs[0]), dialPatient(t, scs[1])}
+	cs := []*sluice.Client{dialStrict(t, scs[0]), dialStrict(t, scs[1])}
 	ctx := context.Background()
 	items := []sluice.Item{
 		{Limit: sluice.Limit{Name: "tight"}, Key: "{tenant42}:login", Cost: 1},
@@ -128,7 +117,7 @@ func nativeMulti(t *testing.T, redis func(*global.Options)) {
 func TestGlobalMulti_refused(t *testing.T) {
 	r := redistest.Start(t)
 	sc := startGlobal(t, r.Addr, multiConfig, patient)
-	c := dialPatient(t, sc)
+	c := dialStrict(t, sc)
 	ctx := context.Background()
 	for _, tc := range []struct {
 		items []sluice.Item
@@ -163,7 +152,7 @@ func TestGlobalMulti_outage(t *testing.T) {
 	r := redistest.Start(t)
 	sc := startGlobal(t, r.Addr, multiConfig)
 	r.Kill()
-	c := dialPatient(t, sc)
+	c := dialStrict(t, sc)
 	ctx := context.Background()
 	ok, ds, err := c.Multi(ctx, []sluice.Item{{Limit: sluice.Limit{Name: "tight"}, Key: "{o}:a", Cost: 1}, {Limit: sluice.Limit{Name: "closed"}, Key: "{o}:b", Cost: 1}})
 	if err != nil || ok || ds[0].Allowed || ds[1].Allowed {
@@ -334,7 +323,7 @@ const listConfig = `limits:
 func TestGlobalList(t *testing.T) {
 	r := redistest.Start(t)
 	scs := []*sidecar{startGlobal(t, r.Addr, listConfig, patient), startGlobal(t, r.Addr, listConfig, patient)}
-	cs := []*sluice.Client{dialPatient(t, scs[0]), dialPatient(t, scs[1])}
+	cs := []*sluice.Client{dialStrict(t, scs[0]), dialStrict(t, scs[1])}
 	ctx := context.Background()
 	login := sluice.Limit{Name: "login"}
 	var admitted atomic.Int64
@@ -390,7 +379,7 @@ func TestGlobalList_outage(t *testing.T) {
 	r := redistest.Start(t)
 	sc := startGlobal(t, r.Addr, listConfig)
 	r.Kill()
-	c := dialPatient(t, sc)
+	c := dialStrict(t, sc)
 	ctx := context.Background()
 	if d, err := c.Acquire(ctx, sluice.Limit{Name: "strict"}, "bob", 1); err != nil || d.Allowed || d.Outage != "closed" || !d.FailsClosed {
 		t.Fatalf("a closed list, Redis down: %+v, %v", d, err)

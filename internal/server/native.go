@@ -300,6 +300,12 @@ func (s *server) multi(b []byte, op *proto.Op, c *conn) []byte {
 	t.Wire(op.Flags, op.At)
 	ds, allowed, err := s.engine.Multi(m.ds[:0], m.items[:op.NItems], t)
 	m.ds = ds
+	return c.multiResult(b, op, ds, allowed, err)
+}
+
+// multiResult appends a MULTI's result: its decisions ds and whether all
+// were allowed, or its error; and counts it.
+func (c *conn) multiResult(b []byte, op *proto.Op, ds []bucket.Decision, allowed bool, err error) []byte {
 	if err != nil {
 		return c.fail(b, op.Code, err)
 	}
