@@ -70,7 +70,9 @@ func (s *server) listOp(b []byte, op *proto.Op, nl *namedLimit, c *conn, req *en
 				sc.ds = ds
 				return c.fail(b, op.Code, err)
 			}
-			outage = max(outage, res.Outage)
+			if res.Outage != proto.OutageNone {
+				outage = res.Outage // the list's one policy
+			}
 			existed = existed || res.Existed
 			ds = append(ds, res.Decision)
 		}
