@@ -42,10 +42,6 @@ resp:
     scope: global
 `
 
-// patient gives Redis all the time a loaded host needs: no request of the
-// test is left to the outage policy, so every count is exact.
-func patient(o *global.Options) { o.Timeout = 10 * time.Second }
-
 // Ensure that two sidecars' native MULTIs of two global items on one hash
 // tag, 32 at once, admit exactly the tighter item's limit and never
 // consume the looser one's when denied; and that a global MULTI answers as

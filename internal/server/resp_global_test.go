@@ -36,7 +36,6 @@ func TestRESP_globalRoutes(t *testing.T) {
 	r := redistest.Start(t)
 	// A generous Redis timeout: no request of this test is left to the
 	// outage policy on a loaded host, so every count is exact.
-	patient := func(o *global.Options) { o.Timeout = 10 * time.Second }
 	scs := []*sidecar{startGlobal(t, r.Addr, routesConfig, patient), startGlobal(t, r.Addr, routesConfig, patient)}
 	ctx := context.Background()
 	var rdbs []*redis.Client
