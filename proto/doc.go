@@ -407,7 +407,7 @@
 //
 //	offset size field
 //	43     1    n          u8: the limits of the list, 1..MaxMulti
-//	44     1    bound      u8: the index of the limit that binds, below n: the decision above is its
+//	44     1    bound      u8: the index of the limit that binds, below n: the decision above has its limit and retry_after
 //	45     41n  limits     one decision per limit, in the list's order; each first byte a boolean
 //
 // Each limit's decision is the one MULTI would report for it as an item

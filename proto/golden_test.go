@@ -167,7 +167,7 @@ func goldenCases() []goldenCase {
 			Result{Code: OpRegGet, Register: Register{OK: false, Value: 0, TTL: -1, Now: t0}})),
 		v7(req("acquire_all_request", "Version 7. ACQUIRE 1 token of the named limit \"login\" for key \"login:alice\" with flag ALL (and NAMED): if the name lists several limits, answer with each one's decision too.", 34,
 			item(OpAcquire, FlagAll, Named("login"), 1, 0, "login:alice"))),
-		v7(resp("acquire_response_limits", "Version 7. The answer to acquire_all_request, \"login\" listing token_bucket max=5 refill_time=1s and quota limit=1000 period=day: denied, nothing consumed; the decision (its first byte 0x20: denied, bit 5, the limits follow) is the list's, that of the limit that binds; then n 2, bound 1 (the quota), and each limit's decision in the list's order: the token bucket allows (4 of 5 left), the quota denies until the next day starts, in 10h.", 34,
+		v7(resp("acquire_response_limits", "Version 7. The answer to acquire_all_request, \"login\" listing token_bucket max=5 refill_time=1s and quota limit=1000 period=day: denied, nothing consumed; the decision (its first byte 0x20: denied, bit 5, the limits follow) is the list's, with the limit and retry_after of the limit that binds; then n 2, bound 1 (the quota), and each limit's decision in the list's order: the token bucket allows (4 of 5 left), the quota denies until the next day starts, in 10h.", 34,
 			listResult)),
 		bad("bad_all_in_version_6", "A version-6 ACQUIRE with flag bit 6, ALL, which is version 7's: reserved in version 6.", ErrMalformed,
 			v6(req("", "", 35, item(OpAcquire, FlagAll, Named("login"), 1, 0, "login:alice"))), nil),

@@ -113,8 +113,9 @@ type Result struct {
 
 	// Limits (ACQUIRE, PEEK, REFUND; version 7, the request's FlagAll):
 	// the decision of each limit of a named list, in the list's order;
-	// Decision is their combination, the decision of Limits[Bound], the
-	// limit that binds (with the least remaining of all). NLimits is 0
+	// Decision is their combination, with the limit and retry_after of
+	// Limits[Bound], the limit that binds (and the least remaining, the
+	// largest reset_after and delay of all). NLimits is 0
 	// when the answer has no list: the name is one limit.
 	Limits  [MaxMulti]Decision
 	NLimits int
@@ -228,7 +229,8 @@ func MarkFailsClosed(dst []byte) []byte {
 // dst, the one AppendDecision or AppendShadowDecision just appended (and
 // MarkOutage or MarkFailsClosed marked): it sets bit 5 of that result's
 // decision and appends n, bound (the index of the limit that binds, whose
-// decision the result's is) and ds, in the list's order. It panics unless
+// limit and retry_after the result's decision has) and ds, in the list's
+// order. It panics unless
 // 1 <= len(ds) <= 255 and 0 <= bound < len(ds); a peer rejects more than
 // MaxMulti.
 func AppendLimits(dst []byte, bound int, ds []Decision) []byte {
