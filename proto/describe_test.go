@@ -142,6 +142,9 @@ func decisionByte(v uint64) string {
 	if v&failsClosedBit != 0 {
 		s += ", the limit fails closed"
 	}
+	if v&limitsBit != 0 {
+		s += ", each limit's decision follows"
+	}
 	return s
 }
 
@@ -156,7 +159,7 @@ func unixTime(v int64) string { return time.Unix(0, v).UTC().Format(time.RFC3339
 
 func flagNames(v uint64) string {
 	var names []string
-	for bit, name := range []string{"STRICT", "SMYTE", "AT", "bit3", "bit4", "DEADLINE", "bit6", "bit7"} {
+	for bit, name := range []string{"STRICT", "SMYTE", "AT", "bit3", "bit4", "DEADLINE", "ALL", "bit7"} {
 		if v&(1<<bit) != 0 {
 			names = append(names, name)
 		}
@@ -262,13 +265,15 @@ func (d *describer) op(p string) {
 	}
 }
 
-func (d *describer) decision(p string) {
-	d.uint(1, p+"allowed", decisionByte)
+// decision describes a decision and returns its first byte.
+func (d *describer) decision(p string) uint64 {
+	first := d.uint(1, p+"allowed", decisionByte)
 	d.i64(p+"remaining", nil)
 	d.i64(p+"limit", nil)
 	d.i64(p+"retry_after", duration)
 	d.i64(p+"reset_after", duration)
 	d.i64(p+"delay", duration)
+	return first
 }
 
 func (d *describer) result(p string) {
@@ -287,7 +292,14 @@ func (d *describer) result(p string) {
 		d.uint(8, p+"slotCount", nil)
 		d.uint(2, p+"slotSize", nil)
 	case code == OpAcquire || code == OpPeek || code == OpRefund:
-		d.decision(p + "decision.")
+		if d.decision(p+"decision.")&limitsBit == 0 || !d.ok {
+			break
+		}
+		n := int(d.uint(1, p+"n", func(v uint64) string { return "limits of the list" }))
+		d.uint(1, p+"bound", func(v uint64) string { return "the limit that binds: limit[" + strconv.FormatUint(v, 10) + "]" })
+		for i := 0; i < n && d.ok; i++ {
+			d.decision(fmt.Sprintf("%slimit[%d].", p, i))
+		}
 	case code == OpLease:
 		d.decision(p + "decision.")
 		d.uint(8, p+"lease", func(v uint64) string {

@@ -14,8 +14,11 @@
 //
 // # Format
 //
-// This section is the protocol's specification, version 6: an
-// implementation in another language needs nothing else. Version 6 is
+// This section is the protocol's specification, version 7: an
+// implementation in another language needs nothing else. Version 7 is
+// version 6 with flag bit 6, ALL, of ACQUIRE, PEEK and REFUND: a named
+// limit that lists several limits is answered with each one's decision
+// too (see Lists below); nothing of version 6 changed. Version 6 is
 // version 5 with registers: four more operations (12 REGGET, 13 REGSET,
 // 14 REGCAS, 15 REGDEL) on a small value with an expiry per key (see
 // Registers below); nothing of version 5 changed. Version 5 is
@@ -31,13 +34,13 @@
 // 8 concurrency) and the operations that lease a concurrency limit's slots
 // (10 LEASE, 11 RELEASE). Version 2 is version 1 with named limits (flag
 // bit 3, NAMED, is reserved in version 1) and shadowing (flag bit 4,
-// SHADOW). A server speaks all six and answers each request frame in its
-// version, so clients of versions 1 to 5 keep working unchanged: in a
+// SHADOW). A server speaks all seven and answers each request frame in its
+// version, so clients of versions 1 to 6 keep working unchanged: in a
 // frame of version 1 or 2, opcodes 10 and 11 are unknown opcodes and
 // algorithms 6 to 8 unknown algorithms, and before version 5 algorithm 9
 // is unknown, and before version 6 opcodes 12 to 15 are unknown opcodes,
 // exactly as any other value outside that version's sets; flag
-// bit 5 is reserved before version 4, and a server never marks a decision
+// bit 5 is reserved before version 4 and bit 6 before version 7, and a server never marks a decision
 // of an older version's frame. A client
 // learns the server's version from HELLO before it writes frames of a
 // newer version than the server may speak. The files in testdata/golden are byte-exact
@@ -61,7 +64,7 @@
 //
 //	offset size field
 //	0      4    length   bytes after this field: 8 + body length; 8 <= length <= MaxFrameLen
-//	4      1    version  1 to 6 (Version); a response has its request's version
+//	4      1    version  1 to 7 (Version); a response has its request's version
 //	5      1    kind     1 request (client to server), 2 response (server to client)
 //	6      2    count    operations (request) or results (response) in the body: 1..MaxBatch
 //	8      4    id       chosen by the client; a response carries its request's id
@@ -85,8 +88,8 @@
 // the operations, one each. Ids need not be unique; a client that matches
 // responses by order can send 0. Example, a PING and its answer (id 1):
 //
-//	request:  09000000 06 01 0100 01000000 | 02
-//	response: 0a000000 06 02 0100 01000000 | 02 00
+//	request:  09000000 07 01 0100 01000000 | 02
+//	response: 0a000000 07 02 0100 01000000 | 02 00
 //
 // Operations. An operation is an opcode u8 and its body:
 //
@@ -118,8 +121,9 @@
 //	offset size field
 //	0      1    opcode   3, 4, 5, 6, 10 or 11
 //	1      1    flags    bit 0 STRICT, bit 1 SMYTE, bit 2 AT, bit 3 NAMED and bit 4 SHADOW (version 2),
-//	                     bit 5 DEADLINE (version 4); bits 6-7 must be 0 (bits 5-7 in versions 2 and
-//	                     3, bits 3-7 in version 1). LEASE and RELEASE: bit 3 NAMED only, the
+//	                     bit 5 DEADLINE (version 4), bit 6 ALL (version 7); bit 7 must be 0 (bits 6-7
+//	                     in versions 4 to 6, bits 5-7 in versions 2 and 3, bits 3-7 in version 1).
+//	                     LEASE and RELEASE: bit 3 NAMED only, the
 //	                     others must be 0. AT and DEADLINE together are Malformed
 //	2      25   limit    see below (with NAMED: the limit's name instead, 1 + namelen bytes,
 //	                     and every later offset moves by namelen - 24)
@@ -339,7 +343,9 @@
 //	                         ACQUIRE, PEEK and REFUND: bit 4, fails closed: the limit is a global
 //	                         limit whose outage policy is closed, set on each of its decisions,
 //	                         whoever made it (see below). Version 5, LEASE and RELEASE: bits
-//	                         2-3 as well (bit 4 stays 0). Bits 5-7 are 0; in other results
+//	                         2-3 as well (bit 4 stays 0). Version 7, ACQUIRE, PEEK and
+//	                         REFUND: bit 5, the decisions of a list's limits follow (see Lists
+//	                         below). Bits 6-7 are 0 (bit 5 too before version 7); in other results
 //	                         (MULTI; LEASE and RELEASE before version 5) the byte is a boolean
 //	1      8    remaining    i64: cost-1 requests still allowed now (after this request, if it took any), 0..limit
 //	9      8    limit        i64: the largest remaining can be
@@ -386,6 +392,33 @@
 //	11     8    ttl        i64 ns until it expires after the operation; -1 if it does not exist
 //	                       (any other negative value is Malformed)
 //	19     8    now        i64: the server's clock, Unix ns, when it decided
+//
+// Lists (version 7). A named limit may list several limits ("5 per second
+// and 1,000 per day"); the server decides an ACQUIRE on it all or nothing,
+// as a MULTI of the limits on the one key, and applies a PEEK, REFUND or
+// RESET to each. Its decision is their combination: allowed if each
+// allows; the limit and retry_after of the limit that binds (the denied
+// one that allows last, one that never allows first; if all allow, the one
+// with the least remaining; the first of equals), the least remaining of
+// all, the largest reset_after and delay. With flag ALL, an ACQUIRE, PEEK
+// or REFUND on such a name is answered with each limit's decision too:
+// bit 5 of the decision's first byte is set, and after the 41 bytes of the
+// decision come (total 45 + 41n):
+//
+//	offset size field
+//	43     1    n          u8: the limits of the list, 1..MaxMulti
+//	44     1    bound      u8: the index of the limit that binds, below n: the decision above has its limit and retry_after
+//	45     41n  limits     one decision per limit, in the list's order; each first byte a boolean
+//
+// Each limit's decision is the one MULTI would report for it as an item
+// (a shadowed ACQUIRE shows the denials the combined decision answered as
+// allowed). A name that is one limit, or a limit given by its parameters,
+// is answered as without ALL (bit 5 clear): its decision is the only one.
+// RESET ignores ALL. A server sets bit 5 only in answer to ALL, so a
+// client of version 6 or older never sees it. A client that knows the
+// server speaks version 7 sends ALL on every named ACQUIRE, PEEK and
+// REFUND whose policies it reports (the RateLimit header fields list each
+// limit of a list): the answer costs 43 + 41n bytes more only for a list.
 //
 // A REGSET that did not set and a REGCAS that did not swap report the
 // register as it stands, so a client learns the value it lost to without

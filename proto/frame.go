@@ -10,7 +10,7 @@ import (
 
 // Protocol constants. doc.go gives their meaning on the wire.
 const (
-	Version       = 6               // the version this package speaks: the version byte of the frames it begins
+	Version       = 7               // the version this package speaks: the version byte of the frames it begins
 	MinVersion    = 1               // the oldest version a peer of this package still reads and answers
 	HeaderLen     = 12              // bytes of the frame header, the length field included
 	MaxFrameLen   = 1 << 20         // the largest length field: bytes after it, header rest and body

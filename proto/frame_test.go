@@ -32,8 +32,8 @@ func TestParseHeader(t *testing.T) {
 		{"version 3", header(9, 3, KindRequest, 1, 7), nil},
 		{"version 4", header(9, 4, KindRequest, 1, 7), nil},
 		{"version 5", header(9, 5, KindRequest, 1, 7), nil},
-		{"version 7", header(9, 7, KindRequest, 1, 7), ErrBadVersion},
-		{"version before length", header(1<<31, 7, KindRequest, 1, 7), ErrBadVersion},
+		{"version 8", header(9, 8, KindRequest, 1, 7), ErrBadVersion},
+		{"version before length", header(1<<31, 8, KindRequest, 1, 7), ErrBadVersion},
 		{"kind 0", header(9, 1, 0, 1, 7), ErrMalformed},
 		{"kind 3", header(9, 1, 3, 1, 7), ErrMalformed},
 		{"length 7", header(7, 1, KindRequest, 1, 7), ErrMalformed},
@@ -117,8 +117,8 @@ func TestFrameExample(t *testing.T) {
 		got  []byte
 		want string
 	}{
-		{req, "09000000 06 01 0100 01000000 02"},
-		{resp, "0a000000 06 02 0100 01000000 02 00"},
+		{req, "09000000 07 01 0100 01000000 02"},
+		{resp, "0a000000 07 02 0100 01000000 02 00"},
 	} {
 		want, err := hex.DecodeString(strings.ReplaceAll(tc.want, " ", ""))
 		if err != nil {

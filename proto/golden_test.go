@@ -72,6 +72,11 @@ func goldenCases() []goldenCase {
 	v4 := func(c goldenCase) goldenCase { c.version = 4; return c }
 	v5 := func(c goldenCase) goldenCase { c.version = 5; return c }
 	v6 := func(c goldenCase) goldenCase { c.version = 6; return c }
+	v7 := func(c goldenCase) goldenCase { c.version = 7; return c }
+	listResult := Result{Code: OpAcquire, NLimits: 2, Bound: 1,
+		Decision: Decision{Allowed: false, Remaining: 0, Limit: 1000, RetryAfter: 36000 * sec, ResetAfter: 36000 * sec, Delay: 0}}
+	listResult.Limits[0] = Decision{Allowed: true, Remaining: 4, Limit: 5, RetryAfter: -1, ResetAfter: 200 * int64(time.Millisecond), Delay: 0}
+	listResult.Limits[1] = Decision{Allowed: false, Remaining: 0, Limit: 1000, RetryAfter: 36000 * sec, ResetAfter: 36000 * sec, Delay: 0}
 	conc := ConcurrencyLimit(10, 30*time.Second)
 	bad := func(name, desc string, want error, c goldenCase, f func([]byte) []byte) goldenCase {
 		c.name, c.desc, c.want = name, desc, want
@@ -160,12 +165,20 @@ func goldenCases() []goldenCase {
 			register(OpRegGet, 0, 0, 0, "gcra:login:bob"))),
 		v6(resp("register_get_response_absent", "REGGET result: no such register (ok 0, value 0, ttl -1); the server's clock read t0.", 31,
 			Result{Code: OpRegGet, Register: Register{OK: false, Value: 0, TTL: -1, Now: t0}})),
+		v7(req("acquire_all_request", "Version 7. ACQUIRE 1 token of the named limit \"login\" for key \"login:alice\" with flag ALL (and NAMED): if the name lists several limits, answer with each one's decision too.", 34,
+			item(OpAcquire, FlagAll, Named("login"), 1, 0, "login:alice"))),
+		v7(resp("acquire_response_limits", "Version 7. The answer to acquire_all_request, \"login\" listing token_bucket max=5 refill_time=1s and quota limit=1000 period=day: denied, nothing consumed; the decision (its first byte 0x20: denied, bit 5, the limits follow) is the list's, with the limit and retry_after of the limit that binds; then n 2, bound 1 (the quota), and each limit's decision in the list's order: the token bucket allows (4 of 5 left), the quota denies until the next day starts, in 10h.", 34,
+			listResult)),
+		bad("bad_all_in_version_6", "A version-6 ACQUIRE with flag bit 6, ALL, which is version 7's: reserved in version 6.", ErrMalformed,
+			v6(req("", "", 35, item(OpAcquire, FlagAll, Named("login"), 1, 0, "login:alice"))), nil),
+		bad("bad_limits_bound", "An ACQUIRE result whose list of 2 limits says limit 2 binds: the bound is an index below n.", ErrMalformed,
+			v7(resp("", "", 34, listResult)), func(b []byte) []byte { b[HeaderLen+2+41+1] = 2; return b }),
 		bad("bad_register_in_version_5", "A version-5 frame with a REGGET: opcode 12 is version 6's, an unknown opcode in version 5.", ErrUnknownOpcode,
 			v5(req("", "", 32, register(OpRegGet, 0, 0, 0, "gcra:login:bob"))), nil),
 		bad("bad_register_get_value", "A REGGET whose value is 7: REGGET and REGDEL carry old, value and ttl 0.", ErrMalformed,
 			v6(req("", "", 33, register(OpRegGet, 0, 7, 0, "gcra:login:bob"))), nil),
-		bad("bad_version", "A PING frame with version 7.", ErrBadVersion, req("", "", 11, Op{Code: OpPing}),
-			func(b []byte) []byte { b[4] = 7; return b }),
+		bad("bad_version", "A PING frame with version 8.", ErrBadVersion, req("", "", 11, Op{Code: OpPing}),
+			func(b []byte) []byte { b[4] = 8; return b }),
 		bad("bad_kind", "A PING frame with kind 3.", ErrMalformed, ping,
 			func(b []byte) []byte { b[5] = 3; return b }),
 		bad("bad_length_too_large", "A header alone whose length is MaxFrameLen+1: refused before reading the body.", ErrFrameTooLarge, ping,
@@ -313,7 +326,7 @@ func goldenReadme(cases []goldenCase) string {
 	var b strings.Builder
 	b.WriteString(`# Golden frames
 
-Shared test vectors of every Sluice client and server, protocol versions 1 to 6,
+Shared test vectors of every Sluice client and server, protocol versions 1 to 7,
 each frame in the version its header's version byte says (the specification is
 the package documentation of proto, proto/doc.go).
 

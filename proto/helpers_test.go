@@ -79,6 +79,9 @@ func encodeResult(dst []byte, r *Result) []byte {
 		if r.FailsClosed {
 			dst = MarkFailsClosed(dst)
 		}
+		if r.NLimits > 0 {
+			dst = AppendLimits(dst, r.Bound, r.Limits[:r.NLimits])
+		}
 		return dst
 	case OpReset:
 		return AppendReset(dst, r.Existed)
@@ -168,6 +171,8 @@ type resultView struct {
 	Released  bool
 	Allowed   bool
 	Decisions []Decision
+	Limits    []Decision
+	Bound     int
 	Hello     Hello
 	Next      uint64
 	Entries   []entryView
@@ -190,6 +195,7 @@ func viewResult(r *Result) resultView {
 	v := resultView{Code: r.Code, Status: r.Status, Message: string(r.Message), Decision: r.Decision,
 		Shadow: r.ShadowDenied, Outage: r.Outage, Closed: r.FailsClosed, Existed: r.Existed, Lease: r.Lease, Released: r.Released, Allowed: r.Allowed, Hello: r.Hello, Next: r.Next, Register: r.Register}
 	v.Decisions = append(v.Decisions, r.Decisions[:r.NDecisions]...)
+	v.Limits, v.Bound = append(v.Limits, r.Limits[:r.NLimits]...), r.Bound
 	for e := r.Entries; len(e) > 0; {
 		alg, freshAt, key, rest, err := NextScanEntry(e)
 		if err != nil {
@@ -314,6 +320,14 @@ func sampleOps() []Op {
 }
 
 // sampleResults returns one or more results of every opcode and status.
+// listResult returns the result of op with FlagAll on a list: ds are its
+// limits' decisions, and bound's is the result's.
+func listResult(op Opcode, bound int, ds []Decision) Result {
+	r := Result{Code: op, Decision: ds[bound], NLimits: len(ds), Bound: bound}
+	copy(r.Limits[:], ds)
+	return r
+}
+
 func sampleResults() []Result {
 	ds := make([]Decision, MaxMulti)
 	for i := range ds {
@@ -332,6 +346,9 @@ func sampleResults() []Result {
 		{Code: OpRefund, Outage: OutageClosed, FailsClosed: true, Decision: Decision{Allowed: false, Remaining: 0, Limit: 10, RetryAfter: 5e6, ResetAfter: 0, Delay: 0}},
 		{Code: OpAcquire, ShadowDenied: true, Outage: OutageClosed, FailsClosed: true, Decision: Decision{Allowed: true, Remaining: 0, Limit: 3, RetryAfter: -1, ResetAfter: 0, Delay: 0}},
 		decisionResult(OpPeek, Decision{Allowed: false, Remaining: 0, Limit: 5, RetryAfter: 1 << 62, ResetAfter: -1 << 63, Delay: 1<<63 - 1}),
+		listResult(OpAcquire, 3, ds[:MaxMulti]), listResult(OpPeek, 0, ds[:1]), listResult(OpRefund, 1, ds[2:4]),
+		{Code: OpAcquire, ShadowDenied: true, Outage: OutageLocal, FailsClosed: true, NLimits: 2, Bound: 1, Limits: [MaxMulti]Decision{ds[0], ds[1]},
+			Decision: Decision{Allowed: true, Remaining: 1, Limit: 16, RetryAfter: -1, ResetAfter: sec, Delay: 0}},
 		decisionResult(OpRefund, Decision{Allowed: true, Remaining: 50, Limit: 100, RetryAfter: -1, ResetAfter: 42 * sec, Delay: 0}),
 		{Code: OpReset, Existed: true}, {Code: OpReset},
 		leaseResult(Decision{Allowed: true, Remaining: 9, Limit: 10, RetryAfter: -1, ResetAfter: 30 * sec, Delay: 0}, 7),

@@ -94,20 +94,27 @@ const (
 	// request before it, by the limit's outage policy if Redis has not
 	// answered (Op.Deadline).
 	FlagDeadline Flags = 32
+	// FlagAll (version 7; ACQUIRE, PEEK, REFUND, RESET): answer a named
+	// limit that lists several limits with the decision of each of them
+	// too (Result.Limits), not only their combination. A limit that is
+	// one limit is answered as without it; RESET ignores it.
+	FlagAll Flags = 64
 
-	itemFlags      = FlagStrict | FlagSmyte | FlagAt | FlagNamed | FlagShadow | FlagDeadline // item operations
-	leaseFlags     = FlagNamed                                                               // LEASE and RELEASE
-	multiFlags     = FlagAt                                                                  // the MULTI as a whole
-	multiItemFlags = FlagStrict | FlagSmyte | FlagNamed                                      // each MULTI item
+	itemFlags      = FlagStrict | FlagSmyte | FlagAt | FlagNamed | FlagShadow | FlagDeadline | FlagAll // item operations
+	leaseFlags     = FlagNamed                                                                         // LEASE and RELEASE
+	multiFlags     = FlagAt                                                                            // the MULTI as a whole
+	multiItemFlags = FlagStrict | FlagSmyte | FlagNamed                                                // each MULTI item
 )
 
 // allowedFlags returns the flags of mask that frames of version v may set.
 func allowedFlags(mask Flags, v uint8) Flags {
 	switch {
 	case v < 2:
-		return mask &^ (FlagNamed | FlagShadow | FlagDeadline)
+		return mask &^ (FlagNamed | FlagShadow | FlagDeadline | FlagAll)
 	case v < 4:
-		return mask &^ FlagDeadline
+		return mask &^ (FlagDeadline | FlagAll)
+	case v < 7:
+		return mask &^ FlagAll
 	}
 	return mask
 }

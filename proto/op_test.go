@@ -92,7 +92,6 @@ func TestDecodeOpErrors(t *testing.T) {
 		{"opcode 255", []byte{255, 1, 2, 3}, ErrUnknownOpcode},
 		{"item truncated", acquire[:44], ErrMalformed},
 		{"item key truncated", acquire[:len(acquire)-1], ErrMalformed},
-		{"item flag bit 6", set(acquire, 1, 0x40), ErrMalformed},
 		{"item flag bit 7", set(acquire, 1, 0x80), ErrMalformed},
 		{"item algorithm 0", set(acquire, 2, 0), ErrInvalidLimit},
 		{"item algorithm 10", set(acquire, 2, 10), ErrInvalidLimit},
@@ -399,6 +398,8 @@ func TestItemVersion(t *testing.T) {
 		{OpRelease, 0, ConcurrencyLimit(2, time.Second), 3},
 		{OpAcquire, FlagDeadline, Named("login"), 4},
 		{OpReset, FlagDeadline, tb, 4},
+		{OpAcquire, FlagAll, Named("login"), 7},
+		{OpPeek, FlagAll | FlagDeadline, Named("login"), 7},
 	} {
 		if got := ItemVersion(c.code, c.f, &c.l); got != c.want {
 			t.Errorf("%v %v %v: version %d, want %d", c.code, c.f, c.l, got, c.want)

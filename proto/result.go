@@ -16,6 +16,7 @@ const (
 	releaseResLen  = 1 + decisionLen           // released, decision
 	helloLen       = 1 + 4 + 2 + 2 + 1 + 8 + 2 // 20
 	multiResFixed  = 1 + 1                     // allowed, n
+	limitsFixed    = 1 + 1                     // n, bound: before a list's decisions
 	scanResFixed   = 8 + 2                     // next, n
 	scanEntryFixed = 1 + 8 + 2                 // algorithm, fresh_at, keylen
 	statsResFixed  = 2                         // n
@@ -73,7 +74,7 @@ type Hello struct {
 //
 //	HELLO                  Hello
 //	PING                   none
-//	ACQUIRE, PEEK, REFUND  Decision
+//	ACQUIRE, PEEK, REFUND  Decision; with FlagAll on a list, Limits[:NLimits] and Bound
 //	LEASE                  Decision, Lease
 //	RELEASE                Released, Decision
 //	RESET                  Existed
@@ -109,6 +110,16 @@ type Result struct {
 	Lease       uint64   // LEASE (version 3): the lease's id when allowed, to RELEASE; 0 when denied
 	Released    bool     // RELEASE (version 3): the lease was held and its slot is free now
 	Register    Register // REGGET, REGSET, REGCAS, REGDEL (version 6)
+
+	// Limits (ACQUIRE, PEEK, REFUND; version 7, the request's FlagAll):
+	// the decision of each limit of a named list, in the list's order;
+	// Decision is their combination, with the limit and retry_after of
+	// Limits[Bound], the limit that binds (and the least remaining, the
+	// largest reset_after and delay of all). NLimits is 0
+	// when the answer has no list: the name is one limit.
+	Limits  [MaxMulti]Decision
+	NLimits int
+	Bound   int
 
 	Allowed    bool // MULTI: every item was allowed, and so every item consumed
 	Decisions  [MaxMulti]Decision
@@ -213,17 +224,40 @@ func MarkFailsClosed(dst []byte) []byte {
 	return dst
 }
 
+// AppendLimits appends the decisions of every limit of a named list
+// (version 7, FlagAll) to the ACQUIRE, PEEK or REFUND result that ends
+// dst, the one AppendDecision or AppendShadowDecision just appended (and
+// MarkOutage or MarkFailsClosed marked): it sets bit 5 of that result's
+// decision and appends n, bound (the index of the limit that binds, whose
+// limit and retry_after the result's decision has) and ds, in the list's
+// order. It panics unless
+// 1 <= len(ds) <= 255 and 0 <= bound < len(ds); a peer rejects more than
+// MaxMulti.
+func AppendLimits(dst []byte, bound int, ds []Decision) []byte {
+	if len(ds) == 0 || len(ds) > math.MaxUint8 || bound < 0 || bound >= len(ds) {
+		panic("proto: AppendLimits: bound " + strconv.Itoa(bound) + " of " + strconv.Itoa(len(ds)) + " decisions")
+	}
+	dst[len(dst)-decisionLen] |= limitsBit
+	dst = append(dst, byte(len(ds)), byte(bound))
+	for i := range ds {
+		dst = appendDecision(dst, &ds[i])
+	}
+	return dst
+}
+
 // The bits of a decision's first byte: bit 0 says allowed; bit 1 that the
 // decision was shadowed (version 2, ACQUIRE); bits 2-3 the outage policy
 // that made it (version 4: ACQUIRE, PEEK, REFUND; version 5: LEASE,
-// RELEASE) and bit 4 that the limit fails closed (version 4; ACQUIRE,
-// PEEK, REFUND). The others are 0.
+// RELEASE), bit 4 that the limit fails closed (version 4; ACQUIRE, PEEK,
+// REFUND) and bit 5 that the decisions of a list's limits follow (version
+// 7; ACQUIRE, PEEK, REFUND). The others are 0.
 const (
 	shadowDeniedBit = 2
 	outageShift     = 2
 	outageMask      = 3
 	failsClosedBit  = 16
-	decisionBits    = 0x1f
+	limitsBit       = 32
+	decisionBits    = 0x3f
 )
 
 // appendDecision appends d's 41 bytes.
@@ -343,14 +377,16 @@ func DecodeResult(b []byte, r *Result) (rest []byte, err error) {
 	if len(b) < 2 {
 		return nil, truncated("result", 2, len(b))
 	}
-	oldN := r.NDecisions
+	oldN, oldL := r.NDecisions, r.NLimits
 	r.Code, r.Status, r.Message = Opcode(b[0]), Status(b[1]), nil
+	r.NLimits, r.Bound = 0, 0
 	r.Decision, r.ShadowDenied, r.Existed, r.Allowed, r.NDecisions, r.Hello = Decision{}, false, false, false, 0, Hello{}
 	r.Outage, r.FailsClosed = OutageNone, false
 	r.Lease, r.Released, r.Register = 0, false, Register{}
 	r.Next, r.Entries, r.NEntries, r.Stats, r.NStats = 0, nil, 0, nil, 0
 	rest, err = decodeResultBody(b[2:], r)
 	clear(r.Decisions[min(r.NDecisions, oldN):oldN])
+	clear(r.Limits[min(r.NLimits, oldL):oldL])
 	if err != nil {
 		return nil, err
 	}
@@ -447,7 +483,33 @@ func decodeFlaggedDecision(b []byte, r *Result) ([]byte, error) {
 		return nil, errorf(ErrMalformed, "%v decision's first byte %#02x", r.Code, c)
 	}
 	r.ShadowDenied, r.Outage, r.FailsClosed = shadow, Outage(c>>outageShift&outageMask), c&failsClosedBit != 0
-	return decodeDecisionAllowed(b, &r.Decision, r.Code, c&1 == 1)
+	rest, err := decodeDecisionAllowed(b, &r.Decision, r.Code, c&1 == 1)
+	if err != nil || c&limitsBit == 0 {
+		return rest, err
+	}
+	return decodeLimits(rest, r)
+}
+
+// decodeLimits decodes the decisions of a list's limits that follow an
+// ACQUIRE, PEEK or REFUND decision whose bit 5 is set (version 7).
+func decodeLimits(b []byte, r *Result) ([]byte, error) {
+	if len(b) < limitsFixed {
+		return nil, truncated(r.Code.String()+" limits", limitsFixed, len(b))
+	}
+	n, bound := int(b[0]), int(b[1])
+	if n == 0 || n > MaxMulti || bound >= n {
+		return nil, errorf(ErrMalformed, "%v result with %d limits bound by limit %d, want 1..%d limits and a bound below their count", r.Code, n, bound, MaxMulti)
+	}
+	b = b[limitsFixed:]
+	for i := range n {
+		r.NLimits = i // only decisions decoded so far are set
+		var err error
+		if b, err = decodeDecision(b, &r.Limits[i], r.Code); err != nil {
+			return nil, err
+		}
+	}
+	r.NLimits, r.Bound = n, bound
+	return b, nil
 }
 
 // decodeLeaseDecision decodes the decision of a LEASE or RELEASE result,

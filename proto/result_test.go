@@ -49,6 +49,11 @@ func TestResultReuse(t *testing.T) {
 				t.Fatalf("step %d: decision %d of an earlier result shows through", i, j)
 			}
 		}
+		for j := r.NLimits; j < MaxMulti; j++ {
+			if r.Limits[j] != (Decision{}) {
+				t.Fatalf("step %d: limit %d of an earlier result shows through", i, j)
+			}
+		}
 	}
 }
 
@@ -66,6 +71,7 @@ func TestDecodeResultErrors(t *testing.T) {
 	lea := leaseResult(Decision{Allowed: true, Remaining: 1, Limit: 2, RetryAfter: -1, ResetAfter: 0, Delay: 0}, 5)
 	rel := releaseResult(true, Decision{Allowed: true, Remaining: 2, Limit: 2, RetryAfter: -1, ResetAfter: 0, Delay: 0})
 	mul := multiResult(true, Decision{}, Decision{})
+	lst := listResult(OpAcquire, 1, []Decision{{Allowed: true, Limit: 2}, {Limit: 3}})
 	sc := scanResult(5, entryView{GCRA, 1, "a"}, entryView{GCRA, 2, "b"})
 	st := statsResult(statView{"a", 1}, statView{"b", 2})
 	for _, tc := range []struct {
@@ -94,6 +100,14 @@ func TestDecodeResultErrors(t *testing.T) {
 		{"release allowed 2", set(rel, 3, 2), ErrMalformed},
 		{"reset truncated", cut(Result{Code: OpReset}, 1), ErrMalformed},
 		{"reset existed 2", set(Result{Code: OpReset}, 2, 2), ErrMalformed},
+		{"limits truncated", cut(lst, 83), ErrMalformed},
+		{"limits 0", set(lst, 2+41, 0), ErrMalformed},
+		{"limits 17", set(lst, 2+41, 17), ErrMalformed},
+		{"limits bound 2 of 2", set(lst, 2+41+1, 2), ErrMalformed},
+		{"limits decision truncated", cut(lst, 1), ErrMalformed},
+		{"limits decision allowed 2", set(lst, 2+43+41, 2), ErrMalformed},
+		{"decision bit 6", set(acq, 2, 0x41), ErrMalformed},
+		{"lease limits bit", set(lea, 2, 0x21), ErrMalformed},
 		{"multi truncated", cut(mul, 83), ErrMalformed},
 		{"multi allowed 2", set(mul, 2, 2), ErrMalformed},
 		{"multi 0 decisions", set(mul, 3, 0), ErrMalformed},

@@ -7,12 +7,14 @@ package proto
 // specs, ACQUIRE and the rest), and only what is new needs a new sidecar.
 
 // ItemVersion returns the oldest version whose frames may carry the item
-// operation AppendItem(dst, code, f, l, ...) writes: 5 for a quota, 4 with
+// operation AppendItem(dst, code, f, l, ...) writes: 7 with FlagAll, 5 for a quota, 4 with
 // FlagDeadline, 3 for LEASE, RELEASE and sliding_log, window_counters and
 // concurrency, 2 for a named limit or a shadow request (a spec's
 // shadow=true included), else 1.
 func ItemVersion(code Opcode, f Flags, l *Limit) uint8 {
 	switch {
+	case f&FlagAll != 0:
+		return ListVersion
 	case l.Name == "" && !l.Algorithm.ValidIn(4):
 		return 5
 	case f&FlagDeadline != 0:
@@ -44,3 +46,8 @@ func MultiVersion(items []MultiItem) uint8 {
 // REGSET, REGCAS, REGDEL): a client writes them in frames of version 6
 // only to a sidecar that said, in HELLO, that it speaks it.
 const RegisterVersion = 6
+
+// ListVersion is the version of FlagAll, the request for every decision of
+// a named list of limits: a client sets it, in frames of version 7, only
+// for a sidecar that said, in HELLO, that it speaks it.
+const ListVersion = 7

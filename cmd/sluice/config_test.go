@@ -75,9 +75,16 @@ func TestNamedListsQuotasAndOverrides(t *testing.T) {
 	}
 	sock := startSidecarConfig(t, path)
 	runSteps(t, sock, []step{
-		{"acquire alice login", 0, "allowed remaining=1 limit=2 reset_after=1h46m40s\n", ""},
-		{"acquire alice login", 0, "allowed remaining=0 limit=2 reset_after=1h46m40s\n", ""},
-		{"acquire alice login", 1, "denied remaining=0 limit=2 retry_after=1h46m40s reset_after=1h46m40s\n", ""},
+		// A list's decision, then each limit's (protocol version 7), the one that binds marked.
+		{"acquire alice login", 0, "allowed remaining=1 limit=2 reset_after=1h46m40s\n" +
+			"  1 of 2: allowed remaining=4 limit=5 reset_after=1h0m0s\n" +
+			"  2 of 2, binds: allowed remaining=1 limit=2 reset_after=1h46m40s\n", ""},
+		{"acquire alice login --json", 0, `{"allowed":true,"remaining":0,"limit":2,"retry_after_ns":-1,"reset_after_ns":6400000000000,"delay_ns":0,` +
+			`"limits":[{"allowed":true,"remaining":3,"limit":5,"retry_after_ns":-1,"reset_after_ns":3600000000000,"delay_ns":0},` +
+			`{"allowed":true,"remaining":0,"limit":2,"retry_after_ns":-1,"reset_after_ns":6400000000000,"delay_ns":0}],"bound":1}` + "\n", ""},
+		{"acquire alice login", 1, "denied remaining=0 limit=2 retry_after=1h46m40s reset_after=1h46m40s\n" +
+			"  1 of 2: allowed remaining=2 limit=5 reset_after=1h0m0s\n" +
+			"  2 of 2, binds: denied remaining=0 limit=2 retry_after=1h46m40s reset_after=1h46m40s\n", ""},
 		{"acquire someone api", 0, "allowed remaining=0 limit=1 reset_after=1h46m40s\n", ""},
 		{"acquire tenant:acme api", 0, "allowed remaining=2 limit=3 reset_after=1h46m40s\n", ""},
 		{"acquire tenant:beta api", 0, "allowed remaining=3 limit=4 ...", ""},

@@ -129,11 +129,15 @@ func (x *cli) decision(cmd string, asJSON bool, decide func(bucketClient) (sluic
 		return x.failCmd(cmd, err)
 	}
 	if asJSON {
-		err = json.NewEncoder(x.stdout).Encode(jsonDecision{
-			Allowed: d.Allowed, Remaining: d.Remaining, Limit: d.Limit,
-			RetryAfterNs: int64(d.RetryAfter), ResetAfterNs: int64(d.ResetAfter), DelayNs: int64(d.Delay),
-			ShadowDenied: d.ShadowDenied, Policy: d.Outage,
-		})
+		j := jsonDecisionOf(d)
+		j.ShadowDenied, j.Policy = d.ShadowDenied, d.Outage
+		if len(d.Limits) > 0 {
+			j.Bound = &d.Bound
+			for _, l := range d.Limits {
+				j.Limits = append(j.Limits, jsonDecisionOf(l))
+			}
+		}
+		err = json.NewEncoder(x.stdout).Encode(j)
 	} else {
 		_, err = fmt.Fprintln(x.stdout, formatDecision(d))
 	}
@@ -159,6 +163,10 @@ type jsonDecision struct {
 	// Policy is the global limit's outage policy that decided, Redis not
 	// answering in time: "local", "open" or "closed".
 	Policy string `json:"policy,omitempty"`
+	// Limits is a named list's: each limit's decision, in the list's
+	// order, and Bound the index of the one that binds.
+	Limits []jsonDecision `json:"limits,omitempty"`
+	Bound  *int           `json:"bound,omitempty"`
 }
 
 // formatDecision returns a decision as one line for people:
@@ -172,8 +180,27 @@ type jsonDecision struct {
 // paced request, shadow_denied for a shadow request that was allowed only
 // because it is one, policy for a global limit's decision that its outage
 // policy made because Redis did not answer in time (retry_after is then
-// when the sidecar asks Redis again).
+// when the sidecar asks Redis again). A named list's decision is followed
+// by one line per limit of the list, in its order, the one that binds
+// marked:
+//
+//	denied remaining=0 limit=2 retry_after=1h46m40s reset_after=1h46m40s
+//	  1 of 2: allowed remaining=3 limit=5 reset_after=24m0s
+//	  2 of 2, binds: denied remaining=0 limit=2 retry_after=1h46m40s reset_after=1h46m40s
 func formatDecision(d sluice.Decision) string {
+	s := formatOne(d)
+	for i, l := range d.Limits {
+		binds := ""
+		if i == d.Bound {
+			binds = ", binds"
+		}
+		s += fmt.Sprintf("\n  %d of %d%s: %s", i+1, len(d.Limits), binds, formatOne(l))
+	}
+	return s
+}
+
+// formatOne is formatDecision without the limits of a list.
+func formatOne(d sluice.Decision) string {
 	var b strings.Builder
 	if d.Allowed {
 		b.WriteString("allowed")

@@ -351,6 +351,10 @@ func TestGlobalList(t *testing.T) {
 	if d, err = cs[1].Peek(ctx, login, "alice"); err != nil || d.Allowed || d.Remaining != 0 || d.Limit != 10 {
 		t.Errorf("peek of the list: %+v, %v", d, err)
 	}
+	// Each limit's decision too (protocol version 7): the bucket binds, the window allows.
+	if len(d.Limits) != 2 || d.Bound != 0 || d.Limits[0].Allowed || d.Limits[0].Limit != 10 || !d.Limits[1].Allowed || d.Limits[1].Remaining != 990 {
+		t.Errorf("the limits of the list's peek: %+v", d)
+	}
 	if d, err = cs[1].Refund(ctx, login, "alice", 2); err != nil || d.Remaining != 2 || d.Limit != 10 {
 		t.Errorf("refund of 2 to each: %+v, %v", d, err)
 	}
@@ -380,8 +384,8 @@ func TestGlobalList_outage(t *testing.T) {
 	r.Kill()
 	c := dialStrict(t, sc)
 	ctx := context.Background()
-	if d, err := c.Acquire(ctx, sluice.Limit{Name: "strict"}, "bob", 1); err != nil || d.Allowed || d.Outage != "closed" || !d.FailsClosed {
-		t.Fatalf("a closed list, Redis down: %+v, %v", d, err)
+	if d, err := c.Acquire(ctx, sluice.Limit{Name: "strict"}, "bob", 1); err != nil || d.Allowed || d.Outage != "closed" || !d.FailsClosed || len(d.Limits) != 2 {
+		t.Fatalf("a closed list, Redis down: %+v, %v; want the policy's denial, marked, with each limit's decision", d, err)
 	}
 	for i := range 12 {
 		d, err := c.Acquire(ctx, sluice.Limit{Name: "login"}, "bob", 1)

@@ -85,5 +85,17 @@ func (s *server) listOp(b []byte, op *proto.Op, nl *namedLimit, c *conn, req *en
 	d, which := engine.Combine(ds)
 	shadowed := op.Code == proto.OpAcquire && req.Shadow && engine.Shadow(&d)
 	b = c.answer(b, op, nl, parts[which].Bucket().Algorithm, &d, shadowed, start)
-	return c.markGlobal(b, nl, outage)
+	b = c.markGlobal(b, nl, outage)
+	return appendListLimits(b, op, which, ds)
+}
+
+// appendListLimits follows the decision of a list's ACQUIRE, PEEK or
+// REFUND, the result that ends b (marked), with each limit's decision ds
+// (in the list's order) and the index of the one that binds, which, if
+// the request asked for them (flag ALL, version 7).
+func appendListLimits(b []byte, op *proto.Op, which int, ds []bucket.Decision) []byte {
+	if op.Flags&proto.FlagAll == 0 {
+		return b
+	}
+	return proto.AppendLimits(b, which, ds)
 }

@@ -62,6 +62,84 @@ func TestNamed_list(t *testing.T) {
 	}
 }
 
+// With flag ALL (version 7) a list's ACQUIRE, PEEK and REFUND are
+// answered with each limit's decision, in the list's order, and the index
+// of the one that binds, whose decision the answer's is; without it, or on
+// a name that is one limit, the answer is one decision, as in version 6.
+func TestNamed_listAll(t *testing.T) {
+	sc, _, _ := startNamed(t, `limits:
+  login: ["token_bucket:max=2,refill_time=1h,refill_amount=1", "quota:limit=3,period=day"]
+  one: "token_bucket:max=2,refill_time=1h,refill_amount=1"
+`)
+	c := dial(t, sc)
+	login := proto.Named("login")
+	day := time.Date(2024, 3, 10, 10, 0, 0, 0, time.UTC).UnixNano()
+	hour := int64(time.Hour)
+	toMidnight := time.Date(2024, 3, 11, 0, 0, 0, 0, time.UTC).UnixNano() - day
+	all := func(code proto.Opcode, l proto.Limit, n, at int64) proto.Result {
+		t.Helper()
+		return c.do(func(b []byte) []byte {
+			return proto.AppendItem(b, code, proto.FlagAll|proto.FlagAt, l, n, at, []byte("alice"))
+		})
+	}
+	check := func(what string, r proto.Result, bound int, want ...proto.Decision) {
+		t.Helper()
+		if r.Status != proto.StatusOK || r.NLimits != len(want) || r.Bound != bound {
+			t.Fatalf("%s: status %v, %d limits bound by %d, want %d bound by %d", what, r.Status, r.NLimits, r.Bound, len(want), bound)
+		}
+		for i := range want {
+			if r.Limits[i] != want[i] {
+				t.Errorf("%s: limit %d decided %+v, want %+v", what, i, r.Limits[i], want[i])
+			}
+		}
+	}
+	tbLeft := func(n int64) proto.Decision {
+		return proto.Decision{Allowed: true, Remaining: n, Limit: 2, RetryAfter: -1, ResetAfter: (2 - n) * hour}
+	}
+	quotaLeft := func(n, at int64) proto.Decision {
+		return proto.Decision{Allowed: true, Remaining: n, Limit: 3, RetryAfter: -1, ResetAfter: toMidnight - at}
+	}
+	r := all(proto.OpAcquire, login, 1, day)
+	check("first", r, 0, tbLeft(1), quotaLeft(2, 0))
+	if d := r.Decision; d.Limit != 2 || d.Remaining != 1 || d.ResetAfter != toMidnight {
+		t.Errorf("the answer's decision %+v is not the list's: the bucket's limit, the least remaining, the latest reset", d)
+	}
+	all(proto.OpAcquire, login, 1, day)
+	r = all(proto.OpAcquire, login, 1, day+hour)
+	check("an hour later", r, 0, tbLeft(0), quotaLeft(0, hour))
+	// The quota denies; the bucket, refilled by one, allows on its own.
+	r = all(proto.OpAcquire, login, 1, day+2*hour)
+	denied := proto.Decision{Allowed: false, Remaining: 0, Limit: 3, RetryAfter: toMidnight - 2*hour, ResetAfter: toMidnight - 2*hour}
+	check("the quota denies", r, 1, proto.Decision{Allowed: true, Remaining: 0, Limit: 2, RetryAfter: -1, ResetAfter: 2 * hour}, denied)
+	if r.Decision.Allowed || r.Decision.Limit != 3 {
+		t.Errorf("the answer's decision %+v is not the quota's denial", r.Decision)
+	}
+	check("peek", all(proto.OpPeek, login, 0, day+2*hour), 1,
+		proto.Decision{Allowed: true, Remaining: 1, Limit: 2, RetryAfter: -1, ResetAfter: hour}, denied)
+	r = all(proto.OpRefund, login, 1, day+2*hour)
+	check("refund", r, 1, proto.Decision{Allowed: true, Remaining: 2, Limit: 2, RetryAfter: -1, ResetAfter: 0},
+		proto.Decision{Allowed: true, Remaining: 1, Limit: 3, RetryAfter: -1, ResetAfter: toMidnight - 2*hour})
+	if r := c.do(func(b []byte) []byte {
+		return proto.AppendItem(b, proto.OpReset, proto.FlagAll, login, 0, 0, []byte("alice"))
+	}); r.Status != proto.StatusOK || !r.Existed {
+		t.Errorf("reset with ALL: %+v", r)
+	}
+	// Without ALL, or on a name that is one limit: one decision.
+	if r := c.acquire("alice", login, 0, day); r.Status != proto.StatusOK || r.NLimits != 0 {
+		t.Errorf("without ALL: %+v", r)
+	}
+	if r := all(proto.OpAcquire, proto.Named("one"), 1, day); r.Status != proto.StatusOK || r.NLimits != 0 || r.Decision.Remaining != 1 {
+		t.Errorf("one limit with ALL: %+v", r)
+	}
+	// ALL is version 7's: reserved before, so a version-6 frame is malformed.
+	c6 := dial(t, sc)
+	if _, rs := c6.sendVersion(6, 1, func(b []byte) []byte {
+		return proto.AppendItem(b, proto.OpAcquire, proto.FlagAll, login, 1, 0, []byte("alice"))
+	}); len(rs) != 1 || rs[0].Status != proto.StatusMalformed {
+		t.Errorf("ALL in a version-6 frame: %+v", rs)
+	}
+}
+
 // A named limit's overrides decide their keys: the exact key's, else the
 // longest pattern's, else the limit's own; in a MULTI item as well.
 func TestNamed_overrides(t *testing.T) {

@@ -602,6 +602,32 @@ func TestClient_olderSidecar(t *testing.T) {
 	}
 }
 
+// A named limit's ACQUIRE, PEEK and REFUND ask for each limit of a list
+// (flag ALL, version 7) only of a sidecar whose HELLO says version 7: to
+// one of version 6 they go in version 4, as before.
+func TestClient_listAllOnlyToVersion7(t *testing.T) {
+	for _, v := range []uint8{6, proto.ListVersion} {
+		versions := make(chan uint8, 16)
+		path := sidecarOfVersion(t, v, versions, func(b []byte, op proto.Opcode) []byte {
+			d := proto.Decision{Allowed: true, Remaining: 1, Limit: 2, RetryAfter: -1}
+			return proto.AppendDecision(b, op, &d)
+		})
+		c := dial(t, path, sluice.WithFailurePolicy(sluice.FailError))
+		login := sluice.Limit{Name: "login"}
+		want := map[uint8]uint8{6: 4, proto.ListVersion: proto.ListVersion}[v]
+		for _, call := range []func() (sluice.Decision, error){
+			func() (sluice.Decision, error) { return c.Acquire(ctx(t), login, "k", 1) },
+			func() (sluice.Decision, error) { return c.Peek(ctx(t), login, "k") },
+			func() (sluice.Decision, error) { return c.Refund(ctx(t), login, "k", 1) },
+		} {
+			d, err := call()
+			if got := <-versions; got != want || err != nil || !d.Allowed || d.Limits != nil {
+				t.Errorf("sidecar of version %d: sent in version %d (want %d): %+v, %v", v, got, want, d, err)
+			}
+		}
+	}
+}
+
 // DialContext's deadline bounds the start check; a sidecar that accepts
 // and answers nothing fails it.
 func TestDialContext_deadline(t *testing.T) {

@@ -303,7 +303,15 @@ func (m *middleware) serveLeased(w http.ResponseWriter, r *http.Request, k strin
 // The Python client's sluice.headers.response_headers gives the same
 // fields for the same limit and decision: both are checked against one set
 // of vectors, clients/testdata/ratelimit-headers.json.
+//
+// A decision of a named list of limits (Decision.Limits) sets the fields
+// of each limit, as SetRateLimitHeadersOf does for several policies, each
+// named after name and its place in the list (ListPolicies).
 func SetRateLimitHeaders(h http.Header, name string, l Limit, d Decision) {
+	if len(d.Limits) > 0 && !d.Degraded {
+		SetRateLimitHeadersOf(h, []Policy{{Name: name, Limit: l, Decision: d}})
+		return
+	}
 	setRateLimitHeaders(h, name, l, d, isConcurrency(l))
 }
 
@@ -372,7 +380,13 @@ func RetryAfterSeconds(d Decision) int64 {
 //	RateLimit: "NAME";r=FREE
 //
 // with the draft's quota unit for it (section 3.1.2), and no window.
+//
+// The fields of a decision of a named list of limits (Decision.Limits)
+// describe each limit, as RateLimitFieldsOf describes several policies.
 func RateLimitFields(name string, l Limit, d Decision) (policy, ratelimit string) {
+	if len(d.Limits) > 0 {
+		return RateLimitFieldsOf([]Policy{{Name: name, Limit: l, Decision: d}})
+	}
 	return rateLimitFields(name, l, d, isConcurrency(l))
 }
 
@@ -494,9 +508,11 @@ type Policy struct {
 // the client: if any denied the request, the denied one that allows last
 // (the largest RetryAfter, one that never allows counting as the largest),
 // else the one with the least Remaining; the first of equals. That is the
-// limit a sidecar reports for a named limit that lists several. ps must
-// not be empty.
+// limit a sidecar reports for a named limit that lists several. A policy
+// whose decision is a list's (Decision.Limits) counts as one policy per
+// limit of the list (ListPolicies). ps must not be empty.
 func RateLimitFieldsOf(ps []Policy) (policy, ratelimit string) {
+	ps = ListPolicies(ps)
 	var b strings.Builder
 	for i := range ps {
 		p, _ := RateLimitFields(ps[i].Name, ps[i].Limit, ps[i].Decision)
@@ -519,6 +535,7 @@ func RateLimitFieldsOf(ps []Policy) (policy, ratelimit string) {
 // sluice.headers.response_headers_of gives the same fields (the vectors'
 // "several").
 func SetRateLimitHeadersOf(h http.Header, ps []Policy) {
+	ps = ListPolicies(ps)
 	for i := range ps {
 		if ps[i].Decision.Degraded {
 			SetRateLimitHeaders(h, ps[i].Name, ps[i].Limit, ps[i].Decision)
@@ -533,6 +550,38 @@ func SetRateLimitHeadersOf(h http.Header, ps []Policy) {
 	policy, rl := RateLimitFieldsOf(ps)
 	h.Set(HeaderRateLimitPolicy, policy)
 	h.Set(HeaderRateLimit, rl)
+}
+
+// ListPolicies returns ps with each policy whose decision is a named
+// list's (Decision.Limits) replaced by one policy per limit of the list,
+// in the list's order: named NAME.1, NAME.2, ... after the policy's name,
+// each with its limit's decision. A shadowed request's limits that denied
+// are shown allowed, as the sidecar answered the request. ps itself if no
+// decision is a list's.
+func ListPolicies(ps []Policy) []Policy {
+	n, lists := 0, false
+	for i := range ps {
+		n += max(len(ps[i].Decision.Limits), 1)
+		lists = lists || len(ps[i].Decision.Limits) > 0
+	}
+	if !lists {
+		return ps
+	}
+	out := make([]Policy, 0, n)
+	for _, p := range ps {
+		ds := p.Decision.Limits
+		if len(ds) == 0 || p.Decision.Degraded {
+			out = append(out, p)
+			continue
+		}
+		for i, d := range ds {
+			if p.Decision.ShadowDenied && !d.Allowed {
+				d.Allowed, d.RetryAfter = true, -1 // as the sidecar answers a shadow denial
+			}
+			out = append(out, Policy{Name: p.Name + "." + strconv.Itoa(i+1), Limit: p.Limit, Decision: d})
+		}
+	}
+	return out
 }
 
 // closest returns the index of the policy closest to its limit (see

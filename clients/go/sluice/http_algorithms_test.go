@@ -86,9 +86,9 @@ func TestMiddleware_everyAlgorithm(t *testing.T) {
 		{"api", nil, // a named limit: its window is in the sidecar's config
 			response{200, "", `"p";q=2`, `"p";r=1;t=60`},
 			response{429, "60", `"p";q=2`, `"p";r=0;t=60`}},
-		{"login", nil, // a list: its quota binds, and the bucket is fresh when both are
-			response{200, "", `"p";q=2`, `"p";r=1;t=6400`},
-			response{429, "6400", `"p";q=2`, `"p";r=0;t=6400`}},
+		{"login", nil, // a list: every limit listed, its quota binds
+			response{200, "", `"p.1";q=5, "p.2";q=2`, `"p.2";r=1;t=6400`},
+			response{429, "6400", `"p.1";q=5, "p.2";q=2`, `"p.2";r=0;t=6400`}},
 		{"plan", nil, // the override of the key path:/plan (the limit's own is 1 a day)
 			response{200, "", `"p";q=2`, `"p";r=1;t=6400`},
 			response{429, "6400", `"p";q=2`, `"p";r=0;t=6400`}},

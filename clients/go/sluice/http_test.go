@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -103,12 +104,19 @@ type vectorDecision struct {
 	DelayNs      int64 `json:"delay_ns"`
 	Degraded     bool  `json:"degraded"`
 	ShadowDenied bool  `json:"shadow_denied"`
+	// A named list's: each limit's decision, and the one that binds.
+	Limits []vectorDecision `json:"limits"`
+	Bound  int              `json:"bound"`
 }
 
 func (w vectorDecision) decision() sluice.Decision {
-	return sluice.Decision{Allowed: w.Allowed, Remaining: w.Remaining, Limit: w.Limit,
+	d := sluice.Decision{Allowed: w.Allowed, Remaining: w.Remaining, Limit: w.Limit,
 		RetryAfter: time.Duration(w.RetryAfterNs), ResetAfter: time.Duration(w.ResetAfterNs),
-		Delay: time.Duration(w.DelayNs), Degraded: w.Degraded, ShadowDenied: w.ShadowDenied}
+		Delay: time.Duration(w.DelayNs), Degraded: w.Degraded, ShadowDenied: w.ShadowDenied, Bound: w.Bound}
+	for _, l := range w.Limits {
+		d.Limits = append(d.Limits, l.decision())
+	}
+	return d
 }
 
 // severalVector is one of the shared vectors of a request decided under
@@ -187,6 +195,47 @@ func TestRateLimitFields_vectors(t *testing.T) {
 	}
 }
 
+// A decision of a named list: the fields list every limit of it, as for
+// several policies, as the shared vectors say.
+func TestRateLimitFields_listVectors(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "testdata", "ratelimit-headers.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file struct {
+		Lists []headerVector `json:"lists"`
+	}
+	if err := json.Unmarshal(b, &file); err != nil {
+		t.Fatal(err)
+	}
+	if len(file.Lists) < 4 {
+		t.Fatalf("%d vectors of lists, want at least 4", len(file.Lists))
+	}
+	for _, v := range file.Lists {
+		l, err := sluice.ParseLimit(v.Limit)
+		if err != nil {
+			t.Fatalf("%s: %v", v.Name, err)
+		}
+		d := v.Decision.decision()
+		h := http.Header{}
+		sluice.SetRateLimitHeaders(h, v.Policy, l, d)
+		if got, want := headersOf(h), canonical(v.Headers); !maps.Equal(got, want) {
+			t.Errorf("%s: %v\nwant %v", v.Name, got, want)
+		}
+		policy, ratelimit := sluice.RateLimitFields(v.Policy, l, d)
+		if policy != v.Headers["RateLimit-Policy"] || ratelimit != v.Headers["RateLimit"] {
+			t.Errorf("%s: RateLimitFields %q %q", v.Name, policy, ratelimit)
+		}
+		// Beside another policy, the list's limits are listed in its place.
+		other := sluice.Policy{Name: "other", Limit: sluice.TokenBucket(1000, time.Hour, 1000),
+			Decision: sluice.Decision{Allowed: true, Remaining: 999, Limit: 1000, RetryAfter: -1, ResetAfter: time.Second}}
+		policy, _ = sluice.RateLimitFieldsOf([]sluice.Policy{other, {Name: v.Policy, Limit: l, Decision: d}})
+		if want := `"other";q=1000;w=3600, ` + v.Headers["RateLimit-Policy"]; policy != want {
+			t.Errorf("%s: beside another policy %q, want %q", v.Name, policy, want)
+		}
+	}
+}
+
 // A request decided under several policies: RateLimit-Policy lists each,
 // RateLimit names the closest to its limit, as the shared vectors say.
 func TestRateLimitFieldsOf_vectors(t *testing.T) {
@@ -257,6 +306,48 @@ func TestMiddleware_policies(t *testing.T) {
 			sluice.Middleware(c, burst, byPath, bad...)
 		}()
 	}
+}
+
+// A named list's decision through a sidecar: the client gets each limit's
+// decision, and the middleware's fields list every limit of the list,
+// RateLimit and Retry-After the binding one's, the non-binding one's
+// policy beside it.
+func TestMiddleware_list(t *testing.T) {
+	set, err := limits.Parse("limits.yaml", []byte(`limits:
+  login: ["token_bucket:max=2,refill_time=1h,refill_amount=2", "quota:limit=3,period=day"]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := startSidecar(t, func(c *server.Config) { c.Limits = limits.NewHolder(set) })
+	c := dial(t, sc.cfg.SocketPath)
+	login := sluice.Limit{Name: "login"}
+	d, err := c.Peek(ctx(t), login, "path:/peeked")
+	if err != nil || len(d.Limits) != 2 || d.Limits[0].Limit != 2 || d.Limits[1].Limit != 3 || d.Bound != 0 {
+		t.Fatalf("Peek of a list: %+v, %v; want its two limits' decisions", d, err)
+	}
+	var served int
+	h := sluice.Middleware(c, login, byPath, sluice.WithPolicyName("login"))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { served++ }))
+	const policy = `"login.1";q=2, "login.2";q=3`
+	headers(t, "first", serve(h, "/l"), 200, "", policy, `"login.1";r=1;t=3600`)
+	headers(t, "second", serve(h, "/l"), 200, "", policy, `"login.1";r=0;t=3600`)
+	headers(t, "the bucket denies", serve(h, "/l"), 429, "3600", policy, `"login.1";r=0;t=3600`)
+	sc.clock.Add(int64(time.Hour)) // t0 is 22:13:20 UTC: the same day still
+	// The bucket is full again and the quota has one left: the quota binds.
+	midnight := strconv.FormatInt(untilMidnight(sc.clock.Load()), 10)
+	headers(t, "the quota binds", serve(h, "/l"), 200, "", policy, `"login.2";r=0;t=`+midnight)
+	headers(t, "the quota denies", serve(h, "/l"), 429, midnight, policy, `"login.2";r=0;t=`+midnight)
+	if served != 3 {
+		t.Errorf("served %d requests, want 3", served)
+	}
+}
+
+// untilMidnight returns the seconds from t (Unix ns), rounded up, to the
+// next midnight UTC.
+func untilMidnight(t int64) int64 {
+	now := time.Unix(0, t).UTC()
+	next := time.Date(now.Year(), now.Month(), now.Day()+1, 0, 0, 0, 0, time.UTC)
+	return int64((next.Sub(now) + time.Second - 1) / time.Second)
 }
 
 // Shadow mode: a request the limit would deny goes through, marked; with a

@@ -54,6 +54,19 @@ type Decision struct {
 	// does not answer, even under FailOpen (FailError still returns the
 	// error).
 	FailsClosed bool
+
+	// Limits is set on the decision of a named limit that lists several
+	// limits (the sidecar's config file: "login: [SPEC, SPEC]"): each
+	// one's decision of the request, in the list's order, which a sidecar
+	// of protocol version 7 gives with Acquire, Peek and Refund. The
+	// decision itself is their combination (allowed if each allows) with
+	// the Limit and RetryAfter of Limits[Bound], the limit that binds,
+	// the least Remaining and the largest ResetAfter and Delay. Limits is
+	// nil for a limit that is one limit, and from an older sidecar. The
+	// RateLimit header fields (SetRateLimitHeaders) list every limit.
+	Limits []Decision
+	// Bound is the index in Limits of the limit that binds.
+	Bound int
 }
 
 func decisionOf(w *proto.Decision) Decision {
@@ -142,6 +155,9 @@ func (c *Client) encode(op proto.Opcode, l Limit, key string, n int64, opts []Re
 	if deadline != 0 && f&proto.FlagAt == 0 {
 		f, at = f|proto.FlagDeadline, deadline
 	}
+	if minV >= proto.ListVersion && l.Name != "" && op >= proto.OpAcquire && op <= proto.OpRefund {
+		f |= proto.FlagAll // a list's answer says each limit's decision
+	}
 	cl := getCall(op)
 	cl.key = append(cl.key[:0], key...)
 	// Each frame in the oldest version that holds it: a sidecar of an
@@ -201,6 +217,12 @@ func (c *Client) decided(cl *call, name string) Decision {
 	d.ShadowDenied = cl.res.ShadowDenied
 	d.Outage = cl.res.Outage.String()
 	d.FailsClosed = cl.res.FailsClosed
+	if n := cl.res.NLimits; n > 0 {
+		d.Limits, d.Bound = make([]Decision, n), cl.res.Bound
+		for i := range d.Limits {
+			d.Limits[i] = decisionOf(&cl.res.Limits[i])
+		}
+	}
 	c.learn(name, cl)
 	return d
 }

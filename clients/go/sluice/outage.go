@@ -46,7 +46,9 @@ type sidecarVersion struct {
 // deadlineFor returns the deadline (Unix ns) to tell the sidecar with a
 // request op on l, or 0 for none, and the oldest frame version to send it
 // in (0: the request's own). A named limit's ACQUIRE, PEEK, REFUND and
-// RESET go in frames of version 4 to a sidecar of version 4 or later,
+// RESET go in frames of version 4 to a sidecar of version 4 or later (its
+// ACQUIRE, PEEK and REFUND in frames of version 7, with flag ALL, to a
+// sidecar of version 7, so that a list's answer gives each limit's),
 // with the deadline if the call has one (a timeout or the context's); its
 // LEASE and RELEASE in frames of version 5 to a sidecar of version 5 or
 // later, so that their answers say which outage policy made them.
@@ -56,15 +58,20 @@ func (c *Client) deadlineFor(ctx context.Context, op proto.Opcode, l *Limit) (de
 		return 0, 0
 	}
 	d, ok, _ := callDeadline(ctx, time.Now(), c.opt.timeout)
-	switch speaks := c.sidecarSpeaks(ctx, d, ok); {
+	speaks := c.sidecarSpeaks(ctx, d, ok)
+	v = 4
+	if speaks >= proto.ListVersion && op != proto.OpReset {
+		v = proto.ListVersion // with ALL: a list's answer says each limit's decision (encode)
+	}
+	switch {
 	case lease && speaks >= 5:
 		return 0, 5
 	case lease || speaks < 4:
 		return 0, 0
 	case !ok:
-		return 0, 4
+		return 0, v
 	}
-	return d.UnixNano(), 4
+	return d.UnixNano(), v
 }
 
 // sidecarSpeaks returns the protocol version of the sidecar on the

@@ -15,7 +15,8 @@ import (
 
 // A sidecar of protocol version 4 learns each named request's deadline:
 // the client asks its version once per connection (HELLO), then sends
-// requests on named limits in version 4 with DEADLINE, the call's
+// requests on named limits in version 4 with DEADLINE (in version 7, with
+// ALL too, to a sidecar of version 7, as this one says it is), the call's
 // deadline in the at field; a spec limit's request goes as before. A
 // decision the sidecar marks as its outage policy's says so in
 // Decision.Outage.
@@ -45,8 +46,8 @@ func TestClient_deadline(t *testing.T) {
 			t.Fatalf("request %d: %+v, %v; want the closed policy's denial", i, d, err)
 		}
 		s := <-frames
-		if s.version != 4 || s.flags&proto.FlagDeadline == 0 || s.deadline < start.Add(timeout).UnixNano() || s.deadline > end.Add(timeout).UnixNano() {
-			t.Errorf("request %d: version %d, flags %v, deadline %v after the call began; want version 4, DEADLINE, %v",
+		if s.version != proto.ListVersion || s.flags&proto.FlagDeadline == 0 || s.flags&proto.FlagAll == 0 || s.deadline < start.Add(timeout).UnixNano() || s.deadline > end.Add(timeout).UnixNano() {
+			t.Errorf("request %d: version %d, flags %v, deadline %v after the call began; want version 7, DEADLINE and ALL, %v",
 				i, s.version, s.flags, time.Duration(s.deadline-start.UnixNano()), timeout)
 		}
 	}
@@ -63,8 +64,8 @@ func TestClient_deadline(t *testing.T) {
 	if _, err := c0.Acquire(context.Background(), sluice.Limit{Name: "login"}, "k", 1); err != nil {
 		t.Fatal(err)
 	}
-	if s := <-frames; s.version != 4 || s.flags&proto.FlagDeadline != 0 {
-		t.Errorf("a named request without a deadline: version %d, flags %v; want version 4 without DEADLINE", s.version, s.flags)
+	if s := <-frames; s.version != proto.ListVersion || s.flags != proto.FlagAll|proto.FlagNamed {
+		t.Errorf("a named request without a deadline: version %d, flags %v; want version 7 with ALL, without DEADLINE", s.version, s.flags)
 	}
 }
 

@@ -48,10 +48,9 @@ def raw(sidecar: Sidecar, version: int, *ops: bytes) -> List[proto.Result]:
         return results  # type: ignore[return-value]
 
 
-def test_hello_says_version_6(client: Client) -> None:
-    # This client speaks version 5; the sidecar speaks 6 (version 5 and the registers), and
-    # answers this client's frames in version 5.
-    assert proto.VERSION == 5 and client.hello().version == 6
+def test_hello_says_version_7(client: Client) -> None:
+    # This client and the sidecar speak version 7 (each limit's decision of a named list).
+    assert proto.VERSION == 7 and client.hello().version == 7
 
 
 def test_leases_up_to_the_limit(client: Client) -> None:

@@ -16,7 +16,8 @@ from conftest import GOLDEN
 
 from sluice import errors, proto
 from sluice.limits import GCRA, Concurrency, FixedWindow, Pacer, SlidingLog, SlidingWindow, TokenBucket, WindowCounters
-from sluice.results import Decision, Hello, Lease, Released
+from sluice.limits import Named
+from sluice.results import Decision, Hello, Lease, Register, Released
 
 ERRORS: Dict[str, Type[errors.StatusError]] = {
     "ErrMalformed": errors.Malformed,
@@ -247,7 +248,8 @@ def test_deadline_and_outage() -> None:
     assert (r.value.allowed, r.value.outage, r.value.remaining, r.value.fails_closed) == (True, None, 999, True)
     d = proto.decode_frame(load("acquire_response_allowed"))[1][0].value
     assert d.outage is None and not d.fails_closed
-    # Bits 5-7 of a decision's first byte are set by no version.
+    # Bits 6-7 of a decision's first byte are set by no version; bit 5 (version 7) says the
+    # limits of a list follow, and there are none here.
     b = bytearray(load("acquire_response_fails_closed"))
     for c in (0x20, 0x40, 0x80):
         b[14] = c | 1
@@ -255,3 +257,33 @@ def test_deadline_and_outage() -> None:
             proto.decode_frame(bytes(b))
     with pytest.raises(errors.Malformed):
         proto.decode_frame(load("bad_deadline_in_version_3"))
+
+
+def test_list_all() -> None:
+    # Version 7: ALL asks for each limit's decision of a named list; the answer's decision has
+    # bit 5 set, then n, bound and each limit's decision in the list's order.
+    h, (op,) = proto.decode_frame(load("acquire_all_request"))
+    assert (h.version, op.flags) == (7, proto.Flags.ALL | proto.Flags.NAMED)
+    assert proto.item_version(op.code, op.flags, op.limit) == proto.LIST_VERSION
+    body = proto.encode_item(proto.Opcode.ACQUIRE, proto.Flags.ALL, Named("login"), 1, 0, b"login:alice")
+    assert proto.frame(proto.Kind.REQUEST, 34, 1, body, version=7) == load("acquire_all_request")
+    _, (r,) = proto.decode_frame(load("acquire_response_limits"))
+    d = r.value
+    assert (d.allowed, d.limit, d.retry_after, d.bound) == (False, 1000, 36000.0, 1)
+    day = 36000 * 10**9
+    assert d.limits == (Decision(True, 4, 5, -1, 200_000_000, 0), Decision(False, 0, 1000, day, day, 0))
+    assert proto.decode_frame(load("acquire_response_allowed"))[1][0].value.limits == ()
+    # ALL is reserved before version 7; a bound at or past n is malformed.
+    with pytest.raises(errors.Malformed):
+        proto.decode_frame(load("bad_all_in_version_6"))
+    with pytest.raises(errors.Malformed):
+        proto.decode_frame(load("bad_limits_bound"))
+
+
+def test_registers() -> None:
+    # Version 6: the register operations decode and re-encode (the clients do not send them).
+    _, (op,) = proto.decode_frame(load("register_cas_request"))
+    t0 = 1_700_000_000 * 10**9
+    assert (op.code, op.old, op.n, op.ttl, op.key) == (proto.Opcode.REGCAS, t0, t0 + 10**9, 10**9, b"gcra:login:alice")
+    _, (r,) = proto.decode_frame(load("register_get_response_absent"))
+    assert r.value == Register(False, 0, -1, t0)

@@ -23,7 +23,8 @@ def vectors(part: str = "vectors") -> Any:
 def decision(d: Dict[str, Any]) -> Decision:
     return Decision(d["allowed"], d["remaining"], d["limit"], d["retry_after_ns"], d["reset_after_ns"],
                     d.get("delay_ns", 0), degraded=d.get("degraded", False),
-                    shadow_denied=d.get("shadow_denied", False))
+                    shadow_denied=d.get("shadow_denied", False),
+                    limits=tuple(decision(x) for x in d.get("limits", ())), bound=d.get("bound", 0))
 
 
 @pytest.mark.parametrize("v", vectors(), ids=lambda v: v["name"])
@@ -36,6 +37,22 @@ def test_vectors(v: Dict[str, Any]) -> None:
 def test_several_policies(v: Dict[str, Any]) -> None:
     ps = [(p["policy"], Limit.parse(p["limit"]), decision(p["decision"])) for p in v["policies"]]
     assert dict(response_headers_of(ps)) == v["headers"]
+
+
+@pytest.mark.parametrize("v", vectors("lists"), ids=lambda v: v["name"])
+def test_lists(v: Dict[str, Any]) -> None:
+    # A named list's decision: the headers of one policy per limit, from the single-policy
+    # functions too; beside another policy, the list's limits stand in its place.
+    d, lim = decision(v["decision"]), Limit.parse(v["limit"])
+    assert dict(response_headers(d, lim, v["policy"])) == v["headers"]
+    assert dict(ratelimit_headers(d, lim, v["policy"])) == {k: h for k, h in v["headers"].items() if k != "Retry-After"}
+    other = ("other", TokenBucket(1000, 3600, 1000), Decision(True, 999, 1000, -1, 1_000_000_000, 0))
+    got = dict(response_headers_of([other, (v["policy"], lim, d)]))
+    assert got["RateLimit-Policy"] == '"other";q=1000;w=3600, ' + v["headers"]["RateLimit-Policy"]
+
+
+def test_enough_list_vectors() -> None:
+    assert len(vectors("lists")) >= 4
 
 
 def test_no_policies() -> None:

@@ -84,7 +84,7 @@ CASES = [
      + decision_frame(request_id(req))[15:], "hang", ProtocolError),
     ("result of another opcode", lambda req: proto.frame(proto.Kind.RESPONSE, request_id(req), 1, b"\x02\x00"),
      "hang", ProtocolError),
-    ("version 6", lambda req: decision_frame(request_id(req))[:4] + b"\x06" + decision_frame(request_id(req))[5:],
+    ("version 8", lambda req: decision_frame(request_id(req))[:4] + b"\x08" + decision_frame(request_id(req))[5:],
      "hang", ProtocolError),
     ("frame-level Busy", lambda req: proto.frame(proto.Kind.RESPONSE, 0, 1, proto.encode_error(
         0, Status.BUSY, "too many connections")), "close", Busy),

@@ -131,8 +131,13 @@ def test_lists_quotas_and_overrides(make_sidecar: Callable[..., Any], tmp_path: 
         # The list: the day's quota of 3 binds before the bucket of 5; nothing is taken on a denial.
         got = [(d.allowed, d.remaining, d.limit) for d in (c.acquire("alice", "login") for _ in range(4))]
         assert got == [(True, 2, 3), (True, 1, 3), (True, 0, 3), (False, 0, 3)]
-        assert c.peek("alice", "login").remaining == 0
-        assert c.refund("alice", "login", 1).remaining == 1
+        # Each limit's decision too (protocol version 7), in the list's order, and which binds.
+        d = c.peek("alice", "login")
+        assert d.remaining == 0 and d.bound == 1
+        assert [(x.allowed, x.remaining, x.limit) for x in d.limits] == [(True, 2, 5), (False, 0, 3)]
+        d = c.refund("alice", "login", 1)
+        assert d.remaining == 1 and [x.remaining for x in d.limits] == [3, 1]
+        assert c.acquire("dave", "token_bucket:max=5,refill_time=1h").limits == ()  # one limit: no list
         assert c.reset("alice", "login") and c.peek("alice", "login").remaining == 3
         with pytest.raises(SluiceError, match="cannot name a list"):
             c.multi([("alice", "login", 1)])
@@ -148,11 +153,15 @@ def test_lists_quotas_and_overrides(make_sidecar: Callable[..., Any], tmp_path: 
 
     async def main() -> None:
         async with AsyncClient(sc.socket, on_unavailable="raise") as ac:
-            assert (await ac.acquire("bob", "login")).limit == 3
+            d = await ac.acquire("bob", "login")
+            assert d.limit == 3 and d.bound == 1 and [x.remaining for x in d.limits] == [4, 2]
+            d = await ac.refund("bob", "login", 1)
+            assert [x.remaining for x in d.limits] == [5, 3]
             assert (await ac.acquire("tenant:acme", "api")).remaining == 1
     asyncio.run(main())
 
-    # A middleware on the list names its binding limit; on the quota, each key's override.
+    # A middleware on the list lists each of its limits, RateLimit the binding one's; on the
+    # quota, each key's override.
     with Client(sc.socket, on_unavailable="raise") as c:
         def app(environ: Any, start_response: Any) -> Any:
             start_response("200 OK", [])
@@ -166,6 +175,7 @@ def test_lists_quotas_and_overrides(make_sidecar: Callable[..., Any], tmp_path: 
             return got["status"], got["headers"]
         mw = RateLimitMiddleware(app, c, "login", key=lambda e: e["KEY"], name="login")
         status, headers = call(mw, "carol")
-        assert status == "200 OK" and headers["RateLimit-Policy"] == '"login";q=3' and headers["RateLimit"].startswith('"login";r=2;t=')
+        assert status == "200 OK" and headers["RateLimit-Policy"] == '"login.1";q=5, "login.2";q=3'
+        assert headers["RateLimit"].startswith('"login.2";r=2;t=')
         mw = RateLimitMiddleware(app, c, "api", key=lambda e: e["KEY"], name="api")
         assert call(mw, "tenant:gamma")[1]["RateLimit-Policy"] == '"api";q=3'

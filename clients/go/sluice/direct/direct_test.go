@@ -156,7 +156,7 @@ func TestDirect_oneBucket(t *testing.T) {
 	}
 	viaSocket.ResetAfter, viaFile.ResetAfter = 0, 0 // the two peeks are a moment apart
 	viaSocket.RetryAfter, viaFile.RetryAfter = 0, 0
-	if viaSocket != viaFile || viaFile.Remaining != 0 {
+	if !reflect.DeepEqual(viaSocket, viaFile) || viaFile.Remaining != 0 {
 		t.Errorf("peek through the socket %+v, in the file %+v", viaSocket, viaFile)
 	}
 	if existed, err := d.Reset(ctx, l, "one"); err != nil || !existed {
@@ -212,7 +212,7 @@ func TestDirect_acquireOptions(t *testing.T) {
 			for _, dec := range []*sluice.Decision{&viaFile, &viaSocket} {
 				dec.RetryAfter, dec.ResetAfter = dec.RetryAfter.Round(time.Minute), dec.ResetAfter.Round(time.Minute)
 			}
-			if viaFile != viaSocket {
+			if !reflect.DeepEqual(viaFile, viaSocket) {
 				t.Errorf("%s, acquire %d: in the file %+v, through the socket %+v", name, i+1, viaFile, viaSocket)
 			}
 			if want := name == "shadow" && i > 0; viaFile.ShadowDenied != want {
@@ -259,7 +259,7 @@ func TestDirect_extendedAlgorithms(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if viaSocket != viaFile || viaFile.Remaining != 0 || viaFile.Allowed {
+			if !reflect.DeepEqual(viaSocket, viaFile) || viaFile.Remaining != 0 || viaFile.Allowed {
 				t.Errorf("peek through the socket %+v, in the file %+v", viaSocket, viaFile)
 			}
 			// A refund in the file frees one through the socket.
@@ -676,7 +676,7 @@ func TestDirect_setDecision(t *testing.T) {
 	got := sluice.Decision{Degraded: true, Outage: "local"}
 	direct.SetDecision(&got, &w)
 	want.Degraded, want.Outage = true, "local" // the client's own fields are left
-	if got != want {
+	if !reflect.DeepEqual(got, want) {
 		t.Errorf("in place %+v, the client's %+v", got, want)
 	}
 }

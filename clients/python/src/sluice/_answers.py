@@ -92,7 +92,7 @@ def results(frame: proto.Buffer, fid: int, calls: Sequence[Call]) -> List[Any]:
         for c in calls:
             code = c.code
             if end - off >= _RESULT_DECISION_SIZE and frame[off] == code and frame[off + 1] == 0 \
-                    and 3 <= code <= 5:
+                    and 3 <= code <= 5 and frame[off + 2] < proto.LIMITS:  # not a list's (version 7)
                 # the common case, a decision: unpacked in one go
                 _, _, allowed, rem, lim, ra, rs, dl = unpack(frame, off)
                 if allowed > 1:  # shadow-denied (version 2), outage, fails closed (version 4)

@@ -130,14 +130,15 @@ def checked(code: int, key: Key, limit: LimitLike, n: Any, flags: int) -> Tuple[
 
 
 def decide_frame(fid: int, code: int, key: Key, limit: LimitLike, n: Any, at: At, flags: int,
-                 deadline: int = 0, v4: bool = False) -> bytes:
+                 deadline: int = 0, v4: bool = False, v7: bool = False) -> bytes:
     """The whole request frame of one ACQUIRE or PEEK: the hot path, packed in one go.
 
     The frame is in the oldest version that holds it (proto.item_version, inlined), so a sidecar
     of an older version answers it too; its answer comes in the same version (byte 4). A named
     limit's request carries ``deadline`` (Unix ns, DEADLINE, version 4) if it is not 0 and
     ``at`` is None, and goes in version 4 with ``v4`` (its answer then says whether the limit
-    fails closed).
+    fails closed), and in version 7 with ALL with ``v7`` (the answer of a list then says each
+    limit's decision).
     """
     k, lim, n, f = checked(code, key, limit, n, flags)
     a, p0, p1, p2 = lim._wire
@@ -147,6 +148,8 @@ def decide_frame(fid: int, code: int, key: Key, limit: LimitLike, n: Any, at: At
             f, t = f | 4, at_ns(at)
         elif deadline and a == 0:
             f, t = f | _DEADLINE, deadline
+        if v7 and a == 0:
+            f |= _ALL
         v = proto.item_version(code, f, lim)
         return proto.frame(proto.Kind.REQUEST, fid, 1, proto.encode_item(code, f, lim, n, t, k), max(v, 4) if v4 else v)
     v = 3 if a >= _V3_ALGORITHM else 2 if f & _SHADOW else 1  # proto.item_version, inlined
@@ -158,6 +161,8 @@ def decide_frame(fid: int, code: int, key: Key, limit: LimitLike, n: Any, at: At
 
 
 _DEADLINE = 32  # proto.Flags.DEADLINE
+_ALL = 64  # proto.Flags.ALL
+_DECIDED = (int(Opcode.ACQUIRE), int(Opcode.PEEK), int(Opcode.REFUND))  # the operations ALL applies to
 
 
 def named(limit: LimitLike) -> bool:
@@ -206,14 +211,19 @@ _LEASE_OPS = (int(Opcode.LEASE), int(Opcode.RELEASE))
 
 def named_versions(calls: Sequence[Call], version: int) -> List[Call]:
     """calls, for a sidecar of protocol ``version`` (4 or later): those on named limits in
-    version 4 at least (their answers then say whether the limit fails closed), and their
-    LEASE and RELEASE in version 5 if the sidecar speaks it (their answers then say which
-    outage policy made them)."""
+    version 4 at least (their answers then say whether the limit fails closed), their LEASE and
+    RELEASE in version 5 if the sidecar speaks it (their answers then say which outage policy
+    made them), and their ACQUIRE, PEEK and REFUND in version 7 with ALL if the sidecar speaks
+    it (the answer of a list then says each limit's decision)."""
     lease_v = 5 if version >= 5 else 4
     out = []
     for cl in calls:
         if cl.name is not None:
             want = lease_v if cl.code in _LEASE_OPS else 4
+            if version >= proto.LIST_VERSION and cl.code in _DECIDED:
+                want = proto.LIST_VERSION
+                b = cl.body  # an item: the opcode, then the flags
+                cl = cl._replace(body=b[:1] + bytes((b[1] | _ALL,)) + b[2:])
             if cl.version < want:
                 cl = cl._replace(version=want)
         out.append(cl)

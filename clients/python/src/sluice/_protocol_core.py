@@ -165,16 +165,17 @@ class ProtocolCore:
         return fid
 
     def _decide_request(self, code: int, key: Key, limit: LimitLike, n: Any, at: At, flags: int,
-                        v4: bool, fid: int = 0) -> Tuple[int, bytes]:
+                        v4: bool, fid: int = 0, v7: bool = False) -> Tuple[int, bytes]:
         """The id and the whole frame of an acquire or peek (the hot path): frame ``fid``, or
         the next one. ``v4``: the sidecar speaks version 4 and the limit is named, so the
         request carries the client's deadline (the sidecar answers before the client gives up)
-        and its answer says whether the limit fails closed. Bad arguments raise here, before
-        any I/O."""
+        and its answer says whether the limit fails closed. ``v7``: the sidecar speaks version 7,
+        so the request asks for each limit's decision of a list (ALL). Bad arguments raise here,
+        before any I/O."""
         dl = deadline_ns(self.timeout) if v4 and self.timeout is not None else 0
         if not fid:
             self._id = fid = (self._id + 1) & 0xFFFFFFFF
-        return fid, decide_frame(fid, code, key, limit, n, at, flags, dl, v4)
+        return fid, decide_frame(fid, code, key, limit, n, at, flags, dl, v4, v7)
 
     def _batch(self, calls: Sequence[Call], version: int) -> Frames:
         """The frames of calls (a pipeline, or one call) to a sidecar of protocol ``version``:

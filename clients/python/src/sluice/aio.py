@@ -346,9 +346,10 @@ class AsyncClient(ProtocolCore):
                 conn = self._conn
                 if conn is None or conn.closed or conn.loop is not asyncio.get_running_loop():
                     conn = await self._connect()
-                v4 = named(limit) and await self._sidecar_version(conn) >= 4
+                ver = await self._sidecar_version(conn) if named(limit) else 0
+                v4 = ver >= 4
                 if v4:
-                    fid, payload = self._decide_request(code, key, limit, n, at, flags, True, fid)
+                    fid, payload = self._decide_request(code, key, limit, n, at, flags, True, fid, ver >= 7)
                 f = await conn.send_one(payload, fid)
                 d = self._decided(f, fid, code, payload[4], limit, v4)  # answered in the request's version
                 if d is None:

@@ -334,9 +334,10 @@ class Client(ProtocolCore):
         try:
             with self._lock:
                 # named(limit), inlined for a Limit: the hot path
-                v4 = (type(limit) is Named or not isinstance(limit, Limit) and named(limit)) \
-                    and self._sidecar_version() >= 4
-                fid, payload = self._decide_request(code, key, limit, n, at, flags, v4)
+                ver = self._sidecar_version() \
+                    if type(limit) is Named or not isinstance(limit, Limit) and named(limit) else 0
+                v4 = ver >= 4
+                fid, payload = self._decide_request(code, key, limit, n, at, flags, v4, 0, ver >= 7)
                 sock = self._sock
                 f: Any = None
                 if sock is not None:
@@ -373,8 +374,8 @@ class Client(ProtocolCore):
 
     def _decide_slow(self, code: int, key: Key, limit: LimitLike, n: Any, at: At, flags: int) -> Decision:
         with self._lock:
-            v4 = named(limit) and self._sidecar_version() >= 4
-            fid, payload = self._decide_request(code, key, limit, n, at, flags, v4)
+            ver = self._sidecar_version() if named(limit) else 0
+            fid, payload = self._decide_request(code, key, limit, n, at, flags, ver >= 4, 0, ver >= 7)
             f = self._exchange(payload, 1)[0]
             return value(self._results(f, fid, (decide_call(code, limit),))[0])  # type: ignore[no-any-return]
 

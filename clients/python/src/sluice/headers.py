@@ -50,6 +50,16 @@ first of equals. ``Retry-After`` is that policy's::
     RateLimit-Policy: "burst";q=5;w=1, "daily";q=1000;w=86400
     RateLimit: "daily";r=0;t=36000
 
+The decision of a named limit that lists several limits (the sidecar's
+config: ``login: [SPEC, SPEC]``) carries each limit's decision
+(``Decision.limits``, from a sidecar of protocol version 7): its headers,
+from :func:`response_headers` as from :func:`response_headers_of`, are
+those of several policies, one per limit of the list, named ``NAME.1``,
+``NAME.2``, ... in the list's order (:func:`list_policies`)::
+
+    RateLimit-Policy: "login.1";q=5, "login.2";q=1000
+    RateLimit: "login.2";r=0;t=36000
+
 The Go client's ``SetRateLimitHeaders`` and ``SetRateLimitHeadersOf`` give
 the same fields for the same limits and decisions: both are checked
 against one set of vectors, ``clients/testdata/ratelimit-headers.json``.
@@ -60,7 +70,7 @@ from __future__ import annotations
 from typing import List, Optional, Sequence, Tuple
 
 from .limits import Algorithm, Concurrency, Limit, Named
-from .results import Decision, Lease
+from .results import Decision, Lease, make_decision
 
 _NS = 1_000_000_000
 _MAX_I64 = (1 << 63) - 1
@@ -162,10 +172,13 @@ def _leased(decision: Decision, limit: Optional[Limit]) -> bool:
 def ratelimit_headers(decision: Decision, limit: Limit, name: str = "default") -> List[Tuple[str, str]]:
     """The ``RateLimit-Policy`` and ``RateLimit`` headers of a decision, as (name, value) pairs.
 
-    A degraded decision (the sidecar was not asked) has none: nothing is known.
+    A degraded decision (the sidecar was not asked) has none: nothing is known. A named list's
+    decision has those of every limit of the list (see the module doc).
     """
     if decision.degraded:
         return []
+    if decision.limits:
+        return [h for h in response_headers_of([(name, limit, decision)]) if h[0] != "Retry-After"]
     n = _sf_string(name)
     q = max(decision.limit, 0)
     pol = f"{n};q={q}"
@@ -181,6 +194,8 @@ def ratelimit_headers(decision: Decision, limit: Limit, name: str = "default") -
 
 def response_headers(decision: Decision, limit: Limit, name: str = "default") -> List[Tuple[str, str]]:
     """Every header for a response: the RateLimit pair and, for a denial, ``Retry-After``."""
+    if decision.limits and not decision.degraded:
+        return response_headers_of([(name, limit, decision)])
     headers = ratelimit_headers(decision, limit, name)
     ra = retry_after(decision, limit)
     if ra is not None:
@@ -212,9 +227,11 @@ def response_headers_of(policies: Sequence[Tuple[str, Limit, Decision]]) -> List
     """Every header for a request decided under several policies, each a (name, limit,
     decision): ``RateLimit-Policy`` lists each, ``RateLimit`` and ``Retry-After`` are the
     closest policy's (see the module doc). A degraded decision gives only the first degraded
-    one's ``Retry-After``."""
+    one's ``Retry-After``. A named list's decision counts as one policy per limit of the list
+    (:func:`list_policies`)."""
     if not policies:
         raise ValueError("no policies: want at least one (name, limit, decision)")
+    policies = list_policies(policies)
     for name, limit, d in policies:
         if d.degraded:
             return response_headers(d, limit, name)
@@ -226,3 +243,20 @@ def response_headers_of(policies: Sequence[Tuple[str, Limit, Decision]]) -> List
     if ra is not None:
         headers.append(("Retry-After", ra))
     return headers
+
+
+def list_policies(policies: Sequence[Tuple[str, Limit, Decision]]) -> List[Tuple[str, Limit, Decision]]:
+    """The policies with each whose decision is a named list's (``Decision.limits``) replaced by
+    one policy per limit of the list, in the list's order, named ``NAME.1``, ``NAME.2``, ...
+    after the policy's name, each with its limit's decision. A shadowed request's limits that
+    denied are shown allowed, as the sidecar answered the request."""
+    out: List[Tuple[str, Limit, Decision]] = []
+    for name, limit, d in policies:
+        if not d.limits or d.degraded:
+            out.append((name, limit, d))
+            continue
+        for i, x in enumerate(d.limits):
+            if d.shadow_denied and not x.allowed:  # as the sidecar answers a shadow denial
+                x = make_decision(True, x.remaining, x.limit, -1, x.reset_after_ns, x.delay_ns)
+            out.append((f"{name}.{i + 1}", limit, x))
+    return out

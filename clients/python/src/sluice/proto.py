@@ -1,4 +1,4 @@
-"""The native wire format, version 5: frames, operations and results as bytes.
+"""The native wire format, version 7: frames, operations and results as bytes.
 
 A port of the Go package proto; its package documentation (proto/doc.go)
 is the specification, and the golden frames in proto/testdata/golden are
@@ -15,7 +15,7 @@ status a server would answer for the same bytes (:class:`Malformed`,
 :class:`UnknownOpcode`, :class:`InvalidLimit`, :class:`InvalidKey`,
 :class:`TooManyItems`); they never raise anything else on bad bytes.
 
-It reads and writes versions 1 to 5: in a frame of version 1 or 2, LEASE
+It reads and writes versions 1 to 7: in a frame of version 1 or 2, LEASE
 and RELEASE are unknown opcodes and the algorithms of version 3
 (sliding_log, window_counters, concurrency) unknown algorithms, a frame
 of version 1 has no named limits and no shadow requests, and only version 4
@@ -23,7 +23,12 @@ and later have the client's deadline (DEADLINE) and the mark of a decision
 an outage policy made (``Decision.outage``), and only version 5 the quota
 algorithm, whose limit field carries its time zone after its parameters
 (a u8 length, 0 for UTC, and the zone's name), and that mark on a LEASE's
-and a RELEASE's decision. A server answers
+and a RELEASE's decision. Version 6 adds the register operations (REGGET,
+REGSET, REGCAS, REGDEL), which this module decodes and encodes (the clients
+do not send them), and version 7 the flag ALL of an ACQUIRE, PEEK or REFUND
+on a named limit that lists several: its answer's decision has bit 5 set
+and is followed by each limit's decision (``Decision.limits``) and the
+index of the one that binds (``Decision.bound``). A server answers
 each request frame in its version, so a client that writes each frame in
 the oldest version that holds it (:func:`item_version`,
 :func:`multi_version`, :func:`op_version`) keeps working against a server
@@ -33,7 +38,7 @@ Frame::
 
     offset size field
     0      4    length   u32: bytes after this field, 8 + body; 8..MAX_FRAME_LEN
-    4      1    version  1 to 5
+    4      1    version  1 to 7
     5      1    kind     1 request, 2 response
     6      2    count    u16: operations or results in the body, 1..MAX_BATCH
     8      4    id       u32: chosen by the client, echoed by the server
@@ -55,12 +60,14 @@ from .errors import (
 )
 from .limits import MAX_NAME_LEN, Algorithm, Limit, Named
 from .results import (
-    Decision, Hello, Lease, MultiDecision, Released, ScanEntry, ScanPage, Stats, Value, make_decision, make_lease,
+    Decision, Hello, Lease, MultiDecision, Register, Released, ScanEntry, ScanPage, Stats, Value, make_decision,
+    make_lease,
 )
 
 Buffer = Union[bytes, bytearray, memoryview]
 
-VERSION = 5  #: the newest version this side reads and writes
+VERSION = 7  #: the newest version this side reads and writes
+LIST_VERSION = 7  #: the version of the flag ALL: each limit's decision of a named list
 MAX_ZONE_LEN = 64  #: the longest time zone name of a quota's limit field (version 5)
 #: the version a SCAN is written in: the newest that changed what it lists (version 4 changed nothing)
 SCAN_VERSION = 3
@@ -97,6 +104,10 @@ class Opcode(enum.IntEnum):
     STATS = 9
     LEASE = 10  #: version 3: take a slot of a concurrency limit, for a lease id
     RELEASE = 11  #: version 3: give a lease's slot back
+    REGGET = 12  #: version 6: a register's value, its expiry and the server's clock
+    REGSET = 13  #: version 6: set a register that does not exist
+    REGCAS = 14  #: version 6: compare a register's value and swap it
+    REGDEL = 15  #: version 6: delete a register
 
 
 class Flags(enum.IntFlag):
@@ -108,12 +119,14 @@ class Flags(enum.IntFlag):
     NAMED = 8  #: the limit is named (version 2): the limit field holds its name
     SHADOW = 16  #: version 2, acquire: answer a denial as allowed and shadow-denied
     DEADLINE = 32  #: version 4: ``at`` is the client's deadline, Unix ns (not with AT)
+    ALL = 64  #: version 7: a named list's answer carries each limit's decision
 
 
 _NAMED = 8  # Flags.NAMED as a plain int: IntFlag's ~ keeps only defined bits
 _SHADOW = 16
 _DEADLINE = 32
-_ITEM_FLAGS = 63
+_ALL = 64
+_ITEM_FLAGS = 127
 _LEASE_FLAGS = 8  # LEASE and RELEASE: NAMED only
 _MULTI_FLAGS = 4
 _MULTI_ITEM_FLAGS = 11
@@ -134,6 +147,8 @@ SCAN_ENTRY = struct.Struct("<BqH")  # algorithm, fresh_at, keylen: 11
 _LIMIT = struct.Struct("<Bqqq")  # algorithm, p0, p1, p2: 25
 _ITEM_TAIL = struct.Struct("<qqH")  # n, at, keylen: after the limit field
 _MULTI_ITEM_TAIL = struct.Struct("<qH")  # cost, keylen: after the limit field
+REGISTER = struct.Struct("<BBqqqH")  # opcode, flags, old, value, ttl, keylen: 29
+REGISTER_RESULT = struct.Struct("<Bqqq")  # ok, value, ttl, now: 25
 _U16 = struct.Struct("<H")
 _U64 = struct.Struct("<Q")
 
@@ -166,6 +181,7 @@ class Op:
     at, key. LEASE: flags (NAMED only), limit, n (1), key. RELEASE: flags
     (NAMED only), limit, lease, key (n is 0: the wire's n holds the lease).
     MULTI: flags (AT only), at, items. SCAN: cursor, count, prefix.
+    REGGET, REGSET, REGCAS, REGDEL (version 6): old, n (the value), ttl, key.
     """
 
     code: int
@@ -179,6 +195,8 @@ class Op:
     count: int = 0
     prefix: bytes = b""
     lease: int = 0  #: RELEASE: the lease id, 1..2**64-1
+    old: int = 0  #: REGCAS: the value the register must hold
+    ttl: int = 0  #: REGSET, REGCAS: ns the register lives after it is written
 
 
 @dataclass
@@ -362,9 +380,16 @@ def encode_scan(cursor: int, count: int, prefix: bytes) -> bytes:
     return SCAN.pack(Opcode.SCAN, cursor, count, len(prefix)) + prefix
 
 
+def encode_register(code: int, old: int, value: int, ttl: int, key: bytes) -> bytes:
+    """Encode a register operation (version 6): REGGET, REGSET, REGCAS or REGDEL."""
+    return REGISTER.pack(code, 0, old, value, ttl, len(key)) + key
+
+
 def encode_op(op: Op) -> bytes:
     """Encode any decoded operation back to its bytes."""
     c = op.code
+    if Opcode.REGGET <= c <= Opcode.REGDEL:
+        return encode_register(c, op.old, op.n, op.ttl, op.key)
     if Opcode.ACQUIRE <= c <= Opcode.RESET or c == Opcode.LEASE:
         assert op.limit is not None
         return encode_item(c, op.flags, op.limit, op.n, op.at, op.key)
@@ -388,9 +413,11 @@ def encode_op(op: Op) -> bytes:
 
 def item_version(code: int, flags: int, limit: Limit) -> int:
     """The oldest version whose frames may carry the item operation ``encode_item(code, flags,
-    limit, ...)`` writes: 5 for a quota, 4 with DEADLINE, 3 for LEASE, RELEASE and a limit of the algorithms from sliding_log on,
+    limit, ...)`` writes: 7 with ALL, 5 for a quota, 4 with DEADLINE, 3 for LEASE, RELEASE and a limit of the algorithms from sliding_log on,
     2 for a named limit or a shadow request (SHADOW in ``flags``, or an ACQUIRE of a limit whose
     spec says shadow=true), else 1."""
+    if flags & _ALL:
+        return LIST_VERSION
     if limit._wire[0] == Algorithm.QUOTA:
         return 5
     if flags & _DEADLINE:
@@ -419,7 +446,8 @@ def multi_version(items: Sequence[WireMultiItem]) -> int:
 
 def op_version(op: Op) -> int:
     """The oldest version whose frames may carry ``encode_op(op)``: :func:`item_version` of an
-    item operation, :func:`multi_version` of a MULTI, 1 for HELLO, PING and STATS, and
+    item operation, :func:`multi_version` of a MULTI, 6 for a register operation, 1 for HELLO,
+    PING and STATS, and
     SCAN_VERSION for a SCAN (a SCAN in a frame of version 1 or 2 leaves out the buckets of the
     algorithms of version 3)."""
     c = op.code
@@ -430,6 +458,8 @@ def op_version(op: Op) -> int:
         return multi_version(op.items)
     if c == Opcode.SCAN:
         return SCAN_VERSION
+    if Opcode.REGGET <= c <= Opcode.REGDEL:
+        return 6
     return MIN_VERSION
 
 
@@ -506,7 +536,7 @@ def decode_op(b: Buffer, off: int = 0, end: Optional[int] = None, version: int =
         if code >= Opcode.LEASE:
             bad = flags & ~_LEASE_FLAGS  # a lease is on the server's clock: no AT
         else:
-            ok = 7 | (named and _NAMED | _SHADOW) | (_DEADLINE if version >= 4 else 0)
+            ok = 7 | (named and _NAMED | _SHADOW) | (_DEADLINE if version >= 4 else 0) | (_ALL if version >= 7 else 0)
             bad = flags & ~ok
         if bad:
             raise Malformed(f"malformed: {_name(code)}: reserved flag bits 0x{bad:02x}")
@@ -539,7 +569,24 @@ def decode_op(b: Buffer, off: int = 0, end: Optional[int] = None, version: int =
         return Op(Opcode.SCAN, cursor=cursor, count=count, prefix=prefix), off
     if code in (Opcode.HELLO, Opcode.PING, Opcode.STATS):
         return Op(Opcode(code)), off + 1
+    if version >= 6 and Opcode.REGGET <= code <= Opcode.REGDEL:
+        return _decode_register(b, off, end)
     raise UnknownOpcode(f"unknown opcode: {code}")
+
+
+def _decode_register(b: Buffer, off: int, end: int) -> Tuple[Op, int]:
+    code = b[off]
+    if end - off < REGISTER.size:
+        raise _truncated(_name(code), REGISTER.size - 1, end - off - 1)
+    _, flags, old, value, ttl, _ = REGISTER.unpack_from(b, off)
+    if flags:
+        raise Malformed(f"malformed: {_name(code)}: reserved flag bits 0x{flags:02x}")
+    if code != Opcode.REGCAS and old:
+        raise Malformed(f"malformed: {_name(code)} with old {old}, want 0")
+    if code in (Opcode.REGGET, Opcode.REGDEL) and (value or ttl):
+        raise Malformed(f"malformed: {_name(code)} with value {value} and ttl {ttl}, want 0")
+    key, off = _key(b, off + REGISTER.size - 2, end, 1, code, "key")
+    return Op(Opcode(code), n=value, key=key, old=old, ttl=ttl), off
 
 
 def _decode_multi(b: Buffer, off: int, end: int, named: int, version: int) -> Tuple[Op, int]:
@@ -603,7 +650,10 @@ def encode_release_result(r: Released) -> bytes:
 
 
 def _pack_decision(d: Decision) -> bytes:
-    return DECISION.pack(decision_byte(d), d.remaining, d.limit, d.retry_after_ns, d.reset_after_ns, d.delay_ns)
+    b = DECISION.pack(decision_byte(d), d.remaining, d.limit, d.retry_after_ns, d.reset_after_ns, d.delay_ns)
+    if d.limits:  # version 7: each limit's decision of a list follows
+        b += bytes((len(d.limits), d.bound)) + b"".join(_pack_decision(x) for x in d.limits)
+    return b
 
 
 #: The outage policies a decision's first byte names in bits 2-3 (version 4; of a LEASE's and a
@@ -613,20 +663,24 @@ OUTAGES = (None, "local", "open", "closed")
 
 #: Bit 4 of a decision's first byte (version 4): the limit fails closed.
 FAILS_CLOSED = 16
+#: Bit 5 of an ACQUIRE's, PEEK's or REFUND's decision's first byte (version 7): the decisions of
+#: a list's limits follow.
+LIMITS = 32
 
 
 def decision_byte(d: Decision) -> int:
-    """A decision's first byte: allowed, shadow-denied (bit 1), the outage policy (bits 2-3) and
-    fails closed (bit 4)."""
+    """A decision's first byte: allowed, shadow-denied (bit 1), the outage policy (bits 2-3),
+    fails closed (bit 4) and the limits of a list (bit 5)."""
     return (3 if d.shadow_denied else 1 if d.allowed else 0) | (OUTAGES.index(d.outage) << 2 if d.outage else 0) \
-        | (FAILS_CLOSED if d.fails_closed else 0)
+        | (FAILS_CLOSED if d.fails_closed else 0) | (LIMITS if d.limits else 0)
 
 
 def parse_decision_byte(c: int, code: int) -> Tuple[bool, bool, Optional[str], bool]:
     """The allowed, shadow-denied, outage and fails-closed of a decision's first byte of an
-    ACQUIRE, PEEK or REFUND; raises Malformed for bits no version sets."""
+    ACQUIRE, PEEK or REFUND; raises Malformed for bits no version sets. Bit 5 (the limits of a
+    list follow) is the caller's to read."""
     shadow = c & 2 != 0
-    if c & ~0x1F or shadow and (not c & 1 or code != Opcode.ACQUIRE):
+    if c & ~0x3F or shadow and (not c & 1 or code != Opcode.ACQUIRE):
         raise Malformed(f"malformed: {_name(code)} decision's first byte 0x{c:02x}")
     return c & 1 == 1, shadow, OUTAGES[c >> 2 & 3], c & FAILS_CLOSED != 0
 
@@ -664,6 +718,9 @@ def encode_result(r: Result) -> bytes:
         for e in v.entries:
             parts += [SCAN_ENTRY.pack(e.algorithm, e.fresh_at_ns, len(e.key)), e.key]
         return b"".join(parts)
+    if Opcode.REGGET <= c <= Opcode.REGDEL:
+        assert isinstance(v, Register)
+        return head + REGISTER_RESULT.pack(1 if v.ok else 0, v.value, v.ttl_ns, v.now_ns)
     if c == Opcode.STATS:
         assert isinstance(v, dict)
         parts = [head, _U16.pack(len(v))]
@@ -686,15 +743,36 @@ def _decision(b: Buffer, off: int, end: int, code: int) -> Tuple[Decision, int]:
     allowed, rem, lim, retry, reset, delay = DECISION.unpack_from(b, off)
     if Opcode.ACQUIRE <= code <= Opcode.REFUND:  # shadow-denied (version 2), outage, fails closed (version 4)
         ok, shadow, outage, closed = parse_decision_byte(allowed, code)
+        off += DECISION.size
+        limits: Tuple[Decision, ...] = ()
+        bound = 0
+        if allowed & LIMITS:  # version 7: each limit's decision of a list
+            limits, bound, off = _decode_limits(b, off, end, code)
         return make_decision(ok, rem, lim, retry, reset, delay, shadow_denied=shadow, outage=outage,
-                             fails_closed=closed), \
-            off + DECISION.size
+                             fails_closed=closed, limits=limits, bound=bound), off
     if code == Opcode.LEASE or code == Opcode.RELEASE:  # outage (version 5)
         if allowed & ~0x0D:
             raise Malformed(f"malformed: {_name(code)} decision's first byte 0x{allowed:02x}")
         return make_decision(allowed & 1 == 1, rem, lim, retry, reset, delay, outage=OUTAGES[allowed >> 2 & 3]), \
             off + DECISION.size
     return make_decision(_bool(allowed, "decision allowed"), rem, lim, retry, reset, delay), off + DECISION.size
+
+
+def _decode_limits(b: Buffer, off: int, end: int, code: int) -> Tuple[Tuple[Decision, ...], int, int]:
+    """The decisions of a list's limits after a decision whose bit 5 is set, the index of the
+    one that binds, and the offset after them."""
+    if end - off < 2:
+        raise _truncated(f"{_name(code)} limits", 2, end - off)
+    n, bound = b[off], b[off + 1]
+    if n == 0 or n > MAX_MULTI or bound >= n:
+        raise Malformed(f"malformed: {_name(code)} result with {n} limits bound by limit {bound}, "
+                        f"want 1..{MAX_MULTI} limits and a bound below their count")
+    off += 2
+    ds = []
+    for _ in range(n):
+        d, off = _decision(b, off, end, Opcode.MULTI)  # a boolean first byte, as a MULTI's
+        ds.append(d)
+    return tuple(ds), bound, off
 
 
 def decode_result(b: Buffer, off: int = 0, end: Optional[int] = None) -> Tuple[Result, int]:
@@ -756,6 +834,14 @@ def decode_result(b: Buffer, off: int = 0, end: Optional[int] = None) -> Tuple[R
         value, off = _decode_scan_result(b, off, end)
     elif code == Opcode.STATS:
         value, off = _decode_stats_result(b, off, end)
+    elif Opcode.REGGET <= code <= Opcode.REGDEL:
+        if end - off < REGISTER_RESULT.size:
+            raise _truncated(f"{_name(code)} result", REGISTER_RESULT.size, end - off)
+        ok, val, ttl, now = REGISTER_RESULT.unpack_from(b, off)
+        if ttl < -1:
+            raise Malformed(f"malformed: {_name(code)} result with ttl {ttl}")
+        value = Register(_bool(ok, "register result ok"), val, ttl, now)
+        off += REGISTER_RESULT.size
     else:
         raise UnknownOpcode(f"unknown opcode: OK result with opcode {code}")
     return Result(code, 0, "", value), off

@@ -61,6 +61,17 @@ class Decision:
             client remembers it per limit name: when the sidecar does not
             answer a later request on the name, ``on_unavailable`` denies it
             ("open" does not admit it; "raise" still raises).
+        limits: the decision of each limit of a named limit that lists
+            several (the sidecar's config: ``login: [SPEC, SPEC]``), in the
+            list's order, which a sidecar of protocol version 7 gives to an
+            acquire, peek or refund; ``()`` for a limit that is one limit,
+            and from an older sidecar. The decision itself is their
+            combination (allowed if each allows), with the ``limit`` and
+            ``retry_after`` of ``limits[bound]``, the limit that binds, the
+            least ``remaining`` and the largest ``reset_after`` and
+            ``delay``. The RateLimit headers (:mod:`sluice.headers`) list
+            every limit.
+        bound: the index in ``limits`` of the limit that binds.
     """
 
     allowed: bool
@@ -73,6 +84,8 @@ class Decision:
     shadow_denied: bool = False
     outage: Optional[str] = None
     fails_closed: bool = False
+    limits: Tuple["Decision", ...] = ()
+    bound: int = 0
 
     def __bool__(self) -> bool:
         return self.allowed
@@ -115,14 +128,14 @@ _setattr = object.__setattr__
 def make_decision(allowed: bool, remaining: int, limit: int, retry_after_ns: int,
                   reset_after_ns: int, delay_ns: int, degraded: bool = False,
                   shadow_denied: bool = False, outage: Optional[str] = None,
-                  fails_closed: bool = False) -> Decision:
+                  fails_closed: bool = False, limits: Tuple[Decision, ...] = (), bound: int = 0) -> Decision:
     """Build a Decision without the frozen dataclass's per-field ``__init__`` (2x faster)."""
     d = _new(Decision)
     _setattr(d, "__dict__", {
         "allowed": allowed, "remaining": remaining, "limit": limit,
         "retry_after_ns": retry_after_ns, "reset_after_ns": reset_after_ns,
         "delay_ns": delay_ns, "degraded": degraded, "shadow_denied": shadow_denied, "outage": outage,
-        "fails_closed": fails_closed,
+        "fails_closed": fails_closed, "limits": limits, "bound": bound,
     })
     return d
 
@@ -250,10 +263,20 @@ class ScanPage:
     entries: Tuple[ScanEntry, ...]
 
 
+class Register(NamedTuple):
+    """The answer to a register operation (protocol version 6; REGGET, REGSET, REGCAS, REGDEL),
+    which this client decodes but does not send."""
+
+    ok: bool  #: REGGET: it exists; REGSET: it was set; REGCAS: it was swapped; REGDEL: it existed
+    value: int  #: the register's value after the operation; 0 if it does not exist
+    ttl_ns: int  #: ns until it expires; -1 if it does not exist
+    now_ns: int  #: the server's clock, Unix ns, when it decided
+
+
 #: A STATS answer: counter name to value. The names are the server's and may change.
 Stats = Dict[str, int]
 
 #: What a decoded result holds, by opcode: Hello, None (PING), Decision
 #: (ACQUIRE, PEEK, REFUND), Lease (LEASE), Released (RELEASE), bool (RESET:
 #: existed), MultiDecision, ScanPage, Stats.
-Value = Union[Hello, None, Decision, Lease, Released, bool, MultiDecision, ScanPage, Stats, Any]
+Value = Union[Hello, None, Decision, Lease, Released, bool, MultiDecision, ScanPage, Stats, Register, Any]
