@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/cputime"
 	"github.com/sluicehq/sluice/shm"
 )
 
@@ -188,6 +189,7 @@ func BenchmarkAcquire(b *testing.B) {
 				var d bucket.Decision
 				var ops, allowed int
 				b.ReportAllocs()
+				cpu := cputime.Start()
 				for b.Loop() {
 					now += step
 					if err := e.Acquire(&d, key, l, 1, At(now), 0); err != nil {
@@ -198,6 +200,7 @@ func BenchmarkAcquire(b *testing.B) {
 						allowed++
 					}
 				}
+				cpu.Report(b)
 				b.ReportMetric(float64(allowed)/float64(ops), "allowed/op")
 			})
 			for _, keys := range bc.random {
@@ -211,6 +214,7 @@ func BenchmarkAcquire(b *testing.B) {
 					var ops, allowed int
 					b.ReportAllocs()
 					b.ResetTimer()
+					cpu := cputime.Start()
 					for b.Loop() {
 						now += step
 						if err := e.Acquire(&d, benchKey(buf, rng.IntN(keys)), l, 1, At(now), 0); err != nil {
@@ -221,6 +225,7 @@ func BenchmarkAcquire(b *testing.B) {
 							allowed++
 						}
 					}
+					cpu.Report(b)
 					b.ReportMetric(float64(allowed)/float64(ops), "allowed/op")
 				})
 			}
