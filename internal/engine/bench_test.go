@@ -214,29 +214,35 @@ func BenchmarkAcquire(b *testing.B) {
 					l, step := bc.limit(keys)
 					e := benchTable(b, keys, l)
 					now := benchWarm(b, e, l, keys, step)
-					buf := make([]byte, 0, 32)
-					rng := rand.New(rand.NewPCG(2, 2))
-					var d bucket.Decision
-					var ops, allowed int
-					b.ReportAllocs()
-					b.ResetTimer()
-					cpu := cputime.Start()
-					for b.Loop() {
-						now += step
-						if err := e.Acquire(&d, benchKey(buf, rng.IntN(keys)), l, 1, At(now), 0); err != nil {
-							b.Fatal(err)
-						}
-						ops++
-						if d.Allowed {
-							allowed++
-						}
-					}
-					cpu.Report(b)
-					b.ReportMetric(float64(allowed)/float64(ops), "allowed/op")
+					benchRandom(b, e, l, keys, now, step)
 				})
 			}
 		})
 	}
+}
+
+// benchRandom is a random benchmark's loop: one request every step from
+// now, on keys drawn uniformly from keys keys.
+func benchRandom(b *testing.B, e *Engine, l *Limit, keys int, now, step int64) {
+	buf := make([]byte, 0, 32)
+	rng := rand.New(rand.NewPCG(2, 2))
+	var d bucket.Decision
+	var ops, allowed int
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu := cputime.Start()
+	for b.Loop() {
+		now += step
+		if err := e.Acquire(&d, benchKey(buf, rng.IntN(keys)), l, 1, At(now), 0); err != nil {
+			b.Fatal(err)
+		}
+		ops++
+		if d.Allowed {
+			allowed++
+		}
+	}
+	cpu.Report(b)
+	b.ReportMetric(float64(allowed)/float64(ops), "allowed/op")
 }
 
 // BenchmarkAcquireLoad is Acquire/token_bucket/1M-random on tables sized
@@ -262,17 +268,7 @@ func BenchmarkAcquireLoad(b *testing.B) {
 				}
 			}
 			e.SetProbeHook(nil)
-			rng := rand.New(rand.NewPCG(2, 2))
-			b.ReportAllocs()
-			b.ResetTimer()
-			cpu := cputime.Start()
-			for b.Loop() {
-				now += step
-				if err := e.Acquire(&d, benchKey(buf, rng.IntN(randomKeys)), l, 1, At(now), 0); err != nil {
-					b.Fatal(err)
-				}
-			}
-			cpu.Report(b)
+			benchRandom(b, e, l, randomKeys, now, step)
 			b.ReportMetric(float64(sum)/randomKeys, "displacement")
 			b.ReportMetric(float64(most), "max-displacement")
 			g := e.Geometry()
