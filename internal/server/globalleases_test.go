@@ -25,7 +25,7 @@ func TestGlobal_concurrency(t *testing.T) {
   jobs: {limit: "concurrency:limit=2,lease=1h", scope: global, on_unavailable: closed}
   short: {limit: "concurrency:limit=2,lease=2s", scope: global, on_unavailable: closed}
 `
-	a, b := startGlobal(t, redis.Addr, text), startGlobal(t, redis.Addr, text)
+	a, b := startGlobal(t, redis.Addr, text, patient), startGlobal(t, redis.Addr, text, patient)
 	ctx := context.Background()
 	limit, key := sluice.Limit{Name: "jobs"}, "k"
 	lease := func(c *sluice.Client) sluice.Lease {
@@ -113,7 +113,7 @@ func TestGlobal_peekExt(t *testing.T) {
 	sc := startGlobal(t, redis.Addr, `limits:
   log: {limit: "sliding_log:limit=2,window=1h", scope: global}
   wc: {limit: "window_counters:limit=2,window=1h,counters=6", scope: global}
-`)
+`, patient)
 	c := dialStrict(t, sc)
 	ctx := context.Background()
 	for _, name := range []string{"log", "wc"} {
