@@ -167,7 +167,8 @@
 //     atomics; big-endian machines are refused.
 //   - Slots are never emptied, only reused. Lookups stop at the home slot's
 //     reach, so used slots cost no probes, but reach never shrinks while the
-//     file is open. Size tables for the live bucket count at a load of at
+//     file is open. Size tables for the live bucket count at a load of
+//     0.75 (a 64-byte slot and its tag: 86.7 bytes per live bucket), at
 //     most about 0.8: past that, inserts start failing with ErrTableFull.
 //   - Reclaiming a token bucket that has refilled completely re-anchors its
 //     refill phase at its next use, as smyte/ratelimit's compaction does.

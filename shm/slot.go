@@ -74,11 +74,31 @@ func (s Slot) Key() []byte {
 
 // Commit marks the slot live with the state words as its holder left them,
 // records when the bucket will be fresh again, and unlocks it.
+//
+// The checksum is computed from the words as they will be, before they are
+// written, each read as the word it was written as: reading back the word
+// that holds the flags byte just stored, or the state words in wider loads,
+// would wait for those stores to reach the cache (stores the loads cannot
+// be forwarded from), on every decision.
 func (s Slot) Commit(freshAt int64) {
-	*u8at(s.p, slotFlags) = flagLive | *u8at(s.p, slotFlags)&flagBlock
+	w := summedWords(s.p)
+	meta := w[metaWord] // kind, flags, key length and sum, as they stand
+	flags := flagLive | uint8(meta>>flagsBit)&flagBlock
+	meta = meta&^(0xff<<flagsBit) | uint64(flags)<<flagsBit
+	sum := checksumMix(w[0], w[1], meta, uint64(freshAt), w[4], w[5], w[6],
+		uint64(atomic.LoadUint32(u32at(s.p, slotLock))>>reachShift))
+	*u8at(s.p, slotFlags) = flags
 	atomic.StoreInt64(i64at(s.p, slotFreshAt), freshAt)
-	s.unlock()
+	*u32at(s.p, slotSum) = sum
+	unlockWord(u32at(s.p, slotLock))
 }
+
+// The word of the summed words that holds kind, flags, key length and key
+// sum, and the flags byte's shift in it.
+const (
+	metaWord = (slotKind - summedFrom) / 8
+	flagsBit = (slotFlags - slotKind) * 8
+)
 
 // Release unlocks the slot. The holder must not have modified it.
 func (s Slot) Release() { unlockWord(u32at(s.p, slotLock)) }
@@ -135,8 +155,13 @@ func checksumAs(p unsafe.Pointer, r uint64, freshAt int64) uint32 {
 }
 
 func checksumWords(w *[(summedTo - summedFrom) / 8]uint64, r uint64) uint32 {
-	a := w[0]*0x9E3779B97F4A7C15 + w[1]*0xC2B2AE3D27D4EB4F + w[2]*0x165667B19E3779F9 + w[3]*0xD6E8FEB86659FD93 + r*0x2545F4914F6CDD1D
-	b := w[4]*0xFF51AFD7ED558CCD + w[5]*0xC4CEB9FE1A85EC53 + w[6]*0x94D049BB133111EB
+	return checksumMix(w[0], w[1], w[2], w[3], w[4], w[5], w[6], r)
+}
+
+// checksumMix is checksumWords of the words w0 to w6 and reach r.
+func checksumMix(w0, w1, w2, w3, w4, w5, w6, r uint64) uint32 {
+	a := w0*0x9E3779B97F4A7C15 + w1*0xC2B2AE3D27D4EB4F + w2*0x165667B19E3779F9 + w3*0xD6E8FEB86659FD93 + r*0x2545F4914F6CDD1D
+	b := w4*0xFF51AFD7ED558CCD + w5*0xC4CEB9FE1A85EC53 + w6*0x94D049BB133111EB
 	h := a ^ bits.RotateLeft64(b, 29)
 	h ^= h >> 32
 	h *= 0xBF58476D1CE4E5B9

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/sluicehq/sluice/internal/cputime"
 )
 
 const (
@@ -35,10 +37,12 @@ func BenchmarkBaseline(b *testing.B) {
 	b.Run("xrate/hot", func(b *testing.B) {
 		lim, now := newLimiter(), start
 		b.ReportAllocs()
+		cpu := cputime.Start()
 		for b.Loop() {
 			now = now.Add(time.Microsecond)
 			lim.AllowN(now, 1)
 		}
+		cpu.Report(b)
 	})
 	b.Run("xrate-mutex-map/1M-random", func(b *testing.B) {
 		var mu sync.Mutex
@@ -51,6 +55,7 @@ func BenchmarkBaseline(b *testing.B) {
 		now := start
 		b.ReportAllocs()
 		b.ResetTimer()
+		cpu := cputime.Start()
 		for b.Loop() {
 			now = now.Add(time.Microsecond)
 			k := benchKey(buf, rng.IntN(randomKeys))
@@ -59,5 +64,6 @@ func BenchmarkBaseline(b *testing.B) {
 			lim.AllowN(now, 1)
 			mu.Unlock()
 		}
+		cpu.Report(b)
 	})
 }

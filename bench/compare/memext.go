@@ -57,7 +57,7 @@ type ExtCase struct {
 	ArenaUsed  uint64 `json:"sluice_arena_used"`  // cells allocated to blocks (Stats().ArenaUsed)
 	FileBytes  int64  `json:"sluice_file_bytes"`
 	// SlotBytes is the slot table and its tags (a byte per slot) over the
-	// live buckets (64-byte slots at a load of 0.7: 92.9); BlockBytes the arena's used cells over them;
+	// live buckets (64-byte slots at a load of 0.75: 86.7); BlockBytes the arena's used cells over them;
 	// PerBucket their sum.
 	SlotBytes  float64 `json:"sluice_slot_bytes_per_bucket"`
 	BlockBytes float64 `json:"sluice_block_bytes_per_bucket"`
@@ -151,7 +151,7 @@ func extKey(buf []byte, i int) []byte {
 }
 
 // RunMemoryExt fills each case's keys in a new state file of its own (slots
-// for the keys at a load of 0.7, an arena that holds their blocks) with
+// for the keys at SizedLoad, an arena that holds their blocks) with
 // the engine, and the sliding logs' in a redis-server as sorted sets, and
 // reports what a live bucket costs in each.
 func RunMemoryExt(ctx context.Context, cfg ExtConfig) (*ExtReport, error) {
@@ -381,9 +381,9 @@ func (r *ExtReport) WriteMarkdown(w io.Writer) error {
 		}
 	}
 	fmt.Fprintf(b, ".\n\n")
-	fmt.Fprintf(b, "**Sluice**: each case fills its keys in a new state file of its own with the engine (the sidecar's code, in process): slots for the keys at the load the sidecar is sized for (0.7), an arena provisioned for their blocks. "+
+	fmt.Fprintf(b, "**Sluice**: each case fills its keys in a new state file of its own with the engine (the sidecar's code, in process): slots for the keys at the load state files are sized for (0.75), an arena provisioned for their blocks. "+
 		"A sliding log of N gets N admissions 1 ms apart, window_counters ten admissions a minute apart, concurrency every lease taken; every bucket is then live (`Engine.Live`). "+
-		"The figure is the slot table's bytes and its tags' (a byte per slot) over the live buckets (64-byte slots at 0.7: 92.9) plus the arena's used cells (`Stats().ArenaUsed` × 64 B) over them: a block of w words takes ceil(w/8) cells. "+
+		"The figure is the slot table's bytes and its tags' (a byte per slot) over the live buckets (64-byte slots at 0.75: 86.7) plus the arena's used cells (`Stats().ArenaUsed` × 64 B) over them: a block of w words takes ceil(w/8) cells. "+
 		"Both are allocated up front: the file is sized for its slot count and arena when it is created (`--slots`, `--arena-cells`), whatever the buckets hold.\n\n")
 	fmt.Fprintf(b, "**Redis**: the same keys, a sorted set each, filled as CALLR's published Redis + Lua limiter fills it: one `ZADD` per admission, scored by its time and named by it (seconds with nine decimals, unique per admission), and an `EXPIRE` on the key; the figure is `INFO memory`'s `used_memory` growth over `DBSIZE`, from an empty server after `MEMORY PURGE`, allocator overhead, key names and the expiry index included. "+
 		"The integer-member column names each admission by its Unix ns as an integer instead, the most compact unique member (a listpack stores it as an integer). "+

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 
@@ -246,7 +247,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		if mem.Error != "" {
 			fmt.Fprintf(b, "\nIncomplete: %s\n", oneLine(mem.Error))
 		}
-		b.WriteString("\nSluice's file is allocated up front for its slot count: the figure is the file's size over the buckets it holds at the load the sidecar is sized for (0.7). Redis grows with its keys; its figure is INFO memory's used_memory growth over DBSIZE, allocator overhead and the expiry index included.\n\n")
+		b.WriteString("\nSluice's file is allocated up front for its slot count: the figure is the file's size over the buckets it holds at the load state files are sized for (" + strconv.FormatFloat(SizedLoad, 'f', -1, 64) + "). Redis grows with its keys; its figure is INFO memory's used_memory growth over DBSIZE, allocator overhead and the expiry index included.\n\n")
 	}
 	if len(r.Notes) > 0 {
 		b.WriteString("## Notes\n\n")

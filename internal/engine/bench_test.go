@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/cputime"
 	"github.com/sluicehq/sluice/shm"
 )
 
@@ -87,10 +88,16 @@ func benchKey(buf []byte, i int) []byte {
 }
 
 // benchTable creates a state file sized for n buckets of l at a load of
-// 0.7, with an arena that holds their blocks.
+// 0.75 (the load state files are sized for: BenchmarkAcquireLoad), with an
+// arena that holds their blocks.
 func benchTable(b *testing.B, n int, l *Limit) *Engine {
+	return benchTableAt(b, n, l, 0.75)
+}
+
+// benchTableAt is benchTable at a load of load.
+func benchTableAt(b *testing.B, n int, l *Limit, load float64) *Engine {
 	b.Helper()
-	o := shm.Options{SlotCount: uint64(n*10/7 + 1)}
+	o := shm.Options{SlotCount: uint64(float64(n)/load) + 1}
 	if l.ext > 0 {
 		cells := uint64(l.ext+7) / 8 // 64-byte cells of 8 words
 		o.ArenaCells = max(uint64(n)*cells*11/10, shm.DefaultArenaCells(o.SlotCount))
@@ -188,6 +195,7 @@ func BenchmarkAcquire(b *testing.B) {
 				var d bucket.Decision
 				var ops, allowed int
 				b.ReportAllocs()
+				cpu := cputime.Start()
 				for b.Loop() {
 					now += step
 					if err := e.Acquire(&d, key, l, 1, At(now), 0); err != nil {
@@ -198,6 +206,7 @@ func BenchmarkAcquire(b *testing.B) {
 						allowed++
 					}
 				}
+				cpu.Report(b)
 				b.ReportMetric(float64(allowed)/float64(ops), "allowed/op")
 			})
 			for _, keys := range bc.random {
@@ -205,25 +214,65 @@ func BenchmarkAcquire(b *testing.B) {
 					l, step := bc.limit(keys)
 					e := benchTable(b, keys, l)
 					now := benchWarm(b, e, l, keys, step)
-					buf := make([]byte, 0, 32)
-					rng := rand.New(rand.NewPCG(2, 2))
-					var d bucket.Decision
-					var ops, allowed int
-					b.ReportAllocs()
-					b.ResetTimer()
-					for b.Loop() {
-						now += step
-						if err := e.Acquire(&d, benchKey(buf, rng.IntN(keys)), l, 1, At(now), 0); err != nil {
-							b.Fatal(err)
-						}
-						ops++
-						if d.Allowed {
-							allowed++
-						}
-					}
-					b.ReportMetric(float64(allowed)/float64(ops), "allowed/op")
+					benchRandom(b, e, l, keys, now, step)
 				})
 			}
+		})
+	}
+}
+
+// benchRandom is a random benchmark's loop: one request every step from
+// now, on keys drawn uniformly from keys keys.
+func benchRandom(b *testing.B, e *Engine, l *Limit, keys int, now, step int64) {
+	buf := make([]byte, 0, 32)
+	rng := rand.New(rand.NewPCG(2, 2))
+	var d bucket.Decision
+	var ops, allowed int
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu := cputime.Start()
+	for b.Loop() {
+		now += step
+		if err := e.Acquire(&d, benchKey(buf, rng.IntN(keys)), l, 1, At(now), 0); err != nil {
+			b.Fatal(err)
+		}
+		ops++
+		if d.Allowed {
+			allowed++
+		}
+	}
+	cpu.Report(b)
+	b.ReportMetric(float64(allowed)/float64(ops), "allowed/op")
+}
+
+// BenchmarkAcquireLoad is Acquire/token_bucket/1M-random on tables sized
+// for its 1M buckets at loads from 0.7 to 0.8: the decision's time, the
+// mean and largest displacement of a bucket from its home slot (the probe
+// lengths a lookup pays past the home slot's tag), and the slot table's
+// bytes per live bucket (each slot and its tag byte, over the buckets; the
+// arena, sized apart, is left out). At 0.85 some of the 1M buckets lie past
+// the default probe cap (512) and cannot be created.
+func BenchmarkAcquireLoad(b *testing.B) {
+	l, step := benchCases[0].limit(randomKeys)
+	for _, load := range []float64{0.7, 0.75, 0.8} {
+		b.Run(strconv.FormatFloat(load, 'f', -1, 64), func(b *testing.B) {
+			e := benchTableAt(b, randomKeys, l, load)
+			now := benchWarm(b, e, l, randomKeys, step)
+			var sum, most int
+			e.SetProbeHook(func(d int) { sum, most = sum+d, max(most, d) })
+			buf := make([]byte, 0, 32)
+			var d bucket.Decision
+			for i := range randomKeys {
+				if err := e.Acquire(&d, benchKey(buf, i), l, 1, At(now), 0); err != nil {
+					b.Fatal(err)
+				}
+			}
+			e.SetProbeHook(nil)
+			benchRandom(b, e, l, randomKeys, now, step)
+			b.ReportMetric(float64(sum)/randomKeys, "displacement")
+			b.ReportMetric(float64(most), "max-displacement")
+			g := e.Geometry()
+			b.ReportMetric(float64(g.SlotCount)*float64(g.SlotSize+1)/randomKeys, "B/bucket")
 		})
 	}
 }

@@ -70,14 +70,29 @@ func (t *Time) wait() shm.Wait {
 
 // check validates a request's key, limit, cost and time.
 func check(key []byte, l *Limit, cost int64, t Time) error {
+	if passes(key, l, cost, t.At) {
+		return nil
+	}
+	return checkFailed(key, l, cost, t.At)
+}
+
+// passes reports whether a request passes check, inline in the caller:
+// a limit, a key of 1 to MaxKeyLen bytes, a cost of at least 0 and a
+// valid time (bucket.ValidTime: 0 to bucket.MaxTime).
+func passes(key []byte, l *Limit, cost int64, at int64) bool {
+	return l != nil && l.valid && uint(len(key)-1) < MaxKeyLen && cost >= 0 && uint64(at) <= uint64(bucket.MaxTime)
+}
+
+// checkFailed is check's error for a request it does not pass.
+func checkFailed(key []byte, l *Limit, cost int64, at int64) error {
 	if l == nil || !l.valid {
 		return ErrInvalidLimit
 	}
 	if err := checkKeyCost(key, cost); err != nil {
 		return err
 	}
-	if !bucket.ValidTime(t.At) {
-		return fmt.Errorf("%w: %d", ErrTime, t.At)
+	if !bucket.ValidTime(at) {
+		return fmt.Errorf("%w: %d", ErrTime, at)
 	}
 	return nil
 }
@@ -210,8 +225,8 @@ func commit(sl shm.Slot, l *Limit, ext []int64, d *bucket.Decision, t Time) {
 // bucket that does not exist is decided on a new state first and its slot
 // claimed only if the request changes it, from where the probe ended.
 func (e *Engine) Acquire(d *bucket.Decision, key []byte, l *Limit, cost int64, t Time, f bucket.Flags) error {
-	if err := check(key, l, cost, t); err != nil {
-		return err
+	if !passes(key, l, cost, t.At) {
+		return checkFailed(key, l, cost, t.At)
 	}
 	if err := e.enter(); err != nil {
 		return err

@@ -19,7 +19,7 @@ import (
 // Limits on a state file's geometry.
 const (
 	MaxSlots        = shm.MaxSlotCount  // the most slots a state file may have
-	DefaultSlots    = 1 << 21           // 2,097,152 slots: about 1.5M buckets at a load of 0.7
+	DefaultSlots    = 1 << 21           // 2,097,152 slots: about 1.57M buckets at a load of 0.75
 	DefaultSlotSize = shm.MinSlotSize   // 64 bytes: 128 MiB for DefaultSlots
 	MaxArenaCells   = shm.MaxArenaCells // the most arena cells a state file may have
 )

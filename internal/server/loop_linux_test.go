@@ -147,6 +147,10 @@ func TestLoop_slowReaderResumes(t *testing.T) {
 	}
 }
 
+// feedInline is the largest input feedLoop writes before the loop has the
+// connection: well under a Unix socket pair's send buffer.
+const feedInline = 32 << 10
+
 // feedLoop is feed over the epoll transport: the handler runs in an event
 // loop on one end of a socket pair; the input ends with a half-close.
 func feedLoop(t *testing.T, s *server, ls *loops, open func(*server, net.Conn) (*stream, func()), in []byte) []byte {
@@ -166,13 +170,23 @@ func feedLoop(t *testing.T, s *server, ls *loops, open func(*server, net.Conn) (
 	client, srv := conn(fds[0]).(*net.UnixConn), conn(fds[1])
 	defer client.Close()
 	done := make(chan struct{})
-	st, handle := open(s, srv)
-	ls.next().add(st, handle, func() { close(done) })
-	go func() {
+	write := func() {
 		client.SetWriteDeadline(time.Now().Add(time.Minute)) // generous: a busy machine, not the server, is slow
 		client.Write(in)
 		client.CloseWrite()
-	}()
+	}
+	// An input the socket's buffer holds is written before the loop gets the
+	// connection: the server's idle timeout is short (fuzzServer), and a
+	// writer that a busy machine starts late would find it closed.
+	small := len(in) <= feedInline
+	if small {
+		write()
+	}
+	st, handle := open(s, srv)
+	ls.next().add(st, handle, func() { close(done) })
+	if !small {
+		go write()
+	}
 	client.SetReadDeadline(time.Now().Add(time.Minute))
 	out, _ := io.ReadAll(client)
 	select {

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"sync"
 	"testing"
@@ -18,8 +17,8 @@ import (
 	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/clients/go/sluice"
 	"github.com/sluicehq/sluice/clients/go/sluice/direct"
+	"github.com/sluicehq/sluice/internal/cputime"
 	"github.com/sluicehq/sluice/internal/engine"
-	"golang.org/x/sys/unix"
 )
 
 // The direct path from this process, against a sidecar in another process
@@ -61,24 +60,24 @@ func BenchmarkDirect(b *testing.B) {
 	var dec bucket.Decision
 	b.Run("hot", func(b *testing.B) {
 		b.ReportAllocs()
-		cpu := startCPU()
+		cpu := cputime.Start()
 		for b.Loop() {
 			if _, err := d.Acquire(ctx, l, "user:42", 1); err != nil {
 				b.Fatal(err)
 			}
 		}
-		cpu.report(b)
+		cpu.Report(b)
 	})
 	b.Run("engine/hot", func(b *testing.B) {
 		key := []byte("user:42")
 		b.ReportAllocs()
-		cpu := startCPU()
+		cpu := cputime.Start()
 		for b.Loop() {
 			if err := own.Acquire(&dec, key, &el, 1, engine.At(clock()), 0); err != nil {
 				b.Fatal(err)
 			}
 		}
-		cpu.report(b)
+		cpu.Report(b)
 	})
 	// internal/engine's BenchmarkAcquire/gcra/hot: the engine at a
 	// simulated time, a microsecond a request, reading no clock.
@@ -86,14 +85,14 @@ func BenchmarkDirect(b *testing.B) {
 		key := []byte("user:42")
 		now := clock()
 		b.ReportAllocs()
-		cpu := startCPU()
+		cpu := cputime.Start()
 		for b.Loop() {
 			now += 1000
 			if err := own.Acquire(&dec, key, &el, 1, engine.At(now), 0); err != nil {
 				b.Fatal(err)
 			}
 		}
-		cpu.report(b)
+		cpu.Report(b)
 	})
 	// Keys are written into one buffer, as internal/engine's benchmark
 	// writes them: the only memory the loop misses is the table's.
@@ -195,30 +194,4 @@ func BenchmarkDirectProcesses(b *testing.B) {
 			b.ReportMetric(float64(per*procs)/time.Since(start).Seconds(), "decisions/s")
 		})
 	}
-}
-
-// cpuClock measures the CPU time a benchmark's goroutine spends in its loop
-// (cpu-ns/op, beside the wall clock's ns/op): on a host shared with other
-// work, the wall clock also counts the time the benchmark waits for a
-// processor, and its ns/op varies from run to run by more than the
-// differences measured. The goroutine keeps its thread until report.
-type cpuClock struct{ start int64 }
-
-func startCPU() cpuClock {
-	runtime.LockOSThread()
-	return cpuClock{threadCPU()}
-}
-
-func (c cpuClock) report(b *testing.B) {
-	b.ReportMetric(float64(threadCPU()-c.start)/float64(b.N), "cpu-ns/op")
-	runtime.UnlockOSThread()
-}
-
-// threadCPU is the CPU time of the calling thread, in ns.
-func threadCPU() int64 {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts); err != nil {
-		return 0
-	}
-	return ts.Nano()
 }

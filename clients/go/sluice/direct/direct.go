@@ -139,10 +139,16 @@ type cachedLimit struct {
 // time (or when another limit has taken its cache entry since). It takes l
 // by pointer: a limit is copied only into the cache.
 func (c *Client) limit(l *sluice.Limit) (*engine.Limit, error) {
-	if cl := c.limits[limitSlot(l)].Load(); cl != nil && cl.w == *l {
+	if cl := c.limits[limitSlot(l)].Load(); cl != nil && sameLimit(&cl.w, l) {
 		return &cl.l, nil
 	}
 	return c.newLimit(l)
+}
+
+// sameLimit is a == b, inline: the numbers first, which tell most limits
+// apart, then the names, without the call a struct comparison makes.
+func sameLimit(a, b *sluice.Limit) bool {
+	return a.P == b.P && a.Algorithm == b.Algorithm && a.Shadow == b.Shadow && a.Name == b.Name && a.TZ == b.TZ
 }
 
 // limitSlot is l's entry in the limit cache.
@@ -321,7 +327,13 @@ func (c *Client) decide(ctx context.Context, op proto.Opcode, l *sluice.Limit, k
 	if op != proto.OpPeek && leaseOnly(lim) {
 		return opError(errLeaseOnly)
 	}
-	f, at := wireOptions(opts)
+	var (
+		f  proto.Flags
+		at int64
+	)
+	if len(opts) > 0 {
+		f, at = wireOptions(opts)
+	}
 	var res engine.Result
 	for {
 		now := c.clock()
@@ -341,11 +353,11 @@ func (c *Client) decide(ctx context.Context, op proto.Opcode, l *sluice.Limit, k
 			req.Wire(op, keyBytes(key), n, f, at) // a shadow request's denial is answered as the sidecar answers it
 			err = e.Do(&req, &res)
 		}
-		if errors.Is(err, engine.ErrNoOwner) {
-			c.detached(e, err)
-			continue
-		}
 		if err != nil {
+			if errors.Is(err, engine.ErrNoOwner) {
+				c.detached(e, err)
+				continue
+			}
 			return opError(err)
 		}
 		setDecision(out, &res.Decision)

@@ -693,3 +693,43 @@ func TestDirect_acquireAllocs(t *testing.T) {
 		t.Errorf("an acquire allocates %v times", n)
 	}
 }
+
+// TestSameLimit: the limit cache's comparison tells apart two limits that
+// differ in any one field, including fields added to the limit later (a
+// field it did not compare would let one limit's cached validation serve
+// another's decisions).
+func TestSameLimit(t *testing.T) {
+	base := sluice.Limit{Algorithm: proto.GCRA, P: [3]int64{1, 2, 3}, Name: "n", TZ: "UTC"}
+	if !direct.SameLimit(&base, &base) {
+		t.Fatal("a limit differs from itself")
+	}
+	typ := reflect.TypeFor[sluice.Limit]()
+	for i := range typ.NumField() {
+		other := base
+		f := reflect.ValueOf(&other).Elem().Field(i)
+		switch f.Kind() {
+		case reflect.String:
+			f.SetString(f.String() + "x")
+		case reflect.Bool:
+			f.SetBool(!f.Bool())
+		case reflect.Array:
+			for j := range f.Len() {
+				other2 := base
+				reflect.ValueOf(&other2).Elem().Field(i).Index(j).SetInt(99)
+				if direct.SameLimit(&base, &other2) {
+					t.Errorf("limits differing in %s[%d] compare equal", typ.Field(i).Name, j)
+				}
+			}
+			continue
+		case reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+			f.SetUint(f.Uint() + 1)
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+			f.SetInt(f.Int() + 1)
+		default:
+			t.Fatalf("field %s of kind %s: teach this test to change it", typ.Field(i).Name, f.Kind())
+		}
+		if direct.SameLimit(&base, &other) {
+			t.Errorf("limits differing in %s compare equal", typ.Field(i).Name)
+		}
+	}
+}
