@@ -31,19 +31,27 @@
 -- of TIME while it is set): one atomic call, one moment.
 local function requests(argv)
   local out, i, last = {}, 1, #argv
-  local params, np, keys = {}, 0, {}
+  -- a is each request's ARGV in turn, one table: its op and cost, the
+  -- parameters (kept from their record to the next) and its other
+  -- arguments; len is how many it holds.
+  local a, np, len, keys = {}, 0, 0, {}
   while i <= last do
     local at = tonumber(argv[i])
     if at == 0 then
       np = tonumber(argv[i + 1])
-      for j = 1, np do params[j] = argv[i + 1 + j] end
+      for j = 1, np do a[2 + j] = argv[i + 1 + j] end
+      for j = 3 + np, len do a[j] = nil end
+      len = 2 + np
       i = i + 2 + np
     else
       local run, k = runs[at], tonumber(argv[i + 2])
-      if not run or not k or k < 2 then error("request " .. (#out + 1) .. " names no algorithm or has no op and cost") end
-      keys[1] = argv[i + 1]
-      local a = {argv[i + 3], argv[i + 4], unpack(params, 1, np)}
+      if not run or not k or k < 2 or i + 2 + k > last then
+        error("request " .. (#out + 1) .. " names no algorithm, or lacks its arguments")
+      end
+      keys[1], a[1], a[2] = argv[i + 1], argv[i + 3], argv[i + 4]
       for j = 3, k do a[np + j] = argv[i + 2 + j] end
+      for j = np + k + 1, len do a[j] = nil end
+      len = np + k
       local ok, v = pcall(run, keys, a)
       if not ok and type(v) ~= "table" then v = redis.error_reply(tostring(v)) end
       out[#out + 1] = v
