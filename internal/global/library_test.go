@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -213,6 +214,48 @@ func TestBatchShapes(t *testing.T) {
 		err := rdb.FCall(ctx, batchFunction, []string{"k"}, argv...).Err()
 		if err == nil || !strings.Contains(err.Error(), "malformed batch") {
 			t.Fatalf("the batch %v: %v, want a malformed batch", argv, err)
+		}
+	}
+}
+
+// Ensure that a batch at Redis's clock decides at the TIME it read: a new
+// bucket's refill clock, written by its first acquire, lies between the
+// TIMEs read before and after the call.
+func TestBatchRedisClock(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	loadLibrary(t, rdb)
+	ctx := context.Background()
+	l := tokenBucket(100, hour)
+	p := prepare(&l, 0)
+	var calls []*call
+	for _, key := range []string{"a", "b"} {
+		r := Request{Limit: l, Key: key, Cost: 1}
+		k, args := r.args("clock:", p, 0)
+		calls = append(calls, &call{alg: p.g, key: [1]string{k}, args: args, params: p.params})
+	}
+	before, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.FCall(ctx, batchFunction, calls[0].key[:], batchArgs(calls)...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	after, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range calls {
+		v, err := rdb.Get(ctx, c.key[0]).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var tokens, at, zero int64
+		if _, err := fmt.Sscanf(v, "%d %d %d", &tokens, &at, &zero); err != nil || tokens != 99 {
+			t.Fatalf("the bucket at %s is %q (%v), want 99 tokens", c.key[0], v, err)
+		}
+		if at < before.UnixNano() || at > after.UnixNano() {
+			t.Fatalf("the bucket at %s was decided at %d, not between the TIMEs %d and %d around its batch", c.key[0], at, before.UnixNano(), after.UnixNano())
 		}
 	}
 }
