@@ -73,7 +73,7 @@ func (s *Store) leaseOp(ctx context.Context, r Request) (bucket.Decision, int64,
 		op = opRelease
 	}
 	key, args := r.leaseArgs(s.prefix, p, op)
-	v, err := s.do(ctx, &call{alg: p.g, key: [1]string{key}, args: args, base: len(args)})
+	v, err := s.do(ctx, &call{alg: p.g, key: [1]string{key}, args: args, base: len(args), params: p.params})
 	if err != nil {
 		return d, 0, err
 	}

@@ -189,19 +189,22 @@ func loadLibrary(t *testing.T, rdb *redis.Client) {
 	}
 }
 
-// runForm runs the script of g with keys and args in form.
-func runForm(ctx context.Context, rdb *redis.Client, form string, g *algorithm, keys []string, args []any) *redis.Cmd {
+// runForm runs the script of g with keys and args in form; params are
+// args' limit parameters (args[2:2+len(params)]), or nil.
+func runForm(ctx context.Context, rdb *redis.Client, form string, g *algorithm, keys []string, args, params []any) *redis.Cmd {
 	switch form {
 	case "function":
 		return rdb.FCall(ctx, g.function, keys, args...)
 	case "batch":
-		// Around it, acquires of a token bucket on a key of its own.
+		// Around it, acquires of a token bucket on a key of its own: two
+		// that share their parameters (sent once), before and after.
+		otherArgs := []any{"a", 1, 10, int64(time.Second), 1, 0}
 		other := &call{alg: algorithms[bucket.TokenBucket], key: [1]string{keys[0] + ":other"},
-			args: []any{"a", 1, 10, int64(time.Second), 1, 0}}
-		calls := []*call{other, {alg: g, key: [1]string{keys[0]}, args: args}, other}
+			args: otherArgs, params: otherArgs[2:]}
+		calls := []*call{other, other, {alg: g, key: [1]string{keys[0]}, args: args, params: params}, other}
 		cmds := make([]*redis.Cmd, len(calls))
 		splitBatch(ctx, rdb.FCall(ctx, batchFunction, keys, batchArgs(calls)...), cmds)
-		return cmds[1]
+		return cmds[2]
 	}
 	return g.script.Run(ctx, rdb, keys, args...)
 }
@@ -220,7 +223,7 @@ func decideForm(ctx context.Context, rdb *redis.Client, form, prefix string, r R
 		return d, err
 	}
 	key, args := r.args(prefix, p, 0)
-	v, err := runForm(ctx, rdb, form, p.g, []string{key}, args).Result()
+	v, err := runForm(ctx, rdb, form, p.g, []string{key}, args, p.params).Result()
 	if err != nil {
 		return d, classify(err)
 	}

@@ -345,7 +345,7 @@ func TestConcurrencyConformance(t *testing.T) {
 								}
 								k, args := req.leaseArgs(prefix, p, op)
 								var v any
-								if v, err = runForm(ctx, rdb, form, p.g, []string{k}, args).Result(); err == nil {
+								if v, err = runForm(ctx, rdb, form, p.g, []string{k}, args, p.params).Result(); err == nil {
 									got, gotN, err = parseLeaseReply(v, &req.Limit, &got)
 								}
 							} else {

@@ -127,14 +127,14 @@ func (s *Store) up(sh *shard, why string) {
 func peek(c *call) *call {
 	args := slices.Clone(c.args[:c.base])
 	args[0], args[1] = "a"+args[0].(string)[1:], int64(0)
-	return &call{alg: c.alg, key: c.key, args: args, base: c.base}
+	return &call{alg: c.alg, key: c.key, args: args, base: c.base, params: c.params}
 }
 
 // probeCall returns a call of the probe template c to send: its base is
 // kept, since a probe that fails may become the template of the next
 // outage's probes (peek).
 func (c *call) probeCall() *call {
-	return &call{ctx: context.Background(), alg: c.alg, key: c.key, args: c.args, base: c.base, done: make(chan struct{}), probe: true}
+	return &call{ctx: context.Background(), alg: c.alg, key: c.key, args: c.args, base: c.base, params: c.params, done: make(chan struct{}), probe: true}
 }
 
 // probeLoop probes sh until it answers or the Store closes: after 5 ms,

@@ -438,7 +438,7 @@ func (s *Store) lease(ctx context.Context, r Request, need, ret int64, until str
 	key, args := r.args(s.prefix, p, 4)
 	base := len(args)
 	args = append(args, clampCost(need), clampCost(ret), until, int64(ttl))
-	v, err := s.do(ctx, &call{alg: p.g, key: [1]string{key}, args: args, base: base})
+	v, err := s.do(ctx, &call{alg: p.g, key: [1]string{key}, args: args, base: base, params: p.params})
 	if err != nil {
 		return out, err
 	}

@@ -67,7 +67,7 @@ func evalLease(ctx context.Context, rdb *redis.Client, form string, l bucket.Lim
 		u = strconv.FormatInt(until, 10)
 	}
 	args = append(args, need, ret, u, life)
-	v, err := runForm(ctx, rdb, form, p.g, []string{key}, args).Slice()
+	v, err := runForm(ctx, rdb, form, p.g, []string{key}, args, p.params).Slice()
 	if err != nil {
 		return out, err
 	}

@@ -4,15 +4,18 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -151,6 +154,108 @@ func TestRefusesFunctions(t *testing.T) {
 	} {
 		if got := refusesFunctions(c.err); got != c.want {
 			t.Errorf("refusesFunctions(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}
+
+// Ensure that a batch whose requests differ in shape (leases, with four
+// more arguments, among acquires; limits of more and fewer parameters)
+// decides each as its function does alone, and that a malformed batch is
+// refused with an error.
+func TestBatchShapes(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	loadLibrary(t, rdb)
+	ctx := context.Background()
+	tb, gcra := tokenBucket(100, hour), bucket.Limit{Algorithm: bucket.GCRA, Burst: 99, Count: 1, Period: hour}
+	ptb, pgcra := prepare(&tb, 0), prepare(&gcra, 0)
+	mk := func(prefix, key string, l bucket.Limit, op Op, cost int64) *call {
+		p := ptb
+		if l.Algorithm == bucket.GCRA {
+			p = pgcra
+		}
+		r := Request{Limit: l, Key: key, Cost: cost, Op: op, At: t0}
+		k, args := r.args(prefix, p, 4)
+		if op == lease_ {
+			args = append(args, int64(3), int64(0), "", int64(hour))
+		}
+		return &call{alg: p.g, key: [1]string{k}, args: args, params: p.params}
+	}
+	shapes := []struct {
+		key  string
+		l    bucket.Limit
+		op   Op
+		cost int64
+	}{
+		{"a", tb, Acquire, 7}, {"b", tb, lease_, 10}, {"a", tb, Acquire, 1}, {"c", tb, lease_, 20},
+		{"g", gcra, lease_, 5}, {"g", gcra, Acquire, 1}, {"b", tb, Acquire, 5}, {"b", tb, Refund, 2},
+	}
+	var calls []*call
+	for _, s := range shapes {
+		calls = append(calls, mk("batch:", s.key, s.l, s.op, s.cost))
+	}
+	cmds := make([]*redis.Cmd, len(calls))
+	splitBatch(ctx, rdb.FCall(ctx, batchFunction, calls[0].key[:], batchArgs(calls)...), cmds)
+	for i, s := range shapes {
+		c := mk("alone:", s.key, s.l, s.op, s.cost)
+		want, err := rdb.FCall(ctx, c.alg.function, c.key[:], c.args...).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := cmds[i].Result(); err != nil || !reflect.DeepEqual(got, want) {
+			t.Fatalf("request %d (%+v) in the batch: %v, %v; alone: %v", i, s, got, err, want)
+		}
+	}
+	for _, argv := range [][]any{
+		{1, "k", 1, "a"},                             // no cost
+		{99, "k", 2, "a", 1},                         // no such algorithm
+		{0, 4, 100, hour, 100, 0, 1, "k", 5, "a", 1}, // its arguments cut short
+	} {
+		err := rdb.FCall(ctx, batchFunction, []string{"k"}, argv...).Err()
+		if err == nil || !strings.Contains(err.Error(), "malformed batch") {
+			t.Fatalf("the batch %v: %v, want a malformed batch", argv, err)
+		}
+	}
+}
+
+// Ensure that a batch at Redis's clock decides at the TIME it read: a new
+// bucket's refill clock, written by its first acquire, lies between the
+// TIMEs read before and after the call.
+func TestBatchRedisClock(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	loadLibrary(t, rdb)
+	ctx := context.Background()
+	l := tokenBucket(100, hour)
+	p := prepare(&l, 0)
+	var calls []*call
+	for _, key := range []string{"a", "b"} {
+		r := Request{Limit: l, Key: key, Cost: 1}
+		k, args := r.args("clock:", p, 0)
+		calls = append(calls, &call{alg: p.g, key: [1]string{k}, args: args, params: p.params})
+	}
+	before, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.FCall(ctx, batchFunction, calls[0].key[:], batchArgs(calls)...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	after, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range calls {
+		v, err := rdb.Get(ctx, c.key[0]).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var tokens, at, zero int64
+		if _, err := fmt.Sscanf(v, "%d %d %d", &tokens, &at, &zero); err != nil || tokens != 99 {
+			t.Fatalf("the bucket at %s is %q (%v), want 99 tokens", c.key[0], v, err)
+		}
+		if at < before.UnixNano() || at > after.UnixNano() {
+			t.Fatalf("the bucket at %s was decided at %d, not between the TIMEs %d and %d around its batch", c.key[0], at, before.UnixNano(), after.UnixNano())
 		}
 	}
 }

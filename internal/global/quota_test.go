@@ -30,7 +30,7 @@ func TestQuotaRedisClockDecidesThePeriod(t *testing.T) {
 	redisNow := time.Date(2024, 3, 31, 0, 30, 0, 0, paris).UnixNano() // the day of a 23-hour day, just after midnight
 	call := func(key string, hostNow int64) (any, error) {
 		args := appendPeriods([]any{"a" + strconv.FormatInt(redisNow, 10), int64(1), l.Max}, &l, hostNow)
-		return runForm(ctx, rdb, "function", g, []string{key}, args).Result()
+		return runForm(ctx, rdb, "function", g, []string{key}, args, nil).Result()
 	}
 	for _, key := range []string{"behind", "ahead"} {
 		host := redisNow - int64(time.Hour) // yesterday on the host's clock

@@ -256,15 +256,19 @@ func (s *Store) Close() error {
 
 // call is one script call waiting in a shard's queue.
 type call struct {
-	ctx   context.Context
-	alg   *algorithm // its script and function
-	key   [1]string  // KEYS
-	args  []any
-	base  int // the args of an acquire: the op, the cost, the parameters
-	v     any // the reply
-	err   error
-	done  chan struct{}
-	probe bool // sent by probeLoop while the shard is down
+	ctx  context.Context
+	alg  *algorithm // its script and function
+	key  [1]string  // KEYS
+	args []any
+	base int // the args of an acquire: the op, the cost, the parameters
+	// params, if not nil, are the limit's parameters, args[2:2+len(params)]
+	// (its prepared's, shared by the requests of the limit): a batch sends
+	// them once for the calls in a row that share them.
+	params []any
+	v      any // the reply
+	err    error
+	done   chan struct{}
+	probe  bool // sent by probeLoop while the shard is down
 }
 
 // shard queues the requests for one Redis master.
@@ -302,7 +306,7 @@ func (s *Store) Decide(ctx context.Context, r Request) (bucket.Decision, error) 
 		return d, err
 	}
 	key, args := r.args(s.prefix, p, 0)
-	v, err := s.do(ctx, &call{alg: p.g, key: [1]string{key}, args: args, base: len(args)})
+	v, err := s.do(ctx, &call{alg: p.g, key: [1]string{key}, args: args, base: len(args), params: p.params})
 	if err == nil {
 		err = parseReply(v, &r.Limit, &d)
 	}
@@ -631,17 +635,36 @@ func (s *Store) pipeline(ctx context.Context, sh *shard, calls []*call, how send
 
 // batchArgs returns the ARGV of one call of the library's batch function
 // that runs calls (lua/batch.lua): for each, its algorithm's place in the
-// library, its key, the number of its arguments and its arguments.
+// library, its key, the number of its arguments and its arguments, without
+// its limit's parameters, which go before it, once for the calls in a row
+// that share them (a record 0, their number, the parameters).
 func batchArgs(calls []*call) []any {
 	n := 0
 	for _, c := range calls {
 		n += 3 + len(c.args)
 	}
-	args := make([]any, 0, n)
-	for _, c := range calls {
-		args = append(append(args, c.alg.index, c.key[0], len(c.args)), c.args...)
+	args := make([]any, 0, n+3)
+	var shared []any
+	for i, c := range calls {
+		np := len(c.params)
+		if i == 0 || !sameParams(c.params, shared) {
+			shared = c.params
+			args = append(append(args, 0, np), shared...)
+		}
+		args = append(args, c.alg.index, c.key[0], len(c.args)-np)
+		if np == 0 {
+			args = append(args, c.args...)
+		} else {
+			args = append(append(args, c.args[:2]...), c.args[2+np:]...)
+		}
 	}
 	return args
+}
+
+// sameParams reports whether a and b are the same parameters: the same
+// slice, a prepared limit's.
+func sameParams(a, b []any) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
 // splitBatch gives each of cmds, the commands of the calls batch ran, its

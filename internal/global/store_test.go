@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -135,6 +136,41 @@ func TestStoreBatching(t *testing.T) {
 	}
 	if st.RoundTrips >= st.Requests {
 		t.Fatalf("%d round trips for %d concurrent requests: nothing was batched", st.RoundTrips, st.Requests)
+	}
+}
+
+// Ensure that a batch sends a limit's parameters once for the calls in a
+// row that share them, again when they change, and a call without known
+// parameters whole (lua/batch.lua).
+func TestBatchArgs(t *testing.T) {
+	tb := algorithms[bucket.TokenBucket]
+	pa, pb := []any{int64(10), int64(1e9), int64(1), int64(0)}, []any{int64(20), int64(1e9), int64(2), int64(0)}
+	mk := func(key string, params []any, tail ...any) *call {
+		args := append(append([]any{"a", int64(1)}, params...), tail...)
+		return &call{alg: tb, key: [1]string{key}, args: args, base: 2 + len(params), params: args[2 : 2+len(params)]}
+	}
+	// Calls of one limit share its prepared parameters (one slice).
+	a1, a2 := mk("k1", pa), mk("k2", pa)
+	a2.params = a1.params
+	copy(a2.args[2:], a1.params)
+	b := mk("k3", pb, int64(5), "", int64(7)) // with a tail after the parameters
+	whole := &call{alg: tb, key: [1]string{"k4"}, args: []any{"a", int64(1), int64(10), int64(1e9), int64(1), int64(0)}}
+	a3 := &call{alg: tb, key: [1]string{"k5"}, args: slices.Clone(a1.args), params: a1.params}
+	got := batchArgs([]*call{a1, a2, b, whole, a3})
+	i := tb.index
+	want := []any{
+		0, 4, int64(10), int64(1e9), int64(1), int64(0),
+		i, "k1", 2, "a", int64(1),
+		i, "k2", 2, "a", int64(1),
+		0, 4, int64(20), int64(1e9), int64(2), int64(0),
+		i, "k3", 5, "a", int64(1), int64(5), "", int64(7),
+		0, 0,
+		i, "k4", 6, "a", int64(1), int64(10), int64(1e9), int64(1), int64(0),
+		0, 4, int64(10), int64(1e9), int64(1), int64(0),
+		i, "k5", 2, "a", int64(1),
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("batch args\n%v\nwant\n%v", got, want)
 	}
 }
 

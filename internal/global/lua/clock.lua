@@ -29,7 +29,11 @@ local function clock(arg)
   end
   op, explicit, now_s, now_ns = arg, false, 0, 0
   if #arg == 1 then
-    local t = batch_time or redis.call("TIME") -- one TIME for a batch's requests (batch.lua)
+    if batch_time then -- one TIME for a batch's requests (batch.lua), read once
+      now_s, now_ns = batch_time[1], batch_time[2]
+      return
+    end
+    local t = redis.call("TIME")
     now_s, now_ns = tonumber(t[1]), tonumber(t[2]) * 1000
     return
   end

@@ -8,10 +8,14 @@
 
 local max_tokens, refill_time, refill_amount, strict, smyte -- the request's, set by params
 
+local p3, p4, p5, p6 -- the parameters' text, as last read
+
 local function params(argv)
+  if argv[3] == p3 and argv[4] == p4 and argv[5] == p5 and argv[6] == p6 then return end
   max_tokens, refill_time, refill_amount = tonumber(argv[3]), tonumber(argv[4]), tonumber(argv[5])
   local flags = tonumber(argv[6])
   strict, smyte = fmod(flags, 2) == 1, fmod(flags, 4) >= 2
+  p3, p4, p5, p6 = argv[3], argv[4], argv[5], argv[6]
 end
 
 local function decode(raw)
