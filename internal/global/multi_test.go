@@ -63,7 +63,7 @@ func multiForm(ctx context.Context, rdb *redis.Client, form, prefix string, reqs
 	if err != nil {
 		return nil, false, err
 	}
-	v, err := runForm(ctx, rdb, form, multiAlgorithm, []string{first}, args).Result()
+	v, err := runForm(ctx, rdb, form, multiAlgorithm, []string{first}, args, nil).Result()
 	if err != nil {
 		return nil, false, err
 	}
