@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net"
 	"path/filepath"
 	"runtime"
@@ -21,8 +20,6 @@ import (
 
 	"github.com/sluicehq/sluice/clients/go/sluice"
 	"github.com/sluicehq/sluice/internal/config"
-	"github.com/sluicehq/sluice/internal/engine"
-	"github.com/sluicehq/sluice/internal/global"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -43,14 +40,7 @@ func BenchmarkRLS(b *testing.B) {
 	dir := shortDir(b)
 	set, err := config.Parse("rls.yaml", []byte(`limits:
   per_ip: "fixed_window:limit=4000000000,window=1h"
-rls:
-  - domain: bench
-    descriptors:
-      - key: remote_address
-        rate_limit: {unit: hour, requests_per_unit: 4000000000}
-      - key: path
-        rate_limit: {unit: hour, requests_per_unit: 4000000000}
-`))
+`+benchRules))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -120,6 +110,17 @@ rls:
 
 // benchRequest is a request of n descriptors: the client's address, and
 // the path.
+// benchRules are the benchmarks' rate limit service rules: fixed windows
+// of an hour per client address and per path, too large to be reached.
+const benchRules = `rls:
+  - domain: bench
+    descriptors:
+      - key: remote_address
+        rate_limit: {unit: hour, requests_per_unit: 4000000000}
+      - key: path
+        rate_limit: {unit: hour, requests_per_unit: 4000000000}
+`
+
 func benchRequest(ip string, n int) *rlspb.RateLimitRequest {
 	req := &rlspb.RateLimitRequest{Domain: "bench", Descriptors: []*ratelimitpb.RateLimitDescriptor{
 		{Entries: []*ratelimitpb.RateLimitDescriptor_Entry{{Key: "remote_address", Value: ip}}},
@@ -244,18 +245,10 @@ func run(b *testing.B, descriptors int, do func(ip string) error) {
 //
 //	go test -run '^$' -bench BenchmarkRLSDecide -count 6 ./internal/server
 func BenchmarkRLSDecide(b *testing.B) {
-	redis := redistest.Start(b)
 	set, err := config.Parse("rls.yaml", []byte(`limits:
   leased: {limit: "token_bucket:max=1000000000000,refill_time=1s", scope: global, lease: 100000000}
   local: "token_bucket:max=1000000000000,refill_time=1s"
-rls:
-  - domain: bench
-    descriptors:
-      - key: remote_address
-        rate_limit: {unit: hour, requests_per_unit: 4000000000}
-      - key: path
-        rate_limit: {unit: hour, requests_per_unit: 4000000000}
-      - key: g
+`+benchRules+`      - key: g
         rate_limit: {limit: leased}
       - key: l
         rate_limit: {limit: local}
@@ -263,21 +256,7 @@ rls:
 	if err != nil {
 		b.Fatal(err)
 	}
-	redistest.QuietClientLogs()
-	dir := b.TempDir()
-	e, err := engine.Open(filepath.Join(dir, "state"), engine.Options{}, time.Now().UnixNano())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer e.Close()
-	gl, err := newGlobalLimits(global.Options{Addrs: []string{redis.Addr}, Timeout: time.Second}, slog.New(slog.DiscardHandler), filepath.Join(dir, "leases"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer gl.close()
-	cfg := Config{Limits: config.NewHolder(set)}
-	s := &server{cfg: cfg.withDefaults(), log: slog.New(slog.DiscardHandler), engine: e, now: func() int64 { return time.Now().UnixNano() }, global: gl}
-	svc := &rlsService{s: s}
+	svc := &rlsService{s: globalServer(b, set)}
 	desc := func(k, v string) *ratelimitpb.RateLimitDescriptor {
 		return &ratelimitpb.RateLimitDescriptor{Entries: []*ratelimitpb.RateLimitDescriptor_Entry{{Key: k, Value: v}}}
 	}

@@ -42,6 +42,21 @@ func rlsReq(ds ...[2]string) *rlspb.RateLimitRequest {
 	return r
 }
 
+// globalRLS starts a sidecar with the config file yaml, its global limits
+// in a new Redis, and returns a client of its rate limit service.
+func globalRLS(t *testing.T, yaml string) rlspb.RateLimitServiceClient {
+	t.Helper()
+	set, err := config.Parse("sluice.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	redis := redistest.Start(t)
+	redistest.QuietClientLogs()
+	dir := shortDir(t)
+	return rlsClient(t, start(t, Config{StatePath: filepath.Join(dir, "state"), SocketPath: filepath.Join(dir, "sock"),
+		RLSSocket: filepath.Join(dir, "rls"), Limits: config.NewHolder(set), Global: &global.Options{Addrs: []string{redis.Addr}}}))
+}
+
 func shouldRateLimit(t *testing.T, c rlspb.RateLimitServiceClient, r *rlspb.RateLimitRequest) *rlspb.RateLimitResponse {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -57,8 +72,7 @@ func shouldRateLimit(t *testing.T, c rlspb.RateLimitServiceClient, r *rlspb.Rate
 // over the local limit, the global limit's tokens are given back in
 // Redis; and a global limit alone decides in Redis.
 func TestRLS_globalAllOrNothing(t *testing.T) {
-	redis := redistest.Start(t)
-	set, err := config.Parse("sluice.yaml", []byte(`limits:
+	c := globalRLS(t, `limits:
   shared: {limit: "token_bucket:max=3,refill_time=1h", scope: global}
   mine: "token_bucket:max=2,refill_time=1h"
 rls:
@@ -66,15 +80,7 @@ rls:
     descriptors:
       - {key: g, rate_limit: {limit: shared}}
       - {key: l, rate_limit: {limit: mine}}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	redistest.QuietClientLogs()
-	dir := shortDir(t)
-	sc := start(t, Config{StatePath: filepath.Join(dir, "state"), SocketPath: filepath.Join(dir, "sock"),
-		RLSSocket: filepath.Join(dir, "rls"), Limits: config.NewHolder(set), Global: &global.Options{Addrs: []string{redis.Addr}}})
-	c := rlsClient(t, sc)
+`)
 	g, l := [2]string{"g", "k"}, [2]string{"l", "k"}
 	for i := range 2 {
 		if resp := shouldRateLimit(t, c, rlsReq(g, l)); resp.OverallCode != rlspb.RateLimitResponse_OK {
@@ -122,11 +128,10 @@ func TestRLS_allowUID(t *testing.T) {
 
 // Ensure a global limit's shadow and refund items are decided in Redis as
 // a local limit's are: a shadow item consumes and is answered OK past its
-// limit, a refund gives its hits back only in
-// a request that is admitted, and is only looked at in one that is not.
+// limit, a refund gives its hits back only in a request that is admitted,
+// and is only looked at in one that is not.
 func TestRLS_globalShadowAndRefund(t *testing.T) {
-	redis := redistest.Start(t)
-	set, err := config.Parse("sluice.yaml", []byte(`limits:
+	c := globalRLS(t, `limits:
   shared: {limit: "token_bucket:max=3,refill_time=1h", scope: global}
   watched: {limit: "token_bucket:max=1,refill_time=1h", scope: global, shadow: true}
   mine: "token_bucket:max=1,refill_time=1h"
@@ -136,15 +141,7 @@ rls:
       - {key: g, rate_limit: {limit: shared}}
       - {key: s, rate_limit: {limit: watched}}
       - {key: l, rate_limit: {limit: mine}}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	redistest.QuietClientLogs()
-	dir := shortDir(t)
-	sc := start(t, Config{StatePath: filepath.Join(dir, "state"), SocketPath: filepath.Join(dir, "sock"),
-		RLSSocket: filepath.Join(dir, "rls"), Limits: config.NewHolder(set), Global: &global.Options{Addrs: []string{redis.Addr}}})
-	c := rlsClient(t, sc)
+`)
 	g, s, l := [2]string{"g", "k"}, [2]string{"s", "k"}, [2]string{"l", "k"}
 	refund := func(r *rlspb.RateLimitRequest, i int, hits uint64) *rlspb.RateLimitRequest {
 		r.Descriptors[i].HitsAddend, r.Descriptors[i].IsNegativeHits = wrapperspb.UInt64(hits), true
