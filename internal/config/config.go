@@ -496,8 +496,12 @@ func (p *parser) limits(l *Limit, specNode *yaml.Node, field string, globalKeys 
 			return p.errorf(specNode, field, "an empty list: want one or more limit specs")
 		case len(specs) > MaxListLen:
 			return p.errorf(specNode, field, "a list of %d limits, want at most %d", len(specs), MaxListLen)
-		case len(specs) > 1 && l.Scope == Global:
-			return p.errorf(specNode, field, "a list of limits is local only: remove scope: global, or name each limit")
+		case len(specs) > 1 && l.Scope == Global && l.Leased():
+			n, f := specNode, field
+			if key := globalKeys["lease"]; key != nil {
+				n, f = key, strings.TrimSuffix(field, ".limit")+".lease"
+			}
+			return p.errorf(n, f, "a list of limits decided fleet-wide cannot be leased (leases cannot decide its limits all or nothing): remove lease for exact mode")
 		}
 	}
 	for i, n := range specs {
@@ -517,8 +521,17 @@ func (p *parser) limits(l *Limit, specNode *yaml.Node, field string, globalKeys 
 		}
 	}
 	if l.Scope == Global {
-		if err := global.Check(l.Bucket); err != nil {
-			return &Error{File: p.file, Line: specNode.Line, Field: field, Msg: fmt.Sprintf("%q cannot be global: %v", l.Spec, err), Err: err}
+		for i, part := range l.Parts() {
+			f, n := field, specNode
+			if specNode.Kind == yaml.SequenceNode {
+				f, n = field+"["+strconv.Itoa(i)+"]", specs[i]
+			}
+			if err := global.Check(part.Bucket); err != nil {
+				return &Error{File: p.file, Line: n.Line, Field: f, Msg: fmt.Sprintf("%q cannot be global: %v", part.Spec, err), Err: err}
+			}
+			if len(specs) > 1 && part.Bucket.Algorithm == bucket.Concurrency {
+				return p.errorf(n, f, "%q: a concurrency limit cannot be in a list decided fleet-wide (it takes LEASE and RELEASE): name it on its own", part.Spec)
+			}
 		}
 		if l.Leased() && l.Bucket.Algorithm == bucket.Pacer {
 			return p.errorf(globalKeys["lease"], strings.TrimSuffix(field, ".limit")+".lease", "a pacer cannot be leased (its replies carry a delay): remove lease for exact mode")

@@ -85,8 +85,12 @@ func TestParse_errors(t *testing.T) {
 			`f.yaml:2: limits.api.limit[1]: "quota:limit=x,period=day": limit: invalid integer "x"`},
 		{"limits:\n  api: [\"gcra:burst=1,count=1,period=1s\", \"login\"]\n",
 			`f.yaml:2: limits.api.limit[1]: "login": want ALGORITHM:name=value,...`},
-		{"limits:\n  api:\n    limit: [\"gcra:burst=1,count=1,period=1s\", \"quota:limit=1,period=day\"]\n    scope: global\n",
-			`f.yaml:3: limits.api.limit: a list of limits is local only`},
+		{"limits:\n  api:\n    limit: [\"gcra:burst=1,count=1,period=1s\", \"quota:limit=1,period=day\"]\n    scope: global\n    lease: 5\n",
+			`f.yaml:5: limits.api.lease: a list of limits decided fleet-wide cannot be leased (leases cannot decide its limits all or nothing): remove lease for exact mode`},
+		{"limits:\n  api:\n    limit: [\"gcra:burst=1,count=1,period=1s\", \"quota:limit=1,period=year\"]\n    scope: global\n",
+			`f.yaml:3: limits.api.limit[1]: "quota:limit=1,period=year" cannot be global`},
+		{"limits:\n  api:\n    limit: [\"gcra:burst=1,count=1,period=1s\", \"concurrency:limit=1,lease=1s\"]\n    scope: global\n",
+			`f.yaml:3: limits.api.limit[1]: "concurrency:limit=1,lease=1s": a concurrency limit cannot be in a list decided fleet-wide`},
 		{"limits:\n  api: [" + strings.Repeat("\"gcra:burst=1,count=1,period=1s\", ", 16) + "\"gcra:burst=1,count=1,period=1s\"]\n",
 			`f.yaml:2: limits.api.limit: a list of 17 limits, want at most 16`},
 		{"limits:\n  login:\n    limit: \"bucket:max=1\"\n",
@@ -227,5 +231,14 @@ func TestParse_list(t *testing.T) {
 	}
 	if _, _, changed := other.Changes(set); !slices.Equal(changed, []string{"login"}) {
 		t.Errorf("changed %v, want [login]", changed)
+	}
+	// A list may be global, in exact mode, with its outage policy.
+	g, err := Parse("f.yaml", []byte("limits:\n  login:\n    limit: [\"token_bucket:max=5,refill_time=1s\", \"quota:limit=1000,period=day\"]\n"+
+		"    scope: global\n    on_unavailable: closed\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := g.Lookup("login"); len(l.Parts()) != 2 || l.Scope != Global || l.OnUnavailable != global.Closed {
+		t.Errorf("a global list: %+v", l)
 	}
 }

@@ -256,9 +256,11 @@ var luaFiles embed.FS
 // The function library: each algorithm's script in a block of its own
 // (the text its EVAL form runs), which registers its run as the function
 // <library>_<algorithm> and keeps it in the table runs; then
-// lua/batch.lua, registered as <library>_batch, which runs several
-// requests in one call. The library's name, sluice_ and the first 12 hex
-// digits of the SHA-1 of its blocks, changes with any change of a script,
+// lua/multi.lua, registered as <library>_multi (Store.Multi), which
+// decides several requests together; then lua/batch.lua, registered as
+// <library>_batch, which runs several requests in one call. The library's
+// name, sluice_ and the first 12 hex digits of the SHA-1 of its blocks,
+// changes with any change of a script,
 // so processes of different versions sharing a Redis each find their own.
 var library, libraryName, batchFunction string
 
@@ -315,6 +317,8 @@ func init() {
 		panic(err)
 	}
 	io.WriteString(h, batch)
+	multi := initMulti(algs, texts)
+	io.WriteString(h, multi)
 	libraryName = "sluice_" + hex.EncodeToString(h.Sum(nil)[:6])
 	var b strings.Builder
 	b.WriteString("#!lua name=" + libraryName + "\nlocal runs, batch_time = {}, nil\n")
@@ -323,6 +327,8 @@ func init() {
 		g.function, g.index = libraryName+"_"+a.String(), i+1
 		fmt.Fprintf(&b, "do\n%sredis.register_function('%s', run)\nruns[%d] = run\nend\n", texts[i], g.function, g.index)
 	}
+	multiAlgorithm.function, multiAlgorithm.index = libraryName+"_multi", len(algs)+1
+	fmt.Fprintf(&b, "do\n%sredis.register_function('%s', multi)\nruns[%d] = multi\nend\n", multi, multiAlgorithm.function, multiAlgorithm.index)
 	batchFunction = libraryName + "_batch"
 	fmt.Fprintf(&b, "do\n%sredis.register_function{function_name = '%s', callback = batch, flags = {'allow-cross-slot-keys'}}\nend\n", batch, batchFunction)
 	library = b.String()

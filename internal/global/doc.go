@@ -11,7 +11,11 @@
 // the concurrent requests for each shard into one call of the library's
 // batch function (lua/batch.lua; exact mode);
 // Eval is one script call, as an application calling Redis + Lua itself
-// makes. Leases take tokens from a global bucket in leases and decide from
+// makes. Store.Multi decides several requests whose keys share a Cluster
+// slot together in one call of the library's multi function
+// (lua/multi.lua): all or nothing, as a MULTI, or each in order, as a
+// Redis transaction; Fallback.Multi applies the strictest of their outage
+// policies to the whole. Leases take tokens from a global bucket in leases and decide from
 // them locally (leased mode), journaled (Journal) so that a killed
 // process's leases are returned by the next. Fallback applies a limit's
 // outage policy (local share, open, closed) to a request Redis does not

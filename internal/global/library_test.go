@@ -38,8 +38,8 @@ func TestStoreLibrary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(libs) != 1 || libs[0].Name != libraryName || len(libs[0].Functions) != len(algorithms)+1 {
-		t.Fatalf("Redis holds %+v, want the library %s with %d functions (one per algorithm, and the batch)", libs, libraryName, len(algorithms)+1)
+	if len(libs) != 1 || libs[0].Name != libraryName || len(libs[0].Functions) != len(algorithms)+2 {
+		t.Fatalf("Redis holds %+v, want the library %s with %d functions (one per algorithm, the multi and the batch)", libs, libraryName, len(algorithms)+2)
 	}
 	if st := s.Stats(); st.ScriptLoads != 1 {
 		t.Fatalf("%d loads, want 1", st.ScriptLoads)

@@ -183,25 +183,9 @@ func (f *Fallback) byPolicy(ctx context.Context, r *Request, p Policy) (bucket.D
 		return bucket.Decision{Limit: decisionLimit(&l), RetryAfter: int64(f.store.retryAfter(ctx, r))}, nil
 	}
 	now := time.Now().UnixNano()
-	k := string(AppendKey(nil, "", &l, r.Key))
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	b := f.local[k]
-	if b == nil || now >= b.freshAt {
-		if b == nil {
-			b = new(localBucket)
-			f.local[k] = b
-			if len(f.local) > 2*f.swept+1024 {
-				f.sweepLocked(now)
-			}
-		}
-		b.share = share
-		b.ext = nil
-		if share.Algorithm.Extended() {
-			b.ext = make([]int64, share.ExtWords())
-		}
-		b.share.Init(now, &b.state, b.ext)
-	}
+	b := f.bucketLocked(&l, share, r.Key, now)
 	var d bucket.Decision
 	f2 := r.Flags & (bucket.Strict | bucket.Smyte)
 	switch {
@@ -222,6 +206,30 @@ func (f *Fallback) byPolicy(ctx context.Context, r *Request, p Policy) (bucket.D
 	b.freshAt = now + max(d.ResetAfter, 0)
 	d.Limit = decisionLimit(&b.share)
 	return d, nil
+}
+
+// bucketLocked returns the local policy's bucket of limit l and key at
+// now, new (with share, its limit) if there is none or it is fresh again.
+// f.mu is held.
+func (f *Fallback) bucketLocked(l *bucket.Limit, share bucket.Limit, key string, now int64) *localBucket {
+	k := string(AppendKey(nil, "", l, key))
+	b := f.local[k]
+	if b == nil || now >= b.freshAt {
+		if b == nil {
+			b = new(localBucket)
+			f.local[k] = b
+			if len(f.local) > 2*f.swept+1024 {
+				f.sweepLocked(now)
+			}
+		}
+		b.share = share
+		b.ext = nil
+		if share.Algorithm.Extended() {
+			b.ext = make([]int64, share.ExtWords())
+		}
+		b.share.Init(now, &b.state, b.ext)
+	}
+	return b
 }
 
 // share returns the share of p: its FallbackShare, or 1/N.

@@ -67,7 +67,9 @@
 // list of commands (respCommands): each entry's name, arity, flags and key
 // (what COMMAND reports), how it runs (parse, for a rate-limit command, or
 // do) and what a transaction does with it (txRole). The rate-limit
-// commands are in resp_ratelimit.go, the transaction in resp_tx.go, INFO
+// commands are in resp_ratelimit.go, the transaction in resp_tx.go (a
+// transaction of global keys in resp_global.go, a native MULTI of global
+// limits in globalmulti.go: both one call of Redis's multi script), INFO
 // and DBSIZE in resp_info.go, the connection and server commands (HELLO,
 // AUTH, CLIENT, CONFIG, COMMAND, PING ...) in resp_admin.go.
 //

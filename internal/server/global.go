@@ -27,8 +27,6 @@ var (
 	// errNoGlobal answers a request on a global limit when the sidecar
 	// has no Redis to decide it in.
 	errNoGlobal = errors.New("this sidecar decides no global limits: start it with --global-redis")
-	// errGlobalMulti answers a MULTI naming a global limit.
-	errGlobalMulti = errors.New("a MULTI cannot include a global limit")
 )
 
 // globalLimits decides the requests of global limits.
@@ -422,6 +420,14 @@ scan:
 				break scan
 			}
 			body = rest
+			if op.Code == proto.OpMulti && c.s.globalItems(op, c.globalMulti.nls[:op.NItems]) {
+				// A MULTI of global limits is decided when answered, and
+				// the operations after it after it: the scan ends here,
+				// and frame decodes this frame itself (answering the
+				// operations before it with the scan's decisions).
+				fg.ops = fg.ops[:first]
+				break scan
+			}
 			fg.keep(op)
 			if op.Name == nil || op.Code < proto.OpAcquire || op.Code > proto.OpReset {
 				continue
@@ -431,6 +437,12 @@ scan:
 				continue
 			}
 			nl = nl.forKey(op.Key) // the key's override, if it has one (of the same scope)
+			if len(nl.parts) > 1 {
+				// A global list is decided when answered (listOp), as a
+				// MULTI of global limits is: the scan ends here.
+				fg.ops = fg.ops[:first]
+				break scan
+			}
 			if op.Code == proto.OpAcquire && nl.cfg.Leased() && op.Flags&(proto.FlagStrict|proto.FlagSmyte) == 0 {
 				continue // decided from its lease, in place: Redis only now and then
 			}

@@ -25,10 +25,7 @@ func TestGlobal_concurrency(t *testing.T) {
   jobs: {limit: "concurrency:limit=2,lease=1h", scope: global, on_unavailable: closed}
   short: {limit: "concurrency:limit=2,lease=2s", scope: global, on_unavailable: closed}
 `
-	// Redis's outages are not what is tested: a generous timeout, so that a
-	// loaded host's slow first call (the functions loaded) is not one.
-	generous := func(o *global.Options) { o.Timeout = 10 * time.Second }
-	a, b := startGlobal(t, redis.Addr, text, generous), startGlobal(t, redis.Addr, text, generous)
+	a, b := startGlobal(t, redis.Addr, text, patient), startGlobal(t, redis.Addr, text, patient)
 	ctx := context.Background()
 	limit, key := sluice.Limit{Name: "jobs"}, "k"
 	lease := func(c *sluice.Client) sluice.Lease {
@@ -116,7 +113,7 @@ func TestGlobal_peekExt(t *testing.T) {
 	sc := startGlobal(t, redis.Addr, `limits:
   log: {limit: "sliding_log:limit=2,window=1h", scope: global}
   wc: {limit: "window_counters:limit=2,window=1h,counters=6", scope: global}
-`)
+`, patient)
 	c := dialStrict(t, sc)
 	ctx := context.Background()
 	for _, name := range []string{"log", "wc"} {

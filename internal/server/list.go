@@ -5,13 +5,15 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/proto"
 )
 
 // Named limits that list several limits ("5 per second and 1,000 per day"
 // under one name): every operation on the name applies to each of them, on
-// the one key, and the answer is their combination (engine.Combine).
+// the one key, and the answer is their combination (engine.Combine). A
+// global list's are decided in Redis (globalmulti.go).
 
 var (
 	// errListLease answers a LEASE or RELEASE of a named list.
@@ -35,6 +37,8 @@ type listScratch struct {
 func (s *server) listOp(b []byte, op *proto.Op, nl *namedLimit, c *conn, req *engine.Request, start time.Time) []byte {
 	parts, sc := nl.parts, &c.list
 	ds := sc.ds[:0]
+	global := nl.cfg.Scope == config.Global // decided in Redis (globalmulti.go)
+	outage := proto.OutageNone
 	switch op.Code {
 	case proto.OpLease, proto.OpRelease:
 		return c.fail(b, op.Code, errListLease)
@@ -43,7 +47,12 @@ func (s *server) listOp(b []byte, op *proto.Op, nl *namedLimit, c *conn, req *en
 			sc.items[i] = engine.Item{Key: op.Key, Limit: &parts[i], Cost: op.N, Flags: req.Flags}
 		}
 		var err error
-		if ds, _, err = s.engine.Multi(ds, sc.items[:len(parts)], req.Time); err != nil {
+		if global {
+			ds, outage, err = s.globalListAcquire(ds, op, nl, c, req)
+		} else {
+			ds, _, err = s.engine.Multi(ds, sc.items[:len(parts)], req.Time)
+		}
+		if err != nil {
 			sc.ds = ds
 			s.recordError(nl, &parts[0], err)
 			return c.fail(b, op.Code, err)
@@ -54,9 +63,15 @@ func (s *server) listOp(b []byte, op *proto.Op, nl *namedLimit, c *conn, req *en
 		for i := range parts {
 			r := *req
 			r.Limit, r.Shadow = &parts[i], false
+			if global {
+				r.Remote = c.listRemote(op, nl, i)
+			}
 			if err := s.engine.Do(&r, res); err != nil {
 				sc.ds = ds
 				return c.fail(b, op.Code, err)
+			}
+			if res.Outage != proto.OutageNone {
+				outage = res.Outage // the list's one policy
 			}
 			existed = existed || res.Existed
 			ds = append(ds, res.Decision)
@@ -69,5 +84,6 @@ func (s *server) listOp(b []byte, op *proto.Op, nl *namedLimit, c *conn, req *en
 	sc.ds = ds
 	d, which := engine.Combine(ds)
 	shadowed := op.Code == proto.OpAcquire && req.Shadow && engine.Shadow(&d)
-	return c.answer(b, op, nl, parts[which].Bucket().Algorithm, &d, shadowed, start)
+	b = c.answer(b, op, nl, parts[which].Bucket().Algorithm, &d, shadowed, start)
+	return c.markGlobal(b, nl, outage)
 }

@@ -30,6 +30,8 @@ type conn struct {
 	res   engine.Result
 	call  globalCall // req's Remote, for an operation on a global limit
 
+	globalMulti globalMultiScratch
+
 	frameStart int           // where the response frame being built starts in out
 	version    uint8         // the protocol version of the frame being answered
 	opIndex    int           // the operation of the frame being answered
@@ -202,7 +204,7 @@ func (s *server) do(b []byte, op *proto.Op, c *conn) []byte {
 	}
 	req := &c.req
 	c.request(req, op, l, nl)
-	if remote {
+	if remote && len(nl.parts) == 1 { // a global list is listOp's
 		return s.globalOp(b, op, nl, c, req)
 	}
 	var start time.Time
@@ -263,6 +265,9 @@ func (c *conn) answer(b []byte, op *proto.Op, nl *namedLimit, alg bucket.Algorit
 
 // multi answers a MULTI: all of its items or none.
 func (s *server) multi(b []byte, op *proto.Op, c *conn) []byte {
+	if nls := c.globalMulti.nls[:op.NItems]; s.globalItems(op, nls) {
+		return s.globalMulti(b, op, c, nls)
+	}
 	m := &c.multi
 	for i := range op.NItems {
 		it := &op.Items[i]
@@ -273,8 +278,8 @@ func (s *server) multi(b []byte, op *proto.Op, c *conn) []byte {
 			}
 			switch {
 			case err != nil:
-			case nl.cfg.Scope == config.Global:
-				err = errGlobalMulti
+			case nl.cfg.Scope == config.Global: // a reload made it global since globalItems
+				err = errMultiMixed
 			case len(nl.parts) > 1:
 				err = errListMulti
 			}
@@ -295,6 +300,12 @@ func (s *server) multi(b []byte, op *proto.Op, c *conn) []byte {
 	t.Wire(op.Flags, op.At)
 	ds, allowed, err := s.engine.Multi(m.ds[:0], m.items[:op.NItems], t)
 	m.ds = ds
+	return c.multiResult(b, op, ds, allowed, err)
+}
+
+// multiResult appends a MULTI's result: its decisions ds and whether all
+// were allowed, or its error; and counts it.
+func (c *conn) multiResult(b []byte, op *proto.Op, ds []bucket.Decision, allowed bool, err error) []byte {
 	if err != nil {
 		return c.fail(b, op.Code, err)
 	}
@@ -384,7 +395,7 @@ func wireMessage(st proto.Status, err error) string {
 // server's own, then the engine's (engine.Status).
 func statusFor(err error) proto.Status {
 	switch {
-	case errors.Is(err, errUnknownName), errors.Is(err, errGlobalMulti),
+	case errors.Is(err, errUnknownName), errors.Is(err, errMultiMixed), errors.Is(err, errMultiSlots),
 		errors.Is(err, errListLease), errors.Is(err, errListMulti):
 		return proto.StatusInvalidLimit
 	case errors.Is(err, errNoGlobal):

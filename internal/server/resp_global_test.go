@@ -30,12 +30,12 @@ const routesConfig = `resp:
 // Ensure the Redis-protocol commands of keys a global route matches share
 // one budget across sidecars, through go-redis and redis-cli in their
 // default configurations, answered as local ones are; that a local route
-// keeps its keys on each host; that AT and MULTI are refused for them.
+// keeps its keys on each host; that AT is refused for them, and a MULTI
+// that mixes them with local keys.
 func TestRESP_globalRoutes(t *testing.T) {
 	r := redistest.Start(t)
 	// A generous Redis timeout: no request of this test is left to the
 	// outage policy on a loaded host, so every count is exact.
-	patient := func(o *global.Options) { o.Timeout = 10 * time.Second }
 	scs := []*sidecar{startGlobal(t, r.Addr, routesConfig, patient), startGlobal(t, r.Addr, routesConfig, patient)}
 	ctx := context.Background()
 	var rdbs []*redis.Client
@@ -104,7 +104,8 @@ func TestRESP_globalRoutes(t *testing.T) {
 		!strings.Contains(err.Error(), `AT is not accepted for the key "login:bob": it is decided fleet-wide`) {
 		t.Errorf("RL.REDUCE with AT on a global key: %v", err)
 	}
-	// MULTI: refused when a command's key is global, the rest queued.
+	// MULTI: a command whose key is global is refused beside a local one,
+	// the rest queued.
 	_, err := rdbs[0].TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.Do(ctx, "RL.REDUCE", "test:2", 3, 3600)
 		p.Do(ctx, "CL.THROTTLE", "api:y", 4, 1, 3600)

@@ -5,7 +5,9 @@ import (
 	"fmt"
 
 	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/global"
 	"github.com/sluicehq/sluice/proto/resp"
 )
 
@@ -23,6 +25,11 @@ type respTx struct {
 	ends  []int  // the end of each argument in buf
 	nargs []int  // the number of arguments of each command
 	abort bool   // a command was refused while queueing: EXEC aborts
+	// The scope of the rate-limit commands queued (txScope): local, or
+	// global (route, the first global route matched) in one slot.
+	local bool
+	route *config.Route
+	slot  int
 
 	// Scratch for EXEC, kept between transactions.
 	args  [][]byte
@@ -30,6 +37,8 @@ type respTx struct {
 	at    []int // the command each of reqs came from
 	items []engine.Item
 	ds    []bucket.Decision
+	greqs []global.Request // a global transaction's (execGlobal)
+	gps   []global.Policy
 }
 
 // len is the number of queued commands.
@@ -52,10 +61,12 @@ func (rc *respConn) queue(c *respCommand, args [][]byte) {
 		tx.abort = true
 		return
 	}
-	if r := rc.s.route(c.routedKey(args)); r != nil {
-		rc.out = resp.AppendError(rc.out, globalInTx(r))
-		tx.abort = true
-		return
+	if key := c.routedKey(args); key != nil {
+		if msg := rc.txScope(tx, c, args, key); msg != "" {
+			rc.out = resp.AppendError(rc.out, msg)
+			tx.abort = true
+			return
+		}
 	}
 	size := 0
 	for _, a := range args {
@@ -85,6 +96,7 @@ func (rc *respConn) multi([][]byte) {
 		tx.buf = nil // a large transaction's buffer is not kept for the next
 	}
 	tx.buf, tx.ends, tx.nargs, tx.abort = tx.buf[:0], tx.ends[:0], tx.nargs[:0], false
+	tx.local, tx.route, tx.slot = false, nil, 0
 	rc.tx = tx
 	rc.out = resp.AppendSimple(rc.out, "OK")
 }
@@ -190,6 +202,12 @@ func (rc *respConn) decideTogether(tx *respTx) (bool, error) {
 	}
 	if len(tx.reqs) < 2 || len(tx.reqs) > engine.MaxMultiItems {
 		return false, nil // one command is decided alone just the same
+	}
+	if tx.route != nil { // global: in Redis, together
+		if err := rc.execGlobal(tx); err != nil {
+			return false, err
+		}
+		return true, nil
 	}
 	// smyte/ratelimit decides at the millisecond: when it takes part, the
 	// whole transaction does (redis-cell's replies are in whole seconds).
