@@ -43,7 +43,7 @@ func rlsReq(ds ...[2]string) *rlspb.RateLimitRequest {
 }
 
 // globalRLS starts a sidecar with the config file yaml, its global limits
-// in a new Redis, and returns a client of its rate limit service.
+// in a new Redis (patient), and returns a client of its rate limit service.
 func globalRLS(t *testing.T, yaml string) rlspb.RateLimitServiceClient {
 	t.Helper()
 	set, err := config.Parse("sluice.yaml", []byte(yaml))
@@ -53,8 +53,10 @@ func globalRLS(t *testing.T, yaml string) rlspb.RateLimitServiceClient {
 	redis := redistest.Start(t)
 	redistest.QuietClientLogs()
 	dir := shortDir(t)
+	o := &global.Options{Addrs: []string{redis.Addr}}
+	patient(o)
 	return rlsClient(t, start(t, Config{StatePath: filepath.Join(dir, "state"), SocketPath: filepath.Join(dir, "sock"),
-		RLSSocket: filepath.Join(dir, "rls"), Limits: config.NewHolder(set), Global: &global.Options{Addrs: []string{redis.Addr}}}))
+		RLSSocket: filepath.Join(dir, "rls"), Limits: config.NewHolder(set), Global: o}))
 }
 
 func shouldRateLimit(t *testing.T, c rlspb.RateLimitServiceClient, r *rlspb.RateLimitRequest) *rlspb.RateLimitResponse {
