@@ -8,7 +8,8 @@
 // # The request path
 //
 // Every front end decodes what it was sent into an engine.Request and lets
-// engine.Do decide it (engine.Multi for all or nothing): native.go (and
+// engine.Do decide it (engine.Multi for all or nothing; decideGlobalMulti,
+// globalmulti.go, for global limits all or nothing): native.go (and
 // list.go, a named list) for the native protocol, resp_ratelimit.go (and
 // resp_global.go, a globally routed key) for the Redis protocol's
 // commands, rls.go for Envoy's rate limit service. A request on a global
