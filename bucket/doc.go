@@ -39,8 +39,12 @@
 //   - proto: its spec parameters (specParams in limit.go) and wire order,
 //     in doc.go; engine.bucketLimit maps them onto the Limit's fields. A
 //     new algorithm is a new protocol version (quota is version 5's).
-//   - The Python client's and the global limits' copies (Lua), which check
-//     themselves against proto/testdata and internal/global/testdata.
+//   - The Python client's copy: its Algorithm value and its Limit class in
+//     clients/python/src/sluice/limits.py, checked against proto/testdata.
+//   - Global limits, if it can be one: its script, internal/global/lua/<name>.lua,
+//     and its row of internal/global/algorithms.go's algorithms (that
+//     package's doc, "Algorithms"), checked against this package by the
+//     conformance tests.
 //
 // The engine, the server and the clients need nothing more: they decide
 // every algorithm through this method set.

@@ -1,7 +1,27 @@
 // Package server is the sidecar: it owns the state file, serves the native
-// protocol (package proto) and the Redis protocol (package proto/resp) on
-// Unix sockets, keeps the file synced, and shuts down cleanly. Run is the
-// whole lifecycle; cmd/sluiced only turns flags into a Config.
+// protocol (package proto), the Redis protocol (package proto/resp) and
+// Envoy's rate limit service (gRPC, package internal/rls) on Unix sockets,
+// decides global limits in Redis (package internal/global), keeps the file
+// synced, and shuts down cleanly. Run is the whole lifecycle; cmd/sluiced
+// only turns flags into a Config.
+//
+// # The request path
+//
+// Every front end decodes what it was sent into an engine.Request and lets
+// engine.Do decide it (engine.Multi for all or nothing; decideGlobalMulti,
+// globalmulti.go, for global limits all or nothing): native.go (and
+// list.go, a named list) for the native protocol, resp_ratelimit.go (and
+// resp_global.go, a globally routed key) for the Redis protocol's
+// commands, rls.go for Envoy's rate limit service. A request on a global
+// limit is the same Request with a Remote, a globalCall (global.go), which
+// hands it to Redis or the limit's outage policy; engine.Do checks it as it
+// checks every other. A failure is
+// classified once, by statusFor (the server's errors, then engine.Status),
+// and each front end only words the status in its protocol: the native
+// protocol's statuses, the Redis protocol's -ERR lines (respConn.fail),
+// the rate limit service's gRPC codes (rlsCode). A new front end is a
+// decoder onto engine.Request and an encoder of engine.Result and of
+// statusFor's statuses, nothing more.
 //
 // # Connections
 //

@@ -134,6 +134,17 @@ func (g *globalLimits) answerBy(arrived time.Time, flags proto.Flags, deadline i
 	return d.Add(-margin)
 }
 
+// rlsAnswerBy is when Redis must have answered a global limit's part of a
+// rate limit service request: a quarter of the caller's deadline before
+// it, if it has one, else 4/5 of the Redis timeout from now.
+func (g *globalLimits) rlsAnswerBy(ctx context.Context) time.Time {
+	now := time.Now()
+	if d, ok := ctx.Deadline(); ok {
+		return d.Add(-min(max(d.Sub(now)/4, time.Millisecond), 25*time.Millisecond))
+	}
+	return now.Add(g.timeout * 4 / 5)
+}
+
 // outageOf is the wire's name of a limit's outage policy.
 func outageOf(l *config.Limit) proto.Outage {
 	switch l.OnUnavailable {
@@ -281,10 +292,17 @@ type globalCall struct {
 	deadline int64
 	arrived  time.Time // when its frame was read; zero: read the clock when needed
 	blocking func()    // called before waiting for Redis (an event loop hands itself over), if not nil
+	// ctx, if not nil, is the gRPC call of a rate limit service request:
+	// Redis's answer is due by rlsAnswerBy, not answerBy.
+	ctx context.Context
 }
 
-// by returns when Redis's answer is due (answerBy).
+// by returns when Redis's answer is due (answerBy, or rlsAnswerBy for the
+// rate limit service).
 func (a *globalCall) by() time.Time {
+	if a.ctx != nil {
+		return a.g.rlsAnswerBy(a.ctx)
+	}
 	if a.arrived.IsZero() {
 		a.arrived = time.Now()
 	}

@@ -98,7 +98,6 @@ func framesPipelined(b *testing.B, path string, frame []byte, ops int) {
 // what it read. What it measures is the frames' scan, decoding and
 // answering, per operation.
 func BenchmarkHandleGlobal(b *testing.B) {
-	redis := redistest.Start(b)
 	set, err := config.Parse("sluice.yaml", []byte(`limits:
   leased: {limit: "token_bucket:max=1000000000000,refill_time=1s", scope: global, lease: 100000000}
   local: {limit: "token_bucket:max=1000000000000,refill_time=1s"}
@@ -106,22 +105,8 @@ func BenchmarkHandleGlobal(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	redistest.QuietClientLogs()
-	dir := b.TempDir()
-	e, err := engine.Open(filepath.Join(dir, "state"), engine.Options{}, time.Now().UnixNano())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer e.Close()
-	cfg := Config{Limits: config.NewHolder(set)}
-	c := cfg.withDefaults()
-	gl, err := newGlobalLimits(global.Options{Addrs: []string{redis.Addr}, Timeout: time.Second}, slog.New(slog.DiscardHandler), filepath.Join(dir, "leases"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer gl.close()
-	now := func() int64 { return time.Now().UnixNano() }
-	s := &server{cfg: c, log: slog.New(slog.DiscardHandler), engine: e, now: now, global: gl}
+	s := globalServer(b, set)
+	now := s.now
 	cn := &conn{stream: stream{s: s}}
 	var batch []byte
 	for i := range 16 {
@@ -151,6 +136,28 @@ func BenchmarkHandleGlobal(b *testing.B) {
 	if cn.closed || len(cn.in) != 0 {
 		b.Fatalf("the batch was not answered whole: closed %v, %d bytes left", cn.closed, len(cn.in))
 	}
+}
+
+// globalServer returns a server that serves no socket, for benchmarks that
+// call its handlers in process: the limits of set, a new state file, and a
+// new Redis for its global limits, all closed when b ends.
+func globalServer(b *testing.B, set *config.Set) *server {
+	redis := redistest.Start(b)
+	redistest.QuietClientLogs()
+	dir := b.TempDir()
+	e, err := engine.Open(filepath.Join(dir, "state"), engine.Options{}, time.Now().UnixNano())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { e.Close() })
+	gl, err := newGlobalLimits(global.Options{Addrs: []string{redis.Addr}, Timeout: time.Second}, slog.New(slog.DiscardHandler), filepath.Join(dir, "leases"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(gl.close)
+	cfg := Config{Limits: config.NewHolder(set)}
+	return &server{cfg: cfg.withDefaults(), log: slog.New(slog.DiscardHandler), engine: e,
+		now: func() int64 { return time.Now().UnixNano() }, global: gl}
 }
 
 // processCPU returns the CPU time this process has used, in ns.

@@ -265,7 +265,7 @@ func (rc *respConn) count(d *bucket.Decision, alg bucket.Algorithm) {
 // fail answers an error of the engine that smyte/ratelimit has no words for.
 func (rc *respConn) fail(err error) {
 	rc.n.errors++
-	switch engine.Status(err) {
+	switch statusFor(err) {
 	case proto.StatusTableFull:
 		rc.out = resp.AppendError(rc.out, "ERR table full")
 	case proto.StatusInvalidKey:

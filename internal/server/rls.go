@@ -19,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/internal/errtext"
 	"github.com/sluicehq/sluice/internal/global"
 	"github.com/sluicehq/sluice/internal/rls"
+	"github.com/sluicehq/sluice/proto"
 )
 
 // Envoy's rate limit service: ShouldRateLimit over gRPC, on a Unix socket
@@ -135,29 +136,36 @@ func (r *rlsService) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRe
 	return rls.Respond(items, res, now, s.cfg.RLSHeaders), nil
 }
 
-// rlsCode is the gRPC code of a decision that failed.
+// rlsCode is the gRPC code of a decision that failed: the wire status the
+// other front ends answer it with (statusFor), in gRPC's words. Redis not
+// answering, or the caller giving up, is Unavailable; an error of no
+// status of its own, Internal.
 func rlsCode(err error) codes.Code {
-	switch {
-	case errors.Is(err, engine.ErrTableFull):
-		return codes.ResourceExhausted
-	case errors.Is(err, engine.ErrContended), errors.Is(err, engine.ErrLocked), errors.Is(err, global.ErrUnavailable),
-		errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+	if errors.Is(err, global.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		return codes.Unavailable
-	case errors.Is(err, errUnknownName), errors.Is(err, errNoGlobal):
+	}
+	switch statusFor(err) {
+	case proto.StatusTableFull:
+		return codes.ResourceExhausted
+	case proto.StatusContended:
+		return codes.Unavailable
+	case proto.StatusInvalidLimit, proto.StatusUnsupported: // a rule names a limit this sidecar cannot decide
 		return codes.FailedPrecondition
 	}
 	return codes.Internal
 }
 
-// decideRLS decides the items, writing each one's Result. The items that
-// consume (neither shadow nor refund) are decided all or nothing: the global
-// ones one by one in Redis first, then the local ones with one engine.Multi,
-// the global ones' tokens given back if the request is over a limit. A
-// refund is applied only if the request is admitted; a shadow item is
-// decided on its own, whatever the others say.
+// decideRLS decides the items, writing each one's Result, each decision
+// on the one request path (engine.Do; a global limit's with a globalCall
+// as its Remote). The items that consume (neither shadow nor refund) are
+// decided all or nothing: the global ones one by one in Redis first, then
+// the local ones with one engine.Multi, the global ones' tokens given back
+// if the request is over a limit. A refund is applied only if the request
+// is admitted; a shadow item is decided on its own, whatever the others
+// say.
 func (s *server) decideRLS(ctx context.Context, n *namedLimits, items []rls.Item, res []rls.Result, now int64) error {
-	r := &rlsRequest{s: s, items: items, res: res, admitted: true,
-		t: engine.Time{Now: now, At: now, Wait: s.cfg.LockWait}, by: func() time.Time { return s.rlsAnswerBy(ctx) }}
+	r := &rlsRequest{s: s, ctx: ctx, items: items, res: res, admitted: true,
+		t: engine.Time{Now: now, At: now, Wait: s.cfg.LockWait}}
 	if s.rec != nil {
 		r.start = time.Now()
 	}
@@ -181,12 +189,13 @@ func (s *server) decideRLS(ctx context.Context, n *namedLimits, items []rls.Item
 // rlsRequest is one request's items being decided.
 type rlsRequest struct {
 	s        *server
+	ctx      context.Context // the gRPC call's: when Redis must have answered
 	items    []rls.Item
 	res      []rls.Result
 	t        engine.Time
-	by       func() time.Time // when Redis must have answered
-	start    time.Time        // for the metrics' durations; zero if not measured
-	admitted bool             // no consuming item is over its limit (so far)
+	start    time.Time   // for the metrics' durations; zero if not measured
+	admitted bool        // no consuming item is over its limit (so far)
+	call     *globalCall // the Remote of the global items; nil until one is decided
 	limits   [rls.MaxDescriptors]*engine.Limit
 	named    [rls.MaxDescriptors]*namedLimit // nil for a fixed window
 	taken    []int                           // the global items that consumed
@@ -198,6 +207,23 @@ func consumes(it *rls.Item) bool { return !it.Shadow && !it.Refund }
 // global reports whether item i is decided in Redis.
 func (r *rlsRequest) global(i int) bool {
 	return r.named[i] != nil && r.named[i].cfg.Scope == config.Global
+}
+
+// do decides op (ACQUIRE of n, PEEK or REFUND of n) on item i's bucket with
+// engine.Do: in the table, or in Redis for a global limit. shadow answers
+// a denied ACQUIRE as allowed (Result.Shadowed).
+func (r *rlsRequest) do(i int, op proto.Opcode, n int64, shadow bool) (engine.Result, error) {
+	req := engine.Request{Op: op, Key: r.items[i].Key, Limit: r.limits[i], N: n, Shadow: shadow, Time: r.t}
+	if r.global(i) {
+		if r.call == nil {
+			r.call = &globalCall{g: r.s.global, ctx: r.ctx}
+		}
+		r.call.l = r.named[i].cfg
+		req.Remote = r.call
+	}
+	var res engine.Result
+	err := r.s.engine.Do(&req, &res)
+	return res, err
 }
 
 // resolve finds each item's limit, and whether a blocked item denies the
@@ -235,31 +261,31 @@ func (r *rlsRequest) globals() error {
 		if !it.Decides() || !consumes(it) || !r.global(i) {
 			continue
 		}
-		var d bucket.Decision
-		var err error
-		cfg := r.named[i].cfg
-		if it.Hits == 0 || !r.admitted {
-			d, _, err = r.s.global.peek(cfg, string(it.Key), r.by)
-			d.Allowed = it.Hits == 0 || d.Remaining >= it.Hits // what the request would have had
-		} else {
-			d, _, err = r.s.global.acquire(cfg, string(it.Key), it.Hits, 0, r.by)
-			if err == nil && d.Allowed {
-				r.taken = append(r.taken, i)
-			}
+		peek := it.Hits == 0 || !r.admitted
+		op := proto.OpAcquire
+		if peek {
+			op = proto.OpPeek
 		}
+		out, err := r.do(i, op, it.Hits, false)
 		if err != nil {
 			return err
 		}
+		d := out.Decision
+		if peek {
+			d.Allowed = it.Hits == 0 || d.Remaining >= it.Hits // what the request would have had
+		} else if d.Allowed {
+			r.taken = append(r.taken, i)
+		}
 		r.res[i].Decision = d
-		r.s.record(r.named[i], cfg.Bucket.Algorithm, d.Allowed, false, r.start)
+		r.s.record(r.named[i], r.named[i].cfg.Bucket.Algorithm, d.Allowed, false, r.start)
 		r.admitted = r.admitted && d.Allowed
 	}
 	return nil
 }
 
 // locals decides the local items that consume, all or nothing: one
-// engine.Multi (an Acquire for one item), every cost 0 if the request is
-// denied already.
+// engine.Multi (one engine.Do for one item), every cost 0 if the request
+// is denied already.
 func (r *rlsRequest) locals() error {
 	var (
 		multi [rls.MaxDescriptors]engine.Item
@@ -282,8 +308,9 @@ func (r *rlsRequest) locals() error {
 	got, ok := ds[:n], false
 	var err error
 	if n == 1 { // the same decision, without Multi's sorting and reservations
-		err = r.s.engine.Acquire(&ds[0], multi[0].Key, multi[0].Limit, multi[0].Cost, r.t, 0)
-		ok = ds[0].Allowed
+		var out engine.Result
+		out, err = r.do(of[0], proto.OpAcquire, multi[0].Cost, false)
+		ds[0], ok = out.Decision, out.Decision.Allowed
 	} else {
 		got, ok, err = r.s.engine.Multi(ds[:0], multi[:n], r.t)
 	}
@@ -306,38 +333,31 @@ func (r *rlsRequest) locals() error {
 }
 
 // apart decides the refunds (applied if the request is admitted, else
-// only looked at) and the shadow items (decided on their own).
+// only looked at) and the shadow items (decided on their own, a denial
+// answered as allowed).
 func (r *rlsRequest) apart() error {
 	for i := range r.items {
 		it := &r.items[i]
 		if !it.Decides() || consumes(it) {
 			continue
 		}
-		var d bucket.Decision
-		var err error
-		g := r.global(i)
+		op := proto.OpAcquire
 		switch {
-		case it.Refund && r.admitted && g:
-			d, _, err = r.s.global.refund(r.named[i].cfg, string(it.Key), it.Hits, r.by)
 		case it.Refund && r.admitted:
-			err = r.s.engine.Refund(&d, it.Key, r.limits[i], it.Hits, r.t, 0)
-		case it.Refund && g:
-			d, _, err = r.s.global.peek(r.named[i].cfg, string(it.Key), r.by)
+			op = proto.OpRefund
 		case it.Refund:
-			err = r.s.engine.Peek(&d, it.Key, r.limits[i], r.t)
-		case g:
-			d, _, err = r.s.global.acquire(r.named[i].cfg, string(it.Key), it.Hits, 0, r.by)
-		default:
-			err = r.s.engine.Acquire(&d, it.Key, r.limits[i], it.Hits, r.t, 0)
+			op = proto.OpPeek
 		}
+		out, err := r.do(i, op, it.Hits, !it.Refund)
 		if err != nil {
 			return err
 		}
+		d := out.Decision
 		if it.Refund {
 			d.Allowed = true
 		} else {
-			r.s.record(r.named[i], r.res[i].Limit.Algorithm, d.Allowed, !d.Allowed, r.start)
-			if !d.Allowed {
+			r.s.record(r.named[i], r.res[i].Limit.Algorithm, d.Allowed, out.Shadowed, r.start)
+			if out.Shadowed {
 				r.s.shadowDenied(r.named[i])
 			}
 		}
@@ -351,24 +371,12 @@ func (r *rlsRequest) apart() error {
 // fails is logged: the tokens stay spent.
 func (r *rlsRequest) giveBack() {
 	for _, i := range r.taken {
-		cfg := r.named[i].cfg
-		if _, _, err := r.s.global.refund(cfg, string(r.items[i].Key), r.items[i].Hits, r.by); err != nil {
+		if _, err := r.do(i, proto.OpRefund, r.items[i].Hits, false); err != nil {
 			r.s.log.Warn("could not give back a global limit's tokens for a rate limit service request over another limit",
-				"limit", cfg.Name, "err", errtext.String(err))
+				"limit", r.named[i].cfg.Name, "err", errtext.String(err))
 		}
 		d := &r.res[i].Decision
 		d.Remaining = min(d.Remaining+r.items[i].Hits, d.Limit)
 	}
 	r.taken = nil
-}
-
-// rlsAnswerBy is when Redis must have answered a global limit's part of a
-// request: a quarter of the caller's deadline before it, if it has one,
-// else 4/5 of the Redis timeout from now.
-func (s *server) rlsAnswerBy(ctx context.Context) time.Time {
-	now := time.Now()
-	if d, ok := ctx.Deadline(); ok {
-		return d.Add(-min(max(d.Sub(now)/4, time.Millisecond), 25*time.Millisecond))
-	}
-	return now.Add(s.global.timeout * 4 / 5)
 }

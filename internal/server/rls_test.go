@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -10,9 +12,12 @@ import (
 	ratelimitpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/global"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -37,6 +42,23 @@ func rlsReq(ds ...[2]string) *rlspb.RateLimitRequest {
 	return r
 }
 
+// globalRLS starts a sidecar with the config file yaml, its global limits
+// in a new Redis (patient), and returns a client of its rate limit service.
+func globalRLS(t *testing.T, yaml string) rlspb.RateLimitServiceClient {
+	t.Helper()
+	set, err := config.Parse("sluice.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	redis := redistest.Start(t)
+	redistest.QuietClientLogs()
+	dir := shortDir(t)
+	o := &global.Options{Addrs: []string{redis.Addr}}
+	patient(o)
+	return rlsClient(t, start(t, Config{StatePath: filepath.Join(dir, "state"), SocketPath: filepath.Join(dir, "sock"),
+		RLSSocket: filepath.Join(dir, "rls"), Limits: config.NewHolder(set), Global: o}))
+}
+
 func shouldRateLimit(t *testing.T, c rlspb.RateLimitServiceClient, r *rlspb.RateLimitRequest) *rlspb.RateLimitResponse {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -52,8 +74,7 @@ func shouldRateLimit(t *testing.T, c rlspb.RateLimitServiceClient, r *rlspb.Rate
 // over the local limit, the global limit's tokens are given back in
 // Redis; and a global limit alone decides in Redis.
 func TestRLS_globalAllOrNothing(t *testing.T) {
-	redis := redistest.Start(t)
-	set, err := config.Parse("sluice.yaml", []byte(`limits:
+	c := globalRLS(t, `limits:
   shared: {limit: "token_bucket:max=3,refill_time=1h", scope: global}
   mine: "token_bucket:max=2,refill_time=1h"
 rls:
@@ -61,15 +82,7 @@ rls:
     descriptors:
       - {key: g, rate_limit: {limit: shared}}
       - {key: l, rate_limit: {limit: mine}}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	redistest.QuietClientLogs()
-	dir := shortDir(t)
-	sc := start(t, Config{StatePath: filepath.Join(dir, "state"), SocketPath: filepath.Join(dir, "sock"),
-		RLSSocket: filepath.Join(dir, "rls"), Limits: config.NewHolder(set), Global: &global.Options{Addrs: []string{redis.Addr}}})
-	c := rlsClient(t, sc)
+`)
 	g, l := [2]string{"g", "k"}, [2]string{"l", "k"}
 	for i := range 2 {
 		if resp := shouldRateLimit(t, c, rlsReq(g, l)); resp.OverallCode != rlspb.RateLimitResponse_OK {
@@ -112,5 +125,73 @@ func TestRLS_allowUID(t *testing.T) {
 	defer cancel()
 	if _, err := rlsClient(t, sc).ShouldRateLimit(ctx, rlsReq([2]string{"k", "v"})); err == nil {
 		t.Fatal("a peer whose uid is not allowed was served")
+	}
+}
+
+// Ensure a global limit's shadow and refund items are decided in Redis as
+// a local limit's are: a shadow item consumes and is answered OK past its
+// limit, a refund gives its hits back only in a request that is admitted,
+// and is only looked at in one that is not.
+func TestRLS_globalShadowAndRefund(t *testing.T) {
+	c := globalRLS(t, `limits:
+  shared: {limit: "token_bucket:max=3,refill_time=1h", scope: global}
+  watched: {limit: "token_bucket:max=1,refill_time=1h", scope: global, shadow: true}
+  mine: "token_bucket:max=1,refill_time=1h"
+rls:
+  - domain: d
+    descriptors:
+      - {key: g, rate_limit: {limit: shared}}
+      - {key: s, rate_limit: {limit: watched}}
+      - {key: l, rate_limit: {limit: mine}}
+`)
+	g, s, l := [2]string{"g", "k"}, [2]string{"s", "k"}, [2]string{"l", "k"}
+	refund := func(r *rlspb.RateLimitRequest, i int, hits uint64) *rlspb.RateLimitRequest {
+		r.Descriptors[i].HitsAddend, r.Descriptors[i].IsNegativeHits = wrapperspb.UInt64(hits), true
+		return r
+	}
+	for i, want := range []uint32{0, 0} { // the shadow limit's one token, then past it
+		resp := shouldRateLimit(t, c, rlsReq(s))
+		if resp.OverallCode != rlspb.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != want {
+			t.Fatalf("shadow request %d: %v", i, resp)
+		}
+	}
+	if resp := shouldRateLimit(t, c, rlsReq(g)); resp.Statuses[0].LimitRemaining != 2 {
+		t.Fatalf("the global limit, one hit: %v", resp)
+	}
+	// Refunds in a request over the local limit: only looked at.
+	shouldRateLimit(t, c, rlsReq(l))
+	resp := shouldRateLimit(t, c, refund(rlsReq(g, l), 0, 1))
+	if resp.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT || resp.Statuses[0].Code != rlspb.RateLimitResponse_OK ||
+		resp.Statuses[0].LimitRemaining != 2 {
+		t.Fatalf("a global refund in a denied request: %v", resp)
+	}
+	// Alone, admitted: given back in Redis.
+	if resp := shouldRateLimit(t, c, refund(rlsReq(g), 0, 1)); resp.OverallCode != rlspb.RateLimitResponse_OK ||
+		resp.Statuses[0].LimitRemaining != 3 {
+		t.Fatalf("a global refund: %v", resp)
+	}
+}
+
+// Ensure each error a decision can fail with has its gRPC code.
+func TestRLSCode(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want codes.Code
+	}{
+		{engine.ErrTableFull, codes.ResourceExhausted},
+		{fmt.Errorf("lookup: %w", engine.ErrTableFull), codes.ResourceExhausted},
+		{engine.ErrContended, codes.Unavailable},
+		{&engine.LockedError{Pid: 1}, codes.Unavailable},
+		{fmt.Errorf("%w: dial: refused", global.ErrUnavailable), codes.Unavailable},
+		{context.DeadlineExceeded, codes.Unavailable},
+		{context.Canceled, codes.Unavailable},
+		{fmt.Errorf("%w: %q is not in the config file", errUnknownName, "x"), codes.FailedPrecondition},
+		{errNoGlobal, codes.FailedPrecondition},
+		{fmt.Errorf("%w: bad reply", global.ErrScript), codes.Internal},
+		{errors.New("something else"), codes.Internal},
+	} {
+		if got := rlsCode(c.err); got != c.want {
+			t.Errorf("rlsCode(%v) = %v, want %v", c.err, got, c.want)
+		}
 	}
 }
