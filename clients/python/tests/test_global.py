@@ -204,7 +204,9 @@ def test_a_lease_decided_by_the_outage_policy_says_so(redis_server: RedisServer,
     cfg = os.path.join(short_tmpdir(), "sluice.yaml")
     with open(cfg, "w") as f:
         f.write(LEASES)
-    sc = make_sidecar(args=["--config", cfg, "--global-redis", redis_server.path])
+    # Redis is up for the first lease: a timeout a loaded host does not miss (its first call
+    # loads the library), so that no policy decides it. Killed, Redis refuses at once.
+    sc = make_sidecar(args=["--config", cfg, "--global-redis", redis_server.path, "--global-timeout", "5s"])
     with Client(sc.socket, timeout=10.0, on_unavailable="raise") as c:
         up = c.lease("k", Named("closed"))
         assert up.allowed and up.outage is None, up
