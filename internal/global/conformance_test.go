@@ -189,6 +189,21 @@ func loadLibrary(t *testing.T, rdb *redis.Client) {
 	}
 }
 
+// conformanceRedis starts a Redis with the library loaded for a randomized
+// conformance test, and returns its client and the test's seed (logged,
+// so that a failure can be replayed). Under the race detector, which only
+// slows these serial Redis calls down, the test is skipped: make test runs
+// it in its pass without the detector.
+func conformanceRedis(t *testing.T) (*redis.Client, int64) {
+	t.Helper()
+	skipUnderRace(t)
+	rdb := redistest.Start(t).Client(t)
+	loadLibrary(t, rdb)
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	return rdb, seed
+}
+
 // runForm runs the script of g with keys and args in form; params are
 // args' limit parameters (args[2:2+len(params)]), or nil.
 func runForm(ctx context.Context, rdb *redis.Client, form string, g *algorithm, keys []string, args, params []any) *redis.Cmd {
@@ -237,12 +252,7 @@ func decideForm(ctx context.Context, rdb *redis.Client, form, prefix string, r R
 // small parameters and with the largest a global limit accepts, run as
 // functions and as scripts.
 func TestConformance(t *testing.T) {
-	skipUnderRace(t)
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	loadLibrary(t, rdb)
-	seed := time.Now().UnixNano()
-	t.Logf("seed %d", seed)
+	rdb, seed := conformanceRedis(t)
 	// The forms in parallel, each on keys of its own: Redis works while
 	// package bucket does.
 	for _, form := range forms {

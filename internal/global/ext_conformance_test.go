@@ -140,12 +140,7 @@ var extGens = []limitGen{
 // word 0 and every word of the extension), as conformance does for the
 // others.
 func TestExtConformance(t *testing.T) {
-	skipUnderRace(t)
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	loadLibrary(t, rdb)
-	seed := time.Now().UnixNano()
-	t.Logf("seed %d", seed)
+	rdb, seed := conformanceRedis(t)
 	for _, form := range forms { // in parallel, as TestConformance
 		t.Run(form, func(t *testing.T) { t.Parallel(); extConformance(t, rdb, form, seed, t0, 1e12, 12) })
 	}
@@ -227,12 +222,7 @@ func (m *extModel) lease(l *bucket.Limit, now, want, need, ret, until, life int6
 // bucket's decisions and refunds, as TestLeaseConformance does for the
 // others, with the stored state compared after each.
 func TestExtLeaseConformance(t *testing.T) {
-	skipUnderRace(t)
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	loadLibrary(t, rdb)
-	seed := time.Now().UnixNano()
-	t.Logf("seed %d", seed)
+	rdb, seed := conformanceRedis(t)
 	var gens []limitGen
 	for _, g := range extGens {
 		if lookup(g.gen(rand.New(rand.NewPCG(1, 1))).Algorithm).leased {
@@ -254,12 +244,7 @@ func TestExtLeaseConformance(t *testing.T) {
 // functions and as scripts; every field of every reply, the lease ids and
 // the stored entries compared.
 func TestConcurrencyConformance(t *testing.T) {
-	skipUnderRace(t)
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	loadLibrary(t, rdb)
-	seed := time.Now().UnixNano()
-	t.Logf("seed %d", seed)
+	rdb, seed := conformanceRedis(t)
 	ctx := context.Background()
 	gens := []struct {
 		name string

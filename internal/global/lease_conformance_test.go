@@ -6,11 +6,9 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/bucket"
-	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // leaseModel is the script's lease op in terms of package bucket: return
@@ -85,12 +83,7 @@ func evalLease(ctx context.Context, rdb *redis.Client, form string, l bucket.Lim
 // random sequences of lease takes and returns, at explicit times, for the
 // algorithms that can be leased, run as functions and as scripts.
 func TestLeaseConformance(t *testing.T) {
-	skipUnderRace(t)
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	loadLibrary(t, rdb)
-	seed := time.Now().UnixNano()
-	t.Logf("seed %d", seed)
+	rdb, seed := conformanceRedis(t)
 	for _, form := range forms {
 		t.Run(form, func(t *testing.T) { leaseConformance(t, rdb, form, seed) })
 	}

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/bucket"
@@ -77,12 +76,7 @@ func multiForm(ctx context.Context, rdb *redis.Client, form, prefix string, reqs
 // on one bucket twice) on keys of one hash tag, at explicit times, in each
 // form the Store sends it.
 func TestMultiConformance(t *testing.T) {
-	skipUnderRace(t)
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	loadLibrary(t, rdb)
-	seed := time.Now().UnixNano()
-	t.Logf("seed %d", seed)
+	rdb, seed := conformanceRedis(t)
 	gens := append(slices.Clone(limitGens), extGens...)
 	for _, form := range forms {
 		for _, mode := range []MultiMode{AllOrNothing, EachInOrder} {
