@@ -18,7 +18,9 @@
 // implementation in another language needs nothing else. Version 7 is
 // version 6 with flag bit 6, ALL, of ACQUIRE, PEEK and REFUND: a named
 // limit that lists several limits is answered with each one's decision
-// too (see Lists below); nothing of version 6 changed. Version 6 is
+// too (see Lists below), and a MULTI's decisions carry the outage and
+// fails-closed marks (see MULTI below); nothing else of version 6
+// changed. Version 6 is
 // version 5 with registers: four more operations (12 REGGET, 13 REGSET,
 // 14 REGCAS, 15 REGDEL) on a small value with an expiry per key (see
 // Registers below); nothing of version 5 changed. Version 5 is
@@ -345,8 +347,10 @@
 //	                         whoever made it (see below). Version 5, LEASE and RELEASE: bits
 //	                         2-3 as well (bit 4 stays 0). Version 7, ACQUIRE, PEEK and
 //	                         REFUND: bit 5, the decisions of a list's limits follow (see Lists
-//	                         below). Bits 6-7 are 0 (bit 5 too before version 7); in other results
-//	                         (MULTI; LEASE and RELEASE before version 5) the byte is a boolean
+//	                         below). Version 7, MULTI: bits 2-3 and 4 as well (bit 5 stays 0; see
+//	                         MULTI below). Bits 6-7 are 0 (bit 5 too before version 7); in other
+//	                         results (a list's limits; MULTI before version 7; LEASE and RELEASE
+//	                         before version 5) the byte is a boolean
 //	1      8    remaining    i64: cost-1 requests still allowed now (after this request, if it took any), 0..limit
 //	9      8    limit        i64: the largest remaining can be
 //	17     8    retry_after  i64 ns until this request would be allowed; -1 if allowed or never
@@ -358,7 +362,8 @@
 // server answers a global limit's request before the deadline, but a host
 // may stop the server or the client for longer than the margin. So the
 // server sets bit 4 on every decision (ACQUIRE, PEEK, REFUND; frames of
-// version 4) of a named global limit whose outage policy is closed, and a
+// version 4; MULTI items, frames of version 7) of a named global limit
+// whose outage policy is closed, and a
 // client remembers, per limit name, what the last decision it received
 // said: while the last said the limit fails closed, the client's failure
 // policy denies the name's requests the server does not answer, whatever
@@ -429,7 +434,17 @@
 //	offset size field
 //	2      1    allowed    boolean: every item was allowed and consumed
 //	3      1    n          u8: decisions, 1..MaxMulti, one per item in the request's order
-//	4      41n  decisions
+//	4      41n  decisions  each first byte a boolean before version 7; marked in version 7
+//
+// In a frame of version 7, each item's decision carries the marks an
+// ACQUIRE of the item would in a frame of version 7: bits 2-3, the outage
+// policy that made the decision (the same for every item: when Redis does
+// not answer in time, a MULTI of global limits is decided by the strictest
+// of its items' policies, closed before local before open), and bit 4, set
+// when the item is a named global limit whose outage policy is closed. A
+// client learns from them, per item name, as from an ACQUIRE's decision
+// (see Fails closed). Bits 1 and 5-7 stay 0. In frames of versions 1 to 6
+// the byte is a boolean.
 //
 // SCAN (total 12 + the entries). The server returns at most count
 // entries, and fewer (possibly none) when it stopped early to answer

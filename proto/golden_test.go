@@ -78,6 +78,10 @@ func goldenCases() []goldenCase {
 	listResult.Limits[0] = Decision{Allowed: true, Remaining: 4, Limit: 5, RetryAfter: -1, ResetAfter: 200 * int64(time.Millisecond), Delay: 0}
 	listResult.Limits[1] = Decision{Allowed: false, Remaining: 0, Limit: 1000, RetryAfter: 36000 * sec, ResetAfter: 36000 * sec, Delay: 0}
 	conc := ConcurrencyLimit(10, 30*time.Second)
+	multiMarks := multiResult(false, Decision{Allowed: false, Remaining: 0, Limit: 5, RetryAfter: 5 * int64(time.Millisecond), ResetAfter: 0, Delay: 0},
+		Decision{Allowed: false, Remaining: 0, Limit: 10, RetryAfter: 5 * int64(time.Millisecond), ResetAfter: 0, Delay: 0})
+	multiMarks.Marks[0] = Marks{Outage: OutageClosed, FailsClosed: true}
+	multiMarks.Marks[1] = Marks{Outage: OutageClosed}
 	bad := func(name, desc string, want error, c goldenCase, f func([]byte) []byte) goldenCase {
 		c.name, c.desc, c.want = name, desc, want
 		if f != nil {
@@ -169,6 +173,10 @@ func goldenCases() []goldenCase {
 			item(OpAcquire, FlagAll, Named("login"), 1, 0, "login:alice"))),
 		v7(resp("acquire_response_limits", "Version 7. The answer to acquire_all_request, \"login\" listing token_bucket max=5 refill_time=1s and quota limit=1000 period=day: denied, nothing consumed; the decision (its first byte 0x20: denied, bit 5, the limits follow) is the list's, with the limit and retry_after of the limit that binds; then n 2, bound 1 (the quota), and each limit's decision in the list's order: the token bucket allows (4 of 5 left), the quota denies until the next day starts, in 10h.", 34,
 			listResult)),
+		v7(resp("multi_response_outage_closed", "Version 7. MULTI result of two global limits on one hash tag whose Redis did not answer in time, decided by the strictest of their outage policies, closed: denied, nothing consumed; each item's decision is marked as an ACQUIRE of the item would be: the first item's limit fails closed (first byte 0x1c: policy 3 in bits 2-3 and bit 4), the second's own policy is local, so it does not fail closed (first byte 0x0c: policy 3, the one that decided, without bit 4).", 36,
+			multiMarks)),
+		v6(resp("multi_response_outage_unmarked", "Version 6. The same MULTI answered in a frame of version 6: each decision's first byte is a boolean (0x00), without marks.", 36,
+			multiResult(false, multiMarks.Decisions[:2]...))),
 		bad("bad_all_in_version_6", "A version-6 ACQUIRE with flag bit 6, ALL, which is version 7's: reserved in version 6.", ErrMalformed,
 			v6(req("", "", 35, item(OpAcquire, FlagAll, Named("login"), 1, 0, "login:alice"))), nil),
 		bad("bad_limits_bound", "An ACQUIRE result whose list of 2 limits says limit 2 binds: the bound is an index below n.", ErrMalformed,

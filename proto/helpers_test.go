@@ -90,7 +90,11 @@ func encodeResult(dst []byte, r *Result) []byte {
 	case OpRelease:
 		return MarkLeaseOutage(AppendReleaseResult(dst, r.Released, &r.Decision), r.Code, r.Outage)
 	case OpMulti:
-		return AppendMultiResult(dst, r.Allowed, r.Decisions[:r.NDecisions])
+		dst = AppendMultiResult(dst, r.Allowed, r.Decisions[:r.NDecisions])
+		for i := range r.NDecisions {
+			dst = MarkMulti(dst, r.NDecisions, i, r.Marks[i])
+		}
+		return dst
 	case OpScan:
 		b, start := BeginScanResult(dst, 0)
 		for e := r.Entries; len(e) > 0; {
@@ -171,6 +175,7 @@ type resultView struct {
 	Released  bool
 	Allowed   bool
 	Decisions []Decision
+	Marks     []Marks
 	Limits    []Decision
 	Bound     int
 	Hello     Hello
@@ -195,6 +200,7 @@ func viewResult(r *Result) resultView {
 	v := resultView{Code: r.Code, Status: r.Status, Message: string(r.Message), Decision: r.Decision,
 		Shadow: r.ShadowDenied, Outage: r.Outage, Closed: r.FailsClosed, Existed: r.Existed, Lease: r.Lease, Released: r.Released, Allowed: r.Allowed, Hello: r.Hello, Next: r.Next, Register: r.Register}
 	v.Decisions = append(v.Decisions, r.Decisions[:r.NDecisions]...)
+	v.Marks = append(v.Marks, r.Marks[:r.NDecisions]...)
 	v.Limits, v.Bound = append(v.Limits, r.Limits[:r.NLimits]...), r.Bound
 	for e := r.Entries; len(e) > 0; {
 		alg, freshAt, key, rest, err := NextScanEntry(e)

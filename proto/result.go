@@ -57,6 +57,15 @@ func (o Outage) String() string {
 	return "outage(" + strconv.Itoa(int(o)) + ")"
 }
 
+// Marks are what the first byte of a MULTI item's decision says besides
+// allowed (version 7): the outage policy that made the decision and
+// whether the item's limit fails closed, as Result.Outage and
+// Result.FailsClosed say for an ACQUIRE.
+type Marks struct {
+	Outage      Outage
+	FailsClosed bool
+}
+
 // Hello is the body of a HELLO result: the server's protocol version and
 // limits, and the geometry of its table.
 type Hello struct {
@@ -124,6 +133,10 @@ type Result struct {
 	Allowed    bool // MULTI: every item was allowed, and so every item consumed
 	Decisions  [MaxMulti]Decision
 	NDecisions int
+	// Marks (MULTI; version 7): each item's outage mark and fails-closed
+	// mark, as Outage and FailsClosed of an ACQUIRE of the item; zero in
+	// older versions.
+	Marks [MaxMulti]Marks
 
 	Hello Hello
 
@@ -303,6 +316,18 @@ func AppendMultiResult(dst []byte, allowed bool, ds []Decision) []byte {
 	return dst
 }
 
+// MarkMulti marks decision i of the n decisions of the MULTI result that
+// ends dst (the one AppendMultiResult just appended) with m (version 7),
+// and returns dst.
+func MarkMulti(dst []byte, n, i int, m Marks) []byte {
+	c := &dst[len(dst)-(n-i)*decisionLen]
+	*c |= byte(m.Outage&outageMask) << outageShift
+	if m.FailsClosed {
+		*c |= failsClosedBit
+	}
+	return dst
+}
+
 // BeginScanResult appends the start of a SCAN's OK result, with next and a
 // placeholder entry count, and returns the extended buffer and the offset
 // of the result in it. Append entries with AppendScanEntry, then call
@@ -386,6 +411,7 @@ func DecodeResult(b []byte, r *Result) (rest []byte, err error) {
 	r.Next, r.Entries, r.NEntries, r.Stats, r.NStats = 0, nil, 0, nil, 0
 	rest, err = decodeResultBody(b[2:], r)
 	clear(r.Decisions[min(r.NDecisions, oldN):oldN])
+	clear(r.Marks[min(r.NDecisions, oldN):oldN])
 	clear(r.Limits[min(r.NLimits, oldL):oldL])
 	if err != nil {
 		return nil, err
@@ -572,7 +598,15 @@ func decodeMultiResult(b []byte, r *Result) ([]byte, error) {
 	b = b[multiResFixed:]
 	for i := range n {
 		r.NDecisions = i // only decisions decoded so far are set
-		if b, err = decodeDecision(b, &r.Decisions[i], OpMulti); err != nil {
+		if len(b) < 1 {
+			return nil, truncated("MULTI decision", decisionLen, len(b))
+		}
+		c := b[0]
+		if c&^(1|outageMask<<outageShift|failsClosedBit) != 0 {
+			return nil, errorf(ErrMalformed, "MULTI decision's first byte %#02x", c)
+		}
+		r.Marks[i] = Marks{Outage: Outage(c >> outageShift & outageMask), FailsClosed: c&failsClosedBit != 0}
+		if b, err = decodeDecisionAllowed(b, &r.Decisions[i], OpMulti, c&1 == 1); err != nil {
 			return nil, err
 		}
 	}

@@ -114,6 +114,8 @@ func TestDecodeResultErrors(t *testing.T) {
 		{"multi 17 decisions", set(mul, 3, 17), ErrMalformed},
 		{"multi decision truncated", cut(mul, 1), ErrMalformed},
 		{"multi decision allowed 2", set(mul, 4+41, 2), ErrMalformed},
+		{"multi decision shadow-denied", set(mul, 4, 3), ErrMalformed},
+		{"multi decision limits bit", set(mul, 4+41, 0x20), ErrMalformed},
 		{"scan truncated", cut(sc, len(sc.Entries)+1), ErrMalformed},
 		{"scan 1001 entries", set(sc, 10, 0xe9, 0x03), ErrMalformed},
 		{"scan entry truncated", cut(sc, 1), ErrMalformed},

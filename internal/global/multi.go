@@ -191,9 +191,10 @@ func (f *Fallback) Multi(ctx context.Context, reqs []Request, ps []Policy, mode 
 	return dst, allowed, FromPolicy, err
 }
 
-// multiByPolicy decides reqs by the strictest of ps at once, without
-// Redis (Fallback.Multi).
-func (f *Fallback) multiByPolicy(ctx context.Context, reqs []Request, ps []Policy, mode MultiMode, dst []bucket.Decision) ([]bucket.Decision, bool, error) {
+// Strictest returns the strictest of ps's outage policies (closed, then
+// local, then open): the one that decides a MULTI of their limits while
+// Redis is unavailable (Fallback.Multi); Open if ps is empty.
+func Strictest(ps []Policy) OnUnavailable {
 	policy := Open
 	for _, p := range ps {
 		switch {
@@ -203,6 +204,13 @@ func (f *Fallback) multiByPolicy(ctx context.Context, reqs []Request, ps []Polic
 			policy = Local
 		}
 	}
+	return policy
+}
+
+// multiByPolicy decides reqs by the strictest of ps at once, without
+// Redis (Fallback.Multi).
+func (f *Fallback) multiByPolicy(ctx context.Context, reqs []Request, ps []Policy, mode MultiMode, dst []bucket.Decision) ([]bucket.Decision, bool, error) {
+	policy := Strictest(ps)
 	for i := range reqs {
 		if err := reqs[i].Limit.Validate(); err != nil {
 			return dst, false, fmt.Errorf("item %d: %w", i, err)

@@ -146,8 +146,11 @@ func (g *globalLimits) rlsAnswerBy(ctx context.Context) time.Time {
 }
 
 // outageOf is the wire's name of a limit's outage policy.
-func outageOf(l *config.Limit) proto.Outage {
-	switch l.OnUnavailable {
+func outageOf(l *config.Limit) proto.Outage { return wireOutage(l.OnUnavailable) }
+
+// wireOutage is the wire's name of outage policy p.
+func wireOutage(p global.OnUnavailable) proto.Outage {
+	switch p {
 	case global.Open:
 		return proto.OutageOpen
 	case global.Closed:

@@ -122,7 +122,10 @@ func checkKeyCost(key []byte, cost int64) error {
 
 // globalMulti answers op, a MULTI whose items are global limits (nls):
 // decided in Redis together, or, if Redis does not answer in time, by the
-// strictest of the items' outage policies (global.Fallback.Multi).
+// strictest of the items' outage policies (global.Fallback.Multi). In a
+// frame of version 7 each item's decision carries the marks an ACQUIRE of
+// the item would: the outage policy that decided (the strictest) and
+// whether the item's limit fails closed.
 func (s *server) globalMulti(b []byte, op *proto.Op, c *conn, nls []*namedLimit) []byte {
 	g := s.global
 	if g == nil {
@@ -137,9 +140,20 @@ func (s *server) globalMulti(b []byte, op *proto.Op, c *conn, nls []*namedLimit)
 		gm.reqs[i] = global.Request{Limit: nls[i].cfg.Bucket, Key: string(it.Key), Cost: it.Cost, Flags: engine.FlagsFromProto(it.Flags)}
 		gm.ps[i] = nls[i].cfg.Policy()
 	}
-	ds, allowed, _, err := c.decideGlobalMulti(g, op, op.NItems, c.multi.ds[:0])
+	ds, allowed, src, err := c.decideGlobalMulti(g, op, op.NItems, c.multi.ds[:0])
 	c.multi.ds = ds
-	return c.multiResult(b, op, ds, allowed, err)
+	b = c.multiResult(b, op, ds, allowed, err)
+	if err != nil || c.version < proto.ListVersion { // older clients read a boolean
+		return b
+	}
+	o := proto.OutageNone
+	if src == global.FromPolicy {
+		o = wireOutage(global.Strictest(gm.ps[:op.NItems]))
+	}
+	for i := range op.NItems {
+		b = proto.MarkMulti(b, op.NItems, i, proto.Marks{Outage: o, FailsClosed: nls[i].cfg.OnUnavailable == global.Closed})
+	}
+	return b
 }
 
 // decideGlobalMulti decides the first n of c.globalMulti's requests

@@ -174,6 +174,58 @@ func TestGlobalMulti_outage(t *testing.T) {
 	}
 }
 
+// Ensure that a global MULTI's item decisions carry, in frames of version
+// 7, the marks an ACQUIRE of the item would: fails closed for an item whose
+// limit's outage policy is closed, whoever decided, and, while Redis is
+// down, the policy that decided the whole MULTI (the strictest); and that
+// in frames of version 6 each decision's first byte stays a boolean. The Go
+// client exposes the marks.
+func TestGlobalMulti_outageMarks(t *testing.T) {
+	r := redistest.Start(t)
+	sc := startGlobal(t, r.Addr, multiConfig, patient)
+	c := dial(t, sc)
+	multi := func(v uint8, names ...string) proto.Result {
+		t.Helper()
+		items := make([]proto.MultiItem, len(names))
+		for i, name := range names {
+			items[i] = proto.MultiItem{Flags: proto.FlagNamed, Limit: proto.Named(name), Cost: 1, Key: []byte(fmt.Sprintf("{m}:%d", i))}
+		}
+		_, rs := c.sendVersion(v, 1, func(b []byte) []byte { return proto.AppendMulti(b, 0, 0, items) })
+		if len(rs) != 1 || rs[0].Status != proto.StatusOK || rs[0].NDecisions != len(names) {
+			t.Fatalf("MULTI of %v in version %d: %+v", names, v, rs)
+		}
+		return rs[0]
+	}
+	check := func(what string, r proto.Result, want ...proto.Marks) {
+		t.Helper()
+		for i, m := range want {
+			if r.Marks[i] != m {
+				t.Errorf("%s: item %d marked %+v, want %+v", what, i, r.Marks[i], m)
+			}
+		}
+	}
+	closed, none := proto.Marks{FailsClosed: true}, proto.Marks{}
+	check("Redis up, version 7", multi(7, "closed", "tight"), closed, none)
+	check("Redis up, version 6", multi(6, "closed", "tight"), none, none)
+
+	r.Kill()
+	byPolicy := proto.Marks{Outage: proto.OutageClosed, FailsClosed: true}
+	res := multi(7, "closed", "closed")
+	if res.Allowed || res.Decisions[0].Allowed || res.Decisions[1].Allowed {
+		t.Fatalf("a MULTI of closed items, Redis down: %+v; want denied", res)
+	}
+	check("Redis down, version 7", res, byPolicy, byPolicy)
+	check("Redis down, version 7, a local item", multi(7, "tight", "closed"), proto.Marks{Outage: proto.OutageClosed}, byPolicy)
+	check("Redis down, version 7, local items", multi(7, "tight", "loose"), proto.Marks{Outage: proto.OutageLocal}, proto.Marks{Outage: proto.OutageLocal})
+	check("Redis down, version 6", multi(6, "closed", "closed"), none, none)
+
+	cl := dialStrict(t, sc)
+	ok, ds, err := cl.Multi(context.Background(), []sluice.Item{{Limit: sluice.Limit{Name: "closed"}, Key: "{m}:0", Cost: 1}, {Limit: sluice.Limit{Name: "tight"}, Key: "{m}:1", Cost: 1}})
+	if err != nil || ok || len(ds) != 2 || ds[0].Outage != "closed" || !ds[0].FailsClosed || ds[1].Outage != "closed" || ds[1].FailsClosed || ds[0].Degraded {
+		t.Fatalf("the Go client's MULTI, Redis down: %v %+v, %v; want both decided by the closed policy, the first failing closed", ok, ds, err)
+	}
+}
+
 // Ensure that a Redis transaction of rate-limit commands on global keys of
 // one hash tag is decided in Redis, shared by two sidecars, and answered
 // exactly as the same transaction on local keys; that one mixing global

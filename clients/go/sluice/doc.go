@@ -136,7 +136,9 @@
 // (Decision.FailsClosed), the client remembers it per limit name, and its
 // failure policy denies the name's requests the sidecar does not answer
 // (Degraded, Outage "closed"), in Acquire, Peek, pipelines and Middleware;
-// FailError still returns the error.
+// FailError still returns the error. A Multi's decisions carry both marks
+// as an Acquire's (a sidecar of protocol version 7), teach the client
+// alike, and a Multi with an item known to fail closed is denied so too.
 //
 // # Caveats
 //

@@ -324,8 +324,12 @@ type Item struct {
 // changed. ds has one decision per item, in order, each as if the item were
 // alone (so the denied ones can be told apart). There may be 1 to
 // proto.MaxMulti items. Options: At applies to every item; Strict and Smyte
-// to every token_bucket item, as do the Item fields. The failure policy
-// applies as for Acquire, every decision Degraded. A Multi the sidecar
+// to every token_bucket item, as do the Item fields. Each decision of a
+// named item has Outage and FailsClosed as an Acquire's (a sidecar of
+// protocol version 7), and teaches the client whether its limit fails
+// closed. The failure policy applies as for Acquire, every decision
+// Degraded, and denies if the last decision on any item's name said it
+// fails closed. A Multi the sidecar
 // could not lock returns an error matching ErrContended: retry it.
 func (c *Client) Multi(ctx context.Context, items []Item, opts ...RequestOption) (allowed bool, ds []Decision, err error) {
 	if len(items) == 0 || len(items) > proto.MaxMulti {
@@ -359,11 +363,18 @@ func (c *Client) Multi(ctx context.Context, items []Item, opts ...RequestOption)
 		off += len(it.Key)
 		cl.items[i] = proto.MultiItem{Flags: fl, Limit: it.Limit, Cost: it.Cost, Key: k}
 	}
-	b, start := proto.BeginFrameVersion(cl.req[:0], proto.MultiVersion(cl.items[:len(items)]), proto.KindRequest, 0)
+	b, start := proto.BeginFrameVersion(cl.req[:0], c.multiVersion(ctx, cl.items[:len(items)]), proto.KindRequest, 0)
 	b = proto.AppendMulti(b, f&proto.FlagAt, at, cl.items[:len(items)])
 	cl.req = proto.EndFrame(b, start, 1)
 	if err := c.roundTrip(ctx, cl); err != nil {
-		d, err := c.degraded(err, "") // a Multi cannot hold a global limit
+		name := "" // a named item known to fail closed denies the Multi
+		for i := range items {
+			if c.knownClosed(items[i].Limit.Name) {
+				name = items[i].Limit.Name
+				break
+			}
+		}
+		d, err := c.degraded(err, name)
 		if err != nil {
 			return false, nil, err
 		}
@@ -383,8 +394,27 @@ func (c *Client) Multi(ctx context.Context, items []Item, opts ...RequestOption)
 	ds = make([]Decision, cl.res.NDecisions)
 	for i := range ds {
 		ds[i] = decisionOf(&cl.res.Decisions[i])
+		ds[i].Outage, ds[i].FailsClosed = cl.res.Marks[i].Outage.String(), cl.res.Marks[i].FailsClosed
 	}
+	c.learnMulti(items, cl)
 	return cl.res.Allowed, ds, nil
+}
+
+// multiVersion returns the frame version to send a MULTI of items in: the
+// oldest that holds them, or, if an item is named and the sidecar speaks
+// version 7, 7, so that the answer marks each decision as an Acquire's.
+func (c *Client) multiVersion(ctx context.Context, items []proto.MultiItem) uint8 {
+	v := proto.MultiVersion(items)
+	for i := range items {
+		if items[i].Limit.Name != "" {
+			d, ok, _ := callDeadline(ctx, time.Now(), c.opt.timeout)
+			if c.sidecarSpeaks(ctx, d, ok) >= proto.ListVersion {
+				v = proto.ListVersion
+			}
+			break
+		}
+	}
+	return v
 }
 
 // simpleCall returns a call holding the request frame of an operation

@@ -126,10 +126,30 @@ type failsClosed = map[string]struct{}
 // named limit said about its outage policy, if it came in a frame of
 // version 4 (older ones cannot say).
 func (c *Client) learn(name string, cl *call) {
-	if name == "" || cl.op < proto.OpAcquire || cl.op > proto.OpRefund || len(cl.req) <= 4 || cl.req[4] < 4 {
+	if cl.op < proto.OpAcquire || cl.op > proto.OpRefund || len(cl.req) <= 4 || cl.req[4] < 4 {
 		return
 	}
-	closed := cl.res.FailsClosed
+	c.learnClosed(name, cl.res.FailsClosed)
+}
+
+// learnMulti records what each decision of a MULTI said about its named
+// item's outage policy, if it came in a frame of version 7 (older ones
+// cannot say).
+func (c *Client) learnMulti(items []Item, cl *call) {
+	if len(cl.req) <= 4 || cl.req[4] < proto.ListVersion {
+		return
+	}
+	for i := range items {
+		c.learnClosed(items[i].Limit.Name, cl.res.Marks[i].FailsClosed)
+	}
+}
+
+// learnClosed records whether the named limit (or "", nothing to record)
+// fails closed, as its last decision said.
+func (c *Client) learnClosed(name string, closed bool) {
+	if name == "" {
+		return
+	}
 	if m := c.closedNames.Load(); m != nil {
 		if _, known := (*m)[name]; known == closed {
 			return

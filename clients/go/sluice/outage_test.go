@@ -227,3 +227,57 @@ func TestClient_failsClosed(t *testing.T) {
 	d, err = c.Acquire(cx, login, "k", 1)
 	openAdmission("after a decision without the mark", d, err)
 }
+
+// A Multi's decisions carry the outage marks of a sidecar of protocol
+// version 7, and teach the client which of its named items' limits fail
+// closed, as an Acquire's decision does: while the sidecar does not
+// answer, a Multi with such an item and an Acquire on it are denied,
+// marked closed, and a Multi without one fails open.
+func TestClient_multiFailsClosed(t *testing.T) {
+	var silent atomic.Bool
+	path := version4Sidecar(t, func(h proto.Header, op *proto.Op, b []byte) []byte {
+		if silent.Load() {
+			return nil
+		}
+		if op.Code != proto.OpMulti {
+			t.Errorf("opcode %v, want MULTI", op.Code)
+			return nil
+		}
+		ds := make([]proto.Decision, op.NItems)
+		for i := range ds {
+			ds[i] = proto.Decision{Limit: 5, RetryAfter: int64(time.Millisecond)}
+		}
+		b = proto.AppendMultiResult(b, false, ds)
+		for i := range ds {
+			if h.Version >= proto.ListVersion {
+				b = proto.MarkMulti(b, len(ds), i, proto.Marks{Outage: proto.OutageClosed, FailsClosed: string(op.Items[i].Name) == "login"})
+			}
+		}
+		return b
+	})
+	c := dial(t, path, sluice.WithTimeout(100*time.Millisecond))
+	cx := ctx(t)
+	login, other := sluice.Limit{Name: "login"}, sluice.Limit{Name: "other"}
+	items := []sluice.Item{{Limit: other, Key: "{k}:a", Cost: 1}, {Limit: login, Key: "{k}:b", Cost: 1}}
+	eventually(t, func() error {
+		ok, ds, err := c.Multi(cx, items)
+		if err != nil || ok || len(ds) != 2 || ds[0].Degraded || ds[0].Outage != "closed" || ds[0].FailsClosed ||
+			ds[1].Outage != "closed" || !ds[1].FailsClosed {
+			return fmt.Errorf("%v %+v, %v; want the sidecar's marked decisions", ok, ds, err)
+		}
+		return nil
+	})
+	silent.Store(true)
+	ok, ds, err := c.Multi(cx, items)
+	if err != nil || ok || len(ds) != 2 || !ds[0].Degraded || ds[0].Outage != "closed" || !ds[1].FailsClosed {
+		t.Errorf("a Multi with an item that fails closed, no answer: %v %+v, %v; want a degraded denial marked closed", ok, ds, err)
+	}
+	d, err := c.Acquire(cx, login, "{k}:b", 1)
+	if err != nil || d.Allowed || !d.Degraded || d.Outage != "closed" {
+		t.Errorf("an Acquire on the item's limit, no answer: %+v, %v; want a degraded denial marked closed", d, err)
+	}
+	ok, ds, err = c.Multi(cx, items[:1])
+	if err != nil || !ok || !ds[0].Degraded || ds[0].Outage != "" {
+		t.Errorf("a Multi without such an item, no answer: %v %+v, %v; want the fail-open admission", ok, ds, err)
+	}
+}

@@ -196,17 +196,22 @@ LEASES = """limits:
 """
 
 
+def patient_sidecar(make_sidecar: Callable[..., Any], redis_server: RedisServer, config: str) -> Any:
+    """A sidecar of config on redis_server whose Redis timeout a loaded host does not miss (the
+    first call loads the library), so that no policy decides while Redis is up; killed, Redis
+    refuses at once."""
+    cfg = os.path.join(short_tmpdir(), "sluice.yaml")
+    with open(cfg, "w") as f:
+        f.write(config)
+    return make_sidecar(args=["--config", cfg, "--global-redis", redis_server.path, "--global-timeout", "5s"])
+
+
 def test_a_lease_decided_by_the_outage_policy_says_so(redis_server: RedisServer,
                                                        make_sidecar: Callable[..., Any]) -> None:
     # With Redis stopped, a lease of a global concurrency limit is decided by its on_unavailable
     # policy, and its answer says which (protocol version 5): closed denies, local grants from
     # this host's share. With Redis up, no mark.
-    cfg = os.path.join(short_tmpdir(), "sluice.yaml")
-    with open(cfg, "w") as f:
-        f.write(LEASES)
-    # Redis is up for the first lease: a timeout a loaded host does not miss (its first call
-    # loads the library), so that no policy decides it. Killed, Redis refuses at once.
-    sc = make_sidecar(args=["--config", cfg, "--global-redis", redis_server.path, "--global-timeout", "5s"])
+    sc = patient_sidecar(make_sidecar, redis_server, LEASES)
     with Client(sc.socket, timeout=10.0, on_unavailable="raise") as c:
         up = c.lease("k", Named("closed"))
         assert up.allowed and up.outage is None, up
@@ -217,6 +222,51 @@ def test_a_lease_decided_by_the_outage_policy_says_so(redis_server: RedisServer,
         assert d.allowed and d.id != 0 and d.outage == "local", d
         assert c.release("k", Named("local"), d) is True
         assert c.release("k", Named("closed"), up) is False  # Redis holds it: back at its lease time
+
+
+MULTI_CONFIG = """limits:
+  closed: {limit: "token_bucket:max=5,refill_time=1h", scope: global, on_unavailable: closed}
+  local: {limit: "token_bucket:max=10,refill_time=1h", scope: global}
+"""
+
+
+def test_a_multi_decided_by_the_outage_policy_says_so(redis_server: RedisServer,
+                                                      make_sidecar: Callable[..., Any]) -> None:
+    # A multi of global limits on one hash tag (protocol version 7): each item's decision says
+    # whether its limit fails closed and, with Redis stopped, that the strictest policy (closed)
+    # decided; sync and asyncio alike. A client that learned from a multi that an item's limit
+    # fails closed denies the multis and acquires on it that the stopped sidecar cannot answer.
+    import asyncio
+
+    from sluice import AsyncClient
+    sc = patient_sidecar(make_sidecar, redis_server, MULTI_CONFIG)
+    items = [("{t}:a", Named("closed")), ("{t}:b", Named("local"))]
+
+    def marks(m: Any) -> List[Tuple[bool, Optional[str], bool]]:
+        return [(d.allowed, d.outage, d.fails_closed) for d in m]
+
+    copen = Client(sc.socket, timeout=10.0, on_unavailable="open")
+    with Client(sc.socket, timeout=10.0, on_unavailable="raise") as c:
+        assert marks(c.multi(items)) == [(True, None, True), (True, None, False)]
+        assert marks(copen.multi(items)) == [(True, None, True), (True, None, False)]
+        redis_server.kill()
+        m = c.multi(items)
+        assert not m and not m.degraded and marks(m) == [(False, "closed", True), (False, "closed", False)], m
+
+    async def main() -> None:
+        async with AsyncClient(sc.socket, timeout=10.0, on_unavailable="raise") as ac:
+            m = await ac.multi(items)
+            assert not m and marks(m) == [(False, "closed", True), (False, "closed", False)], m
+    asyncio.run(asyncio.wait_for(main(), 60))
+
+    sc.stop()
+    m = copen.multi(items)
+    assert not m and m.degraded and marks(m) == [(False, "closed", True)] * 2, m
+    d = copen.acquire("{t}:a", Named("closed"))
+    assert (d.allowed, d.degraded, d.outage) == (False, True, "closed"), d
+    m = copen.multi([("{t}:b", Named("local"))])
+    assert m and m.degraded, m
+    copen.close()
 
 
 class Version4Sidecar:

@@ -134,6 +134,26 @@ def test_result_fields() -> None:
     assert r.value is True
     _, (r,) = proto.decode_frame(load("multi_response"))
     assert r.value.allowed and [d.remaining for d in r.value.decisions] == [8, 2]
+    assert [(d.outage, d.fails_closed) for d in r.value.decisions] == [(None, False), (None, False)]
+
+
+def test_multi_outage_marks() -> None:
+    # Version 7: each item's decision of a MULTI carries the outage policy that made it and
+    # whether its limit fails closed, as an ACQUIRE's; version 6: booleans.
+    h, (r,) = proto.decode_frame(load("multi_response_outage_closed"))
+    m = r.value
+    assert h.version == 7 and not m.allowed and not m.degraded
+    assert [(d.allowed, d.outage, d.fails_closed, d.limit) for d in m] == [(False, "closed", True, 5),
+                                                                         (False, "closed", False, 10)]
+    h, (r,) = proto.decode_frame(load("multi_response_outage_unmarked"))
+    assert h.version == 6 and [(d.allowed, d.outage, d.fails_closed) for d in r.value] == [(False, None, False)] * 2
+    assert [d.limit for d in r.value] == [d.limit for d in m]
+    # Bits no version sets in a MULTI's decision: shadow-denied (1), the limits of a list (5).
+    for bit in (2, 32):
+        b = bytearray(load("multi_response_outage_unmarked"))
+        b[proto.HEADER_LEN + 4] |= bit
+        with pytest.raises(errors.Malformed):
+            proto.decode_frame(bytes(b))
     _, (r,) = proto.decode_frame(load("scan_response"))
     assert r.value.next == 4096 and [e.key for e in r.value.entries] == [b"login:alice", b"login:bob"]
     _, (r,) = proto.decode_frame(load("stats_response"))

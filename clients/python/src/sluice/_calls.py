@@ -195,7 +195,9 @@ class Call(NamedTuple):
     decides: bool  #: acquire, peek, multi and lease: the on_unavailable policy may answer it
     n: int = 0  #: MULTI: its items
     version: int = 1  #: the frame holding it is in the highest version of its calls
-    name: Optional[str] = None  #: an operation on a named limit (not MULTI): the name
+    #: an operation on a named limit: the name; a MULTI with named items: its first item's
+    name: Optional[str] = None
+    names: Tuple[Optional[str], ...] = ()  #: a MULTI with named items: each item's name, or None
 
 
 _name = operator.itemgetter(5)  # Call.name
@@ -214,11 +216,15 @@ def named_versions(calls: Sequence[Call], version: int) -> List[Call]:
     version 4 at least (their answers then say whether the limit fails closed), their LEASE and
     RELEASE in version 5 if the sidecar speaks it (their answers then say which outage policy
     made them), and their ACQUIRE, PEEK and REFUND in version 7 with ALL if the sidecar speaks
-    it (the answer of a list then says each limit's decision)."""
+    it (the answer of a list then says each limit's decision); and their MULTI in version 7 if
+    the sidecar speaks it (its answer then marks each item's decision as an ACQUIRE's)."""
     lease_v = 5 if version >= 5 else 4
     out = []
     for cl in calls:
-        if cl.name is not None:
+        if cl.code == Opcode.MULTI:  # version 7: its decisions carry the marks
+            if cl.name is not None and version >= proto.LIST_VERSION:
+                cl = cl._replace(version=max(cl.version, proto.LIST_VERSION))
+        elif cl.name is not None:
             want = lease_v if cl.code in _LEASE_OPS else 4
             if version >= proto.LIST_VERSION and cl.code in _DECIDED:
                 want = proto.LIST_VERSION
@@ -244,13 +250,13 @@ def item_call(code: int, key: Key, limit: LimitLike, n: Any, at: At, flags: int)
         t = at_ns(at)
     if type(lim) is Named:
         return _tuple_new(Call, (proto.encode_item(code, flags, lim, n, t, k), code, code <= 4, 0,
-                                 proto.item_version(code, flags, lim), lim.name))  # type: ignore[attr-defined]
+                                 proto.item_version(code, flags, lim), lim.name, ()))  # type: ignore[attr-defined]
     a, p0, p1, p2 = lim._wire
     if a == _QUOTA:
-        return _tuple_new(Call, (proto.encode_item(code, flags, lim, n, t, k), code, code <= 4, 0, 5, None))
+        return _tuple_new(Call, (proto.encode_item(code, flags, lim, n, t, k), code, code <= 4, 0, 5, None, ()))
     v = 3 if a >= _V3_ALGORITHM else 2 if flags & _SHADOW else 1  # proto.item_version, inlined
     return _tuple_new(Call, (proto.ITEM.pack(code, flags, a, p0, p1, p2, n, t, len(k)) + k, code, code <= 4, 0, v,
-                             None))
+                             None, ()))
 
 
 def leasable(limit: LimitLike) -> Limit:
@@ -295,7 +301,10 @@ def multi_call(items: Iterable[Union[MultiItem, Sequence[Any]]], at: At) -> Call
     if not 0 < len(wire) <= MAX_MULTI:
         raise TooManyItems(f"a multi has 1..{MAX_MULTI} items, got {len(wire)}")
     body = proto.encode_multi(0 if at is None else Flags.AT, 0 if at is None else at_ns(at), wire)
-    return Call(body, Opcode.MULTI, True, len(wire), proto.multi_version(wire))
+    names = tuple(name_of(it.limit) for it in wire)
+    first = next((n for n in names if n is not None), None)
+    return Call(body, Opcode.MULTI, True, len(wire), proto.multi_version(wire), first,
+                names if first is not None else ())
 
 
 def scan_call(prefix: Key, cursor: int, count: int) -> Call:

@@ -39,7 +39,7 @@ from ._policy import (
 )
 from .errors import SluiceError, Unavailable
 from .proto import Opcode
-from .results import DEGRADED_FAILS_CLOSED, Decision
+from .results import DEGRADED_FAILS_CLOSED, Decision, MultiDecision
 
 log = logging.getLogger("sluice")
 
@@ -247,6 +247,10 @@ class ProtocolCore:
             for call, v in zip(calls, out):
                 if call.name is not None and _ACQUIRE <= call.code <= _REFUND and isinstance(v, Decision):
                     self._fails_closed_is(call.name, v.fails_closed)
+                elif call.names and f[4] >= proto.LIST_VERSION and isinstance(v, MultiDecision):  # MULTI
+                    for name, d in zip(call.names, v.decisions):
+                        if name is not None:
+                            self._fails_closed_is(name, d.fails_closed)
         return out
 
     def _fails_closed_is(self, name: str, closed: bool) -> None:
@@ -286,11 +290,13 @@ class ProtocolCore:
     def _by_policy(self, e: SluiceError, call: Any) -> Any:
         """The on_unavailable policy's answer to a call the sidecar could not decide (e raised
         for "raise", and for a call that decides nothing), counted and logged: a denial marked
-        ``outage="closed"`` for an acquire or peek of a limit the sidecar said fails closed."""
-        name = call.name
-        if name is not None and name in self._fails_closed and self.on_unavailable != "raise" \
-                and call.code in _DECIDES:
+        ``outage="closed"`` for an acquire or peek of a limit the sidecar said fails closed, and for
+        each item of a multi with such a limit."""
+        name, known = call.name, self._fails_closed
+        if name is not None and name in known and self.on_unavailable != "raise" and call.code in _DECIDES:
             d = DEGRADED_FAILS_CLOSED
+        elif call.names and self.on_unavailable != "raise" and not known.isdisjoint(call.names):  # MULTI
+            d = MultiDecision(False, (DEGRADED_FAILS_CLOSED,) * call.n, degraded=True)
         else:
             d = degraded(self.on_unavailable, call, e)  # type: ignore[arg-type]
         self.degraded_decisions += 1

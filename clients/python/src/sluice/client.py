@@ -212,7 +212,9 @@ class Client(ProtocolCore):
 
         Allowed only if every item is allowed, and then every item consumes;
         if any is denied nothing changes. Items are :class:`MultiItem` or
-        tuples ``(key, limit[, cost[, strict]])``.
+        tuples ``(key, limit[, cost[, strict]])``. Each decision of a named
+        item carries ``outage`` and ``fails_closed`` as an acquire's (a
+        sidecar of protocol version 7; see :class:`MultiDecision`).
         """
         return self._one(multi_call(items, at))  # type: ignore[no-any-return]
 

@@ -857,8 +857,15 @@ def _decode_multi_result(b: Buffer, off: int, end: int) -> Tuple[MultiDecision, 
     off += 2
     ds = []
     for _ in range(n):
-        d, off = _decision(b, off, end, Opcode.MULTI)
-        ds.append(d)
+        if end - off < DECISION.size:
+            raise _truncated("MULTI decision", DECISION.size, end - off)
+        c = b[off]  # version 7: the outage policy (bits 2-3) and fails closed (bit 4), as an ACQUIRE's
+        if c & ~0x1D:
+            raise Malformed(f"malformed: MULTI decision's first byte 0x{c:02x}")
+        _, rem, lim, retry, reset, delay = DECISION.unpack_from(b, off)
+        ds.append(make_decision(c & 1 == 1, rem, lim, retry, reset, delay, outage=OUTAGES[c >> 2 & 3],
+                                fails_closed=c & FAILS_CLOSED != 0))
+        off += DECISION.size
     return MultiDecision(allowed, tuple(ds)), off
 
 

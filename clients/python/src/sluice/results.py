@@ -195,6 +195,12 @@ class MultiDecision:
 
     ``decisions`` holds one Decision per item, in the request's order; if
     any item was denied nothing was consumed. ``bool(m)`` is ``m.allowed``.
+    A sidecar of protocol version 7 gives each item's decision ``outage``
+    and ``fails_closed`` as an acquire of the item would get them (a multi
+    of global limits is decided by the strictest of its items' outage
+    policies while Redis does not answer), and the client remembers, per
+    item name, whether it fails closed: when the sidecar does not answer a
+    multi with such an item, ``on_unavailable`` denies it.
     """
 
     allowed: bool
