@@ -88,7 +88,7 @@ func checkFailed(key []byte, l *Limit, cost int64, at int64) error {
 	if l == nil || !l.valid {
 		return ErrInvalidLimit
 	}
-	if err := checkKeyCost(key, cost); err != nil {
+	if err := CheckKeyCost(key, cost); err != nil {
 		return err
 	}
 	if !bucket.ValidTime(at) {

@@ -75,7 +75,7 @@ func writeRegister(sl shm.Slot, value, ttl, now int64, r *Register) {
 // checkRegister validates a register operation's key and ttl (0: an
 // operation that writes nothing) and counts it in.
 func (e *Engine) checkRegister(key []byte, ttl int64, writes bool) error {
-	if err := checkKeyCost(key, 0); err != nil {
+	if err := CheckKeyCost(key, 0); err != nil {
 		return err
 	}
 	if writes && (ttl < 1 || ttl > MaxRegisterTTL) {

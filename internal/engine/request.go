@@ -131,7 +131,7 @@ func remote(r *Request, res *Result) error {
 		if r.OwnTime {
 			return ErrRemoteTime
 		}
-		if err := checkKeyCost(r.Key, r.N); err != nil {
+		if err := CheckKeyCost(r.Key, r.N); err != nil {
 			return err
 		}
 		if alg == bucket.Concurrency && (r.Op == proto.OpAcquire || r.Op == proto.OpRefund) {
@@ -155,16 +155,18 @@ func remote(r *Request, res *Result) error {
 	return nil
 }
 
-// checkKeyCost validates a request's key and cost as every operation does,
-// on the table or by a Remote (ErrEmptyKey, ErrKeyTooLong, ErrNegativeCost).
-func checkKeyCost(key []byte, cost int64) error {
+// CheckKeyCost validates a request's key and cost as every operation does,
+// on the table or by a Remote (ErrEmptyKey, ErrKeyTooLong, ErrNegativeCost);
+// a front end that decides several requests together outside Do (a MULTI
+// of global limits) checks each with it.
+func CheckKeyCost(key []byte, cost int64) error {
 	if len(key) == 0 || len(key) > MaxKeyLen || cost < 0 {
 		return keyCostError(len(key), cost)
 	}
 	return nil
 }
 
-// keyCostError is checkKeyCost's error for a key of n bytes and cost, one
+// keyCostError is CheckKeyCost's error for a key of n bytes and cost, one
 // of which is refused.
 func keyCostError(n int, cost int64) error {
 	switch {

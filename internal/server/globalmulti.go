@@ -98,24 +98,11 @@ func (s *server) checkGlobalMulti(op *proto.Op, nls []*namedLimit, prefix string
 // checkItem checks a MULTI item on a global limit as a local MULTI checks
 // its items: its key, its cost, and a concurrency limit (leased only).
 func checkItem(it *proto.MultiItem, nl *namedLimit) error {
-	if err := checkKeyCost(it.Key, it.Cost); err != nil {
+	if err := engine.CheckKeyCost(it.Key, it.Cost); err != nil {
 		return err
 	}
 	if nl.cfg.Bucket.Algorithm == bucket.Concurrency {
 		return engine.ErrLeaseOnly
-	}
-	return nil
-}
-
-// checkKeyCost checks a key and a cost as the engine checks a request's.
-func checkKeyCost(key []byte, cost int64) error {
-	switch {
-	case len(key) == 0:
-		return engine.ErrEmptyKey
-	case len(key) > engine.MaxKeyLen:
-		return engine.ErrKeyTooLong
-	case cost < 0:
-		return fmt.Errorf("%w: %d", engine.ErrNegativeCost, cost)
 	}
 	return nil
 }
@@ -195,7 +182,7 @@ func (s *server) globalListAcquire(ds []bucket.Decision, op *proto.Op, nl *named
 	if req.OwnTime {
 		return ds, proto.OutageNone, engine.ErrRemoteTime
 	}
-	if err := checkKeyCost(op.Key, op.N); err != nil {
+	if err := engine.CheckKeyCost(op.Key, op.N); err != nil {
 		return ds, proto.OutageNone, err
 	}
 	gm := &c.globalMulti
