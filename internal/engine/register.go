@@ -84,18 +84,30 @@ func (e *Engine) checkRegister(key []byte, ttl int64, writes bool) error {
 	return e.enter()
 }
 
+// lookupRegister checks an operation on key's register (checkRegister),
+// counts it in and finds the register, locked if ok, with the lock wait it
+// used. On success the caller exits (e.t.Exit) once done; on an error
+// nothing is held.
+func (e *Engine) lookupRegister(key []byte, ttl int64, writes bool, t Time) (sl shm.Slot, ok bool, w shm.Wait, err error) {
+	if err := e.checkRegister(key, ttl, writes); err != nil {
+		return sl, false, w, err
+	}
+	w = t.wait()
+	if sl, ok, err = e.t.Lookup(e.t.Fingerprint(key, registerIdent), &w); err != nil {
+		e.t.Exit()
+		return sl, false, w, tableErr(err)
+	}
+	return sl, ok, w, nil
+}
+
 // RegGet reads key's register at t.Now: OK and its value and time to live
 // if it exists and has not expired.
 func (e *Engine) RegGet(key []byte, t Time) (r Register, err error) {
-	if err := e.checkRegister(key, 0, false); err != nil {
+	sl, ok, _, err := e.lookupRegister(key, 0, false, t)
+	if err != nil {
 		return r, err
 	}
 	defer e.t.Exit()
-	w := t.wait()
-	sl, ok, err := e.t.Lookup(e.t.Fingerprint(key, registerIdent), &w)
-	if err != nil {
-		return r, tableErr(err)
-	}
 	r = Register{TTL: -1}
 	if ok {
 		liveRegister(sl, t.Now, &r)
@@ -138,15 +150,11 @@ func (e *Engine) RegSet(key []byte, value, ttl int64, t Time) (r Register, err e
 // exists and holds old: OK reports that it was swapped; otherwise r is the
 // register as it stands (TTL -1: it does not exist), unchanged.
 func (e *Engine) RegCAS(key []byte, old, value, ttl int64, t Time) (r Register, err error) {
-	if err := e.checkRegister(key, ttl, true); err != nil {
+	sl, ok, _, err := e.lookupRegister(key, ttl, true, t)
+	if err != nil {
 		return r, err
 	}
 	defer e.t.Exit()
-	w := t.wait()
-	sl, ok, err := e.t.Lookup(e.t.Fingerprint(key, registerIdent), &w)
-	if err != nil {
-		return r, tableErr(err)
-	}
 	r = Register{TTL: -1}
 	if !ok {
 		return r, nil
@@ -163,15 +171,11 @@ func (e *Engine) RegCAS(key []byte, old, value, ttl int64, t Time) (r Register, 
 // RegDel deletes key's register: OK reports that it existed (and had not
 // expired).
 func (e *Engine) RegDel(key []byte, t Time) (r Register, err error) {
-	if err := e.checkRegister(key, 0, false); err != nil {
+	sl, ok, w, err := e.lookupRegister(key, 0, false, t)
+	if err != nil {
 		return r, err
 	}
 	defer e.t.Exit()
-	w := t.wait()
-	sl, ok, err := e.t.Lookup(e.t.Fingerprint(key, registerIdent), &w)
-	if err != nil {
-		return r, tableErr(err)
-	}
 	if !ok {
 		return Register{TTL: -1}, nil
 	}
