@@ -64,15 +64,18 @@ func TestGlobal_leasedOutage(t *testing.T) {
 	redis := redistest.Start(t)
 	sc := startGlobal(t, redis.Addr, `limits:
   leased: {limit: "token_bucket:max=1000,refill_time=1h", scope: global, lease: 10, on_unavailable: closed}
+  here: "token_bucket:max=1000000,refill_time=1h"
 `)
 	c := dialDefault(t, sc)
 	ctx := context.Background()
-	l := sluice.Limit{Name: "leased"}
+	l, here := sluice.Limit{Name: "leased"}, sluice.Limit{Name: "here"}
 	if d, err := c.Acquire(ctx, l, "k", 1); err != nil || !d.Allowed || d.Outage != "" {
 		t.Fatalf("with Redis up: %+v, %v", d, err)
 	}
 	redis.Pause()
-	var took []time.Duration
+	// A local limit's answers, taken in turn with the leased limit's, are
+	// what this host's load alone costs a round trip to the sidecar.
+	var took, local []time.Duration
 	allowed := 0
 	for range 200 {
 		start := time.Now()
@@ -86,15 +89,25 @@ func TestGlobal_leasedOutage(t *testing.T) {
 		case d.Outage != "closed" || d.RetryAfter <= 0:
 			t.Fatalf("a denial with Redis paused: %+v, want the closed policy's with a retry_after", d)
 		}
+		start = time.Now()
+		if _, err := c.Acquire(ctx, here, "k", 1); err != nil {
+			t.Fatal(err)
+		}
+		local = append(local, time.Since(start))
 	}
 	slices.Sort(took)
-	t.Logf("Redis paused: %d allowed from the lease; answers in %v (median), %v (90th), %v (max)",
-		allowed, took[len(took)/2], took[len(took)*9/10], took[len(took)-1])
+	slices.Sort(local)
+	med, localMed := took[len(took)/2], local[len(local)/2]
+	t.Logf("Redis paused: %d allowed from the lease; answers in %v (median), %v (90th), %v (max); a local limit's in %v (median)",
+		allowed, med, took[len(took)*9/10], took[len(took)-1], localMed)
 	if allowed != 9 {
 		t.Errorf("%d allowed, want the 9 tokens left in the lease", allowed)
 	}
-	if med := took[len(took)/2]; med >= 10*time.Millisecond {
-		t.Errorf("median answer %v with Redis paused, want under 10ms", med)
+	// Under 10 ms; on a host so loaded that a local limit's round trip
+	// takes that long, no slower than twice that round trip: a wait on
+	// Redis (its 50 ms timeout) fails either way.
+	if med >= 10*time.Millisecond && med > 2*localMed+time.Millisecond {
+		t.Errorf("median answer %v with Redis paused (a local limit's %v), want under 10ms", med, localMed)
 	}
 }
 
