@@ -35,7 +35,7 @@ type Options struct {
 	// misses the TLB. It is this process's choice, not stored in the
 	// file, and only advice: the kernel uses huge pages only where
 	// transparent huge pages are enabled ("madvise" or "always"), the file
-	// system caches files in large folios (ext4 from Linux 6.16, XFS), and
+	// system caches files in large folios (ext4 on Linux 6.18 does), and
 	// the file's pages were not already cached in small ones. The cost is
 	// on disk: the kernel writes a dirty huge page back whole, so each Sync
 	// writes 2 MiB for every huge page with a changed slot (see the
