@@ -161,6 +161,17 @@
 // allocates any hole in an existing file, so a full disk fails there
 // instead of raising SIGBUS on a later write.
 //
+// The kernel tracks dirty pages, and writes them back, a page at a time. A
+// table mapped with huge pages (Options.HugePages) has 2 MiB pages, each
+// written whole when any of its 32,768 slots of 64 bytes changed: measured
+// on ext4 (Linux 6.18), writes to 100 random slots of a table of 1.33M
+// slots made the next Sync write 76 MiB instead of 400 KiB, and writes to
+// 10,000 81 MiB instead of 31 MiB. Huge pages cut a lookup's TLB misses (a decision
+// on 1M random buckets took about 0.9 of the time) at that cost in disk
+// writes, unless the decisions touch most pages between two syncs anyway or
+// the file is on a file system without a disk (tmpfs): they are off by
+// default.
+//
 // # Caveats
 //
 //   - The file is little-endian and its fields are accessed with native

@@ -93,14 +93,20 @@ func allocateHoles(f *os.File, size int64) error {
 	return nil
 }
 
-// mapFile maps the whole of f shared, for reading and writing.
-func mapFile(f *os.File) (mmap.MMap, error) {
+// mapFile maps the whole of f shared, for reading and writing, asking for
+// huge pages if huge (Options.HugePages).
+func mapFile(f *os.File, huge bool) (mmap.MMap, error) {
 	m, err := mmap.Map(f, mmap.RDWR, 0)
 	if err != nil {
 		return nil, err
 	}
 	// Access is random: disable read-ahead.
 	_ = unix.Madvise(m, unix.MADV_RANDOM)
+	if huge {
+		// Advice: a kernel without transparent huge pages refuses it
+		// (EINVAL), and the table works the same with small pages.
+		_ = unix.Madvise(m, unix.MADV_HUGEPAGE)
+	}
 	return m, nil
 }
 

@@ -30,6 +30,17 @@ type Options struct {
 	// keep state that does not fit their slot; 0 means
 	// DefaultArenaCells(SlotCount).
 	ArenaCells uint64
+	// HugePages asks the kernel to map the file with huge pages (2 MiB on
+	// x86-64; madvise MADV_HUGEPAGE) where it can: a lookup then seldom
+	// misses the TLB. It is this process's choice, not stored in the
+	// file, and only advice: the kernel uses huge pages only where
+	// transparent huge pages are enabled ("madvise" or "always"), the file
+	// system caches files in large folios (ext4 on Linux 6.18 does), and
+	// the file's pages were not already cached in small ones. The cost is
+	// on disk: the kernel writes a dirty huge page back whole, so each Sync
+	// writes 2 MiB for every huge page with a changed slot (see the
+	// package documentation, "Durability"). Heap tables ignore it.
+	HugePages bool
 }
 
 // MaxSlotCount bounds SlotCount so that file offsets fit comfortably in int64.
@@ -218,7 +229,7 @@ func Create(path string, o Options, now int64) (*Table, error) {
 	if err := os.Link(tmp, path); err != nil {
 		return fail(err)
 	}
-	return mapTable(f, FormatVersion, true)
+	return mapTable(f, FormatVersion, true, o.HugePages)
 }
 
 // Open opens an existing state file. It validates the header in a fixed
@@ -231,7 +242,11 @@ func Create(path string, o Options, now int64) (*Table, error) {
 // that was not closed cleanly: slots whose lock was held or whose checksum
 // is wrong are reset to a conservative state (see Slot.Conservative) and
 // counted. Opened reports what it did.
-func Open(path string) (*Table, error) {
+func Open(path string) (*Table, error) { return OpenWith(path, Options{}) }
+
+// OpenWith is Open, mapping the file as o.HugePages says. o's geometry is
+// ignored: an existing file keeps its own.
+func OpenWith(path string, o Options) (*Table, error) {
 	if !littleEndian() {
 		return nil, ErrByteOrder
 	}
@@ -280,15 +295,15 @@ func Open(path string) (*Table, error) {
 		}
 		crashPoint()
 	}
-	return mapTable(f, version, false)
+	return mapTable(f, version, false, o.HugePages)
 }
 
 // mapTable maps a validated file of format version, upgrades it, marks it
 // dirty and recovers it if it was not closed cleanly. A file that was closed
 // cleanly (and not just created) is checked on use until Scrub has checked
-// it.
-func mapTable(f *os.File, version uint32, created bool) (*Table, error) {
-	m, err := mapFile(f)
+// it. huge asks for huge pages (Options.HugePages).
+func mapTable(f *os.File, version uint32, created, huge bool) (*Table, error) {
+	m, err := mapFile(f, huge)
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("shm: map %s: %w", f.Name(), err)
@@ -374,7 +389,7 @@ func Attach(path string) (*Table, error) {
 	if v != FormatVersion {
 		return fail(fmt.Errorf("%w: file has version %d, this build attaches to version %d (its owner upgrades it)", ErrVersion, v, FormatVersion))
 	}
-	m, err := mapFile(f)
+	m, err := mapFile(f, false)
 	if err != nil {
 		return fail(err)
 	}

@@ -3,8 +3,10 @@ package engine
 import (
 	"math"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -97,7 +99,12 @@ func benchTable(b *testing.B, n int, l *Limit) *Engine {
 // benchTableAt is benchTable at a load of load.
 func benchTableAt(b *testing.B, n int, l *Limit, load float64) *Engine {
 	b.Helper()
-	o := shm.Options{SlotCount: uint64(float64(n)/load) + 1}
+	return benchTableWith(b, n, l, shm.Options{SlotCount: uint64(float64(n)/load) + 1})
+}
+
+// benchTableWith is benchTable with o's slot count and mapping.
+func benchTableWith(b *testing.B, n int, l *Limit, o shm.Options) *Engine {
+	b.Helper()
 	if l.ext > 0 {
 		cells := uint64(l.ext+7) / 8 // 64-byte cells of 8 words
 		o.ArenaCells = max(uint64(n)*cells*11/10, shm.DefaultArenaCells(o.SlotCount))
@@ -275,6 +282,34 @@ func BenchmarkAcquireLoad(b *testing.B) {
 			b.ReportMetric(float64(g.SlotCount)*float64(g.SlotSize+1)/randomKeys, "B/bucket")
 		})
 	}
+}
+
+// BenchmarkAcquireHugePages is Acquire/token_bucket/1M-random on a table
+// mapped with huge pages (Options.HugePages), and reports how much of the
+// process the kernel maps with them (huge-MiB: 0 where it does not, and the
+// benchmark then measures small pages).
+func BenchmarkAcquireHugePages(b *testing.B) {
+	bc := benchCases[0]
+	b.Run(bc.name+"/1M-random", func(b *testing.B) {
+		l, step := bc.limit(randomKeys)
+		e := benchTableWith(b, randomKeys, l, shm.Options{SlotCount: randomKeys*4/3 + 1, HugePages: true})
+		now := benchWarm(b, e, l, randomKeys, step)
+		benchRandom(b, e, l, randomKeys, now, step)
+		b.ReportMetric(float64(filePmdMapped())/(1<<20), "huge-MiB")
+	})
+}
+
+// filePmdMapped returns the bytes of files the process maps with huge pages
+// (FilePmdMapped in /proc/self/smaps_rollup; 0 where there is none).
+func filePmdMapped() int64 {
+	out, _ := os.ReadFile("/proc/self/smaps_rollup")
+	for line := range strings.Lines(string(out)) {
+		if v, ok := strings.CutPrefix(line, "FilePmdMapped:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
 }
 
 // BenchmarkAcquireParallel measures contention: every goroutine draws from
