@@ -16,7 +16,7 @@ var configFlags = map[string]string{
 	"StatePath": "state", "SocketPath": "socket", "RESPSocket": "resp-socket",
 	"RESPAddr": "resp-addr", "RESPAllowRemote": "resp-allow-remote",
 	"RLSSocket": "rls-socket", "RLSAddr": "rls-addr", "RLSAllowRemote": "rls-allow-remote", "RLSHeaders": "rls-headers",
-	"Slots": "slots", "SlotSize": "slot-size", "ArenaCells": "arena-cells",
+	"Slots": "slots", "SlotSize": "slot-size", "ArenaCells": "arena-cells", "HugePages": "huge-pages",
 	"SyncInterval": "sync-interval", "SocketMode": "socket-mode",
 	"MaxConns": "max-conns", "MaxConnsPerUID": "max-conns-per-uid",
 	"Transport": "transport", "Loops": "loops", "LoopSpin": "loop-spin",

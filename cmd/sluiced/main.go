@@ -61,6 +61,7 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 	fs.Uint64Var(&c.Slots, "slots", 0, fmt.Sprintf("slot count of a new state file (default %d); an existing file keeps its own", server.DefaultSlots))
 	fs.IntVar(&c.SlotSize, "slot-size", 0, "slot size of a new state file: 64, 128 or 256 (default 64); an existing file keeps its own")
 	fs.Uint64Var(&c.ArenaCells, "arena-cells", 0, "64-byte cells of a new state file's arena, where sliding_log, window_counters and concurrency buckets keep their state (default a quarter of the slot count, at least 1024); an existing file keeps its own")
+	fs.BoolVar(&c.HugePages, "huge-pages", false, "map the state file with huge pages where the kernel can (transparent huge pages, a file system that caches large folios): fewer TLB misses on many buckets, but each sync writes every 2 MiB page with a changed slot whole")
 	fs.TextVar((*proto.Duration)(&c.SyncInterval), "sync-interval", proto.Duration(server.DefaultSyncInterval), "sync the state file to disk every `duration`")
 	mode := fs.String("socket-mode", "0660", "permissions of the socket files (native, Redis and metrics), octal")
 	fs.IntVar(&c.MaxConns, "max-conns", server.DefaultMaxConns, "connections served at once; more are refused with Busy")

@@ -64,6 +64,7 @@ type Config struct {
 	Slots           uint64        // slot count of a new state file
 	SlotSize        int           // slot size of a new state file: 64, 128 or 256
 	ArenaCells      uint64        // arena cells of a new state file (engine.Options.ArenaCells)
+	HugePages       bool          // map the state file with huge pages where the kernel can (engine.Options.HugePages)
 	SyncInterval    time.Duration // how often the table is synced to disk
 	SocketMode      fs.FileMode   // permissions of the socket file
 	MaxConns        int           // connections served at once; more are answered Busy and closed

@@ -60,7 +60,7 @@ func Run(ctx context.Context, cfg Config) error {
 	c := cfg.withDefaults()
 	// An existing file keeps its geometry: only what cfg sets explicitly
 	// (before defaults) must match it.
-	e, err := engine.Open(c.StatePath, engine.Options{Slots: cfg.Slots, SlotSize: cfg.SlotSize, ArenaCells: cfg.ArenaCells}, time.Now().UnixNano())
+	e, err := engine.Open(c.StatePath, engine.Options{Slots: cfg.Slots, SlotSize: cfg.SlotSize, ArenaCells: cfg.ArenaCells, HugePages: cfg.HugePages}, time.Now().UnixNano())
 	if err != nil {
 		return err
 	}
