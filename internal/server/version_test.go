@@ -153,7 +153,11 @@ func TestServer_version3Algorithms(t *testing.T) {
 // its client may be working quietly, and closing the connection would give
 // the lease back. Holding none, it idles out as any connection does.
 func TestServer_leaseOutlivesIdleTimeout(t *testing.T) {
-	const idle, leaseTime = 100 * time.Millisecond, 800 * time.Millisecond
+	t.Parallel() // it waits out a lease
+	// A lease long beside the idle timeout, so that a close at the idle
+	// timeout and one at the lease's expiry stay seconds apart on a busy
+	// host.
+	const idle, leaseTime = 100 * time.Millisecond, 3 * time.Second
 	sc := start(t, Config{IdleTimeout: idle})
 	conc := proto.ConcurrencyLimit(1, leaseTime)
 	lease := func(c *client, key string) proto.Result {
