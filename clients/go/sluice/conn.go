@@ -11,9 +11,10 @@ import (
 )
 
 const (
-	readBuffer   = 64 << 10  // a connection's read buffer
-	keepBuffer   = 256 << 10 // buffers that grew past this are not kept
-	writeTimeout = 10 * time.Second
+	readBuffer   = 64 << 10         // a connection's read buffer
+	keepBuffer   = 256 << 10        // buffers that grew past this are not kept
+	writeTimeout = 10 * time.Second // the longest a write may wait for room in the socket
+	writeSlack   = time.Second      // a write may have writeTimeout-writeSlack
 )
 
 // conn is one connection to the sidecar, shared by every caller.
@@ -36,8 +37,9 @@ const (
 // a caller's own has come. The first error fails the connection and every
 // call on it.
 type conn struct {
-	cl *Client
-	nc net.Conn
+	cl  *Client
+	nc  net.Conn
+	raw *rawIO // nc's reads and writes, where it has a descriptor; nil: nc's own
 
 	wake     chan struct{} // the writer goroutine takes the writing role; capacity 1
 	readWake chan struct{} // the reader goroutine takes the reading role; capacity 1
@@ -56,7 +58,8 @@ type conn struct {
 	reading  bool  // someone holds the reading role
 	err      error // why the connection failed; set once
 
-	wbuf []byte // the writing role's batch
+	wbuf    []byte    // the writing role's batch
+	writeBy time.Time // the write deadline set; the writing role's
 
 	// The reading role's buffer: rbuf[r:w] is read and not yet handled.
 	rbuf []byte
@@ -65,7 +68,7 @@ type conn struct {
 }
 
 func newConn(cl *Client, nc net.Conn) *conn {
-	cn := &conn{cl: cl, nc: nc, wake: make(chan struct{}, 1), readWake: make(chan struct{}, 1),
+	cn := &conn{cl: cl, nc: nc, raw: newRawIO(nc), wake: make(chan struct{}, 1), readWake: make(chan struct{}, 1),
 		done: make(chan struct{}), rbuf: make([]byte, readBuffer)}
 	cn.wg.Add(2)
 	go cn.writeLoop()

@@ -15,7 +15,16 @@ const refusalWait = time.Second
 // write writes b and returns the write's error. The caller holds the
 // writing role.
 func (cn *conn) write(b []byte) error {
-	cn.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	// The deadline is moved when less than writeTimeout-writeSlack is left,
+	// not for each write: moving it costs a timer's update, and then a
+	// wake-up of the thread waiting in the poller.
+	if now := time.Now(); cn.writeBy.Sub(now) < writeTimeout-writeSlack {
+		cn.writeBy = now.Add(writeTimeout)
+		cn.nc.SetWriteDeadline(cn.writeBy)
+	}
+	if cn.raw != nil {
+		return cn.raw.write(b)
+	}
 	_, err := cn.nc.Write(b)
 	return err
 }
