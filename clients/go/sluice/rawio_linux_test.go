@@ -84,11 +84,18 @@ func TestRawIO_readWhileWriting(t *testing.T) {
 		}
 		got = append(got, buf[:n]...)
 	}
+	sameStream(t, written, got, want)
+}
+
+// sameStream checks that the writer, which reports on written, succeeded
+// and that got is what it wrote, want.
+func sameStream(t *testing.T, written <-chan error, got, want []byte) {
+	t.Helper()
 	if err := <-written; err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(got, want) {
-		t.Error("the echoed stream differs from the one written")
+		t.Error("the bytes that arrived differ from those written")
 	}
 }
 
@@ -103,12 +110,7 @@ func TestRawIO_writeWaitsForRoom(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := <-written; err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Error("the peer read other bytes than were written")
-	}
+	sameStream(t, written, got, want)
 }
 
 // Deadlines, the end of the stream and a closed peer are reported as
