@@ -76,9 +76,12 @@ func newRawIO(nc net.Conn) *rawIO {
 	return r
 }
 
-// read reads into b, which is not empty, as net.Conn's Read does. The
-// caller holds the reading role.
+// read reads into b as net.Conn's Read does. The caller holds the reading
+// role.
 func (r *rawIO) read(b []byte) (int, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
 	r.rd = rawCall{buf: b}
 	err := r.rc.Read(r.readFn)
 	n, errno := r.rd.n, r.rd.errno

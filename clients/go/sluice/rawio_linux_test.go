@@ -121,6 +121,10 @@ func TestRawIO_errors(t *testing.T) {
 	r := newRawIO(c)
 	buf := make([]byte, 16)
 
+	if n, err := r.read(buf[:0]); n != 0 || err != nil {
+		t.Errorf("read into no room: %d, %v; want 0 and no error", n, err)
+	}
+
 	c.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
 	if _, err := r.read(buf); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Errorf("read past its deadline: %v, want a deadline's error", err)
