@@ -1,6 +1,18 @@
 package sluice
 
-import "testing"
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/proto"
+)
 
 // A caller takes the roles that are free rather than wake the goroutines
 // that would take them: both when nothing else is going on, the writing
@@ -52,5 +64,51 @@ func TestEnqueue_roles(t *testing.T) {
 				t.Error("the reader goroutine was woken")
 			}
 		})
+	}
+}
+
+// brokenConn is a connection whose writes fail as a socket's do once the
+// sidecar has closed it, and whose reads wait until it is closed.
+type brokenConn struct {
+	net.Conn // nil: only what the connection uses is implemented
+	closed   chan struct{}
+	once     sync.Once
+}
+
+func (b *brokenConn) Write([]byte) (int, error) {
+	return 0, &net.OpError{Op: "write", Net: "unix", Err: os.NewSyscallError("write", syscall.EPIPE)}
+}
+
+func (b *brokenConn) Read([]byte) (int, error) {
+	<-b.closed
+	return 0, net.ErrClosed
+}
+
+func (b *brokenConn) Close() error                     { b.once.Do(func() { close(b.closed) }); return nil }
+func (b *brokenConn) SetReadDeadline(time.Time) error  { return nil }
+func (b *brokenConn) SetWriteDeadline(time.Time) error { return nil }
+
+// A caller that writes for the others while someone else reads, and whose
+// write fails, hands the failure to the writer goroutine, which fails the
+// connection (after giving the reader the time to read a refusal): the
+// calls fail rather than wait for ever with the writing role held.
+func TestConn_callerWriteFails(t *testing.T) {
+	cn := newConn(&Client{}, &brokenConn{closed: make(chan struct{})})
+	defer func() { cn.fail(errors.New("the test is over")); cn.wait() }()
+	cn.mu.Lock()
+	cn.reading = true // another caller reads
+	cn.mu.Unlock()
+	cl := getCall(proto.OpAcquire)
+	cl.req = append(cl.req[:0], make([]byte, proto.HeaderLen)...)
+	r, err := cn.enqueue(true, cl)
+	if err != nil || r != roleWrite {
+		t.Fatalf("enqueue: role %d, %v; want the writing role", r, err)
+	}
+	cn.writeAsCaller(false)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err = cl.wait(ctx, 0)
+	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "cannot send the request") {
+		t.Fatalf("the call's error: %v, want the failed write's", err)
 	}
 }
