@@ -6,10 +6,12 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -41,7 +43,10 @@ import (
 // metrics are the ratios of exact and leased mode to Redis + Lua (the
 // median of each round's ratio). Run it with -benchtime 1x. To profile a
 // side, SLUICE_FLEET_MODES=exact runs it alone (and prints its figures),
-// and SLUICE_FLEET_CPUPROFILE=DIR writes each sidecar's CPU profile there.
+// SLUICE_FLEET_CPUPROFILE=DIR writes each sidecar's CPU profile there and
+// SLUICE_FLEET_CLIENTPROFILE=DIR each client process's. The table gives
+// the CPU time of the client processes and of the sidecars per decision,
+// which is what bounds the socket path on a small host.
 func BenchmarkFleet(b *testing.B) {
 	script, err := os.ReadFile("../../bench/lua/token_bucket.lua")
 	if err != nil {
@@ -104,6 +109,8 @@ var fleetModes = []string{"redis+lua", "exact", "leased", "local"}
 type fleetResult struct {
 	decisions, p50, p99, cpu, cmds float64 // per second, µs, µs, µs per decision, per decision
 	batch                          float64 // the sidecars' Redis requests per round trip, 1 for Redis + Lua
+	clientCPU, sidecarCPU          float64 // the client processes' and the sidecars' CPU time (user and system), µs per decision
+	clientCS, sidecarCS            float64 // their context switches (voluntary and not) per decision
 }
 
 // fleetCompare runs every side in turn, SLUICE_FLEET_ROUNDS times, and
@@ -157,12 +164,13 @@ func fleetCompare(b *testing.B, dep *fleetDeployment) {
 	cpu := func(r fleetResult) float64 { return r.cpu }
 	var out strings.Builder
 	fmt.Fprintf(&out, "\n%s, medians of %d rounds:\n", b.Name(), rounds)
-	fmt.Fprintf(&out, "| side | decisions/s | p50 | p99 | Redis CPU per decision | Redis commands per decision | requests per round trip | x decisions/s | x p99 | x Redis CPU |\n")
-	fmt.Fprintf(&out, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	fmt.Fprintf(&out, "| side | decisions/s | p50 | p99 | Redis CPU per decision | Redis commands per decision | requests per round trip | clients' CPU per decision | sidecars' CPU per decision | x decisions/s | x p99 | x Redis CPU |\n")
+	fmt.Fprintf(&out, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, mode := range fleetModes {
-		fmt.Fprintf(&out, "| %s | %.0f | %.2f ms | %.2f ms | %.2f µs | %.4f | %.1f | %.2f | %.2f | %.2f |\n", mode,
+		fmt.Fprintf(&out, "| %s | %.0f | %.2f ms | %.2f ms | %.2f µs | %.4f | %.1f | %.2f µs | %.2f µs | %.2f | %.2f | %.2f |\n", mode,
 			of(mode, decisions), of(mode, func(r fleetResult) float64 { return r.p50 })/1e3, of(mode, p99)/1e3,
 			of(mode, cpu), of(mode, func(r fleetResult) float64 { return r.cmds }), of(mode, func(r fleetResult) float64 { return r.batch }),
+			of(mode, func(r fleetResult) float64 { return r.clientCPU }), of(mode, func(r fleetResult) float64 { return r.sidecarCPU }),
 			ratio(mode, decisions), ratio(mode, p99), ratio(mode, cpu))
 	}
 	fmt.Print(out.String())
@@ -194,16 +202,16 @@ func fleetRun(b *testing.B, mode string, dep *fleetDeployment) fleetResult {
 		}
 	}
 	var socks []string
-	stop := func() {}
+	var sidecars []*partCmd
 	if mode != "redis+lua" {
-		var cmds []*partCmd
-		socks, cmds = startFleet(b, hosts, fleetBenchConfig, fleetSidecar{Addrs: dep.addrs, Cluster: dep.cluster, Timeout: time.Second})
-		stop = func() { stopFleet(b, cmds) }
+		socks, sidecars = startFleet(b, hosts, fleetBenchConfig, fleetSidecar{Addrs: dep.addrs, Cluster: dep.cluster, Timeout: time.Second})
 	}
 	before := redisUsage(b, dep.servers)
 	var mu sync.Mutex
 	var lat []time.Duration
 	var decisions int
+	var clientCPU time.Duration
+	var clientCS int64
 	var wg sync.WaitGroup
 	for h := range hosts {
 		for c := range clients {
@@ -233,6 +241,10 @@ func fleetRun(b *testing.B, mode string, dep *fleetDeployment) fleetResult {
 				if err := cmd.Wait(); err != nil {
 					b.Errorf("a client exited with %v", err)
 				}
+				mu.Lock()
+				cpu, cs := partCPU(cmd)
+				clientCPU, clientCS = clientCPU+cpu, clientCS+cs
+				mu.Unlock()
 			})
 		}
 	}
@@ -250,7 +262,13 @@ func fleetRun(b *testing.B, mode string, dep *fleetDeployment) fleetResult {
 		}
 		requests, trips = requests+st["global_requests"], trips+st["global_round_trips"]
 	}
-	stop()
+	stopFleet(b, sidecars)
+	var sidecarCPU time.Duration
+	var sidecarCS int64
+	for _, cmd := range sidecars {
+		cpu, cs := partCPU(cmd)
+		sidecarCPU, sidecarCS = sidecarCPU+cpu, sidecarCS+cs
+	}
 	after := redisUsage(b, dep.servers)
 	slices.Sort(lat)
 	if len(lat) == 0 || decisions == 0 {
@@ -264,7 +282,25 @@ func fleetRun(b *testing.B, mode string, dep *fleetDeployment) fleetResult {
 		cpu:       (after.cpu - before.cpu) * 1e6 / float64(decisions),
 		cmds:      float64(after.calls-before.calls) / float64(decisions),
 		batch:     max(float64(requests)/float64(max(trips, 1)), 1),
+
+		clientCPU:  clientCPU.Seconds() * 1e6 / float64(decisions),
+		sidecarCPU: sidecarCPU.Seconds() * 1e6 / float64(decisions),
+		clientCS:   float64(clientCS) / float64(decisions),
+		sidecarCS:  float64(sidecarCS) / float64(decisions),
 	}
+}
+
+// partCPU is the CPU time, user and system, of a part that has exited, and
+// its context switches.
+func partCPU(cmd *partCmd) (time.Duration, int64) {
+	if cmd.ProcessState == nil {
+		return 0, 0
+	}
+	var cs int64
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		cs = ru.Nvcsw + ru.Nivcsw
+	}
+	return cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime(), cs
 }
 
 // fleetUsage is what Redis has done: the CPU time of every server of the
@@ -313,6 +349,13 @@ type fleetBench struct {
 }
 
 func (p *fleetBench) run() int {
+	if dir := os.Getenv("SLUICE_FLEET_CLIENTPROFILE"); dir != "" { // profiling the clients of BenchmarkFleet
+		f, err := os.CreateTemp(dir, "client-*.pprof")
+		if err == nil && pprof.StartCPUProfile(f) == nil {
+			defer f.Close()
+			defer pprof.StopCPUProfile()
+		}
+	}
 	var decide func() error
 	if p.Mode == "redis+lua" {
 		// What a user writes: go-redis with its default options (a pool of

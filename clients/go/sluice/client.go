@@ -158,6 +158,10 @@ type Client struct {
 
 	cur atomic.Pointer[conn] // the connection in use; nil when there is none
 
+	// callers is how many calls are between send's start and their end: a
+	// caller that takes a role while others run lets them queue first.
+	callers atomic.Int32
+
 	sidecar atomic.Pointer[sidecarVersion] // the protocol version of cur's sidecar (outage.go)
 
 	closedNames atomic.Pointer[failsClosed] // the limits that fail closed, by name (outage.go)
@@ -360,9 +364,12 @@ func (c *Client) roundTripAll(ctx context.Context, calls []*call) (cn *conn, dir
 			c.brk.done(probe, outcome(err))
 			return nil, false, false, err
 		}
-		direct, err := cn.enqueue(true, calls...)
+		r, err := cn.enqueue(true, calls...)
+		if r == roleWrite {
+			cn.writeAsCaller(false)
+		}
 		if err == nil {
-			return cn, direct, probe, nil
+			return cn, r == roleDirect, probe, nil
 		}
 		// Nothing was queued: one more try on a new connection is safe.
 		if attempt > 0 || errors.Is(err, ErrClosed) {
@@ -395,15 +402,21 @@ func (c *Client) roundTrip(ctx context.Context, cl *call) error {
 // send is roundTrip past the breaker: it waits for the answer at most
 // timeout (0 or less: no limit but the context's).
 func (c *Client) send(ctx context.Context, cl *call, timeout time.Duration) error {
+	alone := c.callers.Add(1) == 1
+	defer c.callers.Add(-1)
 	for attempt := 0; ; attempt++ {
 		cn, err := c.conn()
 		if err != nil {
 			putCall(cl)
 			return err
 		}
-		direct, err := cn.enqueue(true, cl)
-		if direct {
-			return cn.roundTripDirect(ctx, cl, timeout)
+		r, err := cn.enqueue(true, cl)
+		switch r {
+		case roleDirect:
+			return cn.roundTripDirect(ctx, cl, timeout, !alone)
+		case roleWrite:
+			cn.writeAsCaller(!alone)
+			return cl.wait(ctx, timeout)
 		}
 		if err == nil {
 			break

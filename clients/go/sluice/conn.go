@@ -11,9 +11,10 @@ import (
 )
 
 const (
-	readBuffer   = 64 << 10  // a connection's read buffer
-	keepBuffer   = 256 << 10 // buffers that grew past this are not kept
-	writeTimeout = 10 * time.Second
+	readBuffer   = 64 << 10         // a connection's read buffer
+	keepBuffer   = 256 << 10        // buffers that grew past this are not kept
+	writeTimeout = 10 * time.Second // the longest a write may wait for room in the socket
+	writeSlack   = time.Second      // a write may have writeTimeout-writeSlack
 )
 
 // conn is one connection to the sidecar, shared by every caller.
@@ -21,17 +22,24 @@ const (
 // Two roles move the bytes: writing (taking everything queued, giving each
 // frame an id, writing it in one write) and reading (reading responses,
 // which come in request order, and completing the calls in FIFO order
-// after checking the echoed id). A lone caller, finding nothing queued or
-// in flight and nobody writing or reading, takes both roles and does its
-// round trip itself: no other goroutine needs to be scheduled, which is
-// most of a round trip's cost when client and sidecar are separate
-// processes. Calls that overlap are queued instead and the writer and
-// reader goroutines take the roles: the writer batches everything queued
-// into one write. The first error fails the connection and every call on
-// it.
+// after checking the echoed id). Callers take the roles themselves when
+// they are free: a caller finding nothing queued or in flight and nobody
+// writing or reading takes both and does its round trip itself, writing
+// the calls queued behind it too and completing those answered before its
+// own; one finding the writing role free while another reads writes what
+// is queued and then waits. No other goroutine needs to be scheduled,
+// which is most of a round trip's cost when client and sidecar are
+// separate processes: each goroutine woken when the process was idle is a
+// thread woken. A caller that takes a role while other callers run first
+// yields, so that those ready to run queue their requests into the same
+// write. The writer and reader goroutines take a role only when it is
+// handed over: calls queued while a caller writes, answers still due when
+// a caller's own has come. The first error fails the connection and every
+// call on it.
 type conn struct {
-	cl *Client
-	nc net.Conn
+	cl  *Client
+	nc  net.Conn
+	raw *rawIO // nc's reads and writes, where it has a descriptor; nil: nc's own
 
 	wake     chan struct{} // the writer goroutine takes the writing role; capacity 1
 	readWake chan struct{} // the reader goroutine takes the reading role; capacity 1
@@ -46,10 +54,12 @@ type conn struct {
 	inflight fifo    // written, waiting for their responses in this order
 	nextID   uint32
 	writing  bool  // someone holds the writing role
+	writeErr error // a caller's failed write, handed to the writer goroutine with the writing role
 	reading  bool  // someone holds the reading role
 	err      error // why the connection failed; set once
 
-	wbuf []byte // the writing role's batch
+	wbuf    []byte    // the writing role's batch
+	writeBy time.Time // the write deadline set; the writing role's
 
 	// The reading role's buffer: rbuf[r:w] is read and not yet handled.
 	rbuf []byte
@@ -58,7 +68,7 @@ type conn struct {
 }
 
 func newConn(cl *Client, nc net.Conn) *conn {
-	cn := &conn{cl: cl, nc: nc, wake: make(chan struct{}, 1), readWake: make(chan struct{}, 1),
+	cn := &conn{cl: cl, nc: nc, raw: newRawIO(nc), wake: make(chan struct{}, 1), readWake: make(chan struct{}, 1),
 		done: make(chan struct{}), rbuf: make([]byte, readBuffer)}
 	cn.wg.Add(2)
 	go cn.writeLoop()
@@ -66,18 +76,29 @@ func newConn(cl *Client, nc net.Conn) *conn {
 	return cn
 }
 
+// The roles enqueue gives the caller.
+type role uint8
+
+const (
+	roleNone   role = iota // the calls are queued: the writer goroutine, or whoever writes, sends them
+	roleDirect             // both roles: the caller calls roundTripDirect
+	roleWrite              // the writing role: the caller calls writeAsCaller, then waits
+)
+
 // enqueue queues calls (nil entries skipped) to be written together. It
-// fails, queueing none, if the connection has failed. If direct is set
-// and the conditions for a direct round trip hold (nothing else queued or
-// in flight, both roles free), it gives the caller both roles and the
-// calls their ids and returns true: the caller must then call
-// roundTripDirect with the last of them.
-func (cn *conn) enqueue(direct bool, calls ...*call) (bool, error) {
+// fails, queueing none, if the connection has failed. If take is set, the
+// caller takes the roles that are free rather than wake the goroutines
+// that hold them otherwise: both, if nothing else is queued or in flight
+// (roleDirect: the caller must call roundTripDirect with the last of
+// them), or the writing role while someone else reads (roleWrite: the
+// caller must call writeAsCaller). Each goroutine woken is a thread woken
+// when the process was idle, which costs more than the round trip.
+func (cn *conn) enqueue(take bool, calls ...*call) (role, error) {
 	cn.mu.Lock()
 	if cn.err != nil {
 		err := cn.err
 		cn.mu.Unlock()
-		return false, err
+		return roleNone, err
 	}
 	added := 0
 	for _, cl := range calls {
@@ -89,20 +110,23 @@ func (cn *conn) enqueue(direct bool, calls ...*call) (bool, error) {
 	switch {
 	case added == 0:
 		cn.mu.Unlock()
-		return false, nil
+		return roleNone, nil
 	case cn.writing:
 		cn.mu.Unlock() // the writer takes it
-		return false, nil
-	case direct && !cn.reading && len(cn.queued) == added && cn.inflight.empty():
+		return roleNone, nil
+	case take && !cn.reading && len(cn.queued) == added && cn.inflight.empty():
 		cn.writing, cn.reading = true, true
-		cn.wbuf = cn.takeLocked(cn.wbuf[:0])
 		cn.mu.Unlock()
-		return true, nil
+		return roleDirect, nil
+	case take:
+		cn.writing = true
+		cn.mu.Unlock()
+		return roleWrite, nil
 	}
 	cn.writing = true
 	cn.mu.Unlock()
 	cn.wake <- struct{}{} // never blocks: only the role's taker sends
-	return false, nil
+	return roleNone, nil
 }
 
 // takeLocked gives every queued call an id, moves it in flight and appends
@@ -126,18 +150,6 @@ func (cn *conn) takeLocked(b []byte) []byte {
 	}
 	cn.spare = batch[:0]
 	return b
-}
-
-// releaseWriting gives up the writing role, to the writer goroutine if
-// calls queued meanwhile.
-func (cn *conn) releaseWriting() {
-	cn.mu.Lock()
-	more := len(cn.queued) > 0 && cn.err == nil
-	cn.writing = more
-	cn.mu.Unlock()
-	if more {
-		cn.wake <- struct{}{}
-	}
 }
 
 // releaseReading ends a direct round trip's reading: it gives up the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"runtime"
 	"time"
 )
 
@@ -48,11 +49,21 @@ func opName(cl *call) string {
 // answer arrives (the answers before it arrive first), the context ends
 // or timeout passes (0: no limit). The caller holds both roles; it gives
 // them up before returning. The result is cl's wait's.
-func (cn *conn) roundTripDirect(ctx context.Context, cl *call, timeout time.Duration) error {
+func (cn *conn) roundTripDirect(ctx context.Context, cl *call, timeout time.Duration, yield bool) error {
+	if yield {
+		// Other callers are running: let those that are ready queue their
+		// requests, to go in the same write and be answered in the same
+		// read.
+		runtime.Gosched()
+	}
 	if !cn.writeDirect() {
 		return cl.wait(ctx, 0) // the connection failed, and cl with it
 	}
-	cn.releaseWriting()
+	// Write what queued meanwhile too, and give up the writing role.
+	if err := cn.writeQueued(); err != nil && err != errConnFailed {
+		cn.writeErr = err
+		cn.wake <- struct{}{} // the writer goroutine fails the connection
+	}
 
 	now := time.Now()
 	deadline, hasDeadline, ctxDeadline := callDeadline(ctx, now, timeout)

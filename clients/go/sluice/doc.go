@@ -52,10 +52,18 @@
 // # Concurrency
 //
 // A Client is safe for concurrent use and is meant to be shared: every
-// goroutine's requests go over one connection, pipelined. A writer
-// goroutine writes whatever requests are queued in one write, so
-// concurrent callers share system calls; a reader goroutine reads the
-// answers, which come in request order, and hands each to its caller.
+// goroutine's requests go over one connection, pipelined. Whatever
+// requests are queued go in one write, so concurrent callers share system
+// calls, and the answers, which come in request order, are read together
+// and handed each to its caller. Callers do this work themselves when
+// nobody else is: a caller that finds the connection idle writes what is
+// queued (after letting the other callers that are ready to run queue
+// theirs) and reads until its own answer has come, and one that finds
+// another reading writes what is queued and waits; a writer and a reader
+// goroutine take over only what is left when a caller returns. A caller
+// therefore wakes no other goroutine, and its process one thread per batch
+// of answers rather than several. On Linux the connection reads and
+// writes its socket with raw system calls through Go's poller.
 // Every call honours its context; one that gives up (cancelled, past its
 // deadline or past the Client's timeout) returns at once, and its answer
 // is read and dropped when it comes. A lone caller reading its own answer

@@ -127,7 +127,7 @@ func (p *Pipeline) Exec(ctx context.Context) ([]Result, error) {
 	// are there when it is, without a wake-up each.
 	var lastErr error
 	if direct {
-		lastErr = cn.roundTripDirect(ctx, p.calls[last], c.opt.timeout)
+		lastErr = cn.roundTripDirect(ctx, p.calls[last], c.opt.timeout, false)
 	} else {
 		lastErr = p.calls[last].wait(ctx, c.opt.timeout)
 	}

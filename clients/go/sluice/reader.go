@@ -89,7 +89,13 @@ func (cn *conn) readSome() error {
 	case cn.w == 0 && len(cn.rbuf) > keepBuffer: // a large frame is done
 		cn.rbuf = make([]byte, readBuffer)
 	}
-	n, err := cn.nc.Read(cn.rbuf[cn.w:])
+	var n int
+	var err error
+	if cn.raw != nil {
+		n, err = cn.raw.read(cn.rbuf[cn.w:])
+	} else {
+		n, err = cn.nc.Read(cn.rbuf[cn.w:])
+	}
 	cn.w += n
 	if err != nil && n == 0 {
 		if errors.Is(err, os.ErrDeadlineExceeded) {

@@ -15,7 +15,16 @@ const refusalWait = time.Second
 // write writes b and returns the write's error. The caller holds the
 // writing role.
 func (cn *conn) write(b []byte) error {
-	cn.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	// The deadline is moved when less than writeTimeout-writeSlack is left,
+	// not for each write: moving it costs a timer's update, and then a
+	// wake-up of the thread waiting in the poller.
+	if now := time.Now(); cn.writeBy.Sub(now) < writeTimeout-writeSlack {
+		cn.writeBy = now.Add(writeTimeout)
+		cn.nc.SetWriteDeadline(cn.writeBy)
+	}
+	if cn.raw != nil {
+		return cn.raw.write(b)
+	}
 	_, err := cn.nc.Write(b)
 	return err
 }
@@ -31,12 +40,19 @@ func closedByPeer(err error) bool {
 // writeFailed is the error of a failed write.
 func writeFailed(err error) error { return unavailable("cannot send the request", err) }
 
-// writeDirect writes the batch that enqueue took for a direct round trip;
-// on failure it fails the connection and returns false. The caller holds
-// both roles: if the sidecar closed the connection, it reads what the
-// sidecar sent before closing, so that a refusal fails the connection
-// with the refusal's error.
+// writeDirect takes what is queued, the calls of a direct round trip and
+// any queued meanwhile, and writes it; on failure it fails the connection
+// and returns false. The caller holds both roles: if the sidecar closed
+// the connection, it reads what the sidecar sent before closing, so that
+// a refusal fails the connection with the refusal's error.
 func (cn *conn) writeDirect() bool {
+	cn.mu.Lock()
+	if cn.err != nil {
+		cn.mu.Unlock()
+		return false
+	}
+	cn.wbuf = cn.takeLocked(cn.wbuf[:0])
+	cn.mu.Unlock()
 	err := cn.write(cn.wbuf)
 	cn.keepWbuf(cn.wbuf)
 	if err == nil {
@@ -60,6 +76,60 @@ func (cn *conn) writeDirect() bool {
 	}
 }
 
+// writeAsCaller writes what is queued, as the writer goroutine would, on
+// the caller's goroutine, and gives up the writing role. The caller holds
+// the writing role; with yield set (other callers are running), it first
+// lets those that are ready queue their requests, to go in the same
+// write. A failed write is handed to the writer goroutine, which fails the
+// connection as for its own.
+func (cn *conn) writeAsCaller(yield bool) {
+	if yield {
+		runtime.Gosched()
+	}
+	if err := cn.writeQueued(); err != nil && err != errConnFailed {
+		cn.writeErr = err
+		cn.wake <- struct{}{} // never blocks: only the role's taker sends
+	}
+}
+
+// errConnFailed is writeQueued's report that the connection failed.
+var errConnFailed = errors.New("the connection failed")
+
+// writeQueued writes what is queued until nothing is, then gives up the
+// writing role; it starts the reader goroutine if nobody reads. It returns
+// errConnFailed if the connection failed, or the error of a failed write:
+// the caller still holds the writing role then. The caller holds the
+// writing role.
+func (cn *conn) writeQueued() error {
+	for {
+		cn.mu.Lock()
+		if cn.err != nil {
+			cn.mu.Unlock()
+			return errConnFailed
+		}
+		if len(cn.queued) == 0 {
+			cn.writing = false
+			cn.mu.Unlock()
+			return nil
+		}
+		b := cn.takeLocked(cn.wbuf[:0])
+		startReader := !cn.reading && !cn.inflight.empty()
+		if startReader {
+			cn.reading = true
+		}
+		cn.mu.Unlock()
+		if startReader {
+			cn.readWake <- struct{}{} // never blocks: only the role's taker sends
+		}
+		if len(b) > 0 {
+			if err := cn.write(b); err != nil {
+				return err
+			}
+		}
+		cn.keepWbuf(b)
+	}
+}
+
 // keepWbuf keeps the written batch's buffer for the next one, unless it
 // grew too large to keep. The caller holds the writing role.
 func (cn *conn) keepWbuf(b []byte) {
@@ -79,37 +149,19 @@ func (cn *conn) writeLoop() {
 		case <-cn.done:
 			return
 		}
+		if err := cn.writeErr; err != nil { // a caller's write failed
+			cn.writeLoopFailed(err)
+			return
+		}
 		// Let the callers that are ready to run queue their requests first:
 		// the reader has just woken them, and they would otherwise be
 		// written one frame per write.
 		runtime.Gosched()
-		for {
-			cn.mu.Lock()
-			if cn.err != nil {
-				cn.mu.Unlock()
-				return
+		if err := cn.writeQueued(); err != nil {
+			if err != errConnFailed {
+				cn.writeLoopFailed(err)
 			}
-			if len(cn.queued) == 0 {
-				cn.writing = false
-				cn.mu.Unlock()
-				break
-			}
-			b := cn.takeLocked(cn.wbuf[:0])
-			startReader := !cn.reading && !cn.inflight.empty()
-			if startReader {
-				cn.reading = true
-			}
-			cn.mu.Unlock()
-			if startReader {
-				cn.readWake <- struct{}{} // never blocks: only the role's taker sends
-			}
-			if len(b) > 0 {
-				if err := cn.write(b); err != nil {
-					cn.writeLoopFailed(err)
-					return
-				}
-			}
-			cn.keepWbuf(b)
+			return
 		}
 	}
 }
