@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/cputime"
 	"github.com/sluicehq/sluice/internal/engine"
 )
 
@@ -184,4 +185,28 @@ func TestClock_real(t *testing.T) {
 		n++
 	}
 	t.Logf("%d readings within %v", n, tscTolerance)
+}
+
+// The clock's read alone: the sidecar's (engine.Clock, the monotonic
+// clock through the vDSO) and the Client's (the time-stamp counter where
+// it is used), in CPU time per read.
+func BenchmarkClock(b *testing.B) {
+	ref := engine.Clock(0)
+	c := newClock(ref)
+	for _, bc := range []struct {
+		name string
+		read func() int64
+	}{{"engine", ref}, {"client", c.now}} {
+		b.Run(bc.name, func(b *testing.B) {
+			var sum int64
+			cpu := cputime.Start()
+			for b.Loop() {
+				sum += bc.read()
+			}
+			cpu.Report(b)
+			if sum == 0 {
+				b.Log(sum)
+			}
+		})
+	}
 }
