@@ -25,8 +25,9 @@ import (
 // that owns the file, beside the socket client to the same sidecar: a hot
 // key, and keys drawn from 1M buckets. The baselines are the engine in this
 // process on a table of its own (engine/...), deciding the same limit and
-// keys at the same clock: the direct path's cost over it is the client's
-// (its limit cache, the owner check, counting the decision in and out).
+// keys at the same clock (the client's: direct.NewClock): the direct
+// path's cost over it is the client's (its limit cache, the owner check,
+// counting the decision in and out).
 // engine/hot-simulated is internal/engine's BenchmarkAcquire/gcra/hot in
 // this run: the engine alone, at a simulated time, reading no clock.
 //
@@ -56,7 +57,7 @@ func BenchmarkDirect(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	clock := engine.Clock(0)
+	clock := direct.NewClock(engine.Clock(0))
 	var dec bucket.Decision
 	b.Run("hot", func(b *testing.B) {
 		b.ReportAllocs()

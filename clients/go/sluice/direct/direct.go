@@ -23,6 +23,14 @@
 // Options.LockWait without one, and then fails with an error matching
 // ErrLocked (and sluice.ErrContended) that names the holder's pid. A lock
 // whose holder died is taken over at once.
+//
+// A Client decides at the sidecar's clock as its process reads it
+// (engine.Clock: steady, never behind the file's recorded time). Where the
+// kernel keeps its clocks on the processor's time-stamp counter (Linux on
+// amd64 with the tsc clocksource), it reads the counter, a third of the
+// cost, and converts it at a rate it measures against the monotonic clock,
+// staying within 10 µs of it (clock.go); elsewhere it reads the monotonic
+// clock.
 package direct
 
 import (
@@ -90,7 +98,7 @@ type Client struct {
 	fallback *sluice.Client
 	lockWait time.Duration                 // Options.LockWait
 	eng      atomic.Pointer[engine.Engine] // nil while detached
-	clock    func() int64
+	clock    *clock                        // the sidecar's clock, as this process reads it (clock.go)
 
 	limits [limitCacheSize]atomic.Pointer[cachedLimit] // validated limits, by limitSlot
 
@@ -114,13 +122,13 @@ func Open(path string, opts Options) (*Client, error) {
 			return nil, fmt.Errorf("cannot decide in %s: %w", path, err)
 		}
 		c.reason = err
-		c.clock = engine.Clock(0)
+		c.clock = newClock(engine.Clock(0))
 		return c, nil
 	}
 	o := e.Opened()
-	c.clock = engine.Clock(o.HighTime) // the sidecar's clock, as this process sees it
+	c.clock = newClock(engine.Clock(o.HighTime)) // the sidecar's clock, as this process sees it
 	c.eng.Store(e)
-	c.nextCheck.Store(c.clock() + int64(ownerCheckEvery))
+	c.nextCheck.Store(c.clock.now() + int64(ownerCheckEvery))
 	return c, nil
 }
 
@@ -296,7 +304,7 @@ func (c *Client) Reset(ctx context.Context, l sluice.Limit, key string) (bool, e
 		return false, opError(err)
 	}
 	for {
-		e := c.engine(c.clock())
+		e := c.engine(c.clock.now())
 		if e == nil {
 			if c.fallback != nil {
 				return c.fallback.Reset(ctx, l, key)
@@ -336,7 +344,7 @@ func (c *Client) decide(ctx context.Context, op proto.Opcode, l *sluice.Limit, k
 	}
 	var res engine.Result
 	for {
-		now := c.clock()
+		now := c.clock.now()
 		e := c.engine(now)
 		if e == nil {
 			d, err := c.fall(ctx, op, *l, key, n, opts)
@@ -430,7 +438,7 @@ func (c *Client) Multi(ctx context.Context, items []sluice.Item, opts ...sluice.
 		its[i] = engine.Item{Key: keyBytes(it.Key), Limit: &limits[i], Cost: it.Cost, Flags: engine.FlagsFromProto(fl)}
 	}
 	for {
-		now := c.clock()
+		now := c.clock.now()
 		e := c.engine(now)
 		if e == nil {
 			if c.fallback != nil {
