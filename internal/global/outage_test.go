@@ -117,7 +117,9 @@ func TestShare(t *testing.T) {
 // requests go to Redis as soon as it answers again.
 func TestFallback_slowCall(t *testing.T) {
 	srv := redistest.Start(t)
-	s := newStore(t, Options{Addrs: []string{srv.Addr}, Timeout: 50 * time.Millisecond})
+	// A timeout a loaded host's healthy Redis does not miss, and a stall
+	// well past it.
+	s := newStore(t, Options{Addrs: []string{srv.Addr}, Timeout: patientTimeout})
 	f := NewFallback(s, nil)
 	req := Request{Limit: tokenBucket(10, hour), Key: "k", Cost: 1}
 	closed := Policy{OnUnavailable: Closed}
@@ -125,8 +127,8 @@ func TestFallback_slowCall(t *testing.T) {
 	if _, src, err := f.Decide(context.Background(), req, closed); err != nil || src != FromRedis {
 		t.Fatalf("before the stall: %v %v", src, err)
 	}
-	over := srv.Stall(t, 300*time.Millisecond)
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	over := srv.Stall(t, 5*patientTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*patientTimeout)
 	d, src, err := f.Decide(ctx, req, closed)
 	cancel()
 	if err != nil || src != FromPolicy || d.Allowed || d.RetryAfter <= 0 {
@@ -144,6 +146,11 @@ func TestFallback_slowCall(t *testing.T) {
 		t.Errorf("store stats %+v: want one pipeline missed", st)
 	}
 }
+
+// patientTimeout is the outage tests' Redis timeout: one that a healthy
+// Redis on a loaded host does not miss, so that only the outages a test
+// makes count.
+const patientTimeout = 200 * time.Millisecond
 
 // outage pauses srv (SIGSTOP) and sends req through f until its shard is
 // down and n more requests were refused at once, then resumes it and
@@ -191,7 +198,7 @@ func outage(t *testing.T, srv *redistest.Server, f *Fallback, req Request, p Pol
 // longest probe interval of its answering again.
 func TestFallback_pause(t *testing.T) {
 	srv := redistest.Start(t)
-	s := newStore(t, Options{Addrs: []string{srv.Addr}, Timeout: 50 * time.Millisecond})
+	s := newStore(t, Options{Addrs: []string{srv.Addr}, Timeout: patientTimeout})
 	f := NewFallback(s, nil)
 	req := Request{Limit: tokenBucket(10, hour), Key: "k", Cost: 1}
 	closed := Policy{OnUnavailable: Closed}
@@ -213,7 +220,7 @@ func TestFallback_pause(t *testing.T) {
 // and the host admits its share in all, not in each.
 func TestFallback_flaps(t *testing.T) {
 	srv := redistest.Start(t)
-	s := newStore(t, Options{Addrs: []string{srv.Addr}, Timeout: 50 * time.Millisecond})
+	s := newStore(t, Options{Addrs: []string{srv.Addr}, Timeout: patientTimeout})
 	f := NewFallback(s, nil)
 	req := Request{Limit: tokenBucket(10, hour), Key: "k", Cost: 1}
 	local := Policy{OnUnavailable: Local, FallbackShare: 0.5}
