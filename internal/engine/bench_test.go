@@ -74,6 +74,17 @@ func windowLimit(b bucket.Limit) func(int) (*Limit, int64) {
 	}
 }
 
+// benchKeys is the key count of a random benchmark of keys keys: a
+// hundredth of them (at least 1000) when SLUICE_BENCH_QUICK is set, as CI
+// runs every benchmark once only to see that it still runs (filling a
+// table of 1M window_counters takes seconds).
+func benchKeys(keys int) int {
+	if os.Getenv("SLUICE_BENCH_QUICK") != "" {
+		return max(keys/100, 1000)
+	}
+	return keys
+}
+
 // randomName names a random benchmark by its key count: 1M-random, 20k-random.
 func randomName(keys int) string {
 	if keys%1_000_000 == 0 {
@@ -217,6 +228,7 @@ func BenchmarkAcquire(b *testing.B) {
 				b.ReportMetric(float64(allowed)/float64(ops), "allowed/op")
 			})
 			for _, keys := range bc.random {
+				keys := benchKeys(keys)
 				b.Run(randomName(keys), func(b *testing.B) {
 					l, step := bc.limit(keys)
 					e := benchTable(b, keys, l)
