@@ -53,8 +53,12 @@ test-go: setup
 	@# to Redis) take several times as long under it: run them without it.
 	$(GO) test -count=1 -run '(?i)allocs$$|Conformance$$' $(GOMODS)
 	@# The server's suite again over the goroutine transport (the first run was
-	@# the default, auto: event loops; the loop tests name epoll themselves).
-	SLUICE_TEST_TRANSPORT=goroutines $(GO) test -race -shuffle=on -count=1 ./internal/server
+	@# the default, auto: event loops), without the tests whose servers do not
+	@# take it: those that name their transports (loops, lock waits) and those
+	@# whose sidecars are child processes (fleets, crashes), which the first
+	@# run ran as they are.
+	SLUICE_TEST_TRANSPORT=goroutines $(GO) test -race -shuffle=on -count=1 \
+		-skip '^(TestFleet_|TestCrash_|TestLoop_|TestAuto_|TestLockWait_(loopServesOthers|waitersSleep|stopWhileWaiting|loopReleasesOffTheLoop)$$)' ./internal/server
 	SLUICE_TEST_TRANSPORT=goroutines $(GO) test -count=1 -run '(?i)allocs$$' ./internal/server
 
 # pytest-asyncio (limits' asyncio tests run with it) asks for its fixtures' loop scope, in
