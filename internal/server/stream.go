@@ -73,9 +73,7 @@ func (st *stream) serve(handle func()) {
 	st.run(handle)
 }
 
-// run is serve on a connection that has its buffers already: a new one
-// (serve), or one an event loop gave a goroutine of its own (loop.detach),
-// with what it has read and not answered.
+// run is serve on a connection that has its buffers already (serve).
 func (st *stream) run(handle func()) {
 	defer st.c.Close()
 	defer func() { st.s.stats.buffered.Add(-int64(st.accounted)); st.accounted = 0 }()
