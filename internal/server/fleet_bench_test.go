@@ -49,7 +49,9 @@ import (
 // sidecars a transport and a LoopSpin other than the default, to compare
 // them. The table gives the CPU time of the client processes and of the
 // sidecars per decision, which is what bounds the socket path on a small
-// host.
+// host. SLUICE_FLEET_CLIENT_GOMAXPROCS=N runs every client process, of
+// every side, with GOMAXPROCS N (the sidecars keep theirs), to measure what
+// the Go runtime's second thread costs a client that mostly waits.
 func BenchmarkFleet(b *testing.B) {
 	script, err := os.ReadFile("../../bench/lua/token_bucket.lua")
 	if err != nil {
@@ -352,6 +354,9 @@ type fleetBench struct {
 }
 
 func (p *fleetBench) run() int {
+	if n, err := strconv.Atoi(os.Getenv("SLUICE_FLEET_CLIENT_GOMAXPROCS")); err == nil && n > 0 {
+		runtime.GOMAXPROCS(n)
+	}
 	if dir := os.Getenv("SLUICE_FLEET_CLIENTPROFILE"); dir != "" { // profiling the clients of BenchmarkFleet
 		f, err := os.CreateTemp(dir, "client-*.pprof")
 		if err == nil && pprof.StartCPUProfile(f) == nil {
