@@ -66,7 +66,7 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 	mode := fs.String("socket-mode", "0660", "permissions of the socket files (native, Redis and metrics), octal")
 	fs.IntVar(&c.MaxConns, "max-conns", server.DefaultMaxConns, "connections served at once; more are refused with Busy")
 	fs.IntVar(&c.MaxConnsPerUID, "max-conns-per-uid", 0, "connections one user (peer uid) may hold at once; 0 for no cap")
-	fs.StringVar(&c.Transport, "transport", server.TransportAuto, "how connections are served: auto (event loops, and a goroutine for a connection with several requests in flight; goroutines where there is no epoll), goroutines (one each) or epoll (event loops only, Linux)")
+	fs.StringVar(&c.Transport, "transport", server.TransportAuto, "how connections are served: auto (event loops that poll only for connections with one request in flight; goroutines where there is no epoll), goroutines (one each) or epoll (event loops only, Linux)")
 	fs.IntVar(&c.Loops, "loops", 0, "event loops of --transport auto and epoll (default half the CPUs, at least one)")
 	fs.Func("loop-spin", fmt.Sprintf("an event loop polls for the next request for `duration` before it sleeps (0: sleep at once); --transport auto polls at most this long, as long as recent requests took to come (default %v under auto, %v under epoll)", server.DefaultAutoLoopSpin, server.DefaultLoopSpin), func(s string) error {
 		var d proto.Duration

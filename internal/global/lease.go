@@ -195,7 +195,9 @@ func (ls *Leases) void(l *lease) {
 
 // Local decides a request as Decide does if it can without Redis: from
 // this host's lease, or as held after a denied lease. ok is false if the
-// request needs Redis (Decide then asks it). It allocates nothing.
+// request needs Redis (Decide then asks it), or if the lease is busy with
+// Redis (being renewed or given back): Local never waits for it, so that
+// an event loop can call it. It allocates nothing.
 func (ls *Leases) Local(limit bucket.Limit, key string, cost int64) (d bucket.Decision, ok bool) {
 	if g := lookup(limit.Algorithm); g == nil || !g.leased {
 		return d, false
@@ -208,7 +210,9 @@ func (ls *Leases) Local(limit bucket.Limit, key string, cost int64) (d bucket.De
 	if l == nil {
 		return d, false
 	}
-	l.mu.Lock()
+	if !l.mu.TryLock() {
+		return d, false
+	}
 	defer l.mu.Unlock()
 	if l.dead {
 		return d, false

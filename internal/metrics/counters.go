@@ -23,7 +23,7 @@ type ServerStats struct {
 	Frames, Ops, Malformed, Timeouts              int64
 	Allowed, Denied, Errors, ShadowDenied         int64
 	LockWaits, Handoffs                           int64 // lock waits past the first spin; of those, event loops handed over
-	Detached                                      int64 // connections an event loop gave a goroutine of their own (TransportAuto)
+	Multiplexed                                   int64 // connections an event loop found sending several requests at once, and does not poll for (TransportAuto)
 	Buffered                                      int64 // bytes of connection buffers
 }
 
@@ -148,7 +148,7 @@ var Counters = []Counter{
 	serverRow(Counter{Name: "shadow_denied", In: InStats}, func(s *ServerStats) int64 { return s.ShadowDenied }),
 	serverRow(Counter{Name: "lock_waits", In: InStats}, func(s *ServerStats) int64 { return s.LockWaits }),
 	serverRow(Counter{Name: "loop_handoffs", In: InStats}, func(s *ServerStats) int64 { return s.Handoffs }),
-	serverRow(Counter{Name: "loop_detached", In: InStats}, func(s *ServerStats) int64 { return s.Detached }),
+	serverRow(Counter{Name: "loop_multiplexed", In: InStats}, func(s *ServerStats) int64 { return s.Multiplexed }),
 	serverRow(Counter{Name: "buffered_bytes", In: InStats}, func(s *ServerStats) int64 { return s.Buffered }),
 
 	globalRow(Counter{Name: "global_requests", In: InStats | InProm,

@@ -15,31 +15,31 @@ import (
 	"github.com/sluicehq/sluice/proto/resp"
 )
 
-// Ensure the auto transport gives a connection that keeps sending several
-// requests at once a goroutine of its own, and that it is answered through
-// the move: every answer, in order, a request split across the move
-// included; a connection with one request in flight stays on the loop.
-func TestAuto_multiplexedConnectionDetached(t *testing.T) {
+// Ensure the auto transport finds a connection that keeps sending several
+// requests at once multiplexed (its loop does not poll for it), and
+// answers it as before: every answer, in order, requests split across
+// reads included; a connection with one request in flight is not.
+func TestAuto_multiplexedConnection(t *testing.T) {
 	sc := start(t, Config{Transport: TransportAuto, Loops: 1})
 	single := dial(t, sc)
-	for range 2 * detachAfter {
+	for range 2 * multiplexedAfter {
 		if r := single.acquire("single", tb10, 0, 0); r.Status != proto.StatusOK {
 			t.Fatalf("acquire: %+v", r)
 		}
 	}
-	if n := stat(t, single, "loop_detached"); n != 0 {
-		t.Fatalf("loop_detached = %d after a client with one request in flight, want 0", n)
+	if n := stat(t, single, "loop_multiplexed"); n != 0 {
+		t.Fatalf("loop_multiplexed = %d after a client with one request in flight, want 0", n)
 	}
 
 	// Each write ends half-way through a frame that the next write
-	// completes: wherever the move comes, it carries a partial request.
+	// completes.
 	m := dial(t, sc)
 	frame := func(id uint32) []byte {
 		b, start := proto.BeginFrame(nil, proto.KindRequest, id)
 		b = proto.AppendItem(b, proto.OpAcquire, 0, tb10, 0, 0, fmt.Appendf(nil, "m%d", id))
 		return proto.EndFrame(b, start, 1)
 	}
-	const perWrite, writes = 4, 4 * detachAfter
+	const perWrite, writes = 4, 4 * multiplexedAfter
 	var pending []byte
 	var id, want uint32
 	for range writes {
@@ -69,13 +69,13 @@ func TestAuto_multiplexedConnectionDetached(t *testing.T) {
 	if h, rs := m.recv(); h.ID != id || len(rs) != 1 || rs[0].Status != proto.StatusOK {
 		t.Fatalf("last answer: id %d with %d results, want id %d", h.ID, len(rs), id)
 	}
-	if n := stat(t, single, "loop_detached"); n != 1 {
-		t.Errorf("loop_detached = %d after a client sending %d requests a write, want 1", n, perWrite)
+	if n := stat(t, single, "loop_multiplexed"); n != 1 {
+		t.Errorf("loop_multiplexed = %d after a client sending %d requests a write, want 1", n, perWrite)
 	}
 	// A multiplexing client answered at once often sends one request: one
 	// read in ten carrying two still makes it multiplexed.
 	mixed := dial(t, sc)
-	for round := range detachAfter {
+	for round := range multiplexedAfter {
 		for i, n := range []int{2, 1, 1, 1, 1, 1, 1, 1, 1, 1} {
 			var out []byte
 			for j := range n {
@@ -91,13 +91,13 @@ func TestAuto_multiplexedConnectionDetached(t *testing.T) {
 			}
 		}
 	}
-	if n := stat(t, single, "loop_detached"); n != 2 {
-		t.Errorf("loop_detached = %d after a client sending two requests on one read in ten, want 2", n)
+	if n := stat(t, single, "loop_multiplexed"); n != 2 {
+		t.Errorf("loop_multiplexed = %d after a client sending two requests on one read in ten, want 2", n)
 	}
-	// The detached connection is served as any other: a lock wait does not
-	// concern the loop, and shutdown closes it.
+	// The multiplexed connection is served as any other, and shutdown
+	// closes it.
 	if r := m.acquire("m-after", tb10, 1, 0); r.Status != proto.StatusOK || r.Decision.Remaining != 9 {
-		t.Errorf("acquire on the detached connection: %+v", r)
+		t.Errorf("acquire on the multiplexed connection: %+v", r)
 	}
 	if r := single.acquire("single-after", tb10, 1, 0); r.Status != proto.StatusOK {
 		t.Errorf("acquire on the loop's connection: %+v", r)
@@ -105,7 +105,7 @@ func TestAuto_multiplexedConnectionDetached(t *testing.T) {
 	sc.stop(t)
 	m.c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if !m.closed() {
-		t.Error("the detached connection is open after shutdown")
+		t.Error("the multiplexed connection is open after shutdown")
 	}
 }
 
@@ -151,7 +151,7 @@ func TestSpinBudget(t *testing.T) {
 // Ensure a connection closed while its buffers are grown past their first
 // size gives all of them back to buffered_bytes, whichever transport
 // serves it (a goroutine counted back only the first size), and one the
-// auto transport detached too.
+// auto transport found multiplexed too.
 func TestBufferedBytes_givenBackWhenGrown(t *testing.T) {
 	for _, tr := range []string{TransportAuto, TransportGoroutines, TransportEpoll} {
 		t.Run(tr, func(t *testing.T) {
@@ -163,8 +163,8 @@ func TestBufferedBytes_givenBackWhenGrown(t *testing.T) {
 				t.Fatal(err)
 			}
 			if tr == TransportAuto {
-				// Several commands a write: the loop gives it a goroutine.
-				for range detachAfter + 1 {
+				// Several commands a write: the loop finds it multiplexed.
+				for range multiplexedAfter + 1 {
 					if _, err := c.Write([]byte("PING\r\nPING\r\n")); err != nil {
 						t.Fatal(err)
 					}
@@ -199,8 +199,8 @@ func TestBufferedBytes_givenBackWhenGrown(t *testing.T) {
 				t.Errorf("buffered_bytes = %d after the connection closed, want %d as before it", n, idle)
 			}
 			if tr == TransportAuto {
-				if n := stat(t, watch, "loop_detached"); n != 1 {
-					t.Errorf("loop_detached = %d, want 1", n)
+				if n := stat(t, watch, "loop_multiplexed"); n != 1 {
+					t.Errorf("loop_multiplexed = %d, want 1", n)
 				}
 			}
 		})

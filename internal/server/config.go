@@ -41,11 +41,10 @@ const (
 
 // The transports of Config.Transport.
 const (
-	// TransportAuto is the default: event loops for connections with one
-	// request in flight, polling only as long as recent requests took to
-	// come, and a goroutine of its own for a connection that carries
-	// several requests in flight. Where there is no epoll (other than
-	// Linux), it is TransportGoroutines.
+	// TransportAuto is the default: event loops, polling only for
+	// connections with one request in flight and only as long as recent
+	// requests took to come. Where there is no epoll (other than Linux),
+	// it is TransportGoroutines.
 	TransportAuto       = "auto"
 	TransportGoroutines = "goroutines"
 	TransportEpoll      = "epoll"
@@ -91,11 +90,11 @@ type Config struct {
 	// default) as below; TransportGoroutines runs each on its own
 	// goroutine; TransportEpoll serves them all from event loops over
 	// epoll (Linux), each wake-up answering every ready connection.
-	// TransportAuto starts every connection on an event loop and moves
-	// one that keeps sending several requests at once (a client
-	// multiplexing goroutines over it, or pipelining) to a goroutine of
-	// its own; its loops poll only as long as recent requests took to
-	// come. See the README's "Transports".
+	// TransportAuto serves every connection from event loops, which do
+	// not poll for one that keeps sending several requests at once (a
+	// client multiplexing goroutines over it, or pipelining), and poll
+	// for the others only as long as recent requests took to come. See
+	// the README's "Transports".
 	Transport string
 	// Loops is the number of event loops of TransportEpoll and
 	// TransportAuto; 0 means half of GOMAXPROCS, at least one.

@@ -17,7 +17,7 @@ type counters struct {
 	buffered                         atomic.Int64 // bytes of connection buffers
 	lockWaits                        atomic.Int64 // requests that waited for a lock past the first spin
 	handoffs                         atomic.Int64 // of those, the ones that handed their event loop over
-	detached                         atomic.Int64 // connections an event loop gave a goroutine of their own
+	multiplexed                      atomic.Int64 // connections an event loop found multiplexed (TransportAuto)
 }
 
 // connCounters are a connection's share of counters, kept without atomics
@@ -51,7 +51,7 @@ func (c *counters) read() metrics.ServerStats {
 		PeersDenied: c.peersDenied.Load(), Frames: c.frames.Load(), Ops: c.ops.Load(),
 		Malformed: c.malformed.Load(), Timeouts: c.timeouts.Load(), Allowed: c.allowed.Load(),
 		Denied: c.denied.Load(), Errors: c.errors.Load(), ShadowDenied: c.shadowDenied.Load(),
-		LockWaits: c.lockWaits.Load(), Handoffs: c.handoffs.Load(), Detached: c.detached.Load(), Buffered: c.buffered.Load(),
+		LockWaits: c.lockWaits.Load(), Handoffs: c.handoffs.Load(), Multiplexed: c.multiplexed.Load(), Buffered: c.buffered.Load(),
 	}
 }
 

@@ -44,12 +44,14 @@ import (
 // median of each round's ratio). Run it with -benchtime 1x. To profile a
 // side, SLUICE_FLEET_MODES=exact runs it alone (and prints its figures),
 // SLUICE_FLEET_CPUPROFILE=DIR writes each sidecar's CPU profile there and
-// SLUICE_FLEET_CLIENTPROFILE=DIR each client process's. The table gives
-// the CPU time of the client processes and of the sidecars per decision,
-// which is what bounds the socket path on a small host.
-// SLUICE_FLEET_CLIENT_GOMAXPROCS=N runs every client process, of every
-// side, with GOMAXPROCS N (the sidecars keep theirs), to measure what the
-// Go runtime's second thread costs a client that mostly waits.
+// SLUICE_FLEET_CLIENTPROFILE=DIR each client process's;
+// SLUICE_FLEET_TRANSPORT and SLUICE_FLEET_LOOPSPIN (a Go duration) give the
+// sidecars a transport and a LoopSpin other than the default, to compare
+// them. The table gives the CPU time of the client processes and of the
+// sidecars per decision, which is what bounds the socket path on a small
+// host. SLUICE_FLEET_CLIENT_GOMAXPROCS=N runs every client process, of
+// every side, with GOMAXPROCS N (the sidecars keep theirs), to measure what
+// the Go runtime's second thread costs a client that mostly waits.
 func BenchmarkFleet(b *testing.B) {
 	script, err := os.ReadFile("../../bench/lua/token_bucket.lua")
 	if err != nil {

@@ -124,8 +124,18 @@ func (p *fleetSidecar) run() int {
 		return 1
 	}
 	redistest.QuietClientLogs()
+	// The benchmark's sidecars may take another transport, to compare them
+	// (BenchmarkFleet).
+	var spin time.Duration
+	if v := os.Getenv("SLUICE_FLEET_LOOPSPIN"); v != "" {
+		if spin, err = time.ParseDuration(v); err != nil {
+			fmt.Fprintln(os.Stderr, "SLUICE_FLEET_LOOPSPIN:", err)
+			return 1
+		}
+	}
 	err = Run(ctx, Config{StatePath: filepath.Join(p.Dir, "state"), SocketPath: filepath.Join(p.Dir, "sock"),
 		RESPSocket: "-", Slots: 4096, Logger: quiet(), Limits: config.NewHolder(set),
+		Transport: os.Getenv("SLUICE_FLEET_TRANSPORT"), LoopSpin: spin,
 		Global: &global.Options{Addrs: p.Addrs, Cluster: p.Cluster, WaitReplicas: p.WaitReplicas, Timeout: p.Timeout}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

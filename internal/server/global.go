@@ -320,6 +320,9 @@ func (a *globalCall) Decide(r engine.Request) (res engine.Result, err error) {
 		return res, errNoGlobal
 	}
 	key := string(r.Key)
+	if a.blocking != nil && r.Op != proto.OpAcquire && r.Op != proto.OpRefund {
+		a.blocking() // these wait on Redis (an acquire only when its lease cannot answer: acquireBlocking)
+	}
 	switch r.Op {
 	case proto.OpAcquire:
 		res.Decision, res.Outage, err = g.acquireBlocking(l, key, r.N, r.Flags, a.by, a.blocking)
@@ -455,6 +458,7 @@ scan:
 			fg.reqs = append(fg.reqs, engine.Request{})
 			c.request(&fg.reqs[len(fg.reqs)-1], op, &nl.cfg.Engine, nl)
 			fg.calls = append(fg.calls, c.globalCall(op, nl))
+			fg.calls[len(fg.calls)-1].blocking = nil // decided below, off the loop, on goroutines of their own too
 		}
 		if len(body) != 0 {
 			fg.ops = fg.ops[:first] // bytes after the last operation: frame fails it
@@ -468,6 +472,9 @@ scan:
 			r.Remote = &fg.calls[i]
 			fg.res[i].err = c.s.engine.Do(r, &fg.res[i].res)
 		}
+	}
+	if len(fg.res) > 0 {
+		c.leaveLoop() // each of them waits on Redis
 	}
 	// A goroutine per bucket but the last, which this one decides: it
 	// waits for the others anyway, and its stack has grown long ago (a new
@@ -500,9 +507,11 @@ func (fg *frameGlobals) reset() {
 	clear(fg.buckets)
 }
 
-// globalCall returns the Remote of op, an operation on nl, a global limit.
+// globalCall returns the Remote of op, an operation on nl, a global limit,
+// decided on the goroutine that handles the connection's batch: an event
+// loop serving the connection is handed over before it waits on Redis.
 func (c *conn) globalCall(op *proto.Op, nl *namedLimit) globalCall {
-	return globalCall{g: c.s.global, l: nl.cfg, flags: op.Flags, deadline: op.Deadline, arrived: c.arrived}
+	return globalCall{g: c.s.global, l: nl.cfg, flags: op.Flags, deadline: op.Deadline, arrived: c.arrived, blocking: c.handOff}
 }
 
 // globalOp answers an operation on a global limit, req, with the decision

@@ -272,43 +272,96 @@ func TestGlobal_framesTogether(t *testing.T) {
 
 // Ensure an event loop does not wait for Redis: with Redis holding a
 // global request's call (CLIENT PAUSE WRITE parks it), another connection
-// that an epoll sidecar with one loop serves is still answered at once
-// (the native protocol's connections are served on goroutines of their
-// own when global limits are configured: see loopFor).
-func TestGlobal_epollLoopNotHeldByRedis(t *testing.T) {
+// that a sidecar with one loop serves is still answered at once: the
+// native connection that sent the global request hands the loop over
+// before it waits (loop_handoffs), whichever way its request goes to Redis:
+// an exact acquire (decided by the scan of its frames), a peek, and a
+// leased acquire that renews its lease, and then another connection's
+// acquire of that lease, which waits for the renewal off the loop too.
+func TestGlobal_loopNotHeldByRedis(t *testing.T) {
+	for _, transport := range []string{TransportEpoll, TransportAuto} {
+		t.Run(transport, func(t *testing.T) { testLoopNotHeldByRedis(t, transport) })
+	}
+}
+
+func testLoopNotHeldByRedis(t *testing.T, transport string) {
 	redis := redistest.Start(t)
-	set, err := config.Parse("sluice.yaml", []byte("limits:\n  g: {limit: \"token_bucket:max=10,refill_time=1h\", scope: global}\n"))
+	set, err := config.Parse("sluice.yaml", []byte(`limits:
+  g: {limit: "token_bucket:max=10,refill_time=1h", scope: global}
+  l: {limit: "token_bucket:max=10,refill_time=1h", scope: global, lease: 3}
+`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	redistest.QuietClientLogs()
-	sc := start(t, Config{Limits: config.NewHolder(set), Transport: TransportEpoll, Loops: 1,
+	sc := start(t, Config{Limits: config.NewHolder(set), Transport: transport, Loops: 1,
 		Global: &global.Options{Addrs: []string{redis.Addr}, Timeout: time.Minute}})
-	a, b := dial(t, sc), dial(t, sc)
-	if r := a.do(func(p []byte) []byte {
-		return proto.AppendItem(p, proto.OpAcquire, 0, proto.Named("g"), 1, 0, []byte("k"))
-	}); r.Status != proto.StatusOK || !r.Decision.Allowed {
-		t.Fatalf("before the pause: %+v", r)
+	a, b, c := dial(t, sc), dial(t, sc), dial(t, sc)
+	op := func(code proto.Opcode, name string) func(p []byte) []byte {
+		return func(p []byte) []byte { return proto.AppendItem(p, code, 0, proto.Named(name), 1, 0, []byte("k")) }
 	}
+	for _, o := range []func(p []byte) []byte{op(proto.OpAcquire, "g"), op(proto.OpAcquire, "l"), op(proto.OpAcquire, "l"), op(proto.OpAcquire, "l")} {
+		if r := a.do(o); r.Status != proto.StatusOK || !r.Decision.Allowed {
+			t.Fatalf("before the pause: %+v", r)
+		}
+	} // l's lease of 3 is spent: its next acquire renews it
 	rc := redis.Client(t)
 	ctx := context.Background()
-	if err := rc.Do(ctx, "CLIENT", "PAUSE", 60000, "WRITE").Err(); err != nil {
-		t.Fatal(err)
-	}
 	defer rc.Do(ctx, "CLIENT", "UNPAUSE")
-	a.send(1, func(p []byte) []byte {
-		return proto.AppendItem(p, proto.OpAcquire, 0, proto.Named("g"), 1, 0, []byte("k"))
-	})
-	waitHeld(t, rc) // the loop has sent it
-	r := b.acquire("local", tb10, 1, 0)
-	if r.Status != proto.StatusOK || !r.Decision.Allowed {
-		t.Fatalf("a local request beside a held global one: %+v", r)
+	local := func(what string) {
+		t.Helper()
+		within(t, 10*time.Second, "a local request beside "+what, func() {
+			if r := b.acquire("local", tb10, 1, 0); r.Status != proto.StatusOK || !r.Decision.Allowed {
+				t.Fatalf("a local request beside %s: %+v", what, r)
+			}
+		})
 	}
-	if err := rc.Do(ctx, "CLIENT", "UNPAUSE").Err(); err != nil {
-		t.Fatal(err)
+	handoffs := stat(t, b, "loop_handoffs")
+	for _, tc := range []struct {
+		what string
+		op   func(p []byte) []byte
+		peek bool
+	}{
+		{"an exact acquire", op(proto.OpAcquire, "g"), false},
+		{"a peek", op(proto.OpPeek, "g"), true},
+		{"a lease's renewal", op(proto.OpAcquire, "l"), false},
+	} {
+		if err := rc.Do(ctx, "CLIENT", "PAUSE", 60000, "WRITE").Err(); err != nil {
+			t.Fatal(err)
+		}
+		a.send(1, tc.op)
+		waitHeld(t, rc) // the sidecar has sent it
+		local(tc.what)
+		want := handoffs + 1
+		if tc.what == "a lease's renewal" {
+			// The lease is busy with Redis: another connection's acquire
+			// of it waits off the loop as well.
+			c.send(1, tc.op)
+			local("an acquire of a lease being renewed")
+			want++
+		}
+		if n := stat(t, b, "loop_handoffs"); n != want {
+			t.Errorf("%s: loop_handoffs = %d, want %d: the loop did not hand itself over", tc.what, n, want)
+		}
+		handoffs = want
+		if err := rc.Do(ctx, "CLIENT", "UNPAUSE").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, rs := a.recv(); len(rs) != 1 || rs[0].Status != proto.StatusOK || !tc.peek && !rs[0].Decision.Allowed {
+			t.Fatalf("%s: %+v", tc.what, rs)
+		}
+		if tc.what == "a lease's renewal" {
+			if _, rs := c.recv(); len(rs) != 1 || rs[0].Status != proto.StatusOK || !rs[0].Decision.Allowed {
+				t.Fatalf("the acquire of a lease being renewed: %+v", rs)
+			}
+		}
 	}
-	if _, rs := a.recv(); len(rs) != 1 || rs[0].Status != proto.StatusOK || !rs[0].Decision.Allowed {
-		t.Fatalf("the held global request: %+v", rs)
+	// Back on the loop: decided from the renewed lease (its third token), in place.
+	if r := c.do(op(proto.OpAcquire, "l")); r.Status != proto.StatusOK || !r.Decision.Allowed {
+		t.Fatalf("after the renewal: %+v", r)
+	}
+	if n := stat(t, b, "loop_handoffs"); n != handoffs {
+		t.Errorf("loop_handoffs = %d after an acquire from a lease, want %d", n, handoffs)
 	}
 }
 

@@ -155,9 +155,7 @@ func (c *conn) decideGlobalMulti(g *globalLimits, op *proto.Op, n int, ds []buck
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), g.answerBy(arrived, op.Flags, op.Deadline))
 	defer cancel()
-	if c.handOff != nil {
-		c.handOff()
-	}
+	c.leaveLoop()
 	ds, allowed, src, err := g.fallback.Multi(ctx, gm.reqs[:n], gm.ps[:n], global.AllOrNothing, ds)
 	clear(gm.reqs[:n]) // drop the keys
 	return ds, allowed, src, err

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -41,14 +40,17 @@ const haveEpoll = true
 // (releaseLeasesThen): that too may wait for a lock.
 //
 // With TransportAuto (adaptive), two things change. A connection that
-// keeps sending several requests at once (multiplexed: detachAfter reads
-// in a row that each carried more than one) is given a goroutine of its
-// own (detach) for the rest of its life: its client answers a batch with
-// the next only after waking its own goroutines, a gap the loop would
-// spend polling on a CPU that client needs, while Go's poller wakes a
-// goroutine on whichever CPU is free. And the loop polls only as long as
-// recent requests took to come (spinBudget), so a loop whose clients are
-// slow, or starved of CPU by its polling, soon sleeps at once.
+// keeps sending several requests at once (multiplexed: multiplexedAfter
+// reads that each carried more than one) is not polled for: its client
+// answers a batch with the next only after waking its own goroutines, a
+// gap the loop would spend polling on a CPU that client needs, so a turn
+// that served only multiplexed connections ends in sleep at once. (Such a
+// connection stays on the loop: a goroutine of its own, woken by Go's
+// poller, costs an empty read per batch, which ends every batch in
+// EAGAIN, and the Go scheduler's wake-ups; a loop reads each batch once.)
+// And the loop polls only as long as recent requests took to come
+// (spinBudget), so a loop whose clients are slow, or starved of CPU by its
+// polling, soon sleeps at once.
 type loops struct {
 	all  []*loop
 	n    atomic.Uint32 // round robin over all
@@ -75,21 +77,24 @@ type loop struct {
 	draining  bool
 	nextCheck time.Time // the earliest deadline of a connection, zero if none
 	spinning  bool      // the last wait found events
+	// single is set by a turn that read requests of a connection that is
+	// not multiplexed (TransportAuto): only then does the loop poll.
+	single bool
 
-	// adaptive is set with TransportAuto: multiplexed connections are
-	// detached, and the loop polls for up to budget (learned, see
+	// adaptive is set with TransportAuto: the loop does not poll for
+	// multiplexed connections, and polls for up to budget (learned, see
 	// spinBudget) instead of Config.LoopSpin.
 	adaptive bool
 	budget   time.Duration
 }
 
-// detachAfter is how many reads carrying more than one request make a
-// connection multiplexed (TransportAuto), however many reads of one come
+// multiplexedAfter is how many reads carrying more than one request make
+// a connection multiplexed (TransportAuto), however many reads of one come
 // between them. A client with one request in flight never sends two at
 // once; one that pipelines or multiplexes does, though not on every read:
 // a Go Client whose 64 goroutines share its connection, answered at once,
 // was seen sending one request on ten reads of eleven.
-const detachAfter = 8
+const multiplexedAfter = 8
 
 // lconn is a connection served by a loop.
 type lconn struct {
@@ -105,7 +110,8 @@ type lconn struct {
 	// off the loop, and the loop leaves it alone until it is given back.
 	handling, away bool
 	// multi counts the reads that carried more than one request
-	// (TransportAuto: see detachAfter)
+	// (TransportAuto: see multiplexedAfter), up to multiplexedAfter:
+	// the connection is multiplexed.
 	multi int
 }
 
@@ -262,38 +268,6 @@ func (lp *loop) handleBatch(lc *lconn) bool {
 	return true
 }
 
-// detach gives a multiplexed connection (TransportAuto) a goroutine of its
-// own for the rest of its life: it leaves the loop, and the goroutine
-// serves it as the goroutine transport does, from what it has read and
-// not answered. Its answers are written (not lc.writing).
-func (lp *loop) detach(lc *lconn) {
-	delete(lp.conns, int32(lc.fd))
-	unix.EpollCtl(lp.epfd, unix.EPOLL_CTL_DEL, lc.fd, nil)
-	f := os.NewFile(uintptr(lc.fd), "")
-	c, err := net.FileConn(f) // a duplicate of the descriptor, in Go's poller
-	f.Close()
-	if err != nil {
-		lp.s.log.Warn("cannot give a connection a goroutine of its own; closing it", "err", err)
-		lp.s.stats.buffered.Add(-int64(lc.st.accounted))
-		lc.st.accounted = 0
-		lc.release()
-		return
-	}
-	lp.s.stats.detached.Add(1)
-	st := lc.st
-	st.c, st.handOff = c, nil // a goroutine may wait for a lock
-	lp.s.mu.Lock()
-	lp.s.conns[c] = struct{}{} // drain wakes and closes it as any other
-	lp.s.mu.Unlock()
-	go func() {
-		st.run(lc.handle)
-		lp.s.mu.Lock()
-		delete(lp.s.conns, c)
-		lp.s.mu.Unlock()
-		lc.release()
-	}()
-}
-
 // dupConn returns a duplicate of c's descriptor (non-blocking, as c's is:
 // the flag belongs to the open file both share).
 func dupConn(c net.Conn) (int, error) {
@@ -351,6 +325,7 @@ func (lp *loop) serve() bool {
 		}
 		now := time.Now()
 		woken := false
+		lp.single = !lp.adaptive
 		for i := range n {
 			ev := &lp.events[i]
 			if int(ev.Fd) == lp.wakefd {
@@ -371,6 +346,12 @@ func (lp *loop) serve() bool {
 			} else if !lp.pump(lc, now, true) {
 				return false
 			}
+		}
+		if !lp.single {
+			// Only multiplexed connections were served (or none):
+			// their next requests come after their clients' own
+			// wake-ups, not within a poll.
+			lp.spinning = false
 		}
 		if woken {
 			quit, still := lp.woken(now)
@@ -571,14 +552,16 @@ func (lp *loop) pump(lc *lconn, now time.Time, readable bool) bool {
 			if !lp.handleBatch(lc) {
 				return false
 			}
+			if lp.adaptive && lc.multi < multiplexedAfter {
+				if lc.st.batchFrames > 1 {
+					if lc.multi++; lc.multi == multiplexedAfter {
+						lp.s.stats.multiplexed.Add(1)
+					}
+				}
+				lp.single = true
+			}
 			if !lp.write(lc, now) {
 				return true
-			}
-			if lp.adaptive && !lp.draining && lc.st.batchFrames > 1 {
-				if lc.multi++; lc.multi >= detachAfter && !lc.writing {
-					lp.detach(lc)
-					return true
-				}
 			}
 		case err == unix.EAGAIN:
 			readable = false

@@ -112,9 +112,7 @@ func (rc *respConn) execGlobal(tx *respTx) error {
 	tx.greqs, tx.gps = reqs, ps
 	ctx, cancel := context.WithDeadline(context.Background(), g.answerBy(time.Now(), 0, 0))
 	defer cancel()
-	if rc.handOff != nil {
-		rc.handOff()
-	}
+	rc.leaveLoop()
 	ds, _, _, err := g.fallback.Multi(ctx, reqs, ps, global.EachInOrder, tx.ds[:0])
 	clear(tx.greqs)
 	tx.ds = ds

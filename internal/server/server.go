@@ -291,11 +291,11 @@ func (s *server) refuse(c net.Conn, answer []byte) {
 }
 
 // loopFor returns the event loop that serves a new connection of l, or nil
-// if it runs on its own goroutine: with the goroutine transport, and for
-// the native protocol when global limits are configured (deciding them
-// waits on Redis, which an event loop must not). Called with s.mu held.
+// if it runs on its own goroutine (the goroutine transport). A request that
+// is about to wait on Redis hands its loop over first (stream.leaveLoop), as
+// one about to wait for a lock does. Called with s.mu held.
 func (s *server) loopFor(l *listener) *loop {
-	if s.loops == nil || (l.native && s.global != nil) {
+	if s.loops == nil {
 		return nil
 	}
 	return s.loops.next()

@@ -73,9 +73,7 @@ func (st *stream) serve(handle func()) {
 	st.run(handle)
 }
 
-// run is serve on a connection that has its buffers already: a new one
-// (serve), or one an event loop gave a goroutine of its own (loop.detach),
-// with what it has read and not answered.
+// run is serve on a connection that has its buffers already (serve).
 func (st *stream) run(handle func()) {
 	defer st.c.Close()
 	defer func() { st.s.stats.buffered.Add(-int64(st.accounted)); st.accounted = 0 }()
@@ -213,6 +211,16 @@ func (st *stream) waitUntil(deadline int64) time.Duration {
 // (lock_waits), and an event loop hands itself over.
 func (st *stream) lockWait() {
 	st.s.stats.lockWaits.Add(1)
+	st.leaveLoop()
+}
+
+// leaveLoop is called, on the goroutine that handles the connection's
+// batch, before a request of it waits (on Redis, or for a lock): if an event
+// loop serves the connection, the loop is handed over to a new goroutine
+// and this one answers the rest of the batch (loop.handOff). It does
+// nothing on a goroutine of the connection's own, and for the later
+// requests of a batch that has left its loop.
+func (st *stream) leaveLoop() {
 	if st.handOff != nil {
 		st.handOff()
 	}
