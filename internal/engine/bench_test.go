@@ -234,6 +234,7 @@ func BenchmarkAcquire(b *testing.B) {
 					e := benchTable(b, keys, l)
 					now := benchWarm(b, e, l, keys, step)
 					benchRandom(b, e, l, keys, now, step)
+					reportMapped(b, keys)
 				})
 			}
 		})
@@ -307,21 +308,45 @@ func BenchmarkAcquireHugePages(b *testing.B) {
 		e := benchTableWith(b, randomKeys, l, shm.Options{SlotCount: randomKeys*4/3 + 1, HugePages: true})
 		now := benchWarm(b, e, l, randomKeys, step)
 		benchRandom(b, e, l, randomKeys, now, step)
-		b.ReportMetric(float64(filePmdMapped())/(1<<20), "huge-MiB")
+		reportMapped(b, randomKeys)
 	})
 }
 
-// filePmdMapped returns the bytes of files the process maps with huge pages
-// (FilePmdMapped in /proc/self/smaps_rollup; 0 where there is none).
-func filePmdMapped() int64 {
-	out, _ := os.ReadFile("/proc/self/smaps_rollup")
+// stateMapped returns the bytes of the benchmarks' state files (named
+// "state") that the process has resident and that it maps with huge pages
+// (Rss and FilePmdMapped of their mappings in /proc/self/smaps; 0 where
+// there is none). Every random benchmark closes its table before the next
+// starts, so the mappings are the running benchmark's.
+func stateMapped() (rss, huge int64) {
+	out, _ := os.ReadFile("/proc/self/smaps")
+	in := false
 	for line := range strings.Lines(string(out)) {
-		if v, ok := strings.CutPrefix(line, "FilePmdMapped:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb << 10
+		f := strings.Fields(line)
+		if len(f) > 0 && strings.Contains(f[0], "-") && !strings.HasSuffix(f[0], ":") {
+			// The file was created under a temporary name, since removed.
+			in = len(f) >= 6 && (strings.HasSuffix(f[5], "/state") || strings.Contains(f[5], "/.state.new-"))
+			continue
+		}
+		if !in || len(f) < 2 {
+			continue
+		}
+		kb, _ := strconv.ParseInt(f[1], 10, 64)
+		switch f[0] {
+		case "Rss:":
+			rss += kb << 10
+		case "FilePmdMapped:":
+			huge += kb << 10
 		}
 	}
-	return 0
+	return rss, huge
+}
+
+// reportMapped reports the state file's resident bytes per live key and
+// the MiB of it mapped with huge pages.
+func reportMapped(b *testing.B, keys int) {
+	rss, huge := stateMapped()
+	b.ReportMetric(float64(rss)/float64(keys), "rss-B/key")
+	b.ReportMetric(float64(huge)/(1<<20), "huge-MiB")
 }
 
 // BenchmarkAcquireParallel measures contention: every goroutine draws from
