@@ -24,6 +24,7 @@ type ServerStats struct {
 	Allowed, Denied, Errors, ShadowDenied         int64
 	LockWaits, Handoffs                           int64 // lock waits past the first spin; of those, event loops handed over
 	Multiplexed                                   int64 // connections an event loop found sending several requests at once, and does not poll for (TransportAuto)
+	Polls                                         int64 // waits an event loop began by polling for requests (before it slept, if nothing came)
 	Buffered                                      int64 // bytes of connection buffers
 }
 
@@ -149,6 +150,7 @@ var Counters = []Counter{
 	serverRow(Counter{Name: "lock_waits", In: InStats}, func(s *ServerStats) int64 { return s.LockWaits }),
 	serverRow(Counter{Name: "loop_handoffs", In: InStats}, func(s *ServerStats) int64 { return s.Handoffs }),
 	serverRow(Counter{Name: "loop_multiplexed", In: InStats}, func(s *ServerStats) int64 { return s.Multiplexed }),
+	serverRow(Counter{Name: "loop_polls", In: InStats}, func(s *ServerStats) int64 { return s.Polls }),
 	serverRow(Counter{Name: "buffered_bytes", In: InStats}, func(s *ServerStats) int64 { return s.Buffered }),
 
 	globalRow(Counter{Name: "global_requests", In: InStats | InProm,

@@ -109,6 +109,60 @@ func TestAuto_multiplexedConnection(t *testing.T) {
 	}
 }
 
+// Ensure an auto loop does not poll for a multiplexed connection: once the
+// connection is found multiplexed, a loop that serves it alone sleeps at
+// once after each of its batches (loop_polls stays), while a client with
+// one request in flight makes it poll.
+func TestAuto_multiplexedNotPolled(t *testing.T) {
+	sc := start(t, Config{Transport: TransportAuto, Loops: 1, LoopSpin: time.Millisecond})
+	single, m := dial(t, sc), dial(t, sc)
+	var id uint32
+	batch := func() { // two requests a write
+		t.Helper()
+		var b []byte
+		for range 2 {
+			id++
+			var start int
+			b, start = proto.BeginFrame(b, proto.KindRequest, id)
+			b = proto.AppendItem(b, proto.OpAcquire, 0, tb10, 0, 0, fmt.Appendf(nil, "m%d", id))
+			b = proto.EndFrame(b, start, 1)
+		}
+		if _, err := m.c.Write(b); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			if _, rs := m.recv(); len(rs) != 1 || rs[0].Status != proto.StatusOK {
+				t.Fatalf("answer: %+v", rs)
+			}
+		}
+	}
+	for range multiplexedAfter {
+		batch()
+	}
+	if n := stat(t, single, "loop_multiplexed"); n != 1 {
+		t.Fatalf("loop_multiplexed = %d, want 1", n)
+	}
+	const batches = 50
+	before := stat(t, single, "loop_polls")
+	for range batches {
+		batch()
+	}
+	// The STATS request before them came on a connection with one request
+	// in flight: the wait after it may poll, once.
+	after := stat(t, single, "loop_polls")
+	if after-before > 1 {
+		t.Errorf("loop_polls rose by %d over %d batches of a multiplexed connection alone, want at most 1", after-before, batches)
+	}
+	for range batches {
+		if r := single.acquire("single", tb10, 0, 0); r.Status != proto.StatusOK {
+			t.Fatalf("acquire: %+v", r)
+		}
+	}
+	if n := stat(t, single, "loop_polls"); n == after {
+		t.Errorf("loop_polls stayed at %d over %d requests of a client with one in flight, want polls", n, batches)
+	}
+}
+
 // Ensure an adaptive loop's polling budget follows how long requests take
 // to come: towards twice the gap, halving when polling finds nothing, zero
 // (sleep at once) under minSpin, and never past the limit.

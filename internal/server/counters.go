@@ -18,6 +18,7 @@ type counters struct {
 	lockWaits                        atomic.Int64 // requests that waited for a lock past the first spin
 	handoffs                         atomic.Int64 // of those, the ones that handed their event loop over
 	multiplexed                      atomic.Int64 // connections an event loop found multiplexed (TransportAuto)
+	polls                            atomic.Int64 // waits an event loop began by polling for requests
 }
 
 // connCounters are a connection's share of counters, kept without atomics
@@ -51,7 +52,8 @@ func (c *counters) read() metrics.ServerStats {
 		PeersDenied: c.peersDenied.Load(), Frames: c.frames.Load(), Ops: c.ops.Load(),
 		Malformed: c.malformed.Load(), Timeouts: c.timeouts.Load(), Allowed: c.allowed.Load(),
 		Denied: c.denied.Load(), Errors: c.errors.Load(), ShadowDenied: c.shadowDenied.Load(),
-		LockWaits: c.lockWaits.Load(), Handoffs: c.handoffs.Load(), Multiplexed: c.multiplexed.Load(), Buffered: c.buffered.Load(),
+		LockWaits: c.lockWaits.Load(), Handoffs: c.handoffs.Load(), Multiplexed: c.multiplexed.Load(), Polls: c.polls.Load(),
+		Buffered: c.buffered.Load(),
 	}
 }
 

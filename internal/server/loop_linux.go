@@ -378,6 +378,7 @@ func (lp *loop) wait(timeout int) (int, error) {
 		spin = lp.budget
 	}
 	if lp.spinning && timeout != 0 && spin > 0 {
+		lp.s.stats.polls.Add(1)
 		began := time.Now()
 		until := began.Add(spin)
 		for {
