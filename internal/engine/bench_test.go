@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -113,6 +112,9 @@ func benchTableAt(b *testing.B, n int, l *Limit, load float64) *Engine {
 	return benchTableWith(b, n, l, shm.Options{SlotCount: uint64(float64(n)/load) + 1})
 }
 
+// statePaths holds each benchmark table's state file, for reportMapped.
+var statePaths sync.Map // *Engine -> string
+
 // benchTableWith is benchTable with o's slot count and mapping.
 func benchTableWith(b *testing.B, n int, l *Limit, o shm.Options) *Engine {
 	b.Helper()
@@ -120,12 +122,16 @@ func benchTableWith(b *testing.B, n int, l *Limit, o shm.Options) *Engine {
 		cells := uint64(l.ext+7) / 8 // 64-byte cells of 8 words
 		o.ArenaCells = max(uint64(n)*cells*11/10, shm.DefaultArenaCells(o.SlotCount))
 	}
-	tb, err := shm.Create(filepath.Join(b.TempDir(), "state"), o, 0)
+	path := filepath.Join(b.TempDir(), "state")
+	tb, err := shm.Create(path, o, 0)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { tb.Close() })
-	return New(tb)
+	e := New(tb)
+	statePaths.Store(e, path)
+	b.Cleanup(func() { statePaths.Delete(e) })
+	return e
 }
 
 // benchWarm creates keys keys' buckets of l (key i is benchKey(i)) for a
@@ -234,7 +240,7 @@ func BenchmarkAcquire(b *testing.B) {
 					e := benchTable(b, keys, l)
 					now := benchWarm(b, e, l, keys, step)
 					benchRandom(b, e, l, keys, now, step)
-					reportMapped(b, keys)
+					reportMapped(b, e, keys)
 				})
 			}
 		})
@@ -308,45 +314,8 @@ func BenchmarkAcquireHugePages(b *testing.B) {
 		e := benchTableWith(b, randomKeys, l, shm.Options{SlotCount: randomKeys*4/3 + 1, HugePages: true})
 		now := benchWarm(b, e, l, randomKeys, step)
 		benchRandom(b, e, l, randomKeys, now, step)
-		reportMapped(b, randomKeys)
+		reportMapped(b, e, randomKeys)
 	})
-}
-
-// stateMapped returns the bytes of the benchmarks' state files (named
-// "state") that the process has resident and that it maps with huge pages
-// (Rss and FilePmdMapped of their mappings in /proc/self/smaps; 0 where
-// there is none). Every random benchmark closes its table before the next
-// starts, so the mappings are the running benchmark's.
-func stateMapped() (rss, huge int64) {
-	out, _ := os.ReadFile("/proc/self/smaps")
-	in := false
-	for line := range strings.Lines(string(out)) {
-		f := strings.Fields(line)
-		if len(f) > 0 && strings.Contains(f[0], "-") && !strings.HasSuffix(f[0], ":") {
-			// The file was created under a temporary name, since removed.
-			in = len(f) >= 6 && (strings.HasSuffix(f[5], "/state") || strings.Contains(f[5], "/.state.new-"))
-			continue
-		}
-		if !in || len(f) < 2 {
-			continue
-		}
-		kb, _ := strconv.ParseInt(f[1], 10, 64)
-		switch f[0] {
-		case "Rss:":
-			rss += kb << 10
-		case "FilePmdMapped:":
-			huge += kb << 10
-		}
-	}
-	return rss, huge
-}
-
-// reportMapped reports the state file's resident bytes per live key and
-// the MiB of it mapped with huge pages.
-func reportMapped(b *testing.B, keys int) {
-	rss, huge := stateMapped()
-	b.ReportMetric(float64(rss)/float64(keys), "rss-B/key")
-	b.ReportMetric(float64(huge)/(1<<20), "huge-MiB")
 }
 
 // BenchmarkAcquireParallel measures contention: every goroutine draws from

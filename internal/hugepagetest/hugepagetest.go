@@ -1,7 +1,8 @@
 //go:build linux
 
 // Package hugepagetest tells tests whether this kernel maps a file with
-// huge pages, and how much of a file the test process maps with them.
+// huge pages, and how much of a file the test process maps with them
+// (and has resident).
 package hugepagetest
 
 import (
@@ -53,10 +54,19 @@ func Always() bool {
 }
 
 // Mapped returns the bytes of the file at path that this process maps with
-// huge pages (FilePmdMapped of its mappings in /proc/self/smaps). The file
-// is found by its inode, since a mapping may name it by another link (a
-// file created under a temporary name).
+// huge pages (FilePmdMapped of its mappings in /proc/self/smaps; see Usage).
 func Mapped(t testing.TB, path string) int64 {
+	t.Helper()
+	_, huge := Usage(t, path)
+	return huge
+}
+
+// Usage returns the bytes of the file at path that this process has
+// resident (Rss) and maps with huge pages (FilePmdMapped), over its
+// mappings in /proc/self/smaps. The file is found by its inode, since a
+// mapping may name it by another link (a file created under a temporary
+// name).
+func Usage(t testing.TB, path string) (rss, huge int64) {
 	t.Helper()
 	var st unix.Stat_t
 	if err := unix.Stat(path, &st); err != nil {
@@ -68,21 +78,31 @@ func Mapped(t testing.TB, path string) int64 {
 		t.Skipf("smaps: %v", err)
 	}
 	defer f.Close()
-	var total int64
 	in := false
 	for sc := bufio.NewScanner(f); sc.Scan(); {
 		line := sc.Text()
-		if fields := strings.Fields(line); len(fields) > 0 && strings.Contains(fields[0], "-") && !strings.HasSuffix(fields[0], ":") {
+		fields := strings.Fields(line)
+		if len(fields) > 0 && strings.Contains(fields[0], "-") && !strings.HasSuffix(fields[0], ":") {
 			in = len(fields) >= 5 && fields[4] == ino
 			continue
 		}
-		if v, ok := strings.CutPrefix(line, "FilePmdMapped:"); ok && in {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			if err != nil {
-				t.Fatalf("smaps: %q: %v", line, err)
-			}
-			total += kb << 10
+		if !in || len(fields) < 2 {
+			continue
 		}
+		var total *int64
+		switch fields[0] {
+		case "Rss:":
+			total = &rss
+		case "FilePmdMapped:":
+			total = &huge
+		default:
+			continue
+		}
+		kb, err := strconv.ParseInt(fields[1], 10, 64)
+		if err != nil {
+			t.Fatalf("smaps: %q: %v", line, err)
+		}
+		*total += kb << 10
 	}
-	return total
+	return rss, huge
 }
