@@ -199,25 +199,66 @@ func (ls *Leases) void(l *lease) {
 // Redis (being renewed or given back): Local never waits for it, so that
 // an event loop can call it. It allocates nothing.
 func (ls *Leases) Local(limit bucket.Limit, key string, cost int64) (d bucket.Decision, ok bool) {
+	return local(ls, nil, &limit, key, cost, time.Now())
+}
+
+// LeaseCache remembers the lease a caller decided from last, so that its
+// next request on the same bucket finds the lease without the Leases' map
+// and its lock: a connection's clients ask on one key again and again. The
+// zero LeaseCache is empty. It is not safe for simultaneous use.
+type LeaseCache struct {
+	ls *Leases
+	l  *lease
+}
+
+// LocalAt is Local for a request on key decided as of now, through cache.
+// now is when the request was read (the clock read once for a batch of
+// requests, after the read that brought them) or later: a request is
+// admitted from a lease still valid then, as one decided at once would
+// be. It allocates nothing when cache holds the bucket's lease.
+func (ls *Leases) LocalAt(cache *LeaseCache, limit *bucket.Limit, key []byte, cost int64, now time.Time) (bucket.Decision, bool) {
+	return local(ls, cache, limit, key, cost, now)
+}
+
+// local is Local and LocalAt. cache may be nil.
+func local[K string | []byte](ls *Leases, cache *LeaseCache, limit *bucket.Limit, key K, cost int64, now time.Time) (d bucket.Decision, ok bool) {
 	if g := lookup(limit.Algorithm); g == nil || !g.leased {
 		return d, false
 	}
 	cost = clampCost(cost)
-	k := keyOf(&limit, key)
+	if cache != nil && cache.ls == ls && cache.l != nil && cache.l.key == string(key) && cache.l.limit == *limit {
+		// Still this bucket's lease, unless forgotten since (dead): then
+		// the map may hold a new one.
+		if d, ok, dead := ls.fromLeaseTry(cache.l, cost, now); !dead {
+			return d, ok
+		}
+	}
+	k := keyOf(limit, string(key))
 	ls.mu.Lock()
 	l := ls.leases[k]
 	ls.mu.Unlock()
 	if l == nil {
 		return d, false
 	}
+	if cache != nil {
+		cache.ls, cache.l = ls, l
+	}
+	d, ok, _ = ls.fromLeaseTry(l, cost, now)
+	return d, ok
+}
+
+// fromLeaseTry is fromLease if l is free (else ok is false) and not
+// forgotten (else dead is true).
+func (ls *Leases) fromLeaseTry(l *lease, cost int64, now time.Time) (d bucket.Decision, ok, dead bool) {
 	if !l.mu.TryLock() {
-		return d, false
+		return d, false, false
 	}
 	defer l.mu.Unlock()
 	if l.dead {
-		return d, false
+		return d, false, true
 	}
-	return ls.fromLease(l, cost, time.Now())
+	d, ok = ls.fromLease(l, cost, now)
+	return d, ok, false
 }
 
 // fromLease decides a request of cost from l alone, if it can: from the
