@@ -295,6 +295,9 @@ type globalCall struct {
 	deadline int64
 	arrived  time.Time // when its frame was read; zero: read the clock when needed
 	blocking func()    // called before waiting for Redis (an event loop hands itself over), if not nil
+	// cache, if not nil, is the connection's memory of the leased limit
+	// and lease it used last (local).
+	cache *leaseCache
 	// ctx, if not nil, is the gRPC call of a rate limit service request:
 	// Redis's answer is due by rlsAnswerBy, not answerBy.
 	ctx context.Context
@@ -312,12 +315,53 @@ func (a *globalCall) by() time.Time {
 	return a.g.answerBy(a.arrived, a.flags, a.deadline)
 }
 
+// leaseCache is a connection's memory of the leased limit it used last and
+// of the lease of its last bucket: a connection's requests are mostly on
+// one bucket, and finding its lease through the limit's Leases costs more
+// than deciding from it. It is used by one goroutine at a time (the one
+// handling the connection's batch).
+type leaseCache struct {
+	l  *config.Limit
+	ls *global.Leases // l's
+	lc global.LeaseCache
+}
+
+// local decides r, an acquire, from its limit's lease, if it can without
+// Redis (Leases.LocalAt), as of the time its batch was read.
+func (a *globalCall) local(r *engine.Request) (bucket.Decision, bool) {
+	l, c := a.l, a.cache
+	if !l.Leased() || r.Flags != 0 {
+		return bucket.Decision{}, false
+	}
+	var ls *global.Leases
+	var lc *global.LeaseCache
+	if c != nil {
+		if c.l != l {
+			c.l, c.ls, c.lc = l, a.g.leasesFor(l), global.LeaseCache{}
+		}
+		ls, lc = c.ls, &c.lc
+	} else {
+		ls = a.g.leasesFor(l)
+	}
+	now := a.arrived
+	if now.IsZero() {
+		now = time.Now()
+	}
+	return ls.LocalAt(lc, &l.Bucket, r.Key, r.N, now)
+}
+
 // Decide decides r in Redis, or by the limit's outage policy if Redis does
 // not answer in time (Result.Outage says so).
 func (a *globalCall) Decide(r engine.Request) (res engine.Result, err error) {
 	g, l := a.g, a.l
 	if g == nil {
 		return res, errNoGlobal
+	}
+	if r.Op == proto.OpAcquire {
+		if d, ok := a.local(&r); ok {
+			res.Decision = d
+			return res, nil // no Redis, no allocation
+		}
 	}
 	key := string(r.Key)
 	if a.blocking != nil && r.Op != proto.OpAcquire && r.Op != proto.OpRefund {
@@ -459,6 +503,7 @@ scan:
 			c.request(&fg.reqs[len(fg.reqs)-1], op, &nl.cfg.Engine, nl)
 			fg.calls = append(fg.calls, c.globalCall(op, nl))
 			fg.calls[len(fg.calls)-1].blocking = nil // decided below, off the loop, on goroutines of their own too
+			fg.calls[len(fg.calls)-1].cache = nil    // the connection's, not safe for those goroutines
 		}
 		if len(body) != 0 {
 			fg.ops = fg.ops[:first] // bytes after the last operation: frame fails it
@@ -511,7 +556,8 @@ func (fg *frameGlobals) reset() {
 // decided on the goroutine that handles the connection's batch: an event
 // loop serving the connection is handed over before it waits on Redis.
 func (c *conn) globalCall(op *proto.Op, nl *namedLimit) globalCall {
-	return globalCall{g: c.s.global, l: nl.cfg, flags: op.Flags, deadline: op.Deadline, arrived: c.arrived, blocking: c.handOff}
+	return globalCall{g: c.s.global, l: nl.cfg, flags: op.Flags, deadline: op.Deadline, arrived: c.arrived, blocking: c.handOff,
+		cache: &c.leaseCache}
 }
 
 // globalOp answers an operation on a global limit, req, with the decision
