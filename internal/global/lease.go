@@ -222,16 +222,16 @@ func (ls *Leases) LocalAt(cache *LeaseCache, limit *bucket.Limit, key []byte, co
 
 // local is Local and LocalAt. cache may be nil.
 func local[K string | []byte](ls *Leases, cache *LeaseCache, limit *bucket.Limit, key K, cost int64, now time.Time) (d bucket.Decision, ok bool) {
-	if g := lookup(limit.Algorithm); g == nil || !g.leased {
-		return d, false
-	}
 	cost = clampCost(cost)
 	if cache != nil && cache.ls == ls && cache.l != nil && cache.l.key == string(key) && cache.l.limit == *limit {
-		// Still this bucket's lease, unless forgotten since (dead): then
-		// the map may hold a new one.
+		// Still this bucket's lease (so its algorithm is leased), unless
+		// forgotten since (dead): then the map may hold a new one.
 		if d, ok, dead := ls.fromLeaseTry(cache.l, cost, now); !dead {
 			return d, ok
 		}
+	}
+	if g := lookup(limit.Algorithm); g == nil || !g.leased {
+		return d, false
 	}
 	k := keyOf(limit, string(key))
 	ls.mu.Lock()

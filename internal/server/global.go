@@ -511,6 +511,17 @@ scan:
 		}
 		fg.frames = n + 1
 	}
+	if len(fg.res) > 0 {
+		c.decideScanned()
+	}
+}
+
+// decideScanned decides the global operations decideGlobals found: one
+// goroutine per bucket, the operations of a bucket in order. (A function
+// of its own: its goroutines' closures are allocated only for a batch that
+// has such operations, not for every batch of leased acquires.)
+func (c *conn) decideScanned() {
+	fg := c.globals
 	decide := func(idx []int) {
 		for _, i := range idx {
 			r := &fg.reqs[i]
@@ -518,9 +529,7 @@ scan:
 			fg.res[i].err = c.s.engine.Do(r, &fg.res[i].res)
 		}
 	}
-	if len(fg.res) > 0 {
-		c.leaveLoop() // each of them waits on Redis
-	}
+	c.leaveLoop() // each of them waits on Redis
 	// A goroutine per bucket but the last, which this one decides: it
 	// waits for the others anyway, and its stack has grown long ago (a new
 	// goroutine's grows, copied, on every request).
