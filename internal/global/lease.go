@@ -106,6 +106,7 @@ type lease struct {
 	mu      sync.Mutex
 	limit   bucket.Limit
 	key     string
+	dlimit  int64     // decisionLimit(&limit), for every decision from the lease
 	tokens  int64     // unused tokens
 	expires time.Time // on this host's monotonic clock: the lease is void from then
 	until   string    // the same moment on Redis's clock, Unix ns, for the return
@@ -285,7 +286,7 @@ func (l *lease) decision(allowed bool, retry int64, now time.Time) bucket.Decisi
 	return bucket.Decision{
 		Allowed:    allowed,
 		Remaining:  l.tokens,
-		Limit:      decisionLimit(&l.limit),
+		Limit:      l.dlimit,
 		RetryAfter: retry,
 		ResetAfter: max(l.reset-int64(now.Sub(l.granted)), 0),
 	}
@@ -302,6 +303,7 @@ func (ls *Leases) get(limit bucket.Limit, key string) (*lease, error) {
 	l := ls.leases[k]
 	if l == nil {
 		l = &lease{limit: limit, key: key, rec: -1}
+		l.dlimit = decisionLimit(&l.limit) // of the heap's copy: &limit would escape
 		ls.leases[k] = l
 	}
 	return l, nil
@@ -313,7 +315,7 @@ func (ls *Leases) size(l *lease, need int64) int64 {
 	if n <= 0 {
 		maxSize := ls.opt.MaxSize
 		if maxSize <= 0 {
-			maxSize = max(decisionLimit(&l.limit)/10, 1)
+			maxSize = max(l.dlimit/10, 1)
 		}
 		n = min(max(2*l.used, 1), maxSize)
 	}
