@@ -296,8 +296,11 @@ type globalCall struct {
 	arrived  time.Time // when its frame was read; zero: read the clock when needed
 	blocking func()    // called before waiting for Redis (an event loop hands itself over), if not nil
 	// cache, if not nil, is the connection's memory of the leased limit
-	// and lease it used last (local).
+	// and lease it used last (local); batch, if not nil, the connection
+	// whose batch the request is of: its lease is valid as of arrived
+	// until the batch waits.
 	cache *leaseCache
+	batch *stream
 	// ctx, if not nil, is the gRPC call of a rate limit service request:
 	// Redis's answer is due by rlsAnswerBy, not answerBy.
 	ctx context.Context
@@ -327,7 +330,9 @@ type leaseCache struct {
 }
 
 // local decides r, an acquire, from its limit's lease, if it can without
-// Redis (Leases.LocalAt), as of the time its batch was read.
+// Redis (Leases.LocalAt), as of the time its batch was read, unless a
+// request of the batch has waited since (for a lock or on Redis, up to
+// seconds): then as of now.
 func (a *globalCall) local(r *engine.Request) (bucket.Decision, bool) {
 	l, c := a.l, a.cache
 	if !l.Leased() || r.Flags != 0 {
@@ -344,7 +349,7 @@ func (a *globalCall) local(r *engine.Request) (bucket.Decision, bool) {
 		ls = a.g.leasesFor(l)
 	}
 	now := a.arrived
-	if now.IsZero() {
+	if now.IsZero() || a.batch == nil || a.batch.waited {
 		now = time.Now()
 	}
 	return ls.LocalAt(lc, &l.Bucket, r.Key, r.N, now)
@@ -362,6 +367,9 @@ func (a *globalCall) Decide(r engine.Request) (res engine.Result, err error) {
 			res.Decision = d
 			return res, nil // no Redis, no allocation
 		}
+	}
+	if a.batch != nil {
+		a.batch.waited = true // on Redis, likely: the batch's later requests read the clock
 	}
 	key := string(r.Key)
 	if a.blocking != nil && r.Op != proto.OpAcquire && r.Op != proto.OpRefund {
@@ -504,6 +512,7 @@ scan:
 			fg.calls = append(fg.calls, c.globalCall(op, nl))
 			fg.calls[len(fg.calls)-1].blocking = nil // decided below, off the loop, on goroutines of their own too
 			fg.calls[len(fg.calls)-1].cache = nil    // the connection's, not safe for those goroutines
+			fg.calls[len(fg.calls)-1].batch = nil
 		}
 		if len(body) != 0 {
 			fg.ops = fg.ops[:first] // bytes after the last operation: frame fails it
@@ -566,7 +575,7 @@ func (fg *frameGlobals) reset() {
 // loop serving the connection is handed over before it waits on Redis.
 func (c *conn) globalCall(op *proto.Op, nl *namedLimit) globalCall {
 	return globalCall{g: c.s.global, l: nl.cfg, flags: op.Flags, deadline: op.Deadline, arrived: c.arrived, blocking: c.handOff,
-		cache: &c.leaseCache}
+		cache: &c.leaseCache, batch: &c.stream}
 }
 
 // globalOp answers an operation on a global limit, req, with the decision

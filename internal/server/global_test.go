@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/clients/go/sluice"
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/global"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/proto"
@@ -499,4 +500,51 @@ func TestGlobal_framesScanned(t *testing.T) {
 	if _, _, err := c.tryRecv(); err == nil {
 		t.Fatal("the connection stays open after a frame with bytes after its last operation")
 	}
+}
+
+// Ensure that a leased acquire is decided as of its batch's read only
+// until a request of the batch waits: a lease valid when the batch was
+// read but expired since (the batch waited for a lock or on Redis, which
+// can take seconds) admits nothing.
+func TestGlobal_leaseBatchTime(t *testing.T) {
+	redis := redistest.Start(t)
+	redistest.QuietClientLogs()
+	set, err := config.Parse("sluice.yaml", []byte(`limits:
+  l: {limit: "token_bucket:max=1000,refill_time=1h,refill_amount=1", scope: global, lease: 100, lease_ttl: 1ms}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, _ := set.Lookup("l")
+	g, err := newGlobalLimits(global.Options{Addrs: []string{redis.Addr}, Timeout: 10 * time.Second}, quiet(), t.TempDir()+"/leases")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.close()
+	var st stream
+	var cache leaseCache
+	for range 20 { // the sweeper may return a lease before its end: try again
+		arrived := time.Now()
+		call := globalCall{g: g, l: l, arrived: arrived, cache: &cache, batch: &st}
+		st.waited = false
+		res, err := call.Decide(engineAcquire("k"))
+		if err != nil || !res.Decision.Allowed {
+			t.Fatal(res, err) // takes a lease of 100 tokens, for 1 ms
+		}
+		st.waited = false // the lease was granted after arrived: as of arrived, it holds
+		for time.Since(arrived) < 5*time.Millisecond { // past the lease's end
+			time.Sleep(time.Millisecond)
+		}
+		st.waited = true // a request of the batch waited 5 ms
+		call = globalCall{g: g, l: l, arrived: arrived, cache: &cache, batch: &st}
+		r := engineAcquire("k")
+		if d, ok := call.local(&r); ok && d.Allowed {
+			t.Fatalf("admitted from a lease expired since the batch was read: %+v", d)
+		}
+	}
+}
+
+// engineAcquire is an ACQUIRE of 1 on key as a Remote receives it.
+func engineAcquire(key string) engine.Request {
+	return engine.Request{Op: proto.OpAcquire, Key: []byte(key), N: 1}
 }

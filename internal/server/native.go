@@ -60,7 +60,7 @@ func (c *conn) handle() {
 	if c.s.global != nil && c.s.named().global {
 		// A global limit's answer is due a time after its frame arrived,
 		// not after the frames before it were answered (global.go).
-		c.arrived = time.Now()
+		c.arrived, c.waited = time.Now(), false
 		c.decideGlobals(c.in)
 	} else {
 		c.arrived = time.Time{} // not an earlier batch's: read the clock when needed

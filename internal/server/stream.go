@@ -62,6 +62,10 @@ type stream struct {
 	// does when one of them is about to wait for a lock: it hands its other
 	// connections over to a new goroutine.
 	blocking, handOff func()
+	// waited is set once a request of the batch being handled waits (for a
+	// lock, on Redis): the time the batch was read is then no longer the
+	// time of its later requests (globalCall.local).
+	waited bool
 }
 
 // serve runs the connection until the client leaves, breaks the protocol,
@@ -221,6 +225,7 @@ func (st *stream) lockWait() {
 // nothing on a goroutine of the connection's own, and for the later
 // requests of a batch that has left its loop.
 func (st *stream) leaveLoop() {
+	st.waited = true
 	if st.handOff != nil {
 		st.handOff()
 	}
