@@ -297,8 +297,7 @@ type globalCall struct {
 	blocking func()    // called before waiting for Redis (an event loop hands itself over), if not nil
 	// cache, if not nil, is the connection's memory of the leased limit
 	// and lease it used last (local); batch, if not nil, the connection
-	// whose batch the request is of: its lease is valid as of arrived
-	// until the batch waits.
+	// whose batch the request is of: its clock decides from the lease.
 	cache *leaseCache
 	batch *stream
 	// ctx, if not nil, is the gRPC call of a rate limit service request:
@@ -330,9 +329,9 @@ type leaseCache struct {
 }
 
 // local decides r, an acquire, from its limit's lease, if it can without
-// Redis (Leases.LocalAt), as of the time its batch was read, unless a
-// request of the batch has waited since (for a lock or on Redis, up to
-// seconds): then as of now.
+// Redis (Leases.LocalAt), as of its batch's clock (stream.wall: the time
+// the batch was read, unless a request of it has waited since, for a lock
+// or on Redis, which can take seconds).
 func (a *globalCall) local(r *engine.Request) (bucket.Decision, bool) {
 	l, c := a.l, a.cache
 	if !l.Leased() || r.Flags != 0 {
@@ -348,8 +347,13 @@ func (a *globalCall) local(r *engine.Request) (bucket.Decision, bool) {
 	} else {
 		ls = a.g.leasesFor(l)
 	}
-	now := a.arrived
-	if now.IsZero() || a.batch == nil || a.batch.waited {
+	var now time.Time
+	switch {
+	case a.batch != nil:
+		now = a.batch.wall()
+	case !a.arrived.IsZero(): // read for this request alone
+		now = a.arrived
+	default:
 		now = time.Now()
 	}
 	return ls.LocalAt(lc, &l.Bucket, r.Key, r.N, now)
@@ -369,7 +373,7 @@ func (a *globalCall) Decide(r engine.Request) (res engine.Result, err error) {
 		}
 	}
 	if a.batch != nil {
-		a.batch.waited = true // on Redis, likely: the batch's later requests read the clock
+		a.batch.clock = time.Time{} // waits on Redis, likely: the batch's later requests read the clock
 	}
 	key := string(r.Key)
 	if a.blocking != nil && r.Op != proto.OpAcquire && r.Op != proto.OpRefund {

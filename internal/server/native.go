@@ -60,10 +60,11 @@ func (c *conn) handle() {
 	if c.s.global != nil && c.s.named().global {
 		// A global limit's answer is due a time after its frame arrived,
 		// not after the frames before it were answered (global.go).
-		c.arrived, c.waited = time.Now(), false
+		c.arrived = time.Now()
+		c.clock = c.arrived
 		c.decideGlobals(c.in)
 	} else {
-		c.arrived = time.Time{} // not an earlier batch's: read the clock when needed
+		c.arrived, c.clock = time.Time{}, time.Time{} // not an earlier batch's: read the clock when needed
 	}
 	rest := c.in
 	for c.frameNo = 0; !c.closed; c.frameNo++ {
