@@ -106,6 +106,7 @@ type lease struct {
 	mu      sync.Mutex
 	limit   bucket.Limit
 	key     string
+	dlimit  int64     // decisionLimit(&limit), for every decision from the lease
 	tokens  int64     // unused tokens
 	expires time.Time // on this host's monotonic clock: the lease is void from then
 	until   string    // the same moment on Redis's clock, Unix ns, for the return
@@ -199,25 +200,66 @@ func (ls *Leases) void(l *lease) {
 // Redis (being renewed or given back): Local never waits for it, so that
 // an event loop can call it. It allocates nothing.
 func (ls *Leases) Local(limit bucket.Limit, key string, cost int64) (d bucket.Decision, ok bool) {
+	return local(ls, nil, &limit, key, cost, time.Now())
+}
+
+// LeaseCache remembers the lease a caller decided from last, so that its
+// next request on the same bucket finds the lease without the Leases' map
+// and its lock: a connection's clients ask on one key again and again. The
+// zero LeaseCache is empty. It is not safe for simultaneous use.
+type LeaseCache struct {
+	ls *Leases
+	l  *lease
+}
+
+// LocalAt is Local for a request on key decided as of now, through cache.
+// now is when the request was read (the clock read once for a batch of
+// requests, after the read that brought them) or later: a request is
+// admitted from a lease still valid then, as one decided at once would
+// be. It allocates nothing when cache holds the bucket's lease.
+func (ls *Leases) LocalAt(cache *LeaseCache, limit *bucket.Limit, key []byte, cost int64, now time.Time) (bucket.Decision, bool) {
+	return local(ls, cache, limit, key, cost, now)
+}
+
+// local is Local and LocalAt. cache may be nil.
+func local[K string | []byte](ls *Leases, cache *LeaseCache, limit *bucket.Limit, key K, cost int64, now time.Time) (d bucket.Decision, ok bool) {
+	cost = clampCost(cost)
+	if cache != nil && cache.ls == ls && cache.l != nil && cache.l.key == string(key) && cache.l.limit == *limit {
+		// Still this bucket's lease (so its algorithm is leased), unless
+		// forgotten since (dead): then the map may hold a new one.
+		if d, ok, dead := ls.fromLeaseTry(cache.l, cost, now); !dead {
+			return d, ok
+		}
+	}
 	if g := lookup(limit.Algorithm); g == nil || !g.leased {
 		return d, false
 	}
-	cost = clampCost(cost)
-	k := keyOf(&limit, key)
+	k := keyOf(limit, string(key))
 	ls.mu.Lock()
 	l := ls.leases[k]
 	ls.mu.Unlock()
 	if l == nil {
 		return d, false
 	}
+	if cache != nil {
+		cache.ls, cache.l = ls, l
+	}
+	d, ok, _ = ls.fromLeaseTry(l, cost, now)
+	return d, ok
+}
+
+// fromLeaseTry is fromLease if l is free (else ok is false) and not
+// forgotten (else dead is true).
+func (ls *Leases) fromLeaseTry(l *lease, cost int64, now time.Time) (d bucket.Decision, ok, dead bool) {
 	if !l.mu.TryLock() {
-		return d, false
+		return d, false, false
 	}
 	defer l.mu.Unlock()
 	if l.dead {
-		return d, false
+		return d, false, true
 	}
-	return ls.fromLease(l, cost, time.Now())
+	d, ok = ls.fromLease(l, cost, now)
+	return d, ok, false
 }
 
 // fromLease decides a request of cost from l alone, if it can: from the
@@ -244,7 +286,7 @@ func (l *lease) decision(allowed bool, retry int64, now time.Time) bucket.Decisi
 	return bucket.Decision{
 		Allowed:    allowed,
 		Remaining:  l.tokens,
-		Limit:      decisionLimit(&l.limit),
+		Limit:      l.dlimit,
 		RetryAfter: retry,
 		ResetAfter: max(l.reset-int64(now.Sub(l.granted)), 0),
 	}
@@ -261,6 +303,7 @@ func (ls *Leases) get(limit bucket.Limit, key string) (*lease, error) {
 	l := ls.leases[k]
 	if l == nil {
 		l = &lease{limit: limit, key: key, rec: -1}
+		l.dlimit = decisionLimit(&l.limit) // of the heap's copy: &limit would escape
 		ls.leases[k] = l
 	}
 	return l, nil
@@ -272,7 +315,7 @@ func (ls *Leases) size(l *lease, need int64) int64 {
 	if n <= 0 {
 		maxSize := ls.opt.MaxSize
 		if maxSize <= 0 {
-			maxSize = max(decisionLimit(&l.limit)/10, 1)
+			maxSize = max(l.dlimit/10, 1)
 		}
 		n = min(max(2*l.used, 1), maxSize)
 	}

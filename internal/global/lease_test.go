@@ -317,3 +317,71 @@ func TestLeaseLostReturn(t *testing.T) {
 	}
 	t.Logf("admitted %d, %d left in Redis", admitted, left)
 }
+
+// Ensure that LocalAt through a LeaseCache decides from the bucket's own
+// lease only: a lease's tokens are spent once, another key or limit does
+// not find it, a lease the sweeper forgot is replaced by the bucket's new
+// one, the given time decides expiry, and a hit allocates nothing.
+func TestLeaseLocalAtCache(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, Options{Addrs: []string{srv.Addr}})
+	ls := NewLeases(s, LeaseOptions{Size: 10, TTL: time.Hour})
+	defer ls.Close(context.Background())
+	l, other := tokenBucket(1000, hour), tokenBucket(999, hour)
+	ctx := context.Background()
+	if d, err := ls.Decide(ctx, l, "k", 1); err != nil || !d.Allowed || d.Remaining != 9 {
+		t.Fatal(d, err) // takes a lease of 10
+	}
+	var c LeaseCache
+	now := time.Now()
+	if d, ok := ls.LocalAt(&c, &l, []byte("k2"), 1, now); ok {
+		t.Fatalf("another key decided from k's lease: %+v", d)
+	}
+	if d, ok := ls.LocalAt(&c, &other, []byte("k"), 1, now); ok {
+		t.Fatalf("another limit decided from k's lease: %+v", d)
+	}
+	if d, ok := ls.LocalAt(&c, &l, []byte("k"), 1, now.Add(2*time.Hour)); ok {
+		t.Fatalf("decided from a lease expired at the given time: %+v", d)
+	}
+	admitted := 0
+	for {
+		d, ok := ls.LocalAt(&c, &l, []byte("k"), 1, now)
+		if !ok {
+			break
+		}
+		if !d.Allowed || d.Remaining != int64(8-admitted) {
+			t.Fatalf("decision %d from the lease: %+v", admitted, d)
+		}
+		admitted++
+		if c.l == nil || admitted > 9 {
+			t.Fatalf("%d admitted, cache %+v", admitted, c)
+		}
+	}
+	if admitted != 9 {
+		t.Fatalf("%d admitted from the lease's 9 unused tokens", admitted)
+	}
+	// The sweeper forgets the spent lease; the next Decide takes a new one,
+	// which the cache, holding the old, must find.
+	old := c.l
+	old.mu.Lock()
+	ls.forget(old)
+	old.mu.Unlock()
+	if d, err := ls.Decide(ctx, l, "k", 1); err != nil || !d.Allowed || d.Remaining != 9 {
+		t.Fatal(d, err)
+	}
+	if d, ok := ls.LocalAt(&c, &l, []byte("k"), 1, time.Now()); !ok || !d.Allowed || d.Remaining != 8 || c.l == old {
+		t.Fatalf("after the lease was replaced: %+v %v (cache holds the old lease: %v)", d, ok, c.l == old)
+	}
+	key := []byte("k")
+	allocs := testing.AllocsPerRun(5, func() {
+		if d, ok := ls.LocalAt(&c, &l, key, 1, now); !ok || !d.Allowed {
+			t.Fatal(d, ok)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per LocalAt from the cache, want 0", allocs)
+	}
+	if st := ls.Stats(); st.Grants != 2 || st.Local != 9+1+6 {
+		t.Fatalf("stats %+v", st)
+	}
+}

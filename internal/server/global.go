@@ -295,6 +295,11 @@ type globalCall struct {
 	deadline int64
 	arrived  time.Time // when its frame was read; zero: read the clock when needed
 	blocking func()    // called before waiting for Redis (an event loop hands itself over), if not nil
+	// cache, if not nil, is the connection's memory of the leased limit
+	// and lease it used last (local); batch, if not nil, the connection
+	// whose batch the request is of: its clock decides from the lease.
+	cache *leaseCache
+	batch *stream
 	// ctx, if not nil, is the gRPC call of a rate limit service request:
 	// Redis's answer is due by rlsAnswerBy, not answerBy.
 	ctx context.Context
@@ -312,12 +317,63 @@ func (a *globalCall) by() time.Time {
 	return a.g.answerBy(a.arrived, a.flags, a.deadline)
 }
 
+// leaseCache is a connection's memory of the leased limit it used last and
+// of the lease of its last bucket: a connection's requests are mostly on
+// one bucket, and finding its lease through the limit's Leases costs more
+// than deciding from it. It is used by one goroutine at a time (the one
+// handling the connection's batch).
+type leaseCache struct {
+	l  *config.Limit
+	ls *global.Leases // l's
+	lc global.LeaseCache
+}
+
+// local decides r, an acquire, from its limit's lease, if it can without
+// Redis (Leases.LocalAt), as of its batch's clock (stream.wall: the time
+// the batch was read, unless a request of it has waited since, for a lock
+// or on Redis, which can take seconds).
+func (a *globalCall) local(r *engine.Request) (bucket.Decision, bool) {
+	l, c := a.l, a.cache
+	if !l.Leased() || r.Flags != 0 {
+		return bucket.Decision{}, false
+	}
+	var ls *global.Leases
+	var lc *global.LeaseCache
+	if c != nil {
+		if c.l != l {
+			c.l, c.ls, c.lc = l, a.g.leasesFor(l), global.LeaseCache{}
+		}
+		ls, lc = c.ls, &c.lc
+	} else {
+		ls = a.g.leasesFor(l)
+	}
+	var now time.Time
+	switch {
+	case a.batch != nil:
+		now = a.batch.wall()
+	case !a.arrived.IsZero(): // read for this request alone
+		now = a.arrived
+	default:
+		now = time.Now()
+	}
+	return ls.LocalAt(lc, &l.Bucket, r.Key, r.N, now)
+}
+
 // Decide decides r in Redis, or by the limit's outage policy if Redis does
 // not answer in time (Result.Outage says so).
 func (a *globalCall) Decide(r engine.Request) (res engine.Result, err error) {
 	g, l := a.g, a.l
 	if g == nil {
 		return res, errNoGlobal
+	}
+	if r.Op == proto.OpAcquire {
+		if d, ok := a.local(&r); ok {
+			res.Decision = d
+			return res, nil // no Redis, no allocation
+		}
+	}
+	if a.batch != nil {
+		a.batch.clock = time.Time{} // waits on Redis, likely: the batch's later requests read the clock
 	}
 	key := string(r.Key)
 	if a.blocking != nil && r.Op != proto.OpAcquire && r.Op != proto.OpRefund {
@@ -459,6 +515,8 @@ scan:
 			c.request(&fg.reqs[len(fg.reqs)-1], op, &nl.cfg.Engine, nl)
 			fg.calls = append(fg.calls, c.globalCall(op, nl))
 			fg.calls[len(fg.calls)-1].blocking = nil // decided below, off the loop, on goroutines of their own too
+			fg.calls[len(fg.calls)-1].cache = nil    // the connection's, not safe for those goroutines
+			fg.calls[len(fg.calls)-1].batch = nil
 		}
 		if len(body) != 0 {
 			fg.ops = fg.ops[:first] // bytes after the last operation: frame fails it
@@ -466,6 +524,17 @@ scan:
 		}
 		fg.frames = n + 1
 	}
+	if len(fg.res) > 0 {
+		c.decideScanned()
+	}
+}
+
+// decideScanned decides the global operations decideGlobals found: one
+// goroutine per bucket, the operations of a bucket in order. (A function
+// of its own: its goroutines' closures are allocated only for a batch that
+// has such operations, not for every batch of leased acquires.)
+func (c *conn) decideScanned() {
+	fg := c.globals
 	decide := func(idx []int) {
 		for _, i := range idx {
 			r := &fg.reqs[i]
@@ -473,9 +542,7 @@ scan:
 			fg.res[i].err = c.s.engine.Do(r, &fg.res[i].res)
 		}
 	}
-	if len(fg.res) > 0 {
-		c.leaveLoop() // each of them waits on Redis
-	}
+	c.leaveLoop() // each of them waits on Redis
 	// A goroutine per bucket but the last, which this one decides: it
 	// waits for the others anyway, and its stack has grown long ago (a new
 	// goroutine's grows, copied, on every request).
@@ -511,7 +578,8 @@ func (fg *frameGlobals) reset() {
 // decided on the goroutine that handles the connection's batch: an event
 // loop serving the connection is handed over before it waits on Redis.
 func (c *conn) globalCall(op *proto.Op, nl *namedLimit) globalCall {
-	return globalCall{g: c.s.global, l: nl.cfg, flags: op.Flags, deadline: op.Deadline, arrived: c.arrived, blocking: c.handOff}
+	return globalCall{g: c.s.global, l: nl.cfg, flags: op.Flags, deadline: op.Deadline, arrived: c.arrived, blocking: c.handOff,
+		cache: &c.leaseCache, batch: &c.stream}
 }
 
 // globalOp answers an operation on a global limit, req, with the decision

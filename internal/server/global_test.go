@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/clients/go/sluice"
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/global"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/proto"
@@ -498,5 +499,73 @@ func TestGlobal_framesScanned(t *testing.T) {
 	}
 	if _, _, err := c.tryRecv(); err == nil {
 		t.Fatal("the connection stays open after a frame with bytes after its last operation")
+	}
+}
+
+// Ensure that a leased acquire is decided as of its batch's read only
+// until a request of the batch waits: a lease valid when the batch was
+// read but expired since (the batch waited for a lock or on Redis, which
+// can take seconds) admits nothing.
+func TestGlobal_leaseBatchTime(t *testing.T) {
+	redis := redistest.Start(t)
+	redistest.QuietClientLogs()
+	set, err := config.Parse("sluice.yaml", []byte(`limits:
+  l: {limit: "token_bucket:max=1000,refill_time=1h,refill_amount=1", scope: global, lease: 100, lease_ttl: 1ms}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, _ := set.Lookup("l")
+	g, err := newGlobalLimits(global.Options{Addrs: []string{redis.Addr}, Timeout: 10 * time.Second}, quiet(), t.TempDir()+"/leases")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.close()
+	var st stream
+	var cache leaseCache
+	for range 20 { // the sweeper may return a lease before its end: try again
+		arrived := time.Now()
+		st.clock = arrived
+		call := globalCall{g: g, l: l, arrived: arrived, cache: &cache, batch: &st}
+		res, err := call.Decide(engineAcquire("k"))
+		if err != nil || !res.Decision.Allowed {
+			t.Fatal(res, err) // takes a lease of 100 tokens, for 1 ms
+		}
+		for time.Since(arrived) < 5*time.Millisecond { // past the lease's end
+			time.Sleep(time.Millisecond)
+		}
+		st.clock = arrived // as of arrived, the lease granted after it holds
+		st.leaveLoop()     // but a request of the batch waited 5 ms
+		r := engineAcquire("k")
+		if d, ok := call.local(&r); ok && d.Allowed {
+			t.Fatalf("admitted from a lease expired since the batch was read: %+v", d)
+		}
+	}
+}
+
+// engineAcquire is an ACQUIRE of 1 on key as a Remote receives it.
+func engineAcquire(key string) engine.Request {
+	return engine.Request{Op: proto.OpAcquire, Key: []byte(key), N: 1}
+}
+
+// Ensure that the clock a batch's requests are decided by (stream.wall)
+// is the batch's: read again for each batch, and after a request of the
+// batch waited, never an earlier batch's.
+func TestStream_wallPerBatch(t *testing.T) {
+	st := stream{s: &server{now: func() int64 { return 0 }}}
+	old := time.Now().Add(-time.Hour)
+	st.clock = old // an earlier batch's
+	var first, afterWait time.Time
+	st.handleBatch(func() {
+		first = st.wall()
+		if again := st.wall(); again != first {
+			t.Errorf("the clock read twice in one batch: %v, then %v", first, again)
+		}
+		st.clock = old // as if the batch had been read an hour ago
+		st.leaveLoop() // and a request of it waited
+		afterWait = st.wall()
+	})
+	if time.Since(first) > time.Minute || time.Since(afterWait) > time.Minute {
+		t.Fatalf("a batch decided by an old clock: %v at its start, %v after a wait (now %v)", first, afterWait, time.Now())
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/clients/go/sluice"
+	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/global"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/proto"
@@ -317,6 +318,57 @@ func cutReplica(t *testing.T, m, r *redistest.Node) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("master %s keeps its replica: %s %v", m.Addr, info, err)
+		}
+	}
+}
+
+// Ensure that a connection's lease cache decides each bucket from its own
+// lease: one connection alternates between two keys of a leased limit, a
+// limit of other lease settings on the same key and one that a reload
+// replaces (the same settings, a new limit), and every bucket admits
+// exactly its limit, no more.
+func TestGlobal_leaseCacheBuckets(t *testing.T) {
+	redis := redistest.Start(t)
+	const text = `limits:
+  a: {limit: "token_bucket:max=12,refill_time=1h,refill_amount=1", scope: global, lease: 5, lease_ttl: 1h}
+  b: {limit: "token_bucket:max=13,refill_time=1h,refill_amount=1", scope: global, lease: 4, lease_ttl: 1h}
+  r: {limit: "token_bucket:max=14,refill_time=1h,refill_amount=1", scope: global, lease: 5, lease_ttl: 1h}
+`
+	set, err := config.Parse("sluice.yaml", []byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder := config.NewHolder(set)
+	redistest.QuietClientLogs()
+	sc := start(t, Config{Limits: holder, Global: &global.Options{Addrs: []string{redis.Addr}, Timeout: 10 * time.Second}})
+	c := dialStrict(t, sc)
+	ctx := context.Background()
+	buckets := []struct {
+		name, key string
+		limit     int
+	}{{"a", "k1", 12}, {"a", "k2", 12}, {"b", "k1", 13}, {"r", "k1", 14}}
+	admitted := make([]int, len(buckets))
+	for round := range 20 {
+		if round == 7 {
+			reloaded, err := config.Parse("sluice.yaml", []byte(text)) // a new config.Limit for each name
+			if err != nil {
+				t.Fatal(err)
+			}
+			holder.Swap(reloaded)
+		}
+		for i, bk := range buckets {
+			d, err := c.Acquire(ctx, sluice.Limit{Name: bk.name}, bk.key, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed {
+				admitted[i]++
+			}
+		}
+	}
+	for i, bk := range buckets {
+		if admitted[i] != bk.limit {
+			t.Errorf("%s %s: %d admitted, want its limit, %d", bk.name, bk.key, admitted[i], bk.limit)
 		}
 	}
 }

@@ -30,6 +30,8 @@ type conn struct {
 	res   engine.Result
 	call  globalCall // req's Remote, for an operation on a global limit
 
+	leaseCache leaseCache // the leased limit and lease used last (globalCall.local)
+
 	globalMulti globalMultiScratch
 
 	frameStart int           // where the response frame being built starts in out
@@ -59,7 +61,10 @@ func (c *conn) handle() {
 		// A global limit's answer is due a time after its frame arrived,
 		// not after the frames before it were answered (global.go).
 		c.arrived = time.Now()
+		c.clock = c.arrived
 		c.decideGlobals(c.in)
+	} else {
+		c.arrived, c.clock = time.Time{}, time.Time{} // not an earlier batch's: read the clock when needed
 	}
 	rest := c.in
 	for c.frameNo = 0; !c.closed; c.frameNo++ {
@@ -239,7 +244,10 @@ func (c *conn) request(req *engine.Request, op *proto.Op, l *engine.Limit, nl *n
 	*req = engine.Request{Limit: l, Time: c.at(c.now)}
 	req.Wire(op.Code, op.Key, op.N, op.Flags, op.At)
 	req.Shadow = req.Shadow || nl != nil && nl.cfg.Shadow
-	if op.Flags&proto.FlagDeadline != 0 {
+	// A global limit's request waits for no lock here (its Remote decides
+	// it, the deadline in hand): its lock wait is not worth a clock read.
+	remote := nl != nil && nl.cfg.Scope == config.Global && len(nl.parts) == 1
+	if op.Flags&proto.FlagDeadline != 0 && !remote {
 		req.Time.Wait = c.waitUntil(op.Deadline)
 	}
 }

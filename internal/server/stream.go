@@ -62,6 +62,10 @@ type stream struct {
 	// does when one of them is about to wait for a lock: it hands its other
 	// connections over to a new goroutine.
 	blocking, handOff func()
+	// clock is the host's clock for the batch being handled (wall): read
+	// once, when a request first needs it, and again after a request of the
+	// batch waited (for a lock, on Redis); zero until read.
+	clock time.Time
 }
 
 // serve runs the connection until the client leaves, breaks the protocol,
@@ -135,6 +139,7 @@ func (st *stream) handleBatch(handle func()) {
 	// The requests of one batch are handled at one instant: reading the
 	// clock costs about as much as a decision.
 	st.now = st.s.now()
+	st.clock = time.Time{} // read when a request needs it (wall)
 	before := len(st.in)
 	handle()
 	if len(st.in) > 0 && len(st.in) < before && !st.more {
@@ -201,9 +206,23 @@ func (st *stream) written() {
 // waitUntil is the lock wait of a request whose client stops waiting at
 // deadline (Unix ns, the host's clock): Config.LockWait, or until the
 // deadline if that comes first (at least a moment: a lock about to be
-// freed is still taken). It reads the clock: only such requests pay it.
+// freed is still taken), counted from the batch's clock (wall): only such
+// requests read it, once per batch.
 func (st *stream) waitUntil(deadline int64) time.Duration {
-	return min(st.s.cfg.LockWait, max(time.Duration(deadline-time.Now().UnixNano()), time.Nanosecond))
+	return min(st.s.cfg.LockWait, max(time.Duration(deadline-st.wall().UnixNano()), time.Nanosecond))
+}
+
+// wall returns the host's clock for the request being handled: the time
+// the batch was handled from, read once for its requests (a decision
+// costs about what a clock read does), until one of them waits
+// (leaveLoop). A request is then decided as of a moment at most its
+// batch's handling (microseconds) before its own; after a wait, as of the
+// wait's end.
+func (st *stream) wall() time.Time {
+	if st.clock.IsZero() {
+		st.clock = time.Now()
+	}
+	return st.clock
 }
 
 // lockWait is called when a request of the connection is about to wait for
@@ -221,6 +240,7 @@ func (st *stream) lockWait() {
 // nothing on a goroutine of the connection's own, and for the later
 // requests of a batch that has left its loop.
 func (st *stream) leaveLoop() {
+	st.clock = time.Time{} // the batch's later requests are decided later
 	if st.handOff != nil {
 		st.handOff()
 	}
