@@ -361,14 +361,15 @@ func (s *Store) do(ctx context.Context, c *call) (any, error) {
 		s.stats.errors.Add(1)
 		return nil, err
 	}
-	s.stats.requests.Add(1)
 	if sh.down.Load() {
+		s.stats.requests.Add(1)
 		s.stats.errors.Add(1)
 		s.stats.shed.Add(1)
 		return nil, *sh.downErr.Load()
 	}
 	c.ctx, c.done = ctx, make(chan struct{})
 	s.enqueue(sh, c)
+	s.stats.requests.Add(1) // once queued: a request counted is in its shard's queue
 	select {
 	case <-c.done:
 		if c.err != nil {

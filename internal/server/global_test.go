@@ -236,20 +236,28 @@ func TestGlobal_slowRedis(t *testing.T) {
 
 // Ensure that the global requests of frames that arrive together share
 // Redis's round trips: eight frames written at once, each an ACQUIRE of
-// its own key, to a Redis 50 ms away, take one or two pipelines, not one
-// round trip each after the other (which left the frames behind the first
-// to their policy).
+// its own key, are decided together, not one after the other (which left
+// the frames behind the first to their policy). Redis holds the first
+// pipeline (CLIENT PAUSE WRITE) until all eight requests are queued, as a
+// distant Redis would for a while: they take one or two pipelines. How
+// long that takes a loaded host does not matter: Redis waits for it, and
+// the sidecar waits up to a minute for Redis.
 func TestGlobal_framesTogether(t *testing.T) {
 	redis := redistest.Start(t)
-	proxy := redistest.StartProxy(t, redis, 50*time.Millisecond)
-	sc := startGlobal(t, proxy.Addr, `limits:
+	sc := startGlobal(t, redis.Addr, `limits:
   g: {limit: "token_bucket:max=100,refill_time=1h", scope: global, on_unavailable: closed}
-`, func(o *global.Options) { o.Timeout = 2 * time.Second })
-	c := dial(t, sc)
+`, func(o *global.Options) { o.Timeout = time.Minute })
+	c, stats := dial(t, sc), dial(t, sc) // c's frames wait for Redis: the stats come by another connection
 	if r := c.acquire("warm-up", proto.Named("g"), 1, 0); r.Status != proto.StatusOK || !r.Decision.Allowed {
 		t.Fatalf("warm-up (loads the script): %+v", r)
 	}
-	before := stat(t, c, "global_round_trips")
+	trips, requests := stat(t, stats, "global_round_trips"), stat(t, stats, "global_requests")
+	rc := redis.Client(t)
+	ctx := context.Background()
+	if err := rc.Do(ctx, "CLIENT", "PAUSE", 60000, "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Do(ctx, "CLIENT", "UNPAUSE")
 	var b []byte
 	for i := range 8 {
 		var start int
@@ -260,13 +268,27 @@ func TestGlobal_framesTogether(t *testing.T) {
 	if _, err := c.c.Write(b); err != nil {
 		t.Fatal(err)
 	}
+	// The first pipeline is held: the others can reach the queue only if
+	// they are not waiting for it.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
+		n := stat(t, stats, "global_requests") - requests
+		if n == 8 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("with Redis holding the first pipeline, %d of the 8 frames' requests were queued after 30s: the frames wait for each other", n)
+		}
+	}
+	if err := rc.Do(ctx, "CLIENT", "UNPAUSE").Err(); err != nil {
+		t.Fatal(err)
+	}
 	for i := range 8 {
 		h, rs := c.recv()
 		if h.ID != uint32(100+i) || rs[0].Status != proto.StatusOK || !rs[0].Decision.Allowed || rs[0].Outage != proto.OutageNone {
 			t.Fatalf("frame %d: %+v %+v, want Redis's decision, allowed", i, h, rs[0])
 		}
 	}
-	if n := stat(t, c, "global_round_trips") - before; n > 2 {
+	if n := stat(t, stats, "global_round_trips") - trips; n > 2 {
 		t.Errorf("8 frames written together took %d round trips to Redis, want 1 or 2", n)
 	}
 }

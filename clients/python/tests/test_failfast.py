@@ -35,6 +35,35 @@ def wait_stopped(pid: int) -> None:
     pytest.fail(f"process {pid} did not stop")
 
 
+def first_answer(c: Client, caplog: pytest.LogCaptureFixture) -> int:
+    """Acquire a token of LIMIT, each try on a key of its own, until the sidecar answers within
+    the client's 50 ms, which a loaded host may miss; forget what the client logged meanwhile,
+    and return its degraded_decisions."""
+    deadline = time.monotonic() + 10
+    for i in range(1 << 30):
+        d = c.acquire(f"first-{i}", LIMIT)
+        if not d.degraded:
+            assert d.remaining == 9
+            break
+        assert time.monotonic() < deadline, "the sidecar did not answer in time for 10 s"
+        time.sleep(0.005)  # the breaker, open after 3 calls without an answer, lets a probe through
+    caplog.clear()
+    return c.degraded_decisions
+
+
+async def first_answer_async(c: AsyncClient) -> int:
+    """first_answer for an AsyncClient (the test reads no logs)."""
+    deadline = time.monotonic() + 10
+    for i in range(1 << 30):
+        d = await c.acquire(f"first-{i}", LIMIT)
+        if not d.degraded:
+            assert d.remaining == 9
+            break
+        assert time.monotonic() < deadline, "the sidecar did not answer in time for 10 s"
+        await asyncio.sleep(0.005)
+    return c.degraded_decisions
+
+
 def test_defaults_are_the_go_clients() -> None:
     # The Go client: DefaultTimeout 50ms, DefaultPolicy FailOpen, the breaker's 3, 250ms, 10s.
     c = Client("unused.sock", lazy=True)
@@ -48,7 +77,7 @@ def test_stopped_sidecar_sync(sidecar: Sidecar, caplog: pytest.LogCaptureFixture
     # SIGSTOP: the sidecar accepts connections and answers nothing. After 3
     # calls that time out the breaker opens and the rest fail at once.
     c = Client(sidecar.socket)
-    assert c.acquire("k", LIMIT).remaining == 9
+    before = first_answer(c, caplog)
     assert sidecar.proc is not None
     pid = sidecar.proc.pid
     os.kill(pid, signal.SIGSTOP)
@@ -61,7 +90,7 @@ def test_stopped_sidecar_sync(sidecar: Sidecar, caplog: pytest.LogCaptureFixture
             assert all(d.allowed and d.degraded for d in ds)
             assert took < 0.5, f"20 calls to a stopped sidecar took {took:.3f}s"
             assert not c.healthy()
-            assert c.degraded_decisions == 20
+            assert c.degraded_decisions - before == 20
             # A web request that checks two limits does not wait either.
             start = time.monotonic()
             assert c.acquire("a", LIMIT).degraded and c.acquire("b", LIMIT).degraded
@@ -86,7 +115,7 @@ def test_stopped_sidecar_logs_once_each_way(sidecar: Sidecar, caplog: pytest.Log
     # accepted connection is not an answer, so the client says once that the sidecar is
     # unavailable, and once, after SIGCONT, that it answers again; nothing in between.
     c = Client(sidecar.socket, breaker=(3, 0.02, 0.05))
-    assert c.acquire("k", LIMIT).remaining == 9
+    first_answer(c, caplog)
     assert sidecar.proc is not None
     pid = sidecar.proc.pid
     with caplog.at_level(logging.INFO, logger="sluice"):
@@ -118,7 +147,7 @@ def test_stopped_sidecar_logs_once_each_way(sidecar: Sidecar, caplog: pytest.Log
 def test_stopped_sidecar_async(sidecar: Sidecar) -> None:
     async def main() -> None:
         c = AsyncClient(sidecar.socket)
-        assert (await c.acquire("k", LIMIT)).remaining == 9
+        before = await first_answer_async(c)
         assert sidecar.proc is not None
         pid = sidecar.proc.pid
         os.kill(pid, signal.SIGSTOP)
@@ -130,7 +159,7 @@ def test_stopped_sidecar_async(sidecar: Sidecar) -> None:
             assert all(d.allowed and d.degraded for d in ds)
             assert took < 0.5, f"20 calls to a stopped sidecar took {took:.3f}s"
             assert not c.healthy()
-            assert c.degraded_decisions == 20
+            assert c.degraded_decisions - before == 20
             # Pipelines are answered by the policy too.
             out = await c.pipeline().acquire("a", LIMIT).acquire("b", LIMIT).execute()
             assert [d.degraded for d in out] == [True, True]
