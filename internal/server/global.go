@@ -170,12 +170,20 @@ func (g *globalLimits) acquire(l *config.Limit, key string, cost int64, f bucket
 // acquireBlocking is acquire that calls blocking, if not nil, before it
 // waits for Redis (an event loop hands itself over then).
 func (g *globalLimits) acquireBlocking(l *config.Limit, key string, cost int64, f bucket.Flags, by func() time.Time, blocking func()) (bucket.Decision, proto.Outage, error) {
+	if l.Leased() && f == 0 {
+		if d, ok := g.leasesFor(l).Local(l.Bucket, key, cost); ok {
+			return d, proto.OutageNone, nil // no Redis, no context, no allocation
+		}
+	}
+	return g.acquireRemote(l, key, cost, f, by, blocking)
+}
+
+// acquireRemote is acquireBlocking for a request its lease, if its limit
+// is leased, could not decide (Leases.Local said so): it asks Redis.
+func (g *globalLimits) acquireRemote(l *config.Limit, key string, cost int64, f bucket.Flags, by func() time.Time, blocking func()) (bucket.Decision, proto.Outage, error) {
 	r := global.Request{Limit: l.Bucket, Key: key, Cost: cost, Flags: f, Op: global.Acquire}
 	if l.Leased() && f == 0 {
 		ls := g.leasesFor(l)
-		if d, ok := ls.Local(l.Bucket, key, cost); ok {
-			return d, proto.OutageNone, nil // no Redis, no context, no allocation
-		}
 		if blocking != nil {
 			blocking()
 		}
@@ -377,11 +385,11 @@ func (a *globalCall) Decide(r engine.Request) (res engine.Result, err error) {
 	}
 	key := string(r.Key)
 	if a.blocking != nil && r.Op != proto.OpAcquire && r.Op != proto.OpRefund {
-		a.blocking() // these wait on Redis (an acquire only when its lease cannot answer: acquireBlocking)
+		a.blocking() // these wait on Redis (an acquire only when its lease cannot answer: acquireRemote)
 	}
 	switch r.Op {
 	case proto.OpAcquire:
-		res.Decision, res.Outage, err = g.acquireBlocking(l, key, r.N, r.Flags, a.by, a.blocking)
+		res.Decision, res.Outage, err = g.acquireRemote(l, key, r.N, r.Flags, a.by, a.blocking) // a.local could not
 	case proto.OpPeek:
 		res.Decision, res.Outage, err = g.peek(l, key, a.by)
 	case proto.OpRefund:
