@@ -141,7 +141,7 @@ func BenchmarkHandleGlobal(b *testing.B) {
 // globalServer returns a server that serves no socket, for benchmarks that
 // call its handlers in process: the limits of set, a new state file, and a
 // new Redis for its global limits, all closed when b ends.
-func globalServer(b *testing.B, set *config.Set) *server {
+func globalServer(b testing.TB, set *config.Set) *server {
 	redis := redistest.Start(b)
 	redistest.QuietClientLogs()
 	dir := b.TempDir()

@@ -372,3 +372,47 @@ func TestGlobal_leaseCacheBuckets(t *testing.T) {
 		}
 	}
 }
+
+// Ensure that a batch of leased acquires, decided from the connection's
+// lease, allocates nothing (with a local limit's acquires between them, as
+// BenchmarkHandleGlobal sends): neither the lease's lookup nor the frame
+// scan that looks for operations to send Redis.
+func TestGlobal_leasedNoAllocs(t *testing.T) {
+	set, err := config.Parse("sluice.yaml", []byte(`limits:
+  leased: {limit: "token_bucket:max=1000000000000,refill_time=1s", scope: global, lease: 100000000, lease_ttl: 1h}
+  local: {limit: "token_bucket:max=1000000000000,refill_time=1s"}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := globalServer(t, set)
+	cn := &conn{stream: stream{s: s}}
+	var batch []byte
+	for i := range 4 {
+		f, start := proto.BeginFrame(batch, proto.KindRequest, uint32(i))
+		for range 4 {
+			f = proto.AppendItem(f, proto.OpAcquire, 0, proto.Named("leased"), 1, 0, []byte("user:42"))
+			f = proto.AppendItem(f, proto.OpAcquire, 0, proto.Named("local"), 1, 0, []byte("user:42"))
+		}
+		batch = proto.EndFrame(f, start, 8)
+	}
+	handle := func() {
+		cn.in = append(cn.in[:0], batch...)
+		cn.now = s.now()
+		cn.handle()
+		if cn.closed || len(cn.in) != 0 {
+			t.Fatalf("the batch was not answered whole: closed %v, %d bytes left", cn.closed, len(cn.in))
+		}
+		cn.out = cn.out[:0]
+	}
+	handle() // the first lease, from Redis
+	handle() // the connection's buffers and caches at their size
+	if n := testing.AllocsPerRun(100, handle); n > 0.05 {
+		t.Errorf("a batch of 16 leased and 16 local acquires: %v allocations", n)
+	}
+	// 103 batches (AllocsPerRun runs one more), of which one acquire took
+	// the lease and every other came from it.
+	if st := s.global.stats(); st.LeaseGrants != 1 || st.LeaseLocal != 16*103-1 {
+		t.Errorf("%d leases granted and %d acquires decided from them, want 1 and %d", st.LeaseGrants, st.LeaseLocal, 16*103-1)
+	}
+}
