@@ -43,6 +43,13 @@ type namedLimit struct {
 	over map[*config.Limit]*namedLimit
 }
 
+// globalOne reports whether nl (nil for an unnamed limit) is one global
+// limit: its requests are decided in Redis by a Remote (globalOp), which
+// waits for no lock of the table. A global list is listOp's.
+func (nl *namedLimit) globalOne() bool {
+	return nl != nil && nl.cfg.Scope == config.Global && len(nl.parts) == 1
+}
+
 // newNamedLimit compiles the config's limit l, counted under m.
 func newNamedLimit(l *config.Limit, m *metrics.Limit) *namedLimit {
 	nl := &namedLimit{cfg: l, metrics: m}

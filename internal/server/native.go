@@ -64,7 +64,7 @@ func (c *conn) handle() {
 		c.clock = c.arrived
 		c.decideGlobals(c.in)
 	} else {
-		c.arrived, c.clock = time.Time{}, time.Time{} // not an earlier batch's: read the clock when needed
+		c.arrived = time.Time{} // not an earlier batch's (handleBatch cleared the clock)
 	}
 	rest := c.in
 	for c.frameNo = 0; !c.closed; c.frameNo++ {
@@ -209,7 +209,7 @@ func (s *server) do(b []byte, op *proto.Op, c *conn) []byte {
 	}
 	req := &c.req
 	c.request(req, op, l, nl)
-	if remote && len(nl.parts) == 1 { // a global list is listOp's
+	if nl.globalOne() {
 		return s.globalOp(b, op, nl, c, req)
 	}
 	var start time.Time
@@ -246,8 +246,7 @@ func (c *conn) request(req *engine.Request, op *proto.Op, l *engine.Limit, nl *n
 	req.Shadow = req.Shadow || nl != nil && nl.cfg.Shadow
 	// A global limit's request waits for no lock here (its Remote decides
 	// it, the deadline in hand): its lock wait is not worth a clock read.
-	remote := nl != nil && nl.cfg.Scope == config.Global && len(nl.parts) == 1
-	if op.Flags&proto.FlagDeadline != 0 && !remote {
+	if op.Flags&proto.FlagDeadline != 0 && !nl.globalOne() {
 		req.Time.Wait = c.waitUntil(op.Deadline)
 	}
 }
