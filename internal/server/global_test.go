@@ -551,9 +551,12 @@ func TestGlobal_leaseBatchTime(t *testing.T) {
 		call := globalCall{g: g, l: l, arrived: arrived, cache: &cache, batch: &st}
 		res, err := call.Decide(engineAcquire("k"))
 		if err != nil || !res.Decision.Allowed {
-			t.Fatal(res, err) // takes a lease of 100 tokens, for 1 ms
+			t.Fatal(res, err) // takes a lease of 100 tokens, for 1 ms from when it was asked for
 		}
-		for time.Since(arrived) < 5*time.Millisecond { // past the lease's end
+		// Past the lease's end: counted from Decide's return, not from
+		// arrived, since a loaded host may take longer than the lease
+		// between the two.
+		for decided := time.Now(); time.Since(decided) < 5*time.Millisecond; {
 			time.Sleep(time.Millisecond)
 		}
 		st.clock = arrived // as of arrived, the lease granted after it holds
