@@ -111,6 +111,30 @@ rls:
 	}
 }
 
+// Ensure a leased global limit decides the rate limit service's requests
+// from its leases as the native protocol's: exactly its limit admitted,
+// then over it.
+func TestRLS_globalLeased(t *testing.T) {
+	c := globalRLS(t, `limits:
+  shared: {limit: "token_bucket:max=5,refill_time=1h", scope: global, lease: 2, lease_ttl: 1h}
+rls:
+  - domain: d
+    descriptors:
+      - {key: g, rate_limit: {limit: shared}}
+`)
+	g := [2]string{"g", "k"}
+	for i := range 5 {
+		if resp := shouldRateLimit(t, c, rlsReq(g)); resp.OverallCode != rlspb.RateLimitResponse_OK {
+			t.Fatalf("request %d of a limit of 5: %v", i, resp)
+		}
+	}
+	for i := range 3 {
+		if resp := shouldRateLimit(t, c, rlsReq(g)); resp.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("request %d past a limit of 5: %v", 5+i, resp)
+		}
+	}
+}
+
 // Ensure --allow-uid applies to the rate limit service's socket: a peer
 // not listed is disconnected, never served.
 func TestRLS_allowUID(t *testing.T) {
