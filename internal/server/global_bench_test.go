@@ -98,31 +98,7 @@ func framesPipelined(b *testing.B, path string, frame []byte, ops int) {
 // what it read. What it measures is the frames' scan, decoding and
 // answering, per operation.
 func BenchmarkHandleGlobal(b *testing.B) {
-	set, err := config.Parse("sluice.yaml", []byte(`limits:
-  leased: {limit: "token_bucket:max=1000000000000,refill_time=1s", scope: global, lease: 100000000}
-  local: {limit: "token_bucket:max=1000000000000,refill_time=1s"}
-`))
-	if err != nil {
-		b.Fatal(err)
-	}
-	s := globalServer(b, set)
-	now := s.now
-	cn := &conn{stream: stream{s: s}}
-	var batch []byte
-	for i := range 16 {
-		f, start := proto.BeginFrame(batch, proto.KindRequest, uint32(i))
-		for range 8 {
-			f = proto.AppendItem(f, proto.OpAcquire, 0, proto.Named("leased"), 1, 0, []byte("user:42"))
-			f = proto.AppendItem(f, proto.OpAcquire, 0, proto.Named("local"), 1, 0, []byte("user:42"))
-		}
-		batch = proto.EndFrame(f, start, 16)
-	}
-	handle := func() {
-		cn.in = append(cn.in[:0], batch...)
-		cn.now = now()
-		cn.handle()
-		cn.out = cn.out[:0]
-	}
+	_, handle := leasedBatches(b, "", 16, 8)
 	handle() // the first lease, from Redis
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -133,8 +109,45 @@ func BenchmarkHandleGlobal(b *testing.B) {
 	// The process's CPU time per operation: on a busy host, where the
 	// wall time per operation counts the other processes' turns too.
 	b.ReportMetric(float64(processCPU()-cpu)/float64(b.N), "cpu-ns/op")
-	if cn.closed || len(cn.in) != 0 {
-		b.Fatalf("the batch was not answered whole: closed %v, %d bytes left", cn.closed, len(cn.in))
+}
+
+// leasedBatches returns a server (globalServer) with a leased global limit
+// "leased" (lease: 100000000, then leaseOpts, YAML flow fields such as
+// "lease_ttl: 1h" or "") and a local one, "local", both token buckets of
+// 10^12 a second, and handle, which has one connection of it handle a
+// batch of frames frames, each of pairs pairs of ACQUIREs of 1 on user:42,
+// one of each limit, in process; handle fails tb unless the batch is
+// answered whole.
+func leasedBatches(tb testing.TB, leaseOpts string, frames, pairs int) (s *server, handle func()) {
+	if leaseOpts != "" {
+		leaseOpts = ", " + leaseOpts
+	}
+	set, err := config.Parse("sluice.yaml", []byte(`limits:
+  leased: {limit: "token_bucket:max=1000000000000,refill_time=1s", scope: global, lease: 100000000`+leaseOpts+`}
+  local: {limit: "token_bucket:max=1000000000000,refill_time=1s"}
+`))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s = globalServer(tb, set)
+	cn := &conn{stream: stream{s: s}}
+	var batch []byte
+	for i := range frames {
+		f, start := proto.BeginFrame(batch, proto.KindRequest, uint32(i))
+		for range pairs {
+			f = proto.AppendItem(f, proto.OpAcquire, 0, proto.Named("leased"), 1, 0, []byte("user:42"))
+			f = proto.AppendItem(f, proto.OpAcquire, 0, proto.Named("local"), 1, 0, []byte("user:42"))
+		}
+		batch = proto.EndFrame(f, start, 2*pairs)
+	}
+	return s, func() {
+		cn.in = append(cn.in[:0], batch...)
+		cn.now = s.now()
+		cn.handle()
+		if cn.closed || len(cn.in) != 0 {
+			tb.Fatalf("the batch was not answered whole: closed %v, %d bytes left", cn.closed, len(cn.in))
+		}
+		cn.out = cn.out[:0]
 	}
 }
 

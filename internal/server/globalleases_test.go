@@ -378,33 +378,7 @@ func TestGlobal_leaseCacheBuckets(t *testing.T) {
 // BenchmarkHandleGlobal sends): neither the lease's lookup nor the frame
 // scan that looks for operations to send Redis.
 func TestGlobal_leasedNoAllocs(t *testing.T) {
-	set, err := config.Parse("sluice.yaml", []byte(`limits:
-  leased: {limit: "token_bucket:max=1000000000000,refill_time=1s", scope: global, lease: 100000000, lease_ttl: 1h}
-  local: {limit: "token_bucket:max=1000000000000,refill_time=1s"}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := globalServer(t, set)
-	cn := &conn{stream: stream{s: s}}
-	var batch []byte
-	for i := range 4 {
-		f, start := proto.BeginFrame(batch, proto.KindRequest, uint32(i))
-		for range 4 {
-			f = proto.AppendItem(f, proto.OpAcquire, 0, proto.Named("leased"), 1, 0, []byte("user:42"))
-			f = proto.AppendItem(f, proto.OpAcquire, 0, proto.Named("local"), 1, 0, []byte("user:42"))
-		}
-		batch = proto.EndFrame(f, start, 8)
-	}
-	handle := func() {
-		cn.in = append(cn.in[:0], batch...)
-		cn.now = s.now()
-		cn.handle()
-		if cn.closed || len(cn.in) != 0 {
-			t.Fatalf("the batch was not answered whole: closed %v, %d bytes left", cn.closed, len(cn.in))
-		}
-		cn.out = cn.out[:0]
-	}
+	s, handle := leasedBatches(t, "lease_ttl: 1h", 4, 4)
 	handle() // the first lease, from Redis
 	handle() // the connection's buffers and caches at their size
 	// AllocsPerRun counts the whole process: the membership refresh (a
