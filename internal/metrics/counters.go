@@ -25,6 +25,7 @@ type ServerStats struct {
 	LockWaits, Handoffs                           int64 // lock waits past the first spin; of those, event loops handed over
 	Multiplexed                                   int64 // connections an event loop found sending several requests at once, and does not poll for (TransportAuto)
 	Polls                                         int64 // waits an event loop began by polling for requests (before it slept, if nothing came)
+	LoopSpinLimit                                 int64 // the most an event loop polls now, in nanoseconds (0 without loops)
 	Buffered                                      int64 // bytes of connection buffers
 }
 
@@ -151,6 +152,7 @@ var Counters = []Counter{
 	serverRow(Counter{Name: "loop_handoffs", In: InStats}, func(s *ServerStats) int64 { return s.Handoffs }),
 	serverRow(Counter{Name: "loop_multiplexed", In: InStats}, func(s *ServerStats) int64 { return s.Multiplexed }),
 	serverRow(Counter{Name: "loop_polls", In: InStats}, func(s *ServerStats) int64 { return s.Polls }),
+	serverRow(Counter{Name: "loop_spin_limit_ns", In: InStats}, func(s *ServerStats) int64 { return s.LoopSpinLimit }),
 	serverRow(Counter{Name: "buffered_bytes", In: InStats}, func(s *ServerStats) int64 { return s.Buffered }),
 
 	globalRow(Counter{Name: "global_requests", In: InStats | InProm,

@@ -32,9 +32,11 @@ const (
 	DefaultDrainTimeout = 5 * time.Second
 	DefaultLoopSpin     = 50 * time.Microsecond // TransportEpoll's
 	// DefaultAutoLoopSpin is TransportAuto's LoopSpin: the most its loops
-	// poll. Measured on a busy 2-CPU host with redis-benchmark, a budget of
-	// up to 10µs served one to 50 connections faster than one of up to
-	// 50µs and than none.
+	// poll while the host's CPUs are contended. Measured on a busy 2-CPU
+	// host with redis-benchmark, a budget of up to 10µs served one to 50
+	// connections faster than one of up to 50µs and than none. While
+	// they are not (the kernel's CPU pressure, where Linux reports it: see
+	// spinGovernor), the limit is DefaultLoopSpin.
 	DefaultAutoLoopSpin = 10 * time.Microsecond
 	DefaultLockWait     = engine.DefaultLockWait
 )
@@ -105,8 +107,14 @@ type Config struct {
 	// request to a client with one request in flight, and costs CPU the
 	// clients on the same host may need. TransportEpoll polls this long;
 	// TransportAuto at most this long, as long as recent requests took to
-	// come (twice that), and not at all while they come later.
+	// come (twice that), and not at all while they come later. Left 0
+	// under TransportAuto, the limit follows the host's CPU pressure:
+	// DefaultLoopSpin while no task waits for a CPU much,
+	// DefaultAutoLoopSpin otherwise.
 	LoopSpin time.Duration
+	// quietSpin, set when TransportAuto's LoopSpin is the default, is
+	// the limit while the host's CPUs are not contended (spinGovernor).
+	quietSpin time.Duration
 
 	// Limits, if set, holds the named limits (the config file's) that
 	// requests may use instead of a spec; it may be swapped while the
@@ -183,6 +191,9 @@ func (c *Config) withDefaults() Config {
 		d.Transport = TransportGoroutines
 	}
 	if d.Transport == TransportAuto {
+		if d.LoopSpin == 0 {
+			d.quietSpin = DefaultLoopSpin
+		}
 		def(&d.LoopSpin, DefaultAutoLoopSpin)
 	}
 	def(&d.LoopSpin, DefaultLoopSpin)

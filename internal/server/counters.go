@@ -61,6 +61,7 @@ func (c *counters) read() metrics.ServerStats {
 // limits' if withGlobal and there are some: what STATS and INFO report.
 func (s *server) snapshot(withGlobal bool) metrics.Snapshot {
 	snap := metrics.Snapshot{Table: s.tableCounters(), Server: s.stats.read()}
+	snap.Server.LoopSpinLimit = int64(s.loops.spinLimit())
 	if g := s.global; g != nil && withGlobal {
 		gs := g.stats()
 		snap.Global = &gs

@@ -55,6 +55,11 @@ type loops struct {
 	all  []*loop
 	n    atomic.Uint32 // round robin over all
 	done sync.WaitGroup
+	// gov, if set, sets the adaptive loops' polling limit from the host's
+	// CPU pressure until stopGov is closed.
+	gov     *spinGovernor
+	stopGov chan struct{}
+	spin    time.Duration // the limit without gov
 }
 
 // loop is one event loop.
@@ -86,6 +91,7 @@ type loop struct {
 	// spinBudget) instead of Config.LoopSpin.
 	adaptive bool
 	budget   time.Duration
+	gov      *spinGovernor // the limit of budget, if set; else Config.LoopSpin
 }
 
 // multiplexedAfter is how many reads carrying more than one request make
@@ -117,18 +123,25 @@ type lconn struct {
 
 // startLoops starts n event loops for s.
 func startLoops(s *server, n int) (*loops, error) {
-	ls := &loops{}
+	ls := &loops{spin: max(0, s.cfg.LoopSpin)}
+	if s.cfg.Transport == TransportAuto && s.cfg.quietSpin > 0 {
+		if p, err := openCPUPressure(cpuPressurePath); err != nil {
+			s.log.Debug("no CPU pressure to read: event loops poll at most --loop-spin", "err", err)
+		} else {
+			ls.gov = newSpinGovernor(s.cfg.LoopSpin, s.cfg.quietSpin)
+			ls.stopGov = make(chan struct{})
+			go ls.gov.run(p, ls.stopGov)
+		}
+	}
 	for range n {
 		lp, err := newLoop(s)
 		if err != nil {
-			for _, l := range ls.all {
-				l.stopNow()
-			}
-			ls.done.Wait()
+			ls.stop()
 			return nil, fmt.Errorf("server: cannot start an event loop: %w", err)
 		}
 		lp.adaptive = s.cfg.Transport == TransportAuto
 		lp.budget = max(0, s.cfg.LoopSpin)
+		lp.gov = ls.gov
 		ls.all = append(ls.all, lp)
 		ls.done.Add(1)
 		lp.done = &ls.done
@@ -195,6 +208,21 @@ func (ls *loops) stop() {
 		lp.stopNow()
 	}
 	ls.done.Wait()
+	if ls.stopGov != nil {
+		close(ls.stopGov)
+		ls.stopGov = nil
+	}
+}
+
+// spinLimit is the most a loop polls now.
+func (ls *loops) spinLimit() time.Duration {
+	if ls == nil {
+		return 0
+	}
+	if ls.gov != nil {
+		return ls.gov.Limit()
+	}
+	return ls.spin
 }
 
 func (lp *loop) stopNow() {
@@ -373,9 +401,13 @@ func (lp *loop) serve() bool {
 // with one request in flight sends its next within microseconds, and
 // waking a sleeping thread costs more than that on a virtual machine.
 func (lp *loop) wait(timeout int) (int, error) {
-	spin := lp.s.cfg.LoopSpin
+	limit := lp.s.cfg.LoopSpin
+	spin := limit
 	if lp.adaptive {
-		spin = lp.budget
+		if lp.gov != nil {
+			limit = lp.gov.Limit()
+		}
+		spin = min(lp.budget, limit)
 	}
 	if lp.spinning && timeout != 0 && spin > 0 {
 		lp.s.stats.polls.Add(1)
@@ -385,7 +417,7 @@ func (lp *loop) wait(timeout int) (int, error) {
 			n, err := unix.EpollWait(lp.epfd, lp.events, 0)
 			if n > 0 || (err != nil && err != unix.EINTR) {
 				if lp.adaptive && n > 0 {
-					lp.budget = spinBudget(lp.budget, time.Since(began), lp.s.cfg.LoopSpin)
+					lp.budget = spinBudget(lp.budget, time.Since(began), limit)
 				}
 				return n, err
 			}
@@ -394,7 +426,7 @@ func (lp *loop) wait(timeout int) (int, error) {
 			}
 		}
 		if lp.adaptive {
-			lp.budget = spinBudget(lp.budget, -1, lp.s.cfg.LoopSpin)
+			lp.budget = spinBudget(lp.budget, -1, limit)
 		}
 	}
 	if !lp.adaptive {
@@ -408,7 +440,7 @@ func (lp *loop) wait(timeout int) (int, error) {
 	if n > 0 {
 		// A request that came while the loop slept: had it polled as long,
 		// it would have saved the wake-up.
-		lp.budget = spinBudget(lp.budget, time.Since(slept), lp.s.cfg.LoopSpin)
+		lp.budget = spinBudget(lp.budget, time.Since(slept), limit)
 	}
 	return n, err
 }

@@ -2,7 +2,10 @@
 
 package server
 
-import "errors"
+import (
+	"errors"
+	"time"
+)
 
 const haveEpoll = false
 
@@ -16,4 +19,5 @@ func (ls *loops) next() *loop                 { return nil }
 func (ls *loops) drain()                      {}
 func (ls *loops) closeAll()                   {}
 func (ls *loops) stop()                       {}
+func (ls *loops) spinLimit() time.Duration    { return 0 }
 func (lp *loop) add(*stream, func(), func())  {}

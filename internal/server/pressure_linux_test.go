@@ -1,0 +1,170 @@
+//go:build linux
+
+package server
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+func TestParsePressureTotal(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want time.Duration
+		ok   bool
+	}{
+		{"some avg10=0.64 avg60=11.44 avg300=18.67 total=34296309366\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n", 34296309366 * time.Microsecond, true},
+		{"some avg10=0.00 avg60=0.00 avg300=0.00 total=0", 0, true},
+		{"full avg10=0.00 avg60=0.00 avg300=0.00 total=5\n", 0, false},
+		{"some avg10=0.00 avg60=0.00 avg300=0.00\n", 0, false},
+		{"some avg10=0.00 total=-3\n", 0, false},
+		{"some avg10=0.00 total=12x\n", 0, false},
+		{"", 0, false},
+	} {
+		got, err := parsePressureTotal([]byte(c.in))
+		if (err == nil) != c.ok || got != c.want {
+			t.Errorf("parsePressureTotal(%q) = %v, %v; want %v, ok %v", c.in, got, err, c.want, c.ok)
+		}
+	}
+}
+
+// Ensure the host's own CPU pressure, where the kernel reports it, is read.
+func TestCPUPressureHost(t *testing.T) {
+	if _, err := os.Stat(cpuPressurePath); errors.Is(err, os.ErrNotExist) {
+		t.Skipf("%s: %v (a kernel without PSI: loops keep the fixed limit)", cpuPressurePath, err)
+	}
+	p, err := openCPUPressure(cpuPressurePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := p.stalled()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := p.stalled()
+	if err != nil || b < a {
+		t.Errorf("second reading %v, %v after %v, want a total that does not go back", b, err, a)
+	}
+}
+
+// Ensure the governor is quiet below quietBelow, busy above busyAbove, keeps
+// its state between them, and is busy after a failed reading until two
+// readings succeed.
+func TestSpinGovernor(t *testing.T) {
+	const busy, quiet = 10 * time.Microsecond, 50 * time.Microsecond
+	g := newSpinGovernor(busy, quiet)
+	at := time.Unix(1000, 0)
+	var total time.Duration
+	step := func(share float64) time.Duration { // half a second at share stalled
+		at = at.Add(500 * time.Millisecond)
+		total += time.Duration(share * float64(500*time.Millisecond))
+		g.observe(total, at)
+		return g.Limit()
+	}
+	if g.Limit() != busy {
+		t.Fatalf("limit before any reading %v, want %v", g.Limit(), busy)
+	}
+	for i, c := range []struct {
+		share float64
+		want  time.Duration
+	}{
+		{0, busy}, // the first reading: no interval yet
+		{0.17, busy},
+		{0.10, quiet},
+		{0.17, quiet},
+		{0.19, quiet},
+		{0.30, busy},
+		{0.16, busy},
+		{0.14, quiet},
+		{2, busy}, // several tasks waiting
+	} {
+		if got := step(c.share); got != c.want {
+			t.Errorf("step %d (share %v): limit %v, want %v", i, c.share, got, c.want)
+		}
+	}
+	step(0)
+	if g.Limit() != quiet {
+		t.Fatalf("limit %v, want %v", g.Limit(), quiet)
+	}
+	g.unknown()
+	if g.Limit() != busy {
+		t.Errorf("limit after a failed reading %v, want %v", g.Limit(), busy)
+	}
+	if got := step(0); got != busy {
+		t.Errorf("limit after one reading since %v, want %v", got, busy)
+	}
+	if got := step(0); got != quiet {
+		t.Errorf("limit after two readings since %v, want %v", got, quiet)
+	}
+	// A total that goes back (another file, say) is no interval.
+	total = 0
+	if got := step(0.9); got != quiet {
+		t.Errorf("limit after a total that went back %v, want %v", got, quiet)
+	}
+}
+
+// Ensure an auto server with the default loop spin polls up to
+// DefaultLoopSpin while the CPU pressure is low and DefaultAutoLoopSpin
+// while it is high, and that an explicit --loop-spin is kept whatever it is.
+func TestAuto_spinFollowsPressure(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cpu")
+	write := func(total time.Duration) {
+		t.Helper()
+		// Renamed into place: a reading never sees a file cut short.
+		tmp := path + ".tmp"
+		line := fmt.Sprintf("some avg10=0.00 avg60=0.00 avg300=0.00 total=%d\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n", total.Microseconds())
+		if err := os.WriteFile(tmp, []byte(line), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(time.Second)
+	old := cpuPressurePath
+	cpuPressurePath = path
+	t.Cleanup(func() { cpuPressurePath = old })
+
+	fixed := start(t, Config{Transport: TransportAuto, LoopSpin: 20 * time.Microsecond})
+	sc := start(t, Config{Transport: TransportAuto})
+	c, cf := dial(t, sc), dial(t, fixed)
+	waitLimit := func(want time.Duration, during func()) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Duration(stat(t, c, "loop_spin_limit_ns")) != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("loop_spin_limit_ns %d for 30 s, want %d", stat(t, c, "loop_spin_limit_ns"), want.Nanoseconds())
+			}
+			if during != nil {
+				during()
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	// The total does not move: no task waits.
+	waitLimit(DefaultLoopSpin, nil)
+	// It grows by a second every 20 ms: many tasks wait all the time.
+	total := time.Second
+	waitLimit(DefaultAutoLoopSpin, func() {
+		total += time.Second
+		write(total)
+	})
+	// Quiet again.
+	waitLimit(DefaultLoopSpin, nil)
+	if got := stat(t, cf, "loop_spin_limit_ns"); time.Duration(got) != 20*time.Microsecond {
+		t.Errorf("explicit --loop-spin: loop_spin_limit_ns %d, want 20000", got)
+	}
+	// A file that cannot be read: the fixed limit.
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	waitLimit(DefaultAutoLoopSpin, nil)
+	// Nor at the start.
+	if got := stat(t, dial(t, start(t, Config{Transport: TransportAuto})), "loop_spin_limit_ns"); time.Duration(got) != DefaultAutoLoopSpin {
+		t.Errorf("no CPU pressure to read: loop_spin_limit_ns %d, want %d", got, DefaultAutoLoopSpin.Nanoseconds())
+	}
+}
