@@ -32,7 +32,8 @@
 // allocates nothing. With epoll, event loops (loop_linux.go) run the same
 // streams and handlers instead: each wake-up serves every ready connection
 // with one non-blocking read and one non-blocking write. With auto, the
-// default on Linux, the loops learn how long to poll, and do not poll for
+// default on Linux, the loops learn how long to poll, up to a limit that
+// follows the host's CPU pressure (pressure_linux.go), and do not poll for
 // a connection that sends several requests at once (multiplexedAfter).
 //
 // A request waits at most Config.LockWait for a bucket's lock that another

@@ -50,7 +50,8 @@ const haveEpoll = true
 // EAGAIN, and the Go scheduler's wake-ups; a loop reads each batch once.)
 // And the loop polls only as long as recent requests took to come
 // (spinBudget), so a loop whose clients are slow, or starved of CPU by its
-// polling, soon sleeps at once.
+// polling, soon sleeps at once. With the default Config.LoopSpin, the
+// most it polls follows the host's CPU pressure (spinGovernor).
 type loops struct {
 	all  []*loop
 	n    atomic.Uint32 // round robin over all
