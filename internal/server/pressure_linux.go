@@ -6,8 +6,12 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"math"
 	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -15,6 +19,9 @@ import (
 // cpuPressurePath is the kernel's CPU pressure (PSI) of the whole host;
 // tests point it at a file of their own.
 var cpuPressurePath = "/proc/pressure/cpu"
+
+// cgroupRoot is where the control groups are mounted (cgroupCPUQuota).
+var cgroupRoot = "/sys/fs/cgroup"
 
 // cpuPressure reads the host's CPU pressure: the time during which at
 // least one runnable task waited for a CPU (the "some" line's total, in
@@ -59,7 +66,7 @@ func parsePressureTotal(b []byte) (time.Duration, error) {
 		return 0, errors.New("server: CPU pressure: no total")
 	}
 	us, err := strconv.ParseUint(string(bytes.TrimSpace(v)), 10, 63)
-	if err != nil {
+	if err != nil || us > math.MaxInt64/uint64(time.Microsecond) {
 		return 0, errors.New("server: CPU pressure: bad total")
 	}
 	return time.Duration(us) * time.Microsecond, nil
@@ -148,4 +155,56 @@ func (g *spinGovernor) run(p *cpuPressure, stop <-chan struct{}) {
 			t.Reset(pressureEvery)
 		}
 	}
+}
+
+// cgroupCPUQuota reports whether the process's control group, or one of
+// its parents, caps its CPU time (cgroup v2 cpu.max, v1
+// cpu.cfs_quota_us), given the cgroup file system's root and the
+// process's /proc/self/cgroup. A loop polling under a quota spends the
+// quota, and the whole group is then stopped for the rest of the period,
+// whatever the host's pressure says: polls stay at the busy limit.
+func cgroupCPUQuota(root string, self []byte) bool {
+	for _, line := range strings.Split(string(self), "\n") {
+		// "0::/path" (v2), "4:cpu,cpuacct:/path" (v1)
+		f := strings.SplitN(line, ":", 3)
+		if len(f) != 3 {
+			continue
+		}
+		var dir, file string
+		switch {
+		case f[0] == "0" && f[1] == "":
+			dir, file = root, "cpu.max"
+		case slices.Contains(strings.Split(f[1], ","), "cpu"):
+			dir, file = filepath.Join(root, "cpu"), "cpu.cfs_quota_us"
+			if _, err := os.Stat(dir); err != nil {
+				dir = filepath.Join(root, f[1])
+			}
+		default:
+			continue
+		}
+		for p := filepath.Clean("/" + f[2]); ; p = filepath.Dir(p) {
+			b, err := os.ReadFile(filepath.Join(dir, p, file))
+			if err == nil && quotaSet(file, string(b)) {
+				return true
+			}
+			if p == "/" {
+				break
+			}
+		}
+	}
+	return false
+}
+
+// quotaSet reads a cpu.max ("max 100000", "50000 100000") or a
+// cpu.cfs_quota_us ("-1", "50000").
+func quotaSet(file, v string) bool {
+	fields := strings.Fields(v)
+	if len(fields) == 0 {
+		return false
+	}
+	if file == "cpu.max" {
+		return fields[0] != "max"
+	}
+	n, err := strconv.ParseInt(fields[0], 10, 64)
+	return err == nil && n > 0
 }

@@ -125,9 +125,9 @@ func TestAuto_spinFollowsPressure(t *testing.T) {
 		}
 	}
 	write(time.Second)
-	old := cpuPressurePath
-	cpuPressurePath = path
-	t.Cleanup(func() { cpuPressurePath = old })
+	oldPath, oldRoot := cpuPressurePath, cgroupRoot
+	cpuPressurePath, cgroupRoot = path, t.TempDir() // no CPU quota
+	t.Cleanup(func() { cpuPressurePath, cgroupRoot = oldPath, oldRoot })
 
 	fixed := start(t, Config{Transport: TransportAuto, LoopSpin: 20 * time.Microsecond})
 	sc := start(t, Config{Transport: TransportAuto})
@@ -167,4 +167,69 @@ func TestAuto_spinFollowsPressure(t *testing.T) {
 	if got := stat(t, dial(t, start(t, Config{Transport: TransportAuto})), "loop_spin_limit_ns"); time.Duration(got) != DefaultAutoLoopSpin {
 		t.Errorf("no CPU pressure to read: loop_spin_limit_ns %d, want %d", got, DefaultAutoLoopSpin.Nanoseconds())
 	}
+	// A quiet host, but a CPU quota on the root control group (v2 and v1,
+	// whichever this process's /proc/self/cgroup names): the fixed limit.
+	write(time.Second)
+	for rel, v := range map[string]string{"cpu.max": "50000 100000\n", "cpu/cpu.cfs_quota_us": "50000\n"} {
+		p := filepath.Join(cgroupRoot, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(v), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	quota := dial(t, start(t, Config{Transport: TransportAuto}))
+	time.Sleep(2 * pressureEvery) // what a governor would take to read the host as quiet
+	if got := stat(t, quota, "loop_spin_limit_ns"); time.Duration(got) != DefaultAutoLoopSpin {
+		t.Errorf("CPU quota: loop_spin_limit_ns %d, want %d", got, DefaultAutoLoopSpin.Nanoseconds())
+	}
+}
+
+// Ensure a CPU quota on the process's control group or a parent of it, in
+// cgroup v2 or v1, is found, and that none is found where there is none.
+func TestCgroupCPUQuota(t *testing.T) {
+	put := func(root, rel, v string) {
+		t.Helper()
+		p := filepath.Join(root, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(v), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v2 := t.TempDir()
+	put(v2, "a/cpu.max", "max 100000\n")
+	put(v2, "a/b/cpu.max", "max 100000\n")
+	put(v2, "q/cpu.max", "50000 100000\n")
+	put(v2, "q/c/cpu.max", "max 100000\n")
+	v1 := t.TempDir()
+	put(v1, "cpu,cpuacct/cpu.cfs_quota_us", "-1\n")
+	put(v1, "cpu,cpuacct/x/cpu.cfs_quota_us", "-1\n")
+	put(v1, "cpu,cpuacct/y/cpu.cfs_quota_us", "20000\n")
+	for _, c := range []struct {
+		root, self string
+		want       bool
+	}{
+		{v2, "0::/a/b\n", false},
+		{v2, "0::/q/c\n", true}, // a parent's quota
+		{v2, "0::/q\n", true},
+		{v2, "0::/\n", false},
+		{v2, "0::/missing\n", false},
+		{v1, "4:memory:/y\n2:cpu,cpuacct:/x\n0::/\n", false},
+		{v1, "4:memory:/x\n2:cpu,cpuacct:/y\n0::/\n", true},
+		{v1, "2:cpuacct:/y\n", false}, // not the cpu controller
+		{v1, "garbage", false},
+		{v2, "", false},
+	} {
+		if got := cgroupCPUQuota(c.root, []byte(c.self)); got != c.want {
+			t.Errorf("cgroupCPUQuota(%s, %q) = %v, want %v", filepath.Base(c.root), c.self, got, c.want)
+		}
+	}
+	self, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("this process: %q, CPU quota %v", self, cgroupCPUQuota(cgroupRoot, self))
 }
