@@ -177,31 +177,48 @@ func TestSpinBudget(t *testing.T) {
 	us := time.Microsecond
 	b := limit
 	for range 40 {
-		b = spinBudget(b, 5*us, limit)
+		b = spinBudget(b, 5*us, limit, false)
 	}
 	if b < 9*us || b > 11*us {
 		t.Errorf("after requests 5µs apart the budget is %v, want about 10µs", b)
 	}
-	if got := spinBudget(b, -1, limit); got != b/2 {
+	if got := spinBudget(b, -1, limit, false); got != b/2 {
 		t.Errorf("a poll that found nothing took the budget from %v to %v, want half", b, got)
 	}
-	if got := spinBudget(b, limit, limit); got != b/2 {
+	if got := spinBudget(b, limit, limit, false); got != b/2 {
 		t.Errorf("a request %v late took the budget from %v to %v, want half", limit, b, got)
 	}
+	// On a quiet host, a quarter less.
+	if got := spinBudget(b, -1, limit, true); got != b-b/4 {
+		t.Errorf("quiet: a poll that found nothing took the budget from %v to %v, want three quarters", b, got)
+	}
+	if got := spinBudget(b, limit, limit, true); got != b-b/4 {
+		t.Errorf("quiet: a request %v late took the budget from %v to %v, want three quarters", limit, b, got)
+	}
+	if got := spinBudget(b, 5*us, limit, true); got != spinBudget(b, 5*us, limit, false) {
+		t.Errorf("quiet: a request 5µs after took the budget to %v, want %v as on a busy host", got, spinBudget(b, 5*us, limit, false))
+	}
+	q := b
+	for range 20 {
+		q = spinBudget(q, -1, limit, true)
+	}
+	if q != 0 {
+		t.Errorf("quiet: after twenty empty polls the budget is %v, want 0", q)
+	}
 	for range 10 {
-		b = spinBudget(b, -1, limit)
+		b = spinBudget(b, -1, limit, false)
 	}
 	if b != 0 {
 		t.Errorf("after ten empty polls the budget is %v, want 0", b)
 	}
 	for range 40 {
-		b = spinBudget(b, 20*us, limit)
+		b = spinBudget(b, 20*us, limit, false)
 	}
 	if b < 38*us || b > limit {
 		t.Errorf("requests 20µs apart after the loop slept raised the budget to %v, want about 40µs", b)
 	}
 	for range 40 {
-		b = spinBudget(b, limit-us, limit)
+		b = spinBudget(b, limit-us, limit, false)
 	}
 	if b > limit {
 		t.Errorf("budget %v past the limit %v", b, limit)

@@ -225,7 +225,8 @@ func (ls *loops) spinLimit() time.Duration {
 		return 0
 	}
 	if ls.gov != nil {
-		return ls.gov.Limit()
+		l, _ := ls.gov.Limit()
+		return l
 	}
 	return ls.spin
 }
@@ -408,9 +409,10 @@ func (lp *loop) serve() bool {
 func (lp *loop) wait(timeout int) (int, error) {
 	limit := lp.s.cfg.LoopSpin
 	spin := limit
+	quiet := false
 	if lp.adaptive {
 		if lp.gov != nil {
-			limit = lp.gov.Limit()
+			limit, quiet = lp.gov.Limit()
 		}
 		spin = min(lp.budget, limit)
 	}
@@ -422,7 +424,7 @@ func (lp *loop) wait(timeout int) (int, error) {
 			n, err := unix.EpollWait(lp.epfd, lp.events, 0)
 			if n > 0 || (err != nil && err != unix.EINTR) {
 				if lp.adaptive && n > 0 {
-					lp.budget = spinBudget(lp.budget, time.Since(began), limit)
+					lp.budget = spinBudget(lp.budget, time.Since(began), limit, quiet)
 				}
 				return n, err
 			}
@@ -431,7 +433,7 @@ func (lp *loop) wait(timeout int) (int, error) {
 			}
 		}
 		if lp.adaptive {
-			lp.budget = spinBudget(lp.budget, -1, limit)
+			lp.budget = spinBudget(lp.budget, -1, limit, quiet)
 		}
 	}
 	if !lp.adaptive {
@@ -445,7 +447,7 @@ func (lp *loop) wait(timeout int) (int, error) {
 	if n > 0 {
 		// A request that came while the loop slept: had it polled as long,
 		// it would have saved the wake-up.
-		lp.budget = spinBudget(lp.budget, time.Since(slept), limit)
+		lp.budget = spinBudget(lp.budget, time.Since(slept), limit, quiet)
 	}
 	return n, err
 }
@@ -454,14 +456,20 @@ func (lp *loop) wait(timeout int) (int, error) {
 // (budget) and how long the last request took to come (gap; negative when
 // a poll of budget found nothing), never more than limit: it moves a
 // quarter of the way towards twice the gap (a request later than limit
-// counts as none), and halves when polling found nothing. Under minSpin
-// it is zero: the loop sleeps at once until a request that comes soon
-// after the loop went to sleep raises it again.
-func spinBudget(budget, gap, limit time.Duration) time.Duration {
-	if gap < 0 || gap >= limit {
-		budget /= 2
-	} else {
+// counts as none), and halves when polling found nothing; on a quiet host
+// (spinGovernor), where the polling takes a CPU nobody waits for, it
+// shrinks by a quarter instead, so that a client whose turn is sometimes
+// longer keeps being polled for. Under minSpin it is zero: the loop
+// sleeps at once until a request that comes soon after the loop went to
+// sleep raises it again.
+func spinBudget(budget, gap, limit time.Duration, quiet bool) time.Duration {
+	switch {
+	case gap >= 0 && gap < limit:
 		budget += (min(2*gap, limit) - budget) / 4
+	case quiet:
+		budget -= budget / 4
+	default:
+		budget /= 2
 	}
 	if budget < minSpin {
 		return 0

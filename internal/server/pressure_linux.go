@@ -104,8 +104,11 @@ func newSpinGovernor(busy, quiet time.Duration) *spinGovernor {
 	return g
 }
 
-// Limit is the most a loop polls now.
-func (g *spinGovernor) Limit() time.Duration { return time.Duration(g.limit.Load()) }
+// Limit is the most a loop polls now, and whether the host is quiet.
+func (g *spinGovernor) Limit() (limit time.Duration, quiet bool) {
+	l := time.Duration(g.limit.Load())
+	return l, l == g.quiet && l != g.busy
+}
 
 // observe takes a reading of the stall total at now, and sets the limit
 // from the share of the time since the last reading that was stalled.

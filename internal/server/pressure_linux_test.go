@@ -57,16 +57,23 @@ func TestCPUPressureHost(t *testing.T) {
 func TestSpinGovernor(t *testing.T) {
 	const busy, quiet = 10 * time.Microsecond, 50 * time.Microsecond
 	g := newSpinGovernor(busy, quiet)
+	limit := func() time.Duration {
+		l, q := g.Limit()
+		if q != (l == quiet) {
+			t.Errorf("Limit() = %v, quiet %v", l, q)
+		}
+		return l
+	}
 	at := time.Unix(1000, 0)
 	var total time.Duration
 	step := func(share float64) time.Duration { // half a second at share stalled
 		at = at.Add(500 * time.Millisecond)
 		total += time.Duration(share * float64(500*time.Millisecond))
 		g.observe(total, at)
-		return g.Limit()
+		return limit()
 	}
-	if g.Limit() != busy {
-		t.Fatalf("limit before any reading %v, want %v", g.Limit(), busy)
+	if limit() != busy {
+		t.Fatalf("limit before any reading %v, want %v", limit(), busy)
 	}
 	for i, c := range []struct {
 		share float64
@@ -87,12 +94,12 @@ func TestSpinGovernor(t *testing.T) {
 		}
 	}
 	step(0)
-	if g.Limit() != quiet {
-		t.Fatalf("limit %v, want %v", g.Limit(), quiet)
+	if limit() != quiet {
+		t.Fatalf("limit %v, want %v", limit(), quiet)
 	}
 	g.unknown()
-	if g.Limit() != busy {
-		t.Errorf("limit after a failed reading %v, want %v", g.Limit(), busy)
+	if limit() != busy {
+		t.Errorf("limit after a failed reading %v, want %v", limit(), busy)
 	}
 	if got := step(0); got != busy {
 		t.Errorf("limit after one reading since %v, want %v", got, busy)
