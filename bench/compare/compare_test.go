@@ -211,6 +211,17 @@ func TestRunSmall(t *testing.T) {
 	if cfg.RedisServer != "" && (len(r.Memory.Redis) != 2 || r.Memory.Redis[0].Keys != 300) {
 		t.Fatalf("redis memory: %+v", r.Memory.Redis)
 	}
+	// The arena is in the file, and reported apart.
+	if a := r.Memory.SluiceArenaBytes; a <= 0 || a >= r.Memory.SluiceFileBytes {
+		t.Errorf("arena bytes %d of a %d-byte file", a, r.Memory.SluiceFileBytes)
+	}
+	var md bytes.Buffer
+	if err := r.WriteMarkdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(md.String(), "| ↳ of which the arena (") || !strings.Contains(md.String(), "| ↳ the slots and their tags, without the arena |") {
+		t.Errorf("the memory table does not set the arena apart:\n%s", md.String())
+	}
 	if lines := strings.Count(progress.String(), "\n"); lines < len(r.Cells) {
 		t.Errorf("progress printed %d lines for %d cells", lines, len(r.Cells))
 	}

@@ -23,6 +23,10 @@ type Memory struct {
 	SluiceSlotSize  uint64  `json:"sluice_slot_size"`
 	SluiceLive      uint64  `json:"sluice_live"` // used slots after the inserts
 	SluicePerBucket float64 `json:"sluice_bytes_per_bucket"`
+	// SluiceArenaBytes is the file's arena (--arena-cells cells of 64
+	// bytes), where sliding_log, window_counters and concurrency buckets
+	// keep their state: allocated with the file, unused by token buckets.
+	SluiceArenaBytes int64 `json:"sluice_arena_bytes"`
 
 	Redis []RedisMemory `json:"redis,omitempty"`
 	Error string        `json:"error,omitempty"` // why a part is missing
@@ -102,8 +106,12 @@ func measureSluiceMemory(ctx context.Context, srv *sluiced, keys []string, m *Me
 		return errors.New("sluice: no live bucket after the inserts")
 	}
 	m.SluicePerBucket = float64(m.SluiceFileBytes) / float64(m.SluiceLive)
+	m.SluiceArenaBytes = int64(st["arena_cells"]) * arenaCellBytes
 	return nil
 }
+
+// arenaCellBytes is the size of an arena cell (sluiced --arena-cells).
+const arenaCellBytes = 64
 
 func measureRedisMemory(ctx context.Context, t *redisTarget, keys []string, m *Memory) error {
 	const conns, depth = 4, 64

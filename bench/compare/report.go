@@ -240,6 +240,12 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		if mem.SluiceLive > 0 {
 			fmt.Fprintf(b, "| Sluice state file (%d slots of %d B, load %.2f) | %d | %d | %.1f |\n",
 				mem.SluiceSlots, mem.SluiceSlotSize, float64(mem.SluiceLive)/float64(mem.SluiceSlots), mem.SluiceFileBytes, mem.SluiceLive, mem.SluicePerBucket)
+			if a := mem.SluiceArenaBytes; a > 0 && a < mem.SluiceFileBytes {
+				fmt.Fprintf(b, "| ↳ of which the arena (%d cells of %d B, for sliding logs, window counters and concurrency) | %d | | %.1f |\n",
+					a/arenaCellBytes, arenaCellBytes, a, float64(a)/float64(mem.SluiceLive))
+				fmt.Fprintf(b, "| ↳ the slots and their tags, without the arena | %d | %d | %.1f |\n",
+					mem.SluiceFileBytes-a, mem.SluiceLive, float64(mem.SluiceFileBytes-a)/float64(mem.SluiceLive))
+			}
 		}
 		for _, rm := range mem.Redis {
 			fmt.Fprintf(b, "| Redis, %s: used_memory delta | %d | %d | %.1f |\n", rm.Script, rm.UsedAfter-rm.UsedBefore, rm.Keys, rm.BytesPerKey)
@@ -247,7 +253,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		if mem.Error != "" {
 			fmt.Fprintf(b, "\nIncomplete: %s\n", oneLine(mem.Error))
 		}
-		b.WriteString("\nSluice's file is allocated up front for its slot count: the figure is the file's size over the buckets it holds at the load state files are sized for (" + strconv.FormatFloat(SizedLoad, 'f', -1, 64) + "). Redis grows with its keys; its figure is INFO memory's used_memory growth over DBSIZE, allocator overhead and the expiry index included.\n\n")
+		b.WriteString("\nSluice's file is allocated up front for its slot count and its arena: the figure is the file's size over the buckets it holds at the load state files are sized for (" + strconv.FormatFloat(SizedLoad, 'f', -1, 64) + "). The arena's pages stay out of memory until a bucket of the algorithms that use it is created (`--arena-cells` sizes it; 1024 is the least). Redis grows with its keys; its figure is INFO memory's used_memory growth over DBSIZE, allocator overhead and the expiry index included.\n\n")
 	}
 	if len(r.Notes) > 0 {
 		b.WriteString("## Notes\n\n")
