@@ -116,26 +116,7 @@ func TestAuto_multiplexedConnection(t *testing.T) {
 func TestAuto_multiplexedNotPolled(t *testing.T) {
 	sc := start(t, Config{Transport: TransportAuto, Loops: 1, LoopSpin: time.Millisecond})
 	single, m := dial(t, sc), dial(t, sc)
-	var id uint32
-	batch := func() { // two requests a write
-		t.Helper()
-		var b []byte
-		for range 2 {
-			id++
-			var start int
-			b, start = proto.BeginFrame(b, proto.KindRequest, id)
-			b = proto.AppendItem(b, proto.OpAcquire, 0, tb10, 0, 0, fmt.Appendf(nil, "m%d", id))
-			b = proto.EndFrame(b, start, 1)
-		}
-		if _, err := m.c.Write(b); err != nil {
-			t.Fatal(err)
-		}
-		for range 2 {
-			if _, rs := m.recv(); len(rs) != 1 || rs[0].Status != proto.StatusOK {
-				t.Fatalf("answer: %+v", rs)
-			}
-		}
-	}
+	batch := twoAWrite(t, m)
 	for range multiplexedAfter {
 		batch()
 	}
@@ -164,6 +145,31 @@ func TestAuto_multiplexedNotPolled(t *testing.T) {
 		for range 10 {
 			if r := single.acquire("single", tb10, 0, 0); r.Status != proto.StatusOK {
 				t.Fatalf("acquire: %+v", r)
+			}
+		}
+	}
+}
+
+// twoAWrite returns a function that sends c two acquires in one write and
+// reads their answers: a multiplexing client's batch.
+func twoAWrite(t *testing.T, c *client) func() {
+	var id uint32
+	return func() {
+		t.Helper()
+		var b []byte
+		for range 2 {
+			id++
+			var start int
+			b, start = proto.BeginFrame(b, proto.KindRequest, id)
+			b = proto.AppendItem(b, proto.OpAcquire, 0, tb10, 0, 0, fmt.Appendf(nil, "m%d", id))
+			b = proto.EndFrame(b, start, 1)
+		}
+		if _, err := c.c.Write(b); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			if _, rs := c.recv(); len(rs) != 1 || rs[0].Status != proto.StatusOK {
+				t.Fatalf("answer: %+v", rs)
 			}
 		}
 	}

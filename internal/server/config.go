@@ -192,7 +192,9 @@ func (c *Config) withDefaults() Config {
 	}
 	if d.Transport == TransportAuto {
 		if d.LoopSpin == 0 {
-			d.quietSpin = DefaultLoopSpin
+			def(&d.quietSpin, DefaultLoopSpin) // tests may set it
+		} else {
+			d.quietSpin = 0
 		}
 		def(&d.LoopSpin, DefaultAutoLoopSpin)
 	}

@@ -52,7 +52,8 @@ const haveEpoll = true
 // And the loop polls only as long as recent requests took to come
 // (spinBudget), so a loop whose clients are slow, or starved of CPU by its
 // polling, soon sleeps at once. With the default Config.LoopSpin, the
-// most it polls follows the host's CPU pressure (spinGovernor).
+// most it polls follows the host's CPU pressure (spinGovernor), and on a
+// quiet host it polls for multiplexed connections too.
 type loops struct {
 	all  []*loop
 	n    atomic.Uint32 // round robin over all
@@ -219,6 +220,15 @@ func (ls *loops) stop() {
 	}
 }
 
+// quietNow reports whether the governor finds the host quiet.
+func (lp *loop) quietNow() bool {
+	if lp.gov == nil {
+		return false
+	}
+	_, q := lp.gov.Limit()
+	return q
+}
+
 // spinLimit is the most a loop polls now.
 func (ls *loops) spinLimit() time.Duration {
 	if ls == nil {
@@ -381,10 +391,12 @@ func (lp *loop) serve() bool {
 				return false
 			}
 		}
-		if !lp.single {
+		if !lp.single && !lp.quietNow() {
 			// Only multiplexed connections were served (or none):
 			// their next requests come after their clients' own
-			// wake-ups, not within a poll.
+			// wake-ups, not within a poll, and a poll would take a
+			// CPU those clients need. On a quiet host a CPU is free,
+			// and the loop polls for them as for the others.
 			lp.spinning = false
 		}
 		if woken {

@@ -240,3 +240,94 @@ func TestCgroupCPUQuota(t *testing.T) {
 	}
 	t.Logf("this process: %q, CPU quota %v", self, cgroupCPUQuota(cgroupRoot, self))
 }
+
+// Ensure an auto loop polls for a multiplexed connection while the host is
+// quiet, and not while it is contended.
+func TestAuto_multiplexedPolledWhenQuiet(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cpu")
+	total := time.Second
+	write := func() {
+		t.Helper()
+		tmp := path + ".tmp"
+		line := fmt.Sprintf("some avg10=0.00 avg60=0.00 avg300=0.00 total=%d\n", total.Microseconds())
+		if err := os.WriteFile(tmp, []byte(line), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write()
+	oldPath, oldRoot := cpuPressurePath, cgroupRoot
+	cpuPressurePath, cgroupRoot = path, t.TempDir()
+	t.Cleanup(func() { cpuPressurePath, cgroupRoot = oldPath, oldRoot })
+
+	// Quiet, the loop polls up to a millisecond, not 50µs: a busy host
+	// running the test sends batches further apart than that.
+	const quietSpin = time.Millisecond
+	sc := start(t, Config{Transport: TransportAuto, Loops: 1, quietSpin: quietSpin})
+	single, m := dial(t, sc), dial(t, sc)
+	batch := twoAWrite(t, m)
+	for range multiplexedAfter {
+		batch()
+	}
+	if n := stat(t, single, "loop_multiplexed"); n != 1 {
+		t.Fatalf("loop_multiplexed = %d, want 1", n)
+	}
+	limitIs := func(want time.Duration, during func()) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); time.Duration(stat(t, single, "loop_spin_limit_ns")) != want; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("loop_spin_limit_ns is not %v after 30 s", want)
+			}
+			if during != nil {
+				during()
+			}
+		}
+	}
+	// Quiet: the multiplexed connection's batches alone make the loop
+	// poll, once one comes within the budget of the last, which on a
+	// loaded host may take a while.
+	limitIs(quietSpin, nil)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		// The STATS request before the batches may make the loop poll
+		// once; the batches, more.
+		before := stat(t, single, "loop_polls")
+		for range 50 {
+			batch()
+		}
+		if stat(t, single, "loop_polls")-before > 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("loop_polls rose by at most 1 over each 50 batches of a multiplexed connection for 10 s on a quiet host, want polls")
+		}
+	}
+	// Contended: they do not (the STATS request before them may). The
+	// total grows by a second every 20 ms throughout.
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			total += time.Second
+			line := fmt.Sprintf("some avg10=0.00 avg60=0.00 avg300=0.00 total=%d\n", total.Microseconds())
+			if os.WriteFile(path+".tmp", []byte(line), 0o600) == nil {
+				os.Rename(path+".tmp", path) // a reading that fails makes the host contended too
+			}
+		}
+	}()
+	defer func() { close(stop); <-stopped }()
+	limitIs(DefaultAutoLoopSpin, nil)
+	before := stat(t, single, "loop_polls")
+	for range 50 {
+		batch()
+	}
+	if after := stat(t, single, "loop_polls"); after-before > 1 {
+		t.Errorf("loop_polls rose by %d over 50 batches of a multiplexed connection on a contended host, want at most 1", after-before)
+	}
+}
