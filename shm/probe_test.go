@@ -154,8 +154,19 @@ func TestFind_longSequence(t *testing.T) {
 func TestClaim_afterHolderDiedMidReclaim(t *testing.T) {
 	tb := newHeap(t, Options{SlotCount: 64})
 	const dead = 0x1234 // a tag no registered holder has
-	keys := keysWithHome(tb, 10, 3)
-	z, y, x := keys[0], keys[1], keys[2]
+	// x must not share y's tag (the table's seed is random): the lookup
+	// would then find slot 11 by its tag, which is not what is tested.
+	keys := keysWithHome(tb, 10, 16)
+	z, y, x := keys[0], keys[1], ""
+	for _, k := range keys[2:] {
+		if tagOf(fp(tb, k)) != tagOf(fp(tb, y)) {
+			x = k
+			break
+		}
+	}
+	if x == "" {
+		t.Fatal("14 keys all share y's tag")
+	}
 	put(t, tb, z, 1, 100, 0) // slot 10, fresh from 100
 	put(t, tb, y, 2, 0, 0)   // slot 11, fresh already
 	// At 50 a holder claimed slot 11 (the first reclaimable) for x, wrote
@@ -170,9 +181,6 @@ func TestClaim_afterHolderDiedMidReclaim(t *testing.T) {
 	f := fp(tb, x)
 	atomic.StoreUint64(u64at(p, slotFP0), f.Lo)
 	atomic.StoreUint64(u64at(p, slotFP1), f.Hi)
-	if tb.tagAt(11) == tagOf(f) {
-		t.Skip("x and y share a tag")
-	}
 	s, found, err := tb.LookupOrInsert(f, 1, nil, 200, &Wait{Budget: time.Minute})
 	if err != nil {
 		t.Fatal(err)
