@@ -114,15 +114,7 @@ func TestAuto_multiplexedConnection(t *testing.T) {
 // once after each of its batches (loop_polls stays), while a client with
 // one request in flight makes it poll.
 func TestAuto_multiplexedNotPolled(t *testing.T) {
-	sc := start(t, Config{Transport: TransportAuto, Loops: 1, LoopSpin: time.Millisecond})
-	single, m := dial(t, sc), dial(t, sc)
-	batch := twoAWrite(t, m)
-	for range multiplexedAfter {
-		batch()
-	}
-	if n := stat(t, single, "loop_multiplexed"); n != 1 {
-		t.Fatalf("loop_multiplexed = %d, want 1", n)
-	}
+	single, batch := multiplexedConn(t, Config{Transport: TransportAuto, Loops: 1, LoopSpin: time.Millisecond})
 	const batches = 50
 	before := stat(t, single, "loop_polls")
 	for range batches {
@@ -148,6 +140,23 @@ func TestAuto_multiplexedNotPolled(t *testing.T) {
 			}
 		}
 	}
+}
+
+// multiplexedConn starts a server of cfg and returns a connection to it
+// with one request in flight (single), and the batch of another that it
+// has found multiplexed.
+func multiplexedConn(t *testing.T, cfg Config) (single *client, batch func()) {
+	t.Helper()
+	sc := start(t, cfg)
+	single = dial(t, sc)
+	batch = twoAWrite(t, dial(t, sc))
+	for range multiplexedAfter {
+		batch()
+	}
+	if n := stat(t, single, "loop_multiplexed"); n != 1 {
+		t.Fatalf("loop_multiplexed = %d, want 1", n)
+	}
+	return single, batch
 }
 
 // twoAWrite returns a function that sends c two acquires in one write and

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -114,69 +115,98 @@ func TestSpinGovernor(t *testing.T) {
 	}
 }
 
+// fakePressure is a CPU pressure file of a test's own, read by the
+// servers the test starts (cpuPressurePath), with no CPU quota on their
+// control group (cgroupRoot).
+type fakePressure struct {
+	path  string
+	total atomic.Int64 // µs
+}
+
+func newFakePressure(t *testing.T) *fakePressure {
+	f := &fakePressure{path: filepath.Join(t.TempDir(), "cpu")}
+	if err := f.add(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	oldPath, oldRoot := cpuPressurePath, cgroupRoot
+	cpuPressurePath, cgroupRoot = f.path, t.TempDir()
+	t.Cleanup(func() { cpuPressurePath, cgroupRoot = oldPath, oldRoot })
+	return f
+}
+
+// add adds d to the stall total, renaming the new file into place: a
+// reading never sees one cut short.
+func (f *fakePressure) add(d time.Duration) error {
+	line := fmt.Sprintf("some avg10=0.00 avg60=0.00 avg300=0.00 total=%d\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n",
+		f.total.Add(d.Microseconds()))
+	if err := os.WriteFile(f.path+".tmp", []byte(line), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(f.path+".tmp", f.path)
+}
+
+// contend grows the total by a second every 20 ms, many tasks waiting all
+// the time, until the returned function is called. (A write that fails
+// makes the reading fail, which counts as contended too.)
+func (f *fakePressure) contend() (stop func()) {
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			f.add(time.Second)
+		}
+	}()
+	return func() { close(done); <-stopped }
+}
+
+// waitSpinLimit waits up to 30 s for c's server to report want as its
+// polling limit.
+func waitSpinLimit(t *testing.T, c *client, want time.Duration) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); time.Duration(stat(t, c, "loop_spin_limit_ns")) != want; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("loop_spin_limit_ns %d for 30 s, want %d", stat(t, c, "loop_spin_limit_ns"), want.Nanoseconds())
+		}
+	}
+}
+
 // Ensure an auto server with the default loop spin polls up to
 // DefaultLoopSpin while the CPU pressure is low and DefaultAutoLoopSpin
 // while it is high, and that an explicit --loop-spin is kept whatever it is.
 func TestAuto_spinFollowsPressure(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "cpu")
-	write := func(total time.Duration) {
-		t.Helper()
-		// Renamed into place: a reading never sees a file cut short.
-		tmp := path + ".tmp"
-		line := fmt.Sprintf("some avg10=0.00 avg60=0.00 avg300=0.00 total=%d\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n", total.Microseconds())
-		if err := os.WriteFile(tmp, []byte(line), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(tmp, path); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write(time.Second)
-	oldPath, oldRoot := cpuPressurePath, cgroupRoot
-	cpuPressurePath, cgroupRoot = path, t.TempDir() // no CPU quota
-	t.Cleanup(func() { cpuPressurePath, cgroupRoot = oldPath, oldRoot })
-
+	f := newFakePressure(t)
 	fixed := start(t, Config{Transport: TransportAuto, LoopSpin: 20 * time.Microsecond})
 	sc := start(t, Config{Transport: TransportAuto})
 	c, cf := dial(t, sc), dial(t, fixed)
-	waitLimit := func(want time.Duration, during func()) {
-		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for time.Duration(stat(t, c, "loop_spin_limit_ns")) != want {
-			if time.Now().After(deadline) {
-				t.Fatalf("loop_spin_limit_ns %d for 30 s, want %d", stat(t, c, "loop_spin_limit_ns"), want.Nanoseconds())
-			}
-			if during != nil {
-				during()
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
 	// The total does not move: no task waits.
-	waitLimit(DefaultLoopSpin, nil)
-	// It grows by a second every 20 ms: many tasks wait all the time.
-	total := time.Second
-	waitLimit(DefaultAutoLoopSpin, func() {
-		total += time.Second
-		write(total)
-	})
+	waitSpinLimit(t, c, DefaultLoopSpin)
+	stop := f.contend()
+	waitSpinLimit(t, c, DefaultAutoLoopSpin)
+	stop()
 	// Quiet again.
-	waitLimit(DefaultLoopSpin, nil)
+	waitSpinLimit(t, c, DefaultLoopSpin)
 	if got := stat(t, cf, "loop_spin_limit_ns"); time.Duration(got) != 20*time.Microsecond {
 		t.Errorf("explicit --loop-spin: loop_spin_limit_ns %d, want 20000", got)
 	}
 	// A file that cannot be read: the fixed limit.
-	if err := os.Remove(path); err != nil {
+	if err := os.Remove(f.path); err != nil {
 		t.Fatal(err)
 	}
-	waitLimit(DefaultAutoLoopSpin, nil)
+	waitSpinLimit(t, c, DefaultAutoLoopSpin)
 	// Nor at the start.
 	if got := stat(t, dial(t, start(t, Config{Transport: TransportAuto})), "loop_spin_limit_ns"); time.Duration(got) != DefaultAutoLoopSpin {
 		t.Errorf("no CPU pressure to read: loop_spin_limit_ns %d, want %d", got, DefaultAutoLoopSpin.Nanoseconds())
 	}
 	// A quiet host, but a CPU quota on the root control group (v2 and v1,
 	// whichever this process's /proc/self/cgroup names): the fixed limit.
-	write(time.Second)
+	if err := f.add(0); err != nil {
+		t.Fatal(err)
+	}
 	for rel, v := range map[string]string{"cpu.max": "50000 100000\n", "cpu/cpu.cfs_quota_us": "50000\n"} {
 		p := filepath.Join(cgroupRoot, rel)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
@@ -244,51 +274,15 @@ func TestCgroupCPUQuota(t *testing.T) {
 // Ensure an auto loop polls for a multiplexed connection while the host is
 // quiet, and not while it is contended.
 func TestAuto_multiplexedPolledWhenQuiet(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "cpu")
-	total := time.Second
-	write := func() {
-		t.Helper()
-		tmp := path + ".tmp"
-		line := fmt.Sprintf("some avg10=0.00 avg60=0.00 avg300=0.00 total=%d\n", total.Microseconds())
-		if err := os.WriteFile(tmp, []byte(line), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(tmp, path); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write()
-	oldPath, oldRoot := cpuPressurePath, cgroupRoot
-	cpuPressurePath, cgroupRoot = path, t.TempDir()
-	t.Cleanup(func() { cpuPressurePath, cgroupRoot = oldPath, oldRoot })
-
+	f := newFakePressure(t)
 	// Quiet, the loop polls up to a millisecond, not 50µs: a busy host
 	// running the test sends batches further apart than that.
 	const quietSpin = time.Millisecond
-	sc := start(t, Config{Transport: TransportAuto, Loops: 1, quietSpin: quietSpin})
-	single, m := dial(t, sc), dial(t, sc)
-	batch := twoAWrite(t, m)
-	for range multiplexedAfter {
-		batch()
-	}
-	if n := stat(t, single, "loop_multiplexed"); n != 1 {
-		t.Fatalf("loop_multiplexed = %d, want 1", n)
-	}
-	limitIs := func(want time.Duration, during func()) {
-		t.Helper()
-		for deadline := time.Now().Add(30 * time.Second); time.Duration(stat(t, single, "loop_spin_limit_ns")) != want; time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("loop_spin_limit_ns is not %v after 30 s", want)
-			}
-			if during != nil {
-				during()
-			}
-		}
-	}
+	single, batch := multiplexedConn(t, Config{Transport: TransportAuto, Loops: 1, quietSpin: quietSpin})
 	// Quiet: the multiplexed connection's batches alone make the loop
 	// poll, once one comes within the budget of the last, which on a
 	// loaded host may take a while.
-	limitIs(quietSpin, nil)
+	waitSpinLimit(t, single, quietSpin)
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		// The STATS request before the batches may make the loop poll
 		// once; the batches, more.
@@ -303,26 +297,9 @@ func TestAuto_multiplexedPolledWhenQuiet(t *testing.T) {
 			t.Fatal("loop_polls rose by at most 1 over each 50 batches of a multiplexed connection for 10 s on a quiet host, want polls")
 		}
 	}
-	// Contended: they do not (the STATS request before them may). The
-	// total grows by a second every 20 ms throughout.
-	stop, stopped := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(stopped)
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-			total += time.Second
-			line := fmt.Sprintf("some avg10=0.00 avg60=0.00 avg300=0.00 total=%d\n", total.Microseconds())
-			if os.WriteFile(path+".tmp", []byte(line), 0o600) == nil {
-				os.Rename(path+".tmp", path) // a reading that fails makes the host contended too
-			}
-		}
-	}()
-	defer func() { close(stop); <-stopped }()
-	limitIs(DefaultAutoLoopSpin, nil)
+	// Contended: they do not (the STATS request before them may).
+	defer f.contend()()
+	waitSpinLimit(t, single, DefaultAutoLoopSpin)
 	before := stat(t, single, "loop_polls")
 	for range 50 {
 		batch()
