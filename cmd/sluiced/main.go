@@ -68,7 +68,7 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 	fs.IntVar(&c.MaxConnsPerUID, "max-conns-per-uid", 0, "connections one user (peer uid) may hold at once; 0 for no cap")
 	fs.StringVar(&c.Transport, "transport", server.TransportAuto, "how connections are served: auto (event loops that poll only for connections with one request in flight; goroutines where there is no epoll), goroutines (one each) or epoll (event loops only, Linux)")
 	fs.IntVar(&c.Loops, "loops", 0, "event loops of --transport auto and epoll (default half the CPUs, at least one)")
-	fs.Func("loop-spin", fmt.Sprintf("an event loop polls for the next request for `duration` before it sleeps (0: sleep at once); --transport auto polls at most this long, as long as recent requests took to come (default %v under auto, %v under epoll)", server.DefaultAutoLoopSpin, server.DefaultLoopSpin), func(s string) error {
+	fs.Func("loop-spin", fmt.Sprintf("an event loop polls for the next request for `duration` before it sleeps (0: sleep at once); --transport auto polls at most this long, as long as recent requests took to come (default under auto %v, or %v while the host's CPU pressure is low and no CPU quota applies; %v under epoll)", server.DefaultAutoLoopSpin, server.DefaultLoopSpin, server.DefaultLoopSpin), func(s string) error {
 		var d proto.Duration
 		if err := d.UnmarshalText([]byte(s)); err != nil {
 			return err
