@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/clients/go/sluice"
+	"github.com/sluicehq/sluice/shm"
 )
 
 // Memory is the cost of a live bucket: the same keys, each acquired once
@@ -106,12 +107,9 @@ func measureSluiceMemory(ctx context.Context, srv *sluiced, keys []string, m *Me
 		return errors.New("sluice: no live bucket after the inserts")
 	}
 	m.SluicePerBucket = float64(m.SluiceFileBytes) / float64(m.SluiceLive)
-	m.SluiceArenaBytes = int64(st["arena_cells"]) * arenaCellBytes
+	m.SluiceArenaBytes = int64(st["arena_cells"]) * shm.CellSize
 	return nil
 }
-
-// arenaCellBytes is the size of an arena cell (sluiced --arena-cells).
-const arenaCellBytes = 64
 
 func measureRedisMemory(ctx context.Context, t *redisTarget, keys []string, m *Memory) error {
 	const conns, depth = 4, 64

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sluicehq/sluice/shm"
 )
 
 func terminal(fd int) bool {
@@ -242,7 +244,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 				mem.SluiceSlots, mem.SluiceSlotSize, float64(mem.SluiceLive)/float64(mem.SluiceSlots), mem.SluiceFileBytes, mem.SluiceLive, mem.SluicePerBucket)
 			if a := mem.SluiceArenaBytes; a > 0 && a < mem.SluiceFileBytes {
 				fmt.Fprintf(b, "| ↳ of which the arena (%d cells of %d B, for sliding logs, window counters and concurrency) | %d | | %.1f |\n",
-					a/arenaCellBytes, arenaCellBytes, a, float64(a)/float64(mem.SluiceLive))
+					a/shm.CellSize, shm.CellSize, a, float64(a)/float64(mem.SluiceLive))
 				fmt.Fprintf(b, "| ↳ the slots and their tags, without the arena | %d | %d | %.1f |\n",
 					mem.SluiceFileBytes-a, mem.SluiceLive, float64(mem.SluiceFileBytes-a)/float64(mem.SluiceLive))
 			}
