@@ -113,7 +113,8 @@ type Config struct {
 	// DefaultAutoLoopSpin otherwise.
 	LoopSpin time.Duration
 	// quietSpin, set when TransportAuto's LoopSpin is the default, is
-	// the limit while the host's CPUs are not contended (spinGovernor).
+	// the limit while the host's CPUs are not contended (spinGovernor),
+	// LoopSpin the limit while they are. (Tests set both.)
 	quietSpin time.Duration
 
 	// Limits, if set, holds the named limits (the config file's) that
@@ -192,9 +193,7 @@ func (c *Config) withDefaults() Config {
 	}
 	if d.Transport == TransportAuto {
 		if d.LoopSpin == 0 {
-			def(&d.quietSpin, DefaultLoopSpin) // tests may set it
-		} else {
-			d.quietSpin = 0
+			def(&d.quietSpin, DefaultLoopSpin)
 		}
 		def(&d.LoopSpin, DefaultAutoLoopSpin)
 	}

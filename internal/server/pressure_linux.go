@@ -92,22 +92,34 @@ const (
 // contended one the polling takes it from a task that waits for it.
 type spinGovernor struct {
 	busy, quiet time.Duration // the limits
-	limit       atomic.Int64  // the limit now, ns
-	isQuiet     bool
-	last        time.Duration // stall total at the last read
-	lastAt      time.Time
+	// now is the limit in force, in ns, shifted left by one, with the low
+	// bit set while the host is quiet: the loops read both at once.
+	now     atomic.Int64
+	isQuiet bool
+	last    time.Duration // stall total at the last read
+	lastAt  time.Time
 }
 
 func newSpinGovernor(busy, quiet time.Duration) *spinGovernor {
 	g := &spinGovernor{busy: busy, quiet: quiet}
-	g.limit.Store(int64(busy))
+	g.set(false)
 	return g
 }
 
 // Limit is the most a loop polls now, and whether the host is quiet.
 func (g *spinGovernor) Limit() (limit time.Duration, quiet bool) {
-	l := time.Duration(g.limit.Load())
-	return l, l == g.quiet && l != g.busy
+	v := g.now.Load()
+	return time.Duration(v >> 1), v&1 == 1
+}
+
+// set publishes the quiet or the busy limit.
+func (g *spinGovernor) set(quiet bool) {
+	g.isQuiet = quiet
+	if quiet {
+		g.now.Store(int64(g.quiet)<<1 | 1)
+	} else {
+		g.now.Store(int64(g.busy) << 1)
+	}
 }
 
 // observe takes a reading of the stall total at now, and sets the limit
@@ -122,21 +134,16 @@ func (g *spinGovernor) observe(stalled time.Duration, now time.Time) {
 	share := float64(stalled-prev) / float64(elapsed)
 	switch {
 	case g.isQuiet && share > busyAbove:
-		g.isQuiet = false
+		g.set(false)
 	case !g.isQuiet && share < quietBelow:
-		g.isQuiet = true
-	}
-	if g.isQuiet {
-		g.limit.Store(int64(g.quiet))
-	} else {
-		g.limit.Store(int64(g.busy))
+		g.set(true)
 	}
 }
 
 // unknown sets the busy limit until two readings succeed again.
 func (g *spinGovernor) unknown() {
-	g.isQuiet, g.lastAt = false, time.Time{}
-	g.limit.Store(int64(g.busy))
+	g.lastAt = time.Time{}
+	g.set(false)
 }
 
 // run reads p every pressureEvery until stop is closed.

@@ -113,6 +113,14 @@ func TestSpinGovernor(t *testing.T) {
 	if got := step(0.9); got != quiet {
 		t.Errorf("limit after a total that went back %v, want %v", got, quiet)
 	}
+	// Whether the host is quiet is not read from the limit: the two
+	// limits may be equal.
+	same := newSpinGovernor(quiet, quiet)
+	same.observe(0, at)
+	same.observe(0, at.Add(time.Second))
+	if l, q := same.Limit(); l != quiet || !q {
+		t.Errorf("equal limits, quiet host: Limit() = %v, %v; want %v, true", l, q, quiet)
+	}
 }
 
 // fakePressure is a CPU pressure file of a test's own, read by the
@@ -275,10 +283,12 @@ func TestCgroupCPUQuota(t *testing.T) {
 // quiet, and not while it is contended.
 func TestAuto_multiplexedPolledWhenQuiet(t *testing.T) {
 	f := newFakePressure(t)
-	// Quiet, the loop polls up to a millisecond, not 50µs: a busy host
-	// running the test sends batches further apart than that.
-	const quietSpin = time.Millisecond
-	single, batch := multiplexedConn(t, Config{Transport: TransportAuto, Loops: 1, quietSpin: quietSpin})
+	// The loop polls up to 2 ms on a quiet host and 1 ms on a contended
+	// one, not 50 and 10 µs: a busy host running the test sends batches
+	// further apart than those, and only the rule for multiplexed
+	// connections keeps a contended loop from polling for them.
+	const quietSpin, busySpin = 2 * time.Millisecond, time.Millisecond
+	single, batch := multiplexedConn(t, Config{Transport: TransportAuto, Loops: 1, LoopSpin: busySpin, quietSpin: quietSpin})
 	// Quiet: the multiplexed connection's batches alone make the loop
 	// poll, once one comes within the budget of the last, which on a
 	// loaded host may take a while.
@@ -299,7 +309,7 @@ func TestAuto_multiplexedPolledWhenQuiet(t *testing.T) {
 	}
 	// Contended: they do not (the STATS request before them may).
 	defer f.contend()()
-	waitSpinLimit(t, single, DefaultAutoLoopSpin)
+	waitSpinLimit(t, single, busySpin)
 	before := stat(t, single, "loop_polls")
 	for range 50 {
 		batch()
