@@ -128,10 +128,9 @@ type lconn struct {
 func startLoops(s *server, n int) (*loops, error) {
 	ls := &loops{spin: max(0, s.cfg.LoopSpin)}
 	if s.cfg.Transport == TransportAuto && s.cfg.quietSpin > 0 {
-		self, _ := os.ReadFile("/proc/self/cgroup")
 		if p, err := openCPUPressure(cpuPressurePath); err != nil {
 			s.log.Debug("no CPU pressure to read: event loops poll at most --loop-spin", "err", err)
-		} else if cgroupCPUQuota(cgroupRoot, self) {
+		} else if self, _ := os.ReadFile("/proc/self/cgroup"); cgroupCPUQuota(cgroupRoot, self) {
 			s.log.Info("the sidecar's control group has a CPU quota: event loops poll at most --loop-spin", "loop_spin", s.cfg.LoopSpin)
 		} else {
 			ls.gov = newSpinGovernor(s.cfg.LoopSpin, s.cfg.quietSpin)
