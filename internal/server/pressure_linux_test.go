@@ -215,7 +215,8 @@ func TestAuto_spinFollowsPressure(t *testing.T) {
 	if err := f.add(0); err != nil {
 		t.Fatal(err)
 	}
-	for rel, v := range map[string]string{"cpu.max": "50000 100000\n", "cpu/cpu.cfs_quota_us": "50000\n"} {
+	quotaFiles := map[string]string{"cpu.max": "50000 100000\n", "cpu/cpu.cfs_quota_us": "50000\n"}
+	for rel, v := range quotaFiles {
 		p := filepath.Join(cgroupRoot, rel)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			t.Fatal(err)
@@ -225,7 +226,14 @@ func TestAuto_spinFollowsPressure(t *testing.T) {
 		}
 	}
 	quota := dial(t, start(t, Config{Transport: TransportAuto}))
-	time.Sleep(2 * pressureEvery) // what a governor would take to read the host as quiet
+	// A server started after it without the quota finds the host quiet:
+	// by then the first one would have too.
+	for rel := range quotaFiles {
+		if err := os.Remove(filepath.Join(cgroupRoot, rel)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitSpinLimit(t, dial(t, start(t, Config{Transport: TransportAuto})), DefaultLoopSpin)
 	if got := stat(t, quota, "loop_spin_limit_ns"); time.Duration(got) != DefaultAutoLoopSpin {
 		t.Errorf("CPU quota: loop_spin_limit_ns %d, want %d", got, DefaultAutoLoopSpin.Nanoseconds())
 	}
